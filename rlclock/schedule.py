@@ -1,0 +1,258 @@
+"""Clock configurations, schedules, and the one way a schedule is judged.
+
+A :class:`ClockConfig` is what rlclock asks the driver for: a locked core clock and/or a locked memory
+clock, each ``None`` for "let the driver decide" (auto). A :class:`ClockSchedule` requests one
+configuration per kernel invocation of a trace. Every judge — the environment, the baselines, the optimum,
+the deployed policy's evaluation — runs a schedule through ``GpuBackend.run`` and compares the result with
+the same backend's auto run through :func:`evaluate`, so numbers are comparable by construction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlclock.errors import ClockError, ScheduleError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlclock.gpu.backend import GpuBackend, RunResult
+
+_CONFIG_RE = re.compile(r"^\s*(auto|\d+)\s*(?:@\s*(auto|\d+))?\s*$")
+
+
+@dataclass(frozen=True, order=True)
+class ClockConfig:
+    """A requested clock configuration.
+
+    Attributes:
+        core_mhz: Locked core (graphics) clock in MHz, or ``None`` for the driver's choice.
+        mem_mhz: Locked memory clock in MHz, or ``None`` for the driver's choice.
+
+    The text form is ``"<core>@<mem>"`` with ``auto`` for a free domain: ``"1500@5001"``,
+    ``"auto@5001"``, ``"1500@auto"``; plain ``"auto"`` leaves both to the driver.
+    """
+
+    core_mhz: int | None = None
+    mem_mhz: int | None = None
+
+    @property
+    def is_auto(self) -> bool:
+        """True when both domains are left to the driver."""
+        return self.core_mhz is None and self.mem_mhz is None
+
+    def __str__(self) -> str:
+        if self.is_auto:
+            return "auto"
+        core = "auto" if self.core_mhz is None else str(self.core_mhz)
+        mem = "auto" if self.mem_mhz is None else str(self.mem_mhz)
+        return f"{core}@{mem}"
+
+    @classmethod
+    def parse(cls, text: str | ClockConfig) -> ClockConfig:
+        """Parse ``"1500@5001"``, ``"auto@5001"``, ``"1500"`` (memory auto) or ``"auto"``."""
+        if isinstance(text, ClockConfig):
+            return text
+        m = _CONFIG_RE.match(str(text))
+        if not m:
+            raise ClockError(
+                f"clock configuration {text!r} is not understood.",
+                "write it as CORE@MEM in MHz, with 'auto' for a free domain, e.g. 1500@5001 or auto@5001.",
+            )
+        core, mem = m.group(1), m.group(2)
+        return cls(None if core == "auto" else int(core), None if mem in (None, "auto") else int(mem))
+
+
+AUTO = ClockConfig()
+"""The driver's own clocks: nothing locked."""
+
+
+class ClockSchedule:
+    """A requested clock configuration per kernel invocation.
+
+    Args:
+        configs: The distinct configurations the schedule uses (or may use).
+        index: For every kernel invocation, the position of its requested configuration in ``configs``.
+        name: What produced it (``"auto"``, ``"kernel-global"``, ``"ppo"`` …).
+
+    A request is a wish: the backend issues it at the kernel's start, and with a switching latency the
+    clocks change only after that latency (see ``GpuBackend.run``).
+    """
+
+    def __init__(self, configs: Sequence[ClockConfig], index: Iterable[int], name: str = "schedule") -> None:
+        self.configs: tuple[ClockConfig, ...] = tuple(ClockConfig.parse(c) for c in configs)
+        if not self.configs:
+            raise ScheduleError("a schedule needs at least one clock configuration.")
+        self.index = np.asarray(list(index) if not isinstance(index, np.ndarray) else index, dtype=np.int64)
+        if self.index.ndim != 1 or self.index.size == 0:
+            raise ScheduleError("a schedule needs one configuration index per kernel invocation.")
+        if self.index.min() < 0 or self.index.max() >= len(self.configs):
+            raise ScheduleError(
+                f"schedule {name!r} refers to configuration {int(self.index.max())} but has only "
+                f"{len(self.configs)}."
+            )
+        self.name = name
+
+    @classmethod
+    def constant(cls, config: ClockConfig | str, n: int, name: str | None = None) -> ClockSchedule:
+        """The same configuration for all ``n`` invocations."""
+        c = ClockConfig.parse(config)
+        return cls([c], np.zeros(n, dtype=np.int64), name or str(c))
+
+    @classmethod
+    def from_configs(cls, per_kernel: Sequence[ClockConfig | str], name: str = "schedule") -> ClockSchedule:
+        """Build from one configuration per invocation."""
+        parsed = [ClockConfig.parse(c) for c in per_kernel]
+        distinct = sorted(set(parsed), key=lambda c: (c.mem_mhz or 0, c.core_mhz or 0))
+        pos = {c: i for i, c in enumerate(distinct)}
+        return cls(distinct, [pos[c] for c in parsed], name)
+
+    def __len__(self) -> int:
+        return int(self.index.size)
+
+    def __getitem__(self, i: int) -> ClockConfig:
+        return self.configs[int(self.index[i])]
+
+    def __repr__(self) -> str:
+        return f"ClockSchedule({self.name!r}, {len(self)} kernels, {self.n_changes} changes)"
+
+    @property
+    def per_kernel(self) -> list[ClockConfig]:
+        """The requested configuration of every invocation."""
+        return [self.configs[i] for i in self.index]
+
+    @property
+    def n_changes(self) -> int:
+        """How often the requested configuration changes from one kernel to the next."""
+        return int(np.count_nonzero(np.diff(self.index)))
+
+    def reindexed(self, configs: Sequence[ClockConfig]) -> np.ndarray:
+        """The per-kernel indices into another configuration list (which must contain every used one)."""
+        pos = {c: i for i, c in enumerate(configs)}
+        used = np.unique(self.index)
+        missing = [str(self.configs[u]) for u in used if self.configs[u] not in pos]
+        if missing:
+            raise ScheduleError(
+                f"schedule {self.name!r} uses configuration(s) {missing[:5]} that the backend does not offer.",
+                "evaluate it on a backend whose configuration set includes them.",
+            )
+        lut = np.array([pos.get(c, -1) for c in self.configs], dtype=np.int64)
+        return lut[self.index]
+
+    def check_length(self, n_kernels: int) -> None:
+        """Raise :class:`ScheduleError` unless the schedule has ``n_kernels`` entries."""
+        if len(self) != n_kernels:
+            raise ScheduleError(
+                f"schedule {self.name!r} has {len(self)} entries but the trace has {n_kernels} kernels.",
+                "build the schedule for this trace.",
+            )
+
+    # -- I/O ---------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: the distinct configurations and run-length encoded indices."""
+        runs: list[list[int]] = []
+        for i in self.index.tolist():
+            if runs and runs[-1][0] == i:
+                runs[-1][1] += 1
+            else:
+                runs.append([i, 1])
+        return {"format": "rlclock.schedule", "version": 1, "name": self.name,
+                "configs": [str(c) for c in self.configs], "runs": runs}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ClockSchedule:
+        """Parse :meth:`to_dict` output."""
+        if not isinstance(data, dict) or data.get("format") != "rlclock.schedule":
+            raise ScheduleError("not an rlclock schedule (expected 'format': 'rlclock.schedule').")
+        try:
+            index = [int(i) for i, n in data["runs"] for _ in range(int(n))]
+            return cls([ClockConfig.parse(c) for c in data["configs"]], index, str(data.get("name", "schedule")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ScheduleError(f"malformed schedule: {exc}.") from None
+
+    def save(self, path: str | Path) -> Path:
+        """Write as JSON."""
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict()))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> ClockSchedule:
+        """Read a schedule written by :meth:`save`."""
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ScheduleError(f"cannot read schedule {str(path)!r}: {exc}.") from None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A schedule's run next to the same backend's auto run.
+
+    Attributes:
+        name: The schedule's name.
+        time_s: Step time, seconds.
+        energy_j: Step energy, joules.
+        auto_time_s: Step time at auto clocks on the same backend.
+        auto_energy_j: Step energy at auto clocks.
+        switches: Clock changes issued.
+        off_plan_time_s: Time run at a clock other than the requested one (a switch had not landed yet).
+        run: The full per-kernel result.
+    """
+
+    name: str
+    time_s: float
+    energy_j: float
+    auto_time_s: float
+    auto_energy_j: float
+    switches: int
+    off_plan_time_s: float
+    run: RunResult
+
+    @property
+    def slowdown(self) -> float:
+        """Relative time change against auto (0.01 = 1 % slower)."""
+        return self.time_s / self.auto_time_s - 1.0
+
+    @property
+    def saving(self) -> float:
+        """Relative energy saved against auto (0.1 = 10 % less energy)."""
+        return 1.0 - self.energy_j / self.auto_energy_j
+
+    @property
+    def edp_change(self) -> float:
+        """Relative change of the energy-delay product against auto."""
+        return (self.time_s * self.energy_j) / (self.auto_time_s * self.auto_energy_j) - 1.0
+
+    def row(self) -> dict[str, Any]:
+        """Flat summary for tables and JSON."""
+        return {
+            "name": self.name,
+            "time_s": self.time_s,
+            "energy_j": self.energy_j,
+            "time_pct": 100 * self.slowdown,
+            "energy_pct": -100 * self.saving,
+            "switches": self.switches,
+            "off_plan_time_s": self.off_plan_time_s,
+        }
+
+
+def evaluate(schedule: ClockSchedule, backend: GpuBackend) -> Evaluation:
+    """Run ``schedule`` and the auto schedule on ``backend``; return both side by side."""
+    run = backend.run(schedule)
+    auto = backend.auto_run()
+    return Evaluation(
+        name=schedule.name,
+        time_s=run.time_s,
+        energy_j=run.energy_j,
+        auto_time_s=auto.time_s,
+        auto_energy_j=auto.energy_j,
+        switches=run.switches,
+        off_plan_time_s=run.off_plan_time_s,
+        run=run,
+    )

@@ -1,0 +1,418 @@
+"""KernelTrace: the ordered kernel invocations of one training step, and its on-disk format.
+
+A trace lists every kernel launch of one step in execution order — for a transformer: each layer's
+forward kernels, the head and loss, each layer's backward kernels, the optimizer. Per kernel it holds
+what a model needs (FLOPs, DRAM bytes read and written, GEMM shape, memory-access class) and, where a
+real GPU supplied them, measured reference points.
+
+On disk a trace is JSON (optionally gzip-compressed when the name ends in ``.gz``)::
+
+    {"format": "rlclock.trace", "version": 1, "name": "...", "meta": {...}, "kernels": [{...}, ...]}
+
+Loading validates every field and raises :class:`~rlclock.errors.TraceError` with the kernel index,
+its name and the fix on the first problem found.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlclock.errors import TraceError
+
+TRACE_FORMAT = "rlclock.trace"
+TRACE_VERSION = 1
+
+CATEGORIES: tuple[str, ...] = (
+    "gemm",  # dense matrix multiply on tensor cores (incl. batched)
+    "attention",  # fused attention (flash / SDPA) on tensor cores
+    "softmax",  # softmax / cross-entropy rows
+    "norm",  # layernorm / rmsnorm
+    "elementwise",  # activation, residual add, dropout, optimizer updates …
+    "reduction",  # bias gradients, sums
+    "copy",  # permute / transpose / concat / memcpy
+    "embedding",  # embedding gather / scatter-add
+    "memset",  # fills
+    "other",
+)
+"""Kernel categories. ``gemm`` and ``attention`` run on tensor cores; the rest on the SIMT units."""
+
+TENSOR_CATEGORIES: frozenset[str] = frozenset({"gemm", "attention"})
+
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+
+ACCESS_CLASSES: tuple[str, ...] = ("stream", "gather", "reduce")
+"""How a kernel touches DRAM: ``stream`` (coalesced, read once / write once), ``gather`` (rows picked by
+index, scatter-adds), ``reduce`` (multi-pass reductions across rows, e.g. norm and softmax backward)."""
+
+DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+DEFAULT_ACCESS: Mapping[str, str] = {
+    "gemm": "stream",
+    "attention": "stream",
+    "softmax": "stream",
+    "norm": "stream",
+    "elementwise": "stream",
+    "reduction": "stream",
+    "copy": "stream",
+    "embedding": "gather",
+    "memset": "stream",
+    "other": "stream",
+}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured reference point of a kernel on a real GPU.
+
+    Attributes:
+        gpu: GPU name as NVML reports it (e.g. ``"NVIDIA H200"``) or a preset key.
+        time_s: Duration of one launch, seconds.
+        energy_j: Energy of one launch, joules (``None`` when only time was measured).
+        core_mhz: Locked core clock, or ``None`` for the driver's own choice ("auto").
+        mem_mhz: Locked memory clock, or ``None`` for "auto".
+        sm_clock_mhz: Mean SM clock observed while it ran (``None`` if not recorded).
+        source: How it was obtained (``"isolated"``, ``"in-sequence"``, ``"paper"`` …).
+    """
+
+    gpu: str
+    time_s: float
+    energy_j: float | None = None
+    core_mhz: int | None = None
+    mem_mhz: int | None = None
+    sm_clock_mhz: float | None = None
+    source: str = "isolated"
+
+    @property
+    def is_auto(self) -> bool:
+        """True when both clocks were left to the driver."""
+        return self.core_mhz is None and self.mem_mhz is None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel invocation.
+
+    Attributes:
+        name: Kernel (function) name, e.g. ``"layernorm_forward_kernel3"``.
+        op: Logical operation it implements, e.g. ``"ln1.fwd"``; invocations of the same op in different
+            layers share it.
+        category: One of :data:`CATEGORIES`.
+        phase: One of :data:`PHASES`.
+        flops: Floating-point operations of the launch (a fused multiply-add counts 2).
+        dram_read_bytes: Bytes the kernel must read from device memory (each input once).
+        dram_write_bytes: Bytes it must write to device memory.
+        dtype: Arithmetic type of the tensor-core math (one of :data:`DTYPES`).
+        layer: Transformer layer index, or -1 outside the layers (embedding, head, optimizer).
+        gemm_bmnk: ``(batch, m, n, k)`` of a (batched) matrix product, when known.
+        mlp_bytes: Bytes of independent DRAM loads each thread keeps in flight (memory-level
+            parallelism; 16 for one 128-bit vector load). ``None``: unknown (models assume 16).
+        access: DRAM access class, one of :data:`ACCESS_CLASSES`.
+        launch_grid: CUDA grid ``(x, y, z)`` when known.
+        launch_block: CUDA block ``(x, y, z)`` when known.
+        measured: Reference points measured on real GPUs.
+    """
+
+    name: str
+    op: str
+    category: str
+    phase: str
+    flops: float
+    dram_read_bytes: float
+    dram_write_bytes: float
+    dtype: str = "bf16"
+    layer: int = -1
+    gemm_bmnk: tuple[int, int, int, int] | None = None
+    mlp_bytes: float | None = None
+    access: str = "stream"
+    launch_grid: tuple[int, int, int] | None = None
+    launch_block: tuple[int, int, int] | None = None
+    measured: tuple[Measurement, ...] = field(default_factory=tuple)
+
+    @property
+    def dram_bytes(self) -> float:
+        """Bytes read plus bytes written."""
+        return self.dram_read_bytes + self.dram_write_bytes
+
+    @property
+    def uses_tensor_cores(self) -> bool:
+        """True for GEMM and fused attention kernels."""
+        return self.category in TENSOR_CATEGORIES
+
+    def measurement(self, gpu: str | None = None, auto_only: bool = True) -> Measurement | None:
+        """The first measured reference point (at auto clocks by default), optionally for one GPU."""
+        for m in self.measured:
+            if auto_only and not m.is_auto:
+                continue
+            if gpu is None or m.gpu == gpu:
+                return m
+        return None
+
+    def physical_key(self) -> tuple[Any, ...]:
+        """Everything a GPU model looks at; equal keys mean the model treats the kernels alike."""
+        return (
+            self.name,
+            self.category,
+            self.flops,
+            self.dram_read_bytes,
+            self.dram_write_bytes,
+            self.dtype,
+            self.gemm_bmnk,
+            self.mlp_bytes,
+            self.access,
+            self.measured,
+        )
+
+
+class KernelTrace(Sequence[Kernel]):
+    """The ordered kernel invocations of one training step.
+
+    Args:
+        name: A short name, e.g. ``"gpt3xl-llmc-b40-t1024"``.
+        kernels: The invocations in execution order.
+        meta: Free-form description: generator and its configuration, GPU it was profiled on, …
+    """
+
+    def __init__(self, name: str, kernels: Sequence[Kernel], meta: Mapping[str, Any] | None = None) -> None:
+        if not kernels:
+            raise TraceError(f"trace {name!r} has no kernels.", "give at least one kernel invocation.")
+        self.name = name
+        self.kernels: tuple[Kernel, ...] = tuple(kernels)
+        self.meta: dict[str, Any] = dict(meta or {})
+        for i, k in enumerate(self.kernels):
+            _validate_kernel(k, i)
+
+    # -- sequence protocol -------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.kernels)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.kernels[i]
+
+    def __iter__(self) -> Iterator[Kernel]:
+        return iter(self.kernels)
+
+    def __repr__(self) -> str:
+        return f"KernelTrace({self.name!r}, {len(self)} kernels, {len(self.unique_index[0])} distinct)"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KernelTrace) and (self.name, self.kernels, self.meta) == (
+            other.name,
+            other.kernels,
+            other.meta,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # -- derived views -----------------------------------------------------------------------------
+    @cached_property
+    def unique_index(self) -> tuple[list[int], np.ndarray]:
+        """``(first, inverse)``: indices of the first invocation of each distinct kernel, and for every
+        invocation the position of its distinct kernel in ``first``. Models evaluate distinct kernels once."""
+        seen: dict[tuple[Any, ...], int] = {}
+        first: list[int] = []
+        inverse = np.empty(len(self.kernels), dtype=np.int64)
+        for i, k in enumerate(self.kernels):
+            key = k.physical_key()
+            j = seen.get(key)
+            if j is None:
+                j = seen[key] = len(first)
+                first.append(i)
+            inverse[i] = j
+        return first, inverse
+
+    def with_kernels(self, kernels: Sequence[Kernel], name: str | None = None) -> KernelTrace:
+        """A copy with other kernels (and optionally another name), same meta."""
+        return KernelTrace(name or self.name, kernels, self.meta)
+
+    def phase_mask(self, phase: str) -> np.ndarray:
+        """Boolean mask of the invocations in ``phase``."""
+        return np.array([k.phase == phase for k in self.kernels])
+
+    # -- I/O ---------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The versioned on-disk form."""
+        return {
+            "format": TRACE_FORMAT,
+            "version": TRACE_VERSION,
+            "name": self.name,
+            "meta": self.meta,
+            "kernels": [_kernel_to_dict(k) for k in self.kernels],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>") -> KernelTrace:
+        """Parse and validate the on-disk form; raises :class:`TraceError` on the first problem."""
+        if not isinstance(data, dict):
+            raise TraceError(f"{source}: a trace must be a JSON object, found {type(data).__name__}.")
+        if data.get("format") != TRACE_FORMAT:
+            raise TraceError(
+                f"{source}: 'format' is {data.get('format')!r}, expected {TRACE_FORMAT!r}.",
+                "write traces with rlclock (KernelTrace.save or `rlclock profile`).",
+            )
+        version = data.get("version")
+        if version != TRACE_VERSION:
+            raise TraceError(
+                f"{source}: trace version {version!r} is not supported (this rlclock reads version "
+                f"{TRACE_VERSION}).",
+                "upgrade rlclock or re-create the trace with this version.",
+            )
+        name = data.get("name")
+        if not isinstance(name, str) or not name:
+            raise TraceError(f"{source}: 'name' must be a non-empty string, found {name!r}.")
+        meta = data.get("meta", {})
+        if not isinstance(meta, dict):
+            raise TraceError(f"{source}: 'meta' must be an object, found {type(meta).__name__}.")
+        raw = data.get("kernels")
+        if not isinstance(raw, list) or not raw:
+            raise TraceError(f"{source}: 'kernels' must be a non-empty list.")
+        kernels = [_kernel_from_dict(d, i, source) for i, d in enumerate(raw)]
+        return cls(name, kernels, meta)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the trace as JSON (gzip when ``path`` ends in ``.gz``); returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(self.to_dict(), indent=None, separators=(",", ":"))
+        if path.suffix == ".gz":
+            with gzip.open(path, "wt", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            path.write_text(text, encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> KernelTrace:
+        """Read and validate a trace file."""
+        path = Path(path)
+        if not path.is_file():
+            raise TraceError(f"trace file {str(path)!r} does not exist.", "check the path.")
+        try:
+            if path.suffix == ".gz":
+                with gzip.open(path, "rt", encoding="utf-8") as f:
+                    data = json.load(f)
+            else:
+                data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, EOFError) as exc:
+            raise TraceError(
+                f"{path}: not a readable JSON trace ({exc}).", "re-create it with rlclock."
+            ) from None
+        return cls.from_dict(data, source=str(path))
+
+
+# -- (de)serialisation and validation ----------------------------------------------------------------
+
+_KERNEL_FIELDS = {f for f in Kernel.__dataclass_fields__}
+_MEASUREMENT_FIELDS = {f for f in Measurement.__dataclass_fields__}
+
+
+def _kernel_to_dict(k: Kernel) -> dict[str, Any]:
+    d = asdict(k)
+    d["measured"] = [asdict(m) for m in k.measured]
+    return {key: (list(v) if isinstance(v, tuple) else v) for key, v in d.items() if v is not None}
+
+
+def _where(i: int, d: Any) -> str:
+    name = d.get("name") if isinstance(d, dict) else None
+    return f"kernel #{i}" + (f" ({name!r})" if isinstance(name, str) else "")
+
+
+def _kernel_from_dict(d: Any, i: int, source: str) -> Kernel:
+    where = f"{source}: {_where(i, d)}"
+    if not isinstance(d, dict):
+        raise TraceError(f"{where}: each kernel must be an object, found {type(d).__name__}.")
+    unknown = set(d) - _KERNEL_FIELDS
+    if unknown:
+        raise TraceError(
+            f"{where}: unknown field(s) {sorted(unknown)}.",
+            f"use only {sorted(_KERNEL_FIELDS)}.",
+        )
+    for req in ("name", "op", "category", "phase", "flops", "dram_read_bytes", "dram_write_bytes"):
+        if req not in d:
+            raise TraceError(f"{where}: required field {req!r} is missing.")
+    kw = dict(d)
+    for key in ("gemm_bmnk", "launch_grid", "launch_block"):
+        if kw.get(key) is not None:
+            v = kw[key]
+            if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+                raise TraceError(f"{where}: {key!r} must be a list of integers, found {v!r}.")
+            kw[key] = tuple(v)
+    meas = kw.get("measured", [])
+    if not isinstance(meas, list):
+        raise TraceError(f"{where}: 'measured' must be a list, found {type(meas).__name__}.")
+    parsed = []
+    for j, m in enumerate(meas):
+        if not isinstance(m, dict) or set(m) - _MEASUREMENT_FIELDS or "gpu" not in m or "time_s" not in m:
+            raise TraceError(
+                f"{where}: measurement #{j} must be an object with 'gpu' and 'time_s' and only the fields "
+                f"{sorted(_MEASUREMENT_FIELDS)}; found {m!r}."
+            )
+        parsed.append(Measurement(**m))
+    kw["measured"] = tuple(parsed)
+    try:
+        k = Kernel(**kw)
+    except TypeError as exc:  # pragma: no cover - guarded by the field checks above
+        raise TraceError(f"{where}: {exc}.") from None
+    _validate_kernel(k, i, source)
+    return k
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
+def _validate_kernel(k: Kernel, i: int, source: str = "trace") -> None:
+    where = f"{source}: kernel #{i} ({k.name!r})" if isinstance(k.name, str) else f"{source}: kernel #{i}"
+    if not isinstance(k.name, str) or not k.name:
+        raise TraceError(f"{where}: 'name' must be a non-empty string.")
+    if not isinstance(k.op, str) or not k.op:
+        raise TraceError(f"{where}: 'op' must be a non-empty string.")
+    if k.category not in CATEGORIES:
+        raise TraceError(f"{where}: category {k.category!r} is unknown.", f"use one of {list(CATEGORIES)}.")
+    if k.phase not in PHASES:
+        raise TraceError(f"{where}: phase {k.phase!r} is unknown.", f"use one of {list(PHASES)}.")
+    if k.dtype not in DTYPES:
+        raise TraceError(f"{where}: dtype {k.dtype!r} is unknown.", f"use one of {list(DTYPES)}.")
+    if k.access not in ACCESS_CLASSES:
+        raise TraceError(f"{where}: access {k.access!r} is unknown.", f"use one of {list(ACCESS_CLASSES)}.")
+    for fname in ("flops", "dram_read_bytes", "dram_write_bytes"):
+        v = getattr(k, fname)
+        if not _is_num(v) or not math.isfinite(v) or v < 0:
+            raise TraceError(
+                f"{where}: {fname!r} is {v!r}; expected a finite number >= 0.",
+                "fix the generator or profiler that wrote it (NaN usually means an unmapped kernel).",
+            )
+    if k.flops == 0 and k.dram_read_bytes + k.dram_write_bytes == 0 and not k.measured:
+        raise TraceError(
+            f"{where}: has neither FLOPs, DRAM bytes nor a measurement, so nothing can predict its time.",
+            "give its FLOPs/bytes or a measured time.",
+        )
+    if not isinstance(k.layer, int) or isinstance(k.layer, bool) or k.layer < -1:
+        raise TraceError(f"{where}: 'layer' must be an integer >= -1, found {k.layer!r}.")
+    if k.mlp_bytes is not None and (not _is_num(k.mlp_bytes) or not math.isfinite(k.mlp_bytes) or k.mlp_bytes <= 0):
+        raise TraceError(f"{where}: 'mlp_bytes' must be a finite number > 0, found {k.mlp_bytes!r}.")
+    for key, n in (("gemm_bmnk", 4), ("launch_grid", 3), ("launch_block", 3)):
+        v = getattr(k, key)
+        if v is not None and (len(v) != n or any(x <= 0 for x in v)):
+            raise TraceError(f"{where}: {key!r} must be {n} positive integers, found {v!r}.")
+    for j, m in enumerate(k.measured):
+        ok = _is_num(m.time_s) and math.isfinite(m.time_s) and m.time_s > 0
+        ok = ok and (m.energy_j is None or (_is_num(m.energy_j) and math.isfinite(m.energy_j) and m.energy_j >= 0))
+        if not ok:
+            raise TraceError(
+                f"{where}: measurement #{j} has time_s={m.time_s!r}, energy_j={m.energy_j!r}; "
+                "expected a finite time > 0 and a finite energy >= 0."
+            )
+
+
+def replace_kernel(k: Kernel, **changes: Any) -> Kernel:
+    """A copy of ``k`` with some fields changed (validated when placed in a trace)."""
+    return replace(k, **changes)
