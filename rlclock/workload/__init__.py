@@ -1,0 +1,48 @@
+"""Workloads: kernel traces, their features, and generators (the paper's llm.c step, generic layers)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rlclock.errors import SpecError
+from rlclock.workload.trace import Kernel, KernelTrace, Measurement
+
+__all__ = ["Kernel", "KernelTrace", "Measurement", "build_workload"]
+
+
+def build_workload(spec: Mapping[str, Any], base_dir: Path | None = None) -> KernelTrace:
+    """Build a trace from an env spec's ``workload`` mapping.
+
+    Forms:
+        ``{generator: llmc, batch, seq, hidden, heads, layers, vocab_padded, paper_measurements}``: the
+        paper's llm.c GPT step; ``{generator: transformer, hidden, heads, kv_heads, ffn, seq, batch, layers,
+        style, dtype, vocab, head, optimizer}``: a generic decoder; ``{trace: path}``: a trace file (relative
+        paths are taken from the spec's folder, then the working directory).
+    """
+    spec = dict(spec)
+    if "trace" in spec:
+        if set(spec) - {"trace"}:
+            raise SpecError(f"workload: a trace file takes no other fields, found {sorted(set(spec) - {'trace'})}.")
+        path = Path(spec["trace"])
+        if not path.is_absolute() and not path.exists() and base_dir is not None:
+            for candidate in (base_dir / path, base_dir.parent / path):
+                if candidate.exists():
+                    path = candidate
+                    break
+        return KernelTrace.load(path)
+    gen = spec.pop("generator", None)
+    try:
+        if gen == "llmc":
+            from rlclock.workload.llmc import LlmcConfig, gpt3xl_step
+
+            pm = bool(spec.pop("paper_measurements", False))
+            return gpt3xl_step(LlmcConfig(**spec), paper_measurements=pm)
+        if gen == "transformer":
+            from rlclock.workload.transformer import TransformerConfig, transformer_step
+
+            return transformer_step(TransformerConfig(**spec))
+    except TypeError as exc:
+        raise SpecError(f"workload ({gen}): {exc}.") from None
+    raise SpecError(f"workload: generator {gen!r} is unknown.", "use 'llmc', 'transformer', or give 'trace: FILE'.")

@@ -1,0 +1,74 @@
+"""The ``rlclock`` command line: simulate, baselines, train, evaluate, profile, measure, doctor, …
+
+Each subcommand lives in a small ``rlclock/commands/<name>.py`` module exposing ``register(subparsers)``;
+this file only assembles them, turns :class:`~rlclock.errors.RlclockError` into one line on stderr with exit
+status 2, and keeps imports lazy so ``rlclock --help`` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from rlclock import __version__
+from rlclock.errors import RlclockError
+
+COMMANDS: tuple[str, ...] = (
+    "simulate", "baselines", "train", "evaluate", "profile", "measure", "doctor", "reset_clocks", "apply",
+)
+"""Subcommand modules under ``rlclock.commands`` (a missing module is skipped)."""
+
+EPILOG = """examples:
+  rlclock simulate envs/gpt3xl-rtx3080ti.yaml                 step time and energy at auto clocks
+  rlclock simulate envs/gpt3xl-rtx3080ti.yaml --clocks 1680@5001 auto@9501
+  rlclock baselines envs/gpt3xl-rtx3080ti.yaml --budget 0.01  baselines and the exact optimum
+  rlclock train envs/gpt3xl-rtx3080ti.yaml --timesteps 300000 train a PPO clock policy
+  rlclock evaluate checkpoints/gpt3xl-rtx3080ti               the policy beside the baselines
+  rlclock doctor                                              what rlclock can do on this machine
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlclock",
+        description="Cut the energy of transformer training by choosing GPU core/memory clocks kernel by kernel.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"rlclock {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks instead of one-line errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            mod = importlib.import_module(f"rlclock.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"rlclock.commands.{name}":
+                continue
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except RlclockError as exc:
+        if args.debug or os.environ.get("RLCLOCK_DEBUG"):
+            raise
+        print(f"rlclock: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rlclock: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the ``rlclock`` CLI: one module each, exposing ``register(subparsers)``."""

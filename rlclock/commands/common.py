@@ -1,0 +1,45 @@
+"""Helpers shared by the subcommands: env-spec arguments and plain-text tables."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from rlclock.config import DEFAULT_ENV, EnvSpec, load_env_spec
+from rlclock.gpu.backend import GpuBackend
+
+
+def add_env_args(p: argparse.ArgumentParser, positional: bool = True) -> None:
+    """The env spec (positional) and the overrides every env-driven command accepts."""
+    if positional:
+        p.add_argument("env", nargs="?", default=DEFAULT_ENV, help="env spec: a name under envs/ or a YAML path")
+    p.add_argument("--latency", type=float, default=None, metavar="SECONDS",
+                   help="switching latency in seconds (default: the spec's)")
+    p.add_argument("--budget", type=float, default=None, metavar="FRACTION",
+                   help="allowed slowdown against auto, e.g. 0.01 for 1 %% (default: the spec's)")
+
+
+def env_from_args(args: argparse.Namespace) -> tuple[EnvSpec, GpuBackend]:
+    """The env spec with the command-line overrides applied, and its backend."""
+    spec = load_env_spec(args.env)
+    changes = {}
+    if getattr(args, "latency", None) is not None:
+        changes["switch_latency_s"] = args.latency
+    if getattr(args, "budget", None) is not None:
+        changes["reward"] = {"budget": args.budget}
+    if changes:
+        spec = spec.with_overrides(**changes)
+    return spec, spec.build_backend()
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Print an aligned plain-text table (first column left-aligned, the rest right-aligned)."""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+
+    def fmt(row: Sequence[str]) -> str:
+        return "  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in enumerate(zip(row, widths)))
+
+    print(fmt(header))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print(fmt(r))

@@ -1,0 +1,326 @@
+"""KernelClockEnv: one training step's kernels, one clock decision per kernel (``rlclock/KernelClock-v0``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlclock.config import DEFAULT_ENV, EnvSpec, RewardSpec, load_env_spec
+from rlclock.errors import SpecError
+from rlclock.gpu.backend import EngineState, GpuBackend, SwitchEngine
+from rlclock.schedule import ClockConfig
+from rlclock.workload.features import N_FEATURES, kernel_features
+
+ENV_ID = "rlclock/KernelClock-v0"
+
+N_STATE = 14
+"""Observation entries after the kernel window (see the class docstring)."""
+
+
+def obs_size(lookahead: int) -> int:
+    """Length of the observation vector for a lookahead of ``lookahead`` kernels."""
+    return (lookahead + 1) * (N_FEATURES + 1) + N_STATE
+
+
+def config_features(spec_gpu, configs: Sequence[ClockConfig]) -> np.ndarray:
+    """``(C, 4)``: requested core / max core, memory / max memory, core-is-auto, memory-is-auto."""
+    rows = []
+    for c in configs:
+        core = spec_gpu.requested_core_mhz(c) / spec_gpu.abs_max_core_mhz
+        mem = spec_gpu.effective_mem_mhz(c) / spec_gpu.max_mem_mhz
+        rows.append([core, mem, float(c.core_mhz is None), float(c.mem_mhz is None)])
+    return np.asarray(rows, dtype=np.float32)
+
+
+@dataclass
+class Episode:
+    """Everything precomputed for one (workload, backend) pair that episodes replay."""
+
+    backend: GpuBackend
+    reward: RewardSpec
+    lookahead: int
+    time_s: np.ndarray  # (n, C)
+    energy_j: np.ndarray  # (n, C)
+    auto_time_s: np.ndarray  # (n,)
+    auto_energy_j: np.ndarray  # (n,)
+    auto_prefix_s: np.ndarray  # (n + 1,) auto time before each kernel
+    auto_total_s: float
+    auto_total_j: float
+    window: np.ndarray  # (n + lookahead, N_FEATURES + 1): features and a valid flag, zero-padded
+    config_feat: np.ndarray  # (C, 4)
+
+    @classmethod
+    def build(cls, backend: GpuBackend, reward: RewardSpec, lookahead: int) -> Episode:
+        t, e = backend.tables
+        auto = backend.auto_run()
+        feats = kernel_features(backend.trace, backend.spec, auto.kernel_time_s, auto.kernel_energy_j,
+                                backend.latency_s)
+        n = len(backend.trace)
+        window = np.zeros((n + lookahead, N_FEATURES + 1), dtype=np.float32)
+        window[:n, :N_FEATURES] = feats
+        window[:n, N_FEATURES] = 1.0
+        prefix = np.concatenate([[0.0], np.cumsum(auto.kernel_time_s)])
+        return cls(backend, reward, lookahead, t, e, auto.kernel_time_s, auto.kernel_energy_j, prefix,
+                   float(auto.time_s), float(auto.energy_j), window, config_features(backend.spec, backend.configs))
+
+    @property
+    def n(self) -> int:
+        return self.time_s.shape[0]
+
+
+class KernelClockEnv(gym.Env):
+    """Choose the GPU's clock configuration kernel by kernel through one training step.
+
+    ## Description
+    An episode is one training step of a transformer (a :class:`~rlclock.workload.trace.KernelTrace`,
+    e.g. llm.c's GPT-3 XL: 897 kernel invocations). Each step the agent requests a clock configuration for
+    the next kernel; the GPU backend (the calibrated simulator by default) runs it and charges its time and
+    energy. With a switching latency, a requested change lands only after that latency while kernels keep
+    running at the old clocks (rules in :mod:`rlclock.gpu.backend`), so good policies request changes
+    ahead of the kernels that need them.
+
+    ## Action space
+    ``Discrete(C)``: an index into the action set ``env.unwrapped.configs`` — ``auto`` (index 0, the
+    driver's own clocks), ``auto@<mem>`` per memory clock, and a thinned grid of locked ``core@mem`` pairs
+    (every ``actions.core_step_mhz`` MHz; 105 MHz by default). Only pairs the GPU supports are in the set,
+    so no action is invalid and no mask is needed.
+
+    ## Observation space
+    ``Box(-1, 1.5, (obs_size(K),), float32)``: for the current kernel and the next ``K`` (``lookahead``)
+    kernels, ``N_FEATURES`` kernel features plus a valid flag (zeros past the end of the step); then:
+
+    | index (after the window) | meaning | range |
+    |---|---|---|
+    | 0–3 | configuration in effect: core / max core, memory / max memory, core auto, memory auto | [0, 1] |
+    | 4–7 | configuration of the switch in flight (zeros if none), same encoding | [0, 1] |
+    | 8 | a switch is in flight | {0, 1} |
+    | 9 | time until it lands / switching latency | [0, 1] |
+    | 10 | slack: ((1 + budget) · auto time so far − time so far) / (max(budget, 1 %) · auto step time) | [-1, 1] |
+    | 11 | progress through the step (kernel index / kernels) | [0, 1] |
+    | 12 | log10(switching latency / 1 ms) / 3, clipped | [-1, 1] |
+    | 13 | slowdown budget / 10 % | [0, 1] |
+
+    Kernel features (``rlclock.workload.features.FEATURE_NAMES``) are log FLOPs and bytes, arithmetic
+    intensity and roofline position on this GPU, the kernel's auto-clock time (absolute, against the
+    switching latency and as a share of the step), its auto power against the power limit, write fraction,
+    tensor-core flag, category and phase one-hots — all normalised by fixed bounds.
+
+    ## Rewards
+    Per kernel: ``scale · [(E_auto,i − E_i) / E_auto − overrun_penalty · Δoverrun_i / T_auto]`` where
+    ``overrun_i = max(0, T_≤i − (1 + budget) · T_auto,≤i)`` is the time over the budget line so far. The
+    overrun terms telescope, so an episode's return is ``scale · (saving − overrun_penalty · final overrun)``:
+    energy saved against auto, minus a steep price for finishing slower than the budget allows.
+
+    ## Starting state
+    Auto clocks, no switch in flight, at the first kernel of the step. A family of workloads (``specs`` with
+    several entries) draws one per episode with the env's ``np_random``.
+
+    ## Episode end
+    Terminates after the last kernel of the step; never truncated.
+
+    ## Info
+    Every step: ``energy_j``, ``time_s`` (both so far), ``slowdown`` (time so far against the auto time of
+    the same kernels), ``switches`` (issued so far), ``kernel_energy_j``, ``kernel_time_s``, ``config``
+    (requested) and ``in_effect`` (configuration the kernel started at). At the end also ``saving``,
+    ``auto_energy_j``, ``auto_time_s`` and ``off_plan_time_s``.
+
+    ## Arguments
+    ``gym.make("rlclock/KernelClock-v0", spec="gpt3xl-rtx3080ti", **overrides)``: ``spec`` is an env spec
+    name under ``envs/``, a YAML path, a mapping, an :class:`~rlclock.config.EnvSpec`, or a list of them
+    (a workload family sharing one GPU and action set); ``overrides`` replace top-level spec fields
+    (``switch_latency_s=0``, ``reward={"budget": 0.0}``, …).
+
+    ## Version history
+    * v0: initial release.
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, spec: str | Path | Mapping[str, Any] | EnvSpec | Sequence[Any] = DEFAULT_ENV,
+                 render_mode: str | None = None, **overrides: Any) -> None:
+        specs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+        if not specs:
+            raise SpecError("KernelClockEnv needs at least one env spec.")
+        self.specs: list[EnvSpec] = [_with(load_env_spec(s), overrides) for s in specs]
+        self.episodes: list[Episode] = [make_episode(s) for s in self.specs]
+        first = self.episodes[0]
+        for s, ep in zip(self.specs[1:], self.episodes[1:]):
+            if ep.backend.configs != first.backend.configs or ep.lookahead != first.lookahead:
+                raise SpecError(
+                    f"env spec {s.name!r} has another action set or lookahead than {self.specs[0].name!r}; a family "
+                    "must share its GPU, action grid and lookahead.")
+        self.configs: tuple[ClockConfig, ...] = first.backend.configs
+        self.lookahead = first.lookahead
+        self.action_space = gym.spaces.Discrete(len(self.configs))
+        self.observation_space = gym.spaces.Box(-1.0, 1.5, (obs_size(self.lookahead),), np.float32)
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise SpecError(f"render_mode {render_mode!r} is not supported; use 'ansi' or None.")
+        self.render_mode = render_mode
+        self._core = BatchCore(1)
+        self._ep = first
+
+    @property
+    def spec_(self) -> EnvSpec:
+        """The env spec of the current episode."""
+        return self.specs[self.episodes.index(self._ep)]
+
+    @property
+    def backend(self) -> GpuBackend:
+        """The backend of the current episode."""
+        return self._ep.backend
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        idx = 0
+        if options and "workload" in options:
+            idx = int(options["workload"])
+        elif len(self.episodes) > 1:
+            idx = int(self.np_random.integers(len(self.episodes)))
+        self._ep = self.episodes[idx]
+        self._core.start(np.array([0]), [self._ep])
+        return self._core.observation()[0], {"workload": self.specs[idx].name}
+
+    def step(self, action):
+        a = int(action)
+        if not 0 <= a < len(self.configs):
+            raise SpecError(f"action {action!r} is outside the action set of {len(self.configs)} configurations.")
+        reward, done, info = self._core.step(np.array([a]))
+        obs = self._core.observation()[0]
+        return obs, float(reward[0]), bool(done[0]), False, info[0]
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        c = self._core
+        return (f"kernel {int(c.k[0])}/{self._ep.n}  time {c.time_s[0] * 1e3:.2f} ms  energy {c.energy_j[0]:.2f} J  "
+                f"switches {int(c.switches[0])}  in effect {self.configs[int(c.state.current[0])]}")
+
+
+def _with(spec: EnvSpec, overrides: Mapping[str, Any]) -> EnvSpec:
+    return spec.with_overrides(**overrides) if overrides else spec
+
+
+_EPISODE_CACHE: dict[tuple[Any, ...], Episode] = {}
+
+
+def make_episode(spec: EnvSpec) -> Episode:
+    """Precompute (and cache per process) the tables and features of an env spec."""
+    import yaml
+
+    key = (spec.source, yaml.safe_dump(dict(spec.raw), sort_keys=True))
+    ep = _EPISODE_CACHE.get(key)
+    if ep is None:
+        ep = Episode.build(spec.build_backend(), spec.reward, spec.lookahead)
+        if len(_EPISODE_CACHE) > 64:
+            _EPISODE_CACHE.clear()
+        _EPISODE_CACHE[key] = ep
+    return ep
+
+
+class BatchCore:
+    """The environment dynamics for ``N`` runs at once (used by the env with ``N = 1`` and the VecEnv)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.state = EngineState.start(n)
+        self.k = np.zeros(n, dtype=np.int64)
+        self.time_s = np.zeros(n)
+        self.energy_j = np.zeros(n)
+        self.overrun_s = np.zeros(n)
+        self.switches = np.zeros(n, dtype=np.int64)
+        self.off_plan_s = np.zeros(n)
+        self.eps: list[Episode] = []
+        self._rows = np.arange(n)
+
+    def start(self, which: np.ndarray, episodes: Sequence[Episode]) -> None:
+        """(Re)start runs ``which`` on ``episodes`` (one per entry of ``which``)."""
+        if not self.eps:
+            self.eps = [episodes[0]] * self.n
+        for j, ep in zip(which, episodes):
+            self.eps[int(j)] = ep
+        mask = np.zeros(self.n, dtype=bool)
+        mask[which] = True
+        self.state.reset(mask)
+        for arr in (self.k, self.time_s, self.energy_j, self.overrun_s, self.switches, self.off_plan_s):
+            arr[mask] = 0
+
+    def _gather(self) -> tuple[np.ndarray, np.ndarray]:
+        if all(ep is self.eps[0] for ep in self.eps):
+            ep = self.eps[0]
+            return ep.time_s[self.k], ep.energy_j[self.k]
+        t = np.stack([ep.time_s[k] for ep, k in zip(self.eps, self.k)])
+        e = np.stack([ep.energy_j[k] for ep, k in zip(self.eps, self.k)])
+        return t, e
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """Run the current kernel of every run at the requested configurations."""
+        t_row, e_row = self._gather()
+        lat = np.array([ep.backend.latency_s for ep in self.eps])
+        out = SwitchEngine.step(t_row, e_row, actions.astype(np.int64), self.state, lat)
+        k = self.k
+        self.time_s += out.time_s
+        self.energy_j += out.energy_j
+        self.switches += out.issued
+        self.off_plan_s += out.off_plan_s
+        rewards = np.empty(self.n)
+        infos: list[dict[str, Any]] = []
+        done = np.empty(self.n, dtype=bool)
+        for j, ep in enumerate(self.eps):
+            kj = int(k[j])
+            r = ep.reward
+            line = (1.0 + r.budget) * ep.auto_prefix_s[kj + 1]
+            over = max(0.0, self.time_s[j] - line)
+            rewards[j] = r.scale * ((ep.auto_energy_j[kj] - out.energy_j[j]) / ep.auto_total_j
+                                    - r.overrun_penalty * (over - self.overrun_s[j]) / ep.auto_total_s)
+            self.overrun_s[j] = over
+            done[j] = kj + 1 >= ep.n
+            info = {
+                "energy_j": float(self.energy_j[j]),
+                "time_s": float(self.time_s[j]),
+                "slowdown": float(self.time_s[j] / ep.auto_prefix_s[kj + 1] - 1.0),
+                "switches": int(self.switches[j]),
+                "kernel_energy_j": float(out.energy_j[j]),
+                "kernel_time_s": float(out.time_s[j]),
+                "config": int(actions[j]),
+                "in_effect": int(out.started_at[j]),
+            }
+            if done[j]:
+                info.update(saving=float(1.0 - self.energy_j[j] / ep.auto_total_j), auto_energy_j=ep.auto_total_j,
+                            auto_time_s=ep.auto_total_s, off_plan_time_s=float(self.off_plan_s[j]))
+            infos.append(info)
+        self.k += 1
+        return rewards, done, infos
+
+    def observation(self) -> np.ndarray:
+        """``(N, obs_size)`` observations at the current kernels."""
+        ep0 = self.eps[0]
+        width = (ep0.lookahead + 1) * (N_FEATURES + 1)
+        obs = np.empty((self.n, width + N_STATE), dtype=np.float32)
+        st = self.state
+        for j, ep in enumerate(self.eps):
+            kj = min(int(self.k[j]), ep.n - 1)
+            obs[j, :width] = ep.window[kj : kj + ep.lookahead + 1].ravel()
+            cf = ep.config_feat
+            obs[j, width : width + 4] = cf[st.current[j]]
+            pend = st.pending[j]
+            if pend >= 0:
+                obs[j, width + 4 : width + 8] = cf[pend]
+                obs[j, width + 8] = 1.0
+                lat = ep.backend.latency_s
+                obs[j, width + 9] = min(1.0, st.land_in_s[j] / lat) if lat > 0 else 0.0
+            else:
+                obs[j, width + 4 : width + 10] = 0.0
+            r = ep.reward
+            slack = ((1.0 + r.budget) * ep.auto_prefix_s[kj] - self.time_s[j]) / (max(r.budget, 0.01) * ep.auto_total_s)
+            obs[j, width + 10] = np.clip(slack, -1.0, 1.0)
+            obs[j, width + 11] = kj / ep.n
+            lat = ep.backend.latency_s
+            obs[j, width + 12] = np.clip(np.log10(max(lat, 1e-6) / 1e-3) / 3.0, -1.0, 1.0)
+            obs[j, width + 13] = min(1.0, r.budget / 0.1)
+        return obs
+
