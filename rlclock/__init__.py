@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from rlclock.errors import RlclockError  # noqa: E402
+from rlclock.errors import RlclockError
 
 __all__ = ["RlclockError", "__version__"]
 

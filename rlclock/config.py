@@ -113,7 +113,8 @@ class EnvSpec:
         return parse_env_spec(raw, self.source)
 
 
-def _num(d: Mapping[str, Any], key: str, where: str, default: float, lo: float = 0.0, hi: float = float("inf")) -> float:
+def _num(d: Mapping[str, Any], key: str, where: str, default: float, lo: float = 0.0,
+         hi: float = float("inf")) -> float:
     v = d.get(key, default)
     if not isinstance(v, (int, float)) or isinstance(v, bool) or not (lo <= v <= hi):
         raise SpecError(f"{where}: {key!r} must be a number in [{lo}, {hi}], found {v!r}.")

@@ -46,7 +46,7 @@ class KernelClockVecEnv(VecEnv):
             self._workload[which] = self._rng.integers(len(self.episodes), size=len(which))
         self._core.start(which, [self.episodes[int(i)] for i in self._workload[which]])
 
-    def seed(self, seed: int | None = None) -> Sequence[None | int]:
+    def seed(self, seed: int | None = None) -> Sequence[int | None]:
         self._rng = np.random.default_rng(seed)
         return [seed] * self.num_envs
 

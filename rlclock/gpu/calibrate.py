@@ -141,7 +141,7 @@ def paper_metrics(spec: GpuSpec) -> PaperMetrics:
 def _paper_residuals(spec: GpuSpec) -> np.ndarray:
     """Weighted residuals of the paper fit (log errors for times and energies, points for percentages)."""
     table = llmc.paper_table()
-    types, mult = paper_kernel_types()
+    _types, mult = paper_kernel_types()
     t_ref = np.array([r.t_auto_s for r in table])
     e_ref = np.array([r.e_auto_j for r in table])
     m = paper_metrics(spec)

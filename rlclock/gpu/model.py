@@ -16,6 +16,9 @@ from rlclock.gpu.spec import GpuSpec
 from rlclock.schedule import ClockConfig
 from rlclock.workload.trace import ACCESS_CLASSES, Kernel
 
+CAPPED_FRACTION = 0.93
+"""A measured auto-clock power at or above this fraction of the limit means the kernel was power-capped."""
+
 _TILE = 128  # output tile edge of the library GEMM kernels, for wave quantisation
 _BISECT_STEPS = 40
 
@@ -40,6 +43,7 @@ class KernelArrays:
     mlp_bytes: np.ndarray
     work_scale: np.ndarray
     activity_scale: np.ndarray
+    cap_scale: np.ndarray  # per-kernel power cap relative to the GPU's (above 1 where a measurement exceeded it)
 
     def __len__(self) -> int:
         return int(self.tensor_flops.shape[0])
@@ -49,9 +53,10 @@ class KernelArrays:
         i = np.asarray(idx)
         return KernelArrays(**{k: getattr(self, k)[i] for k in self.__dataclass_fields__})
 
-    def scaled(self, work: np.ndarray, activity: np.ndarray) -> KernelArrays:
+    def scaled(self, work: np.ndarray, activity: np.ndarray, cap: np.ndarray | None = None) -> KernelArrays:
         return replace(self, work_scale=np.asarray(work, float).reshape(-1, 1),
-                       activity_scale=np.asarray(activity, float).reshape(-1, 1))
+                       activity_scale=np.asarray(activity, float).reshape(-1, 1),
+                       cap_scale=self.cap_scale if cap is None else np.asarray(cap, float).reshape(-1, 1))
 
 
 def kernel_arrays(kernels: Sequence[Kernel], spec: GpuSpec) -> KernelArrays:
@@ -73,6 +78,7 @@ def kernel_arrays(kernels: Sequence[Kernel], spec: GpuSpec) -> KernelArrays:
         mlp_bytes=col([16.0 if k.mlp_bytes is None else k.mlp_bytes for k in kernels]),
         work_scale=np.ones((n, 1)),
         activity_scale=np.ones((n, 1)),
+        cap_scale=np.ones((n, 1)),
     )
 
 
@@ -209,7 +215,7 @@ def predict(ka: KernelArrays, spec: GpuSpec, configs: Sequence[ClockConfig],
 def predict_clocks(ka: KernelArrays, spec: GpuSpec, req_core_mhz: np.ndarray, mem_mhz: np.ndarray,
                    power_limit_w: float | None = None) -> Prediction:
     """:func:`predict` for explicit requested-clock arrays ``(1, C)``."""
-    cap = spec.power_limit_w if power_limit_w is None else power_limit_w
+    cap = (spec.power_limit_w if power_limit_w is None else power_limit_w) * ka.cap_scale
     shape = np.broadcast_shapes((len(ka), 1), req_core_mhz.shape)
     core = np.broadcast_to(req_core_mhz, shape).astype(float)
     mem = np.broadcast_to(mem_mhz, shape).astype(float)
@@ -246,7 +252,10 @@ def anchor(ka: KernelArrays, spec: GpuSpec, time_s: np.ndarray, energy_j: np.nda
 
     Returns:
         ``ka`` with ``work_scale`` / ``activity_scale`` set; the model then predicts how the measured point
-        moves with the clocks.
+        moves with the clocks. A kernel measured within ``1 - CAPPED_FRACTION`` of the power limit (or above
+        it) ran power-capped: the driver regulates to a little below the nominal limit and readings scatter,
+        so its own cap becomes the measured power. Power cannot be anchored below the model's static and
+        memory-background floor; such kernels (a few microseconds long) keep the floor.
     """
     t_meas = np.asarray(time_s, float).reshape(-1, 1)
     e_meas = np.asarray(energy_j, float).reshape(-1, 1)
@@ -255,17 +264,19 @@ def anchor(ka: KernelArrays, spec: GpuSpec, time_s: np.ndarray, energy_j: np.nda
     work = np.ones_like(t_meas)
     act = np.ones_like(t_meas)
     auto_core, auto_mem = config_arrays(spec, [ClockConfig()])
+    p_target = np.where(has_e, e_meas / np.where(has_t, t_meas, 1.0), np.nan)
+    at_cap = has_e & (p_target >= CAPPED_FRACTION * spec.power_limit_w)
+    cap = np.where(at_cap, p_target / spec.power_limit_w, 1.0)
     out = ka
     for _ in range(iterations):
-        out = ka.scaled(work, act)
+        out = ka.scaled(work, act, cap)
         pred = predict_clocks(out, spec, auto_core, auto_mem)
         work = np.where(has_t, work * t_meas / pred.time_s, work)
-        p_meas = np.where(has_e, e_meas / np.where(has_t, t_meas, 1.0), np.nan)
         idle_part = _static_power(out, spec, pred)
         dyn_pred = np.maximum(pred.power_w - idle_part, 1e-6)
-        ratio = np.where(has_e, np.clip((p_meas - idle_part) / dyn_pred, 0.05, 20.0), 1.0)
-        act = np.clip(act * ratio, 0.02, 50.0)
-    return ka.scaled(work, act)
+        ratio = np.where(has_e, np.clip((p_target - idle_part) / dyn_pred, 0.05, 20.0), 1.0)
+        act = np.clip(act * ratio, 1e-3, 50.0)
+    return ka.scaled(work, act, cap)
 
 
 def _static_power(ka: KernelArrays, spec: GpuSpec, pred: Prediction) -> np.ndarray:

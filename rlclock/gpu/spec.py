@@ -7,6 +7,7 @@ RTX 3080 Ti's "405 MHz memory only with core ≤ 420 MHz" are part of the table)
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -220,7 +221,7 @@ class GpuSpec:
 
 def _step(values: Iterable[int]) -> int:
     v = sorted(values)
-    diffs = {b - a for a, b in zip(v, v[1:])}
+    diffs = {b - a for a, b in itertools.pairwise(v)}
     return min(diffs) if diffs else 0
 
 

@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import rlclock  # noqa: F401  (registers the env)
+from rlclock.config import load_env_spec
+from rlclock.env import KernelClockEnv
+from rlclock.errors import ClockError, SpecError
+from rlclock.vec_env import KernelClockVecEnv
+
+SMALL = {
+    "name": "small", "gpu": "rtx3080ti",
+    "workload": {"generator": "llmc", "batch": 8, "seq": 512, "hidden": 1024, "heads": 8, "layers": 2},
+    "switch_latency_s": 0.002, "actions": {"core_step_mhz": 210, "core_min_mhz": 210},
+    "observation": {"lookahead": 4}, "reward": {"budget": 0.01, "overrun_penalty": 10.0, "scale": 100.0},
+}
+
+
+def test_env_checkers():
+    from gymnasium.utils.env_checker import check_env as gym_check
+    from stable_baselines3.common.env_checker import check_env as sb3_check
+
+    env = KernelClockEnv(SMALL)
+    gym_check(env, skip_render_check=True)
+    sb3_check(KernelClockEnv(SMALL), warn=False)
+
+
+def test_registered_and_default_spec():
+    env = gym.make("rlclock/KernelClock-v0")
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    assert len(env.unwrapped.backend.trace) == 897  # the paper's GPT-3 XL step
+    assert env.unwrapped.backend.latency_s == pytest.approx(0.030)
+
+
+def _rollout(env, seed, policy_seed=1):
+    rng = np.random.default_rng(policy_seed)
+    obs, _ = env.reset(seed=seed)
+    done, ret, infos, observations = False, 0.0, [], [obs]
+    while not done:
+        obs, r, done, _trunc, info = env.step(int(rng.integers(env.action_space.n)))
+        ret += r
+        infos.append(info)
+        observations.append(obs)
+    return ret, infos, np.array(observations)
+
+
+def test_deterministic_for_a_seed():
+    a = _rollout(KernelClockEnv(SMALL), 3)
+    b = _rollout(KernelClockEnv(SMALL), 3)
+    assert a[0] == b[0] and np.array_equal(a[2], b[2])
+
+
+def test_return_telescopes_to_saving_minus_overrun_penalty():
+    env = KernelClockEnv(SMALL)
+    ret, infos, _ = _rollout(env, 0)
+    last = infos[-1]
+    overrun = max(0.0, last["time_s"] - 1.01 * last["auto_time_s"]) / last["auto_time_s"]
+    assert ret == pytest.approx(100 * (last["saving"] - 10.0 * overrun), rel=1e-9, abs=1e-9)
+    for key in ("energy_j", "time_s", "slowdown", "switches"):
+        assert key in last
+
+
+def test_all_auto_is_worth_nothing():
+    env = KernelClockEnv(SMALL)
+    env.reset(seed=0)
+    done, total = False, 0.0
+    while not done:
+        _, r, done, _, info = env.step(0)
+        total += r
+    assert total == pytest.approx(0.0, abs=1e-9) and info["switches"] == 0 and info["slowdown"] == pytest.approx(0)
+
+
+def test_vec_env_matches_single_env():
+    vec = KernelClockVecEnv(3, SMALL)
+    single = [KernelClockEnv(SMALL) for _ in range(3)]
+    obs = vec.reset()
+    for j, e in enumerate(single):
+        o, _ = e.reset(seed=0)
+        assert np.array_equal(o, obs[j])
+    rng = np.random.default_rng(0)
+    n = len(single[0].backend.trace)
+    for _step in range(n + 2):
+        acts = rng.integers(0, vec.action_space.n, 3)
+        vobs, vr, vd, vinfo = vec.step(acts)
+        for j, e in enumerate(single):
+            o, r, d, _, _info = e.step(int(acts[j]))
+            assert r == pytest.approx(vr[j], rel=1e-5, abs=1e-6)
+            assert d == vd[j]
+            if d:
+                assert np.array_equal(o, vinfo[j]["terminal_observation"])
+                o, _ = e.reset(seed=0)
+            assert np.array_equal(o, vobs[j])
+
+
+def test_family_of_workloads():
+    other = dict(SMALL, name="other", workload=dict(SMALL["workload"], batch=4))
+    env = KernelClockEnv([SMALL, other])
+    names = {env.reset(seed=s)[1]["workload"] for s in range(12)}
+    assert names == {"small", "other"}
+
+
+@pytest.mark.parametrize("change, err, needle", [
+    ({"colour": 1}, SpecError, "unknown field"),
+    ({"gpu": "rtx9090"}, SpecError, "unknown GPU"),
+    ({"switch_latency_s": -1}, SpecError, "switch_latency_s"),
+    ({"actions": {"configs": ["1500@405"]}}, ClockError, "not supported at memory 405"),
+    ({"reward": {"budget": "lots"}}, SpecError, "budget"),
+    ({"workload": {"generator": "llmc", "layers": 0}}, SpecError, "layers"),
+])
+def test_bad_specs(change, err, needle):
+    with pytest.raises(err, match=needle):
+        KernelClockEnv(dict(SMALL, **change))
+
+
+def test_env_files_load():
+    for name in ("gpt3xl-rtx3080ti", "gpt3xl-h200", "gpt3xl-rtx3080ti-paper", "llama-1b-h200"):
+        spec = load_env_spec(name)
+        assert spec.configs()[0].is_auto
+    with pytest.raises(SpecError, match="not found"):
+        load_env_spec("no-such-env")
+
+
+def test_action_out_of_range():
+    env = KernelClockEnv(SMALL)
+    env.reset(seed=0)
+    with pytest.raises(SpecError, match="outside the action set"):
+        env.step(10_000)

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import pytest
+
+from rlclock.errors import ClockError, SpecError
+from rlclock.gpu.spec import get_spec, preset_keys
+from rlclock.schedule import AUTO, ClockConfig
+
+
+def test_presets_exist():
+    assert set(preset_keys()) >= {"rtx3080ti", "a100-sxm4-40gb", "h100-sxm", "h200-sxm"}
+
+
+def test_rtx3080ti_clock_table(rtx):
+    assert rtx.mem_clocks_mhz == (9501, 9251, 5001, 810, 405)
+    assert len(rtx.core_clocks_mhz(9501)) == 127
+    assert rtx.core_clocks_mhz(405) == (420, 405, 390, 375, 360, 345, 330, 315, 300, 285, 270, 255, 240, 225, 210)
+    assert rtx.bandwidth_bytes_per_s(9501) == pytest.approx(912e9, rel=0.001)
+    assert rtx.bandwidth_bytes_per_s(5001) == pytest.approx(480e9, rel=0.001)
+
+
+def test_h200_clock_table(h200):
+    assert h200.mem_clocks_mhz == (3201, 2201)
+    assert all(len(h200.core_clocks_mhz(m)) == 110 for m in (3201, 2201))
+    assert h200.max_core_mhz() == 1980 and h200.min_core_mhz == 345
+    assert h200.default_mem_mhz == 3201
+
+
+def test_validate_rejects_unsupported_pairs(rtx, h200):
+    assert rtx.validate("420@405") == ClockConfig(420, 405)
+    with pytest.raises(ClockError, match="not supported at memory 405"):
+        rtx.validate("1500@405")  # the 405 MHz coupling rule
+    with pytest.raises(ClockError, match="memory clock 1234"):
+        h200.validate("1500@1234")
+    with pytest.raises(ClockError, match="steps of 15"):
+        h200.validate("1501@3201")
+    with pytest.raises(ClockError, match="not understood"):
+        ClockConfig.parse("fast")
+
+
+def test_config_text_roundtrip():
+    for text in ("auto", "auto@5001", "1500@auto", "1500@5001"):
+        assert str(ClockConfig.parse(text)) == text
+    assert ClockConfig.parse("1500") == ClockConfig(1500, None)
+    assert AUTO.is_auto
+
+
+def test_config_grid_is_valid_and_thinned(rtx):
+    grid = rtx.config_grid(core_step_mhz=210, core_min_mhz=210)
+    assert grid[0] == AUTO
+    for c in grid:
+        rtx.validate(c)
+    cores = {c.core_mhz for c in grid if c.core_mhz is not None}
+    assert cores == set(range(210, 2101, 210))
+    assert ClockConfig(630, 405) not in grid and ClockConfig(420, 405) in grid
+
+
+def test_unknown_gpu():
+    with pytest.raises(SpecError, match="unknown GPU 'rtx9090'"):
+        get_spec("rtx9090")
+    assert get_spec("NVIDIA H200").key == "h200-sxm"
+    assert get_spec("h200").key == "h200-sxm"

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import pytest
+
+from rlclock.errors import SpecError
+from rlclock.workload import build_workload
+from rlclock.workload.llmc import LlmcConfig, gpt3xl_step, kernel_types, paper_index, paper_table
+from rlclock.workload.transformer import TransformerConfig, transformer_step
+
+
+def test_llmc_step_structure(paper_trace):
+    assert len(paper_trace) == 2 + 24 * 12 + 5 + 24 * 25 + 2 == 897
+    # layers forward in order, then the head, then layers backward in reverse order
+    fwd_layers = [k.layer for k in paper_trace[2:290]]
+    assert fwd_layers[0] == 0 and fwd_layers[-1] == 23
+    assert [k.op for k in paper_trace[290:295]] == ["lm_head.fwd", "classifier", "lm_head.dinp", "lm_head.dweight",
+                                                     "lnf.bwd"]
+    assert paper_trace[295].layer == 23 and paper_trace[-3].layer == 0
+    assert {k.phase for k in paper_trace[:292]} == {"forward"}
+
+
+def test_llmc_types_follow_the_papers_table():
+    types = kernel_types(LlmcConfig())
+    table = paper_table()
+    assert len(types) == len(table) == 46
+    gemm_rows = {r.idx for r in table if r.kernel == "GEMM"}
+    assert {i for i, k in enumerate(types) if k.category == "gemm"} == gemm_rows
+
+
+def test_llmc_gemm_flops_from_shapes():
+    k = kernel_types(LlmcConfig())[2]  # QKV projection: M=40960, K=2048, N=6144
+    assert k.gemm_bmnk == (1, 40960, 6144, 2048)
+    assert k.flops == pytest.approx(2 * 40960 * 6144 * 2048, rel=1e-3)
+
+
+def test_paper_measurements_are_attached_to_the_right_kernels():
+    tr = gpt3xl_step(paper_measurements=True)
+    idx = paper_index(tr)
+    table = paper_table()
+    for k, j in zip(tr, idx):
+        assert k.measured[0].time_s == table[j].t_auto_s
+
+
+def test_paper_measurements_only_for_the_papers_shape():
+    with pytest.raises(SpecError, match="only for its shape"):
+        gpt3xl_step(LlmcConfig(batch=8), paper_measurements=True)
+
+
+def test_transformer_gpt_and_llama():
+    gpt = transformer_step(TransformerConfig(layers=2))
+    llama = transformer_step(TransformerConfig(style="llama", heads=32, kv_heads=8, layers=2))
+    assert any(k.category == "attention" for k in gpt)
+    assert any(k.op == "swiglu.fwd" for k in llama) and not any(k.op == "gelu.fwd" for k in llama)
+    qkv_gpt = next(k for k in gpt if k.op == "qkv.fwd")
+    qkv_llama = next(k for k in llama if k.op == "qkv.fwd")
+    assert qkv_gpt.gemm_bmnk[2] == 3 * 2048  # MHA: q, k, v full width
+    assert qkv_llama.gemm_bmnk[2] == 2048 + 2 * 8 * 64  # GQA: 8 kv heads of 64
+
+
+def test_attention_flops_scale_with_sequence_squared():
+    a = next(k for k in transformer_step(TransformerConfig(seq=1024, layers=1)) if k.op == "attn.fwd")
+    b = next(k for k in transformer_step(TransformerConfig(seq=2048, layers=1, batch=2)) if k.op == "attn.fwd")
+    assert b.flops / a.flops == pytest.approx(2.0, rel=0.01)  # same tokens, twice the sequence
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(hidden=100, heads=16), "divisible"),
+    (dict(kv_heads=5), "kv_heads"),
+    (dict(style="bert"), "style"),
+    (dict(dtype="int4"), "dtype"),
+    (dict(batch=0), "'batch'"),
+])
+def test_bad_transformer_configs(kw, needle):
+    with pytest.raises(SpecError, match=needle):
+        TransformerConfig(**kw)
+
+
+def test_build_workload_forms(tmp_path):
+    tr = build_workload({"generator": "transformer", "layers": 1, "head": False})
+    path = tr.save(tmp_path / "t.json")
+    assert build_workload({"trace": str(path)}) == tr
+    with pytest.raises(SpecError, match="unknown"):
+        build_workload({"generator": "resnet"})
+    with pytest.raises(SpecError):
+        build_workload({"generator": "llmc", "bogus": 1})
