@@ -1,0 +1,36 @@
+"""The repository keeps its promises: CI runs the README's test command; figures have benchmarks."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
+    ci = (ROOT / ".ci" / "run").read_text()
+    test_cmd = next(b for b in blocks if "pytest" in b)
+    assert test_cmd.strip() in ci
+
+
+def test_quick_start_is_two_commands():
+    readme = (ROOT / "README.md").read_text()
+    quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)\n```", quick, flags=re.S)
+    assert len(blocks) == 2 and all("\n" not in b.strip() for b in blocks)
+
+
+def test_benchmarks_named_in_readme_exist():
+    readme = (ROOT / "README.md").read_text()
+    for name in set(re.findall(r"benchmarks/([\w_]+\.py)", readme)):
+        assert (ROOT / "benchmarks" / name).is_file(), name
+
+
+def test_pynvml_is_imported_only_under_rlclock_gpu():
+    for path in (ROOT / "rlclock").rglob("*.py"):
+        text = path.read_text()
+        if re.search(r"^\s*(import pynvml|from pynvml)", text, flags=re.M):
+            assert path.parent.name == "gpu" and path.name.startswith("nvml"), path
