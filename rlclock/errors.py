@@ -54,3 +54,19 @@ class ClockPermissionError(NvmlError):
 
 class GpuUnavailableError(RlclockError):
     """The operation needs an NVIDIA GPU (and CUDA / NVML) that this machine does not have."""
+
+
+class NvmlNotSupportedError(NvmlError):
+    """The GPU or its driver does not support the NVML function asked for (e.g. locked clocks on a GeForce)."""
+
+
+class ClockControlDisabledError(ClockError):
+    """Clocks would have to be set, but clock control was not opted into (``allow_clock_control``)."""
+
+
+class CudaGraphError(RlclockError):
+    """Capturing, inspecting, pruning or replaying a CUDA graph failed."""
+
+
+class MeasurementError(RlclockError):
+    """A measurement could not be taken or is unusable (too short a window, a counter that never ticked …)."""

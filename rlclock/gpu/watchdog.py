@@ -1,0 +1,206 @@
+"""A separate process that gives the clocks back to the driver when their owner dies, even by SIGKILL.
+
+:class:`~rlclock.gpu.clocks.ClockControl` starts one :class:`Watchdog` before it locks any clock. The
+owner keeps the write end of a pipe; the watchdog (``python -m rlclock.gpu.watchdog``) reads the other
+end. The kernel closes the owner's end however the owner ends, so the watchdog sees end-of-file; if the
+owner had *armed* it (clocks are locked) and not disarmed it (clocks restored), the watchdog resets the
+locked core and memory clocks of its GPUs to the driver defaults and exits. It also checks every
+``poll_s`` whether the owner's process still exists, for the case where a forked child kept the pipe
+open. It runs in its own session and ignores SIGINT, so a Ctrl-C meant for the owner does not take it
+down first; on SIGTERM it restores (if armed) and exits.
+
+Protocol, one line each, owner to watchdog: ``arm``, ``disarm``, ``exit``. The watchdog prints ``ready``
+once NVML is open, or ``error: <message>`` and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from rlclock.errors import NvmlError
+
+READY_TIMEOUT_S = 60.0
+"""How long the owner waits for the watchdog to open NVML."""
+
+
+class Watchdog:
+    """The owner's handle on a watchdog process.
+
+    Args:
+        devices: NVML indices of the GPUs to restore.
+        poll_s: How often the watchdog checks that the owner process still exists, seconds.
+
+    Raises:
+        NvmlError: The watchdog could not start or could not open NVML.
+    """
+
+    def __init__(self, devices: Sequence[int], poll_s: float = 0.5) -> None:
+        self.devices = tuple(int(d) for d in devices)
+        read_fd, self._write_fd = os.pipe()
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        cmd = [sys.executable, "-m", "rlclock.gpu.watchdog", "--fd", str(read_fd), "--owner", str(os.getpid()),
+               "--devices", ",".join(map(str, self.devices)), "--poll", str(poll_s)]
+        try:
+            self.process = subprocess.Popen(cmd, pass_fds=(read_fd,), stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.PIPE, env=env, start_new_session=True)
+        finally:
+            os.close(read_fd)
+        line = self._read_line(READY_TIMEOUT_S)
+        if line != "ready":
+            self._close_pipe()
+            self.process.kill()
+            self.process.wait()
+            raise NvmlError(f"the clock watchdog process could not start ({line or 'no answer'}).",
+                            "check that NVML works (rlclock doctor).")
+        self.armed = False
+
+    @property
+    def pid(self) -> int:
+        """Process id of the watchdog."""
+        return self.process.pid
+
+    def _read_line(self, timeout_s: float) -> str:
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
+        if not ready:
+            return "timeout"
+        return self.process.stdout.readline().decode(errors="replace").strip()
+
+    def _send(self, message: str) -> None:
+        os.write(self._write_fd, (message + "\n").encode())
+
+    def arm(self) -> None:
+        """Clocks are about to be locked: restore them if the owner dies from now on."""
+        if not self.armed:
+            self._send("arm")
+            self.armed = True
+
+    def disarm(self) -> None:
+        """Clocks are back at the driver defaults: nothing to restore."""
+        if self.armed:
+            self._send("disarm")
+            self.armed = False
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Disarm, tell the watchdog to exit, and reap it."""
+        if self._write_fd < 0:
+            return
+        try:
+            self.disarm()
+            self._send("exit")
+        except OSError:
+            pass
+        self._close_pipe()
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def _close_pipe(self) -> None:
+        if self._write_fd >= 0:
+            os.close(self._write_fd)
+            self._write_fd = -1
+
+
+# -- the watchdog process ------------------------------------------------------------------------------
+
+def _owner_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _restore(devices: Sequence[int], owner: int) -> None:
+    from rlclock.gpu import nvml
+
+    for index in devices:
+        for what, fn in (("core", "reset_locked_core_clocks"), ("memory", "reset_locked_mem_clocks")):
+            try:
+                getattr(nvml.NvmlDevice(index), fn)()
+            except Exception as exc:  # report every failure, restore what can be restored
+                print(f"rlclock watchdog: could not reset the {what} clock of GPU {index}: {exc}", file=sys.stderr)
+    print(f"rlclock watchdog: process {owner} ended with locked clocks; GPU(s) "
+          f"{', '.join(map(str, devices))} reset to the driver's default clocks.", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the watchdog (see the module docstring)."""
+    p = argparse.ArgumentParser(prog="python -m rlclock.gpu.watchdog")
+    p.add_argument("--fd", type=int, required=True, help="read end of the owner's pipe")
+    p.add_argument("--owner", type=int, required=True, help="owner process id")
+    p.add_argument("--devices", required=True, help="comma-separated NVML device indices")
+    p.add_argument("--poll", type=float, default=0.5, help="owner liveness check period, seconds")
+    args = p.parse_args(argv)
+    devices = [int(x) for x in args.devices.split(",") if x]
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    terminated = []
+    signal.signal(signal.SIGTERM, lambda *_: terminated.append(True))
+    try:
+        from rlclock.gpu import nvml
+
+        for index in devices:
+            nvml.NvmlDevice(index)
+    except Exception as exc:
+        print(f"error: {exc}", flush=True)
+        return 1
+    print("ready", flush=True)
+    armed = False
+    buf = b""
+    while True:
+        if terminated:
+            if armed:
+                _restore(devices, args.owner)
+            return 0
+        try:
+            ready, _, _ = select.select([args.fd], [], [], args.poll)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries select
+            continue
+        if not ready:
+            if not _owner_alive(args.owner):
+                if armed:
+                    _restore(devices, args.owner)
+                return 0
+            continue
+        chunk = os.read(args.fd, 4096)
+        if not chunk:  # the owner's end is closed: it exited or was killed
+            if armed:
+                _restore(devices, args.owner)
+            return 0
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            msg = line.decode(errors="replace").strip()
+            if msg == "arm":
+                armed = True
+            elif msg == "disarm":
+                armed = False
+            elif msg == "exit":
+                if armed:
+                    _restore(devices, args.owner)
+                return 0
+        time.sleep(0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

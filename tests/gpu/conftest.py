@@ -1,0 +1,64 @@
+"""Fixtures of the GPU tests: a fake NVML whose state lives in a file (shared with child processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FAKE_DIR = Path(__file__).resolve().parent
+ROOT = FAKE_DIR.parents[1]
+if str(FAKE_DIR) not in sys.path:
+    sys.path.insert(0, str(FAKE_DIR))
+
+import fake_pynvml  # noqa: E402
+
+
+class FakeNvml:
+    """Handle on the fake NVML's state file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def state(self) -> dict[str, Any]:
+        return json.loads(self.path.read_text())
+
+    def update(self, **changes: Any) -> None:
+        s = self.state()
+        s.update(changes)
+        self.path.write_text(json.dumps(s))
+
+    def device(self, index: int = 0) -> dict[str, Any]:
+        return self.state()["devices"][index]
+
+    def set_device(self, index: int = 0, **changes: Any) -> None:
+        s = self.state()
+        s["devices"][index].update(changes)
+        self.path.write_text(json.dumps(s))
+
+    def calls(self) -> list[dict[str, Any]]:
+        return self.state()["calls"]
+
+    def child_env(self) -> dict[str, str]:
+        """Environment for a child process that must see the same fake GPU."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(FAKE_DIR), str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        return env
+
+
+@pytest.fixture
+def fake_nvml(tmp_path, monkeypatch):
+    """A one-GPU fake H200 behind ``rlclock.gpu.nvml`` (and for child processes through the environment)."""
+    from rlclock.gpu import nvml
+
+    path = tmp_path / "fake-nvml.json"
+    fake_pynvml.write_state(path, fake_pynvml.default_state())
+    monkeypatch.setenv(fake_pynvml.STATE_ENV, str(path))
+    monkeypatch.setenv(nvml.MODULE_ENV, "fake_pynvml")
+    nvml.use_module(None)
+    yield FakeNvml(path)
+    nvml.use_module(None)

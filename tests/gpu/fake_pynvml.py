@@ -1,0 +1,246 @@
+"""A fake of the ``pynvml`` functions rlclock uses, with its state in a JSON file.
+
+The state lives in the file named by ``$FAKE_NVML_STATE`` so that several processes — a program that
+locks clocks, the watchdog that must undo them when that program is killed — see the same GPU. Every call
+that changes clocks is logged with the calling process id. Select it with
+``RLCLOCK_NVML_MODULE=fake_pynvml`` (with this folder on ``PYTHONPATH``) or ``rlclock.gpu.nvml.use_module``.
+
+The energy counter ticks every ``tick_s`` (0.1 s, like an H200) at a constant ``power_w``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_CLOCK_GRAPHICS = 0
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_TEMPERATURE_GPU = 0
+
+STATE_ENV = "FAKE_NVML_STATE"
+
+
+class NVMLError(Exception):
+    """An NVML failure with its return code in ``value`` (as in pynvml)."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return f"fake NVML error {self.value}"
+
+
+def default_state(n_devices: int = 1) -> dict[str, Any]:
+    """A fresh fake machine: H200-like GPUs at driver defaults, run as root."""
+    cores = list(range(1980, 344, -15))
+    return {
+        "library_missing": False,
+        "root": True,
+        "locked_clocks_supported": True,
+        "driver": "580.00.00",
+        "cuda_driver": 13000,
+        "t0": time.time(),
+        "tick_s": 0.1,
+        "energy0_j": 86400.0,  # energy used before the test (the counter counts since driver load)
+        "calls": [],
+        "devices": [
+            {
+                "name": "NVIDIA H200",
+                "uuid": f"GPU-fake-{i}",
+                "power_w": 500.0,
+                "power_limit_w": 700.0,
+                "temperature_c": 45,
+                "default_sm_mhz": 1980,
+                "default_mem_mhz": 3201,
+                "clocks": {"3201": cores, "2201": cores},
+                "locked_core": None,
+                "locked_mem": None,
+            }
+            for i in range(n_devices)
+        ],
+    }
+
+
+def write_state(path: str | Path, state: dict[str, Any]) -> None:
+    """Write a whole state file."""
+    Path(path).write_text(json.dumps(state))
+
+
+def read_state(path: str | Path | None = None) -> dict[str, Any]:
+    """Read the state file (default ``$FAKE_NVML_STATE``)."""
+    return json.loads(Path(path or os.environ[STATE_ENV]).read_text())
+
+
+@contextmanager
+def _state(write: bool = False):
+    path = os.environ.get(STATE_ENV)
+    if not path:
+        raise RuntimeError(f"set {STATE_ENV} to the fake NVML's state file")
+    with open(path, "r+" if write else "r") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+        state = json.load(f)
+        yield state
+        if write:
+            f.seek(0)
+            f.truncate()
+            json.dump(state, f)
+            f.flush()
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _dev(state: dict[str, Any], handle: Any) -> dict[str, Any]:
+    i = int(handle)
+    if not 0 <= i < len(state["devices"]):
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    return state["devices"][i]
+
+
+# -- init / system -----------------------------------------------------------------------------------
+
+def nvmlInit() -> None:
+    with _state() as s:
+        if s["library_missing"]:
+            raise NVMLError(NVML_ERROR_LIBRARY_NOT_FOUND)
+
+
+def nvmlShutdown() -> None:
+    return None
+
+
+def nvmlDeviceGetCount() -> int:
+    with _state() as s:
+        return len(s["devices"])
+
+
+def nvmlSystemGetDriverVersion() -> str:
+    with _state() as s:
+        return s["driver"]
+
+
+def nvmlSystemGetCudaDriverVersion() -> int:
+    with _state() as s:
+        return int(s["cuda_driver"])
+
+
+def nvmlDeviceGetHandleByIndex(index: int) -> int:
+    with _state() as s:
+        _dev(s, index)
+    return int(index)
+
+
+def nvmlDeviceGetName(handle: int) -> str:
+    with _state() as s:
+        return _dev(s, handle)["name"]
+
+
+def nvmlDeviceGetUUID(handle: int) -> str:
+    with _state() as s:
+        return _dev(s, handle)["uuid"]
+
+
+# -- readings ----------------------------------------------------------------------------------------
+
+def nvmlDeviceGetTotalEnergyConsumption(handle: int) -> int:
+    with _state() as s:
+        d = _dev(s, handle)
+        ticks = math.floor((time.time() - s["t0"]) / s["tick_s"])
+        return int((s["energy0_j"] + d["power_w"] * ticks * s["tick_s"]) * 1e3)  # mJ
+
+
+def nvmlDeviceGetPowerUsage(handle: int) -> int:
+    with _state() as s:
+        return int(_dev(s, handle)["power_w"] * 1e3)  # mW
+
+
+def nvmlDeviceGetPowerManagementLimit(handle: int) -> int:
+    with _state() as s:
+        return int(_dev(s, handle)["power_limit_w"] * 1e3)
+
+
+def nvmlDeviceGetTemperature(handle: int, sensor: int) -> int:
+    with _state() as s:
+        return int(_dev(s, handle)["temperature_c"])
+
+
+def nvmlDeviceGetClockInfo(handle: int, clock_type: int) -> int:
+    with _state() as s:
+        d = _dev(s, handle)
+        if clock_type in (NVML_CLOCK_SM, NVML_CLOCK_GRAPHICS):
+            return d["locked_core"][1] if d["locked_core"] else d["default_sm_mhz"]
+        if clock_type == NVML_CLOCK_MEM:
+            return d["locked_mem"][1] if d["locked_mem"] else d["default_mem_mhz"]
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+
+
+def nvmlDeviceGetMaxClockInfo(handle: int, clock_type: int) -> int:
+    with _state() as s:
+        d = _dev(s, handle)
+        return max(max(v) for v in d["clocks"].values()) if clock_type != NVML_CLOCK_MEM else max(
+            int(m) for m in d["clocks"])
+
+
+def nvmlDeviceGetCurrentClocksEventReasons(handle: int) -> int:
+    with _state() as s:
+        d = _dev(s, handle)
+        return 0x2 if (d["locked_core"] or d["locked_mem"]) else 0x4
+
+
+def nvmlDeviceGetSupportedMemoryClocks(handle: int) -> list[int]:
+    with _state() as s:
+        return [int(m) for m in _dev(s, handle)["clocks"]]
+
+
+def nvmlDeviceGetSupportedGraphicsClocks(handle: int, mem_mhz: int) -> list[int]:
+    with _state() as s:
+        table = _dev(s, handle)["clocks"]
+        if str(mem_mhz) not in table:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return list(table[str(mem_mhz)])
+
+
+# -- clock control -----------------------------------------------------------------------------------
+
+def _control(handle: int, fn: str, field: str, value: list[int] | None) -> None:
+    with _state(write=True) as s:
+        d = _dev(s, handle)
+        s["calls"].append({"fn": fn, "device": int(handle), "value": value, "pid": os.getpid(), "t": time.time()})
+        if not s["root"]:
+            s["calls"][-1]["error"] = NVML_ERROR_NO_PERMISSION
+            raise NVMLError(NVML_ERROR_NO_PERMISSION)
+        if not s["locked_clocks_supported"]:
+            s["calls"][-1]["error"] = NVML_ERROR_NOT_SUPPORTED
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        if value is not None and value[0] > value[1]:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        d[field] = value
+
+
+def nvmlDeviceSetGpuLockedClocks(handle: int, min_mhz: int, max_mhz: int) -> None:
+    _control(handle, "nvmlDeviceSetGpuLockedClocks", "locked_core", [int(min_mhz), int(max_mhz)])
+
+
+def nvmlDeviceSetMemoryLockedClocks(handle: int, min_mhz: int, max_mhz: int) -> None:
+    _control(handle, "nvmlDeviceSetMemoryLockedClocks", "locked_mem", [int(min_mhz), int(max_mhz)])
+
+
+def nvmlDeviceResetGpuLockedClocks(handle: int) -> None:
+    _control(handle, "nvmlDeviceResetGpuLockedClocks", "locked_core", None)
+
+
+def nvmlDeviceResetMemoryLockedClocks(handle: int) -> None:
+    _control(handle, "nvmlDeviceResetMemoryLockedClocks", "locked_mem", None)
