@@ -50,9 +50,9 @@ class ClockReadback:
             configuration was already in effect.
         applied: True when the calls were made (False in dry-run).
         dry_run: Observe mode: nothing was set.
-        sm_clock_mhz: SM clock read back right after, MHz.
-        mem_clock_mhz: Memory clock read back right after, MHz.
-        reasons: Clock-event reasons read back right after.
+        sm_clock_mhz: SM clock read back right after, MHz (``None`` when not read back).
+        mem_clock_mhz: Memory clock read back right after, MHz (``None`` when not read back).
+        reasons: Clock-event reasons read back right after (empty when not read back).
         set_latency_s: Wall time spent in the NVML set/reset calls, seconds (0 in dry-run).
         time_s: ``time.monotonic()`` when the record was made, seconds.
     """
@@ -61,8 +61,8 @@ class ClockReadback:
     calls: tuple[str, ...]
     applied: bool
     dry_run: bool
-    sm_clock_mhz: int
-    mem_clock_mhz: int
+    sm_clock_mhz: int | None
+    mem_clock_mhz: int | None
     reasons: tuple[str, ...]
     set_latency_s: float
     time_s: float
@@ -73,7 +73,9 @@ class ClockReadback:
 
         A lock is a request: under a power or thermal limit the GPU may still run below it (see ``reasons``).
         """
-        return None if self.requested.core_mhz is None else self.sm_clock_mhz == self.requested.core_mhz
+        if self.requested.core_mhz is None or self.sm_clock_mhz is None:
+            return None
+        return self.sm_clock_mhz == self.requested.core_mhz
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -209,11 +211,12 @@ class ClockControl:
         return c
 
     # -- control ----------------------------------------------------------------------------------
-    def apply(self, config: ClockConfig | str) -> ClockReadback:
+    def apply(self, config: ClockConfig | str, read_back: bool = True) -> ClockReadback:
         """Lock the clocks of ``config`` (``auto`` domains unlocked) and read back what the GPU runs at.
 
         Args:
             config: A :class:`ClockConfig` or its text form (``"1410@3201"``, ``"auto@2201"``, ``"auto"``).
+            read_back: Read clocks and reasons after the change (three NVML reads; skip in hot loops).
 
         Returns:
             The record: calls made (or planned in dry-run), clocks and reasons read back.
@@ -226,7 +229,7 @@ class ClockControl:
         c = self.validate(config)
         with self._lock:
             self._check_open()
-            return self._change(c)
+            return self._change(c, read_back)
 
     def restore(self) -> ClockReadback:
         """Give both clock domains back to the driver (always calls both resets when not in dry-run).
@@ -272,7 +275,7 @@ class ClockControl:
             raise ClockError(f"the clock control of GPU {self.device_index} is closed.",
                              "create a new ClockControl.")
 
-    def _change(self, target: ClockConfig) -> ClockReadback:
+    def _change(self, target: ClockConfig, read_back: bool = True) -> ClockReadback:
         calls = plan_calls(self._current, target)
         latency = 0.0
         if calls and not self._dry_run:
@@ -294,7 +297,8 @@ class ClockControl:
             self._dirty = False
             if self._watchdog is not None:
                 self._watchdog.disarm()
-        return self._record(target, tuple(_fmt(c) for c in calls), bool(calls) and not self._dry_run, latency)
+        return self._record(target, tuple(_fmt(c) for c in calls), bool(calls) and not self._dry_run, latency,
+                            read_back)
 
     def _restore(self) -> ClockReadback:
         if self._dry_run:
@@ -323,10 +327,14 @@ class ClockControl:
         self._current = AUTO
         return self._record(AUTO, tuple(_fmt(c) for c in calls), bool(calls), latency)
 
-    def _record(self, requested: ClockConfig, calls: tuple[str, ...], applied: bool, latency: float) -> ClockReadback:
-        sample = self.device.clocks()
-        rec = ClockReadback(requested, calls, applied, self._dry_run, sample.sm_clock_mhz, sample.mem_clock_mhz,
-                            sample.reasons, latency, time.monotonic())
+    def _record(self, requested: ClockConfig, calls: tuple[str, ...], applied: bool, latency: float,
+                read_back: bool = True) -> ClockReadback:
+        if read_back:
+            s = self.device.clocks()
+            sm, mem, reasons = s.sm_clock_mhz, s.mem_clock_mhz, s.reasons
+        else:
+            sm, mem, reasons = None, None, ()
+        rec = ClockReadback(requested, calls, applied, self._dry_run, sm, mem, reasons, latency, time.monotonic())
         self._history.append(rec)
         return rec
 

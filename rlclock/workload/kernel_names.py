@@ -1,0 +1,78 @@
+"""Kernel categories from kernel names and the PyTorch operators that launched them.
+
+The rules cover what PyTorch, cuBLAS(Lt), cuDNN and FlashAttention launch for transformer layers; a
+kernel nothing matches is ``"other"``. Specific names win over operators (FlashAttention's backward
+pre- and post-processing kernels run under the attention operator but are a reduction and a copy).
+"""
+
+from __future__ import annotations
+
+_NAME_FIRST: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("reduction", ("dot_do_o", "splitkreduce", "split_k_reduce")),
+    ("copy", ("convert_dq",)),
+    ("attention", ("flash", "fmha", "sdpa", "attention", "attn_", "mha_")),
+    ("gemm", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "wgmma", "sm90_", "sm80_", "s16816", "ampere_")),
+)
+
+_OPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("gemm", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm", "aten::matmul")),
+    ("attention", ("scaled_dot_product", "aten::_flash_attention", "aten::_efficient_attention",
+                   "aten::_cudnn_attention")),
+    ("norm", ("layer_norm", "rms_norm", "group_norm", "batch_norm")),
+    ("softmax", ("softmax", "cross_entropy", "nll_loss")),
+    ("embedding", ("embedding", "index_select", "aten::index")),
+    ("reduction", ("aten::sum", "aten::mean", "aten::amax", "aten::max", "aten::min", "aten::norm")),
+    ("copy", ("aten::copy_", "aten::clone", "aten::contiguous", "aten::cat", "aten::_to_copy", "aten::stack")),
+    ("memset", ("aten::zero_", "aten::fill_", "aten::zeros")),
+)
+
+_NAME_LAST: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("norm", ("layer_norm", "layernorm", "rms_norm", "rmsnorm", "gamma_beta", "ln_fwd", "ln_bwd")),
+    ("softmax", ("softmax", "cross_entropy", "nll_loss")),
+    ("embedding", ("embedding", "indexing_backward", "index_select")),
+    ("copy", ("copy", "transpose", "permute", "catarray", "cat_", "memcpy")),
+    ("reduction", ("reduce", "sum_kernel")),
+    ("memset", ("memset", "fill")),
+    ("elementwise", ("elementwise", "vectorized", "unrolled", "gelu", "silu", "add", "mul", "activation")),
+)
+
+
+def classify(name: str, op: str | None = None) -> str:
+    """The category (one of ``rlclock.workload.trace.CATEGORIES``) of a kernel.
+
+    Args:
+        name: Kernel name (mangled or demangled).
+        op: The PyTorch operator that launched it (e.g. ``"aten::mm"``), if known.
+    """
+    low = name.lower()
+    for cat, keys in _NAME_FIRST:
+        if any(k in low for k in keys):
+            return cat
+    if op:
+        op_low = op.lower()
+        for cat, keys in _OPS:
+            if any(k in op_low for k in keys):
+                return cat
+    for cat, keys in _NAME_LAST:
+        if any(k in low for k in keys):
+            return cat
+    return "other"
+
+
+def short_name(name: str, width: int = 60) -> str:
+    """A readable prefix of a (demangled) kernel name: template arguments and the return type dropped."""
+    s = name
+    if s.startswith("void "):
+        s = s[5:]
+    depth = 0
+    out = []
+    for ch in s:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+            continue
+        if depth == 0:
+            out.append(ch)
+    s = "".join(out).strip() or name
+    return s if len(s) <= width else s[: width - 1] + "…"

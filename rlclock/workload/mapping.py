@@ -1,0 +1,235 @@
+"""Map profiled kernels onto the analytic kernels of :mod:`rlclock.workload.transformer`.
+
+A profiled layer launches more kernels than the generator counts (copies for layouts, gradient
+accumulation, cuBLAS / cuDNN helpers) and sometimes fewer (fused attention backward). The mapping
+aligns the two sequences, per pass, in order: a profiled kernel may take an analytic kernel's FLOPs,
+bytes and GEMM shape when their categories agree (or are compatible: a copy for an elementwise kernel)
+and, for GEMMs whose launching operator gave its shapes, when the shapes agree. GEMMs left over (e.g.
+weight- before input-gradient) are paired by shape afterwards.
+
+What cannot be mapped keeps an honest estimate from its operator's input shapes (bytes of every input read
+once, the largest input's bytes written, one operation per element), and failing that only its measured
+time (FLOPs and bytes 0). Nothing is ever NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rlclock.workload.torch_profile import OpInfo
+from rlclock.workload.trace import Kernel, Measurement
+from rlclock.workload.transformer import TransformerConfig, layer_kernels
+
+_ELEM_BYTES = {"c10::bfloat16": 2, "c10::half": 2, "float": 4, "double": 8, "long int": 8, "int": 4,
+               "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2, "c10::float8_e4m3fn": 1,
+               "c10::float8_e5m2": 1}
+_COMPATIBLE = {frozenset({"elementwise", "copy"}), frozenset({"reduction", "copy"}),
+               frozenset({"reduction", "elementwise"})}
+_NEG = -1e9
+
+
+@dataclass(frozen=True)
+class ProfiledEntry:
+    """One kernel (or memcpy) of the captured step, as profiled.
+
+    Attributes:
+        name: Kernel name (demangled), or ``"memcpy"``.
+        category: Category from name and operator.
+        phase: ``"forward"`` or ``"backward"``.
+        time_s: In-sequence duration, seconds (median over replays).
+        grid: Launch grid.
+        block: Launch block.
+        op: Launching operator (from the eager profile), if known.
+        nbytes: Bytes of a memcpy, if known.
+    """
+
+    name: str
+    category: str
+    phase: str
+    time_s: float
+    grid: tuple[int, int, int] | None = None
+    block: tuple[int, int, int] | None = None
+    op: OpInfo | None = None
+    nbytes: int | None = None
+
+    @property
+    def bmnk(self) -> tuple[int, int, int, int] | None:
+        """GEMM ``(batch, m, n, k)`` from the operator's input shapes, when it is a matrix product."""
+        return gemm_bmnk(self.op) if self.category == "gemm" else None
+
+
+@dataclass
+class MappingStats:
+    """How the profiled kernels were mapped.
+
+    Attributes:
+        mapped: Profiled entries that took an analytic kernel's FLOPs and bytes.
+        estimated: Entries with an estimate from their operator's shapes.
+        time_only: Entries with only their measured time.
+        unmatched_analytic: Ops of analytic kernels without a profiled counterpart.
+        pairs: ``(profiled index, analytic op)`` of every mapping.
+    """
+
+    mapped: int = 0
+    estimated: int = 0
+    time_only: int = 0
+    unmatched_analytic: list[str] = field(default_factory=list)
+    pairs: list[tuple[int, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"mapped": self.mapped, "estimated": self.estimated, "time_only": self.time_only,
+                "unmatched_analytic": list(self.unmatched_analytic)}
+
+
+def gemm_bmnk(op: OpInfo | None) -> tuple[int, int, int, int] | None:
+    """``(batch, m, n, k)`` of ``aten::mm`` / ``addmm`` / ``bmm`` / ``baddbmm`` from their input shapes."""
+    if op is None:
+        return None
+    dims = [d for d in op.input_dims if d]
+    name = op.name
+    if name in ("aten::addmm", "aten::baddbmm") and len(dims) >= 3:
+        dims = dims[1:3]
+    elif name in ("aten::mm", "aten::bmm") and len(dims) >= 2:
+        dims = dims[:2]
+    else:
+        return None
+    a, b = dims
+    if len(a) == 2 and len(b) == 2 and a[1] == b[0]:
+        return (1, a[0], b[1], a[1])
+    if len(a) == 3 and len(b) == 3 and a[0] == b[0] and a[2] == b[1]:
+        return (a[0], a[1], b[2], a[2])
+    return None
+
+
+def _same_gemm(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
+    return a[0] == b[0] and a[3] == b[3] and {a[1], a[2]} == {b[1], b[2]}
+
+
+def _score(p: ProfiledEntry, k: Kernel) -> float:
+    if p.phase != k.phase:
+        return _NEG
+    if p.category == k.category:
+        s = 3.0
+        bmnk = p.bmnk
+        if bmnk is not None and k.gemm_bmnk is not None:
+            if not _same_gemm(bmnk, k.gemm_bmnk):
+                return _NEG
+            s += 3.0
+        return s
+    if frozenset({p.category, k.category}) in _COMPATIBLE:
+        return 1.0
+    return _NEG
+
+
+def align(profiled: Sequence[ProfiledEntry], analytic: Sequence[Kernel]) -> dict[int, int]:
+    """Order-preserving alignment maximising the total score (Needleman–Wunsch, gaps free).
+
+    Returns:
+        ``{profiled index: analytic index}``.
+    """
+    n, m = len(profiled), len(analytic)
+    best = [[0.0] * (m + 1) for _ in range(n + 1)]
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            s = _score(profiled[i - 1], analytic[j - 1])
+            diag = best[i - 1][j - 1] + s if s > _NEG / 2 else _NEG
+            best[i][j] = max(best[i - 1][j], best[i][j - 1], diag)
+    out: dict[int, int] = {}
+    i, j = n, m
+    while i > 0 and j > 0:
+        s = _score(profiled[i - 1], analytic[j - 1])
+        if s > _NEG / 2 and math.isclose(best[i][j], best[i - 1][j - 1] + s):
+            out[i - 1] = j - 1
+            i, j = i - 1, j - 1
+        elif math.isclose(best[i][j], best[i - 1][j]):
+            i -= 1
+        else:
+            j -= 1
+    return out
+
+
+def _elem_bytes(type_name: str) -> int | None:
+    return _ELEM_BYTES.get(type_name.strip().lower())
+
+
+def estimate(entry: ProfiledEntry) -> tuple[float, float, float] | None:
+    """``(flops, read_bytes, write_bytes)`` estimated from the operator's input shapes (``None`` if unknown)."""
+    if entry.nbytes is not None and entry.nbytes > 0:
+        return 0.0, float(entry.nbytes), float(entry.nbytes)
+    if entry.op is None:
+        return None
+    bmnk = entry.bmnk
+    eb0 = next((b for b in map(_elem_bytes, entry.op.input_types) if b), None)
+    if bmnk is not None and eb0 is not None:
+        b, m, n, k = bmnk
+        return 2.0 * b * m * n * k, float(eb0 * b * (m * k + k * n)), float(eb0 * b * m * n)
+    sizes = []
+    for dims, t in zip(entry.op.input_dims, entry.op.input_types, strict=False):
+        eb = _elem_bytes(t)
+        if not dims or eb is None:
+            continue
+        sizes.append((math.prod(dims), eb))
+    if not sizes:
+        return None
+    elems, eb = max(sizes)
+    return float(elems), float(sum(e * b for e, b in sizes)), float(elems * eb)
+
+
+def map_to_kernels(entries: Sequence[ProfiledEntry], cfg: TransformerConfig,
+                   gpu: str) -> tuple[list[Kernel], MappingStats]:
+    """Kernels of the trace: analytic FLOPs/bytes where mapped, estimates or measured time otherwise.
+
+    Args:
+        entries: The profiled kernels of one layer's forward and backward, in order.
+        cfg: The layer's configuration (its analytic kernels are the reference).
+        gpu: GPU name for the in-sequence measurements.
+
+    Returns:
+        One :class:`Kernel` per entry (each with its in-sequence :class:`Measurement`), and the statistics.
+    """
+    fwd, bwd = layer_kernels(cfg)
+    analytic = [*fwd, *bwd]
+    pairs = align(entries, analytic)
+    taken = set(pairs.values())
+    for i, e in enumerate(entries):  # GEMMs out of the generator's order, paired by shape
+        if i in pairs or e.bmnk is None:
+            continue
+        for j, k in enumerate(analytic):
+            if (j not in taken and k.category == "gemm" and k.phase == e.phase and k.gemm_bmnk is not None
+                    and _same_gemm(e.bmnk, k.gemm_bmnk)):
+                pairs[i] = j
+                taken.add(j)
+                break
+    stats = MappingStats(unmatched_analytic=[k.op for j, k in enumerate(analytic) if j not in taken])
+    kernels: list[Kernel] = []
+    extra = 0
+    for i, e in enumerate(entries):
+        meas = (Measurement(gpu=gpu, time_s=e.time_s, source="in-sequence"),)
+        grid = e.grid if e.grid and all(x > 0 for x in e.grid) else None
+        block = e.block if e.block and all(x > 0 for x in e.block) else None
+        if i in pairs:
+            a = analytic[pairs[i]]
+            kernels.append(Kernel(name=e.name, op=a.op, category=a.category, phase=a.phase, flops=a.flops,
+                                  dram_read_bytes=a.dram_read_bytes, dram_write_bytes=a.dram_write_bytes,
+                                  dtype=a.dtype, layer=0, gemm_bmnk=a.gemm_bmnk, mlp_bytes=a.mlp_bytes,
+                                  access=a.access, launch_grid=grid, launch_block=block, measured=meas))
+            stats.mapped += 1
+            stats.pairs.append((i, a.op))
+            continue
+        extra += 1
+        est = estimate(e)
+        flops, rd, wr = est if est is not None else (0.0, 0.0, 0.0)
+        if est is None:
+            stats.time_only += 1
+        else:
+            stats.estimated += 1
+        opname = (e.op.name.split("::")[-1] if e.op else e.category).strip("_") or e.category
+        category = e.category if e.category != "other" or est is None else "elementwise"
+        kernels.append(Kernel(name=e.name, op=f"extra.{e.phase[:3]}.{opname}.{extra}", category=category,
+                              phase=e.phase, flops=flops, dram_read_bytes=rd, dram_write_bytes=wr, dtype=cfg.dtype,
+                              layer=0, gemm_bmnk=e.bmnk, mlp_bytes=16.0 if est is not None else None,
+                              access="reduce" if category in ("norm", "softmax") else "stream",
+                              launch_grid=grid, launch_block=block, measured=meas))
+    return kernels, stats
