@@ -142,7 +142,8 @@ def measure_kernels(out: Path, res, settings: MeasureSettings, limit: int | None
             seq = tr[r.kernel].measured[0].time_s
             print(f"  {r.kernel:3d} {r.time_s * 1e6:9.2f} us (seq {seq * 1e6:8.2f}) {r.energy_j * 1e3:9.4f} mJ "
                   f"{r.power_w:6.1f} W SM {r.sm_clock_mhz:6.0f} MHz cv t {r.time_cv * 100:4.2f}% "
-                  f"E {r.energy_cv * 100:4.2f}% {'/'.join(r.reasons)} [{time.time() - t0:5.1f} s]", flush=True)
+                  f"E {r.energy_cv * 100:4.2f}% {'/'.join(r.reasons)} back {r.extra.get('kernels_back')} "
+                  f"valid {r.extra.get('valid')} [{time.time() - t0:5.1f} s]", flush=True)
 
         measure_trace(m, tr, indices=indices, table=table, progress=progress,
                       save=lambda t: t.save(out / "measurements.json"))
@@ -219,8 +220,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--quick", action="store_true", help="a few kernels, short windows (a smoke test)")
-    p.add_argument("--window", type=float, default=0.5, help="energy window, seconds")
-    p.add_argument("--warmup", type=float, default=0.3, help="warm-up per kernel, seconds")
+    p.add_argument("--window", type=float, default=2.0, help="energy window, seconds")
+    p.add_argument("--warmup", type=float, default=0.5, help="warm-up per kernel, seconds")
     p.add_argument("--repeats", type=int, default=3, help="windows per kernel")
     p.add_argument("--replays", type=int, default=20, help="profiled graph replays")
     p.add_argument("--kernels", type=int, default=None, help="measure only this many kernels")
@@ -231,6 +232,7 @@ def main() -> int:
     OUT = args.out
     if args.quick:
         args.kernels = args.kernels or 6
+        args.window = min(args.window, 0.5)
         args.repeats = min(args.repeats, 2)
         args.replays = min(args.replays, 5)
     settings = MeasureSettings(window_s=args.window, warmup_s=args.warmup, repeats=args.repeats)

@@ -300,9 +300,9 @@ class GraphView:
             raise
         return int(clone.value)
 
-    def isolation_set(self, position: int) -> list[int]:
+    def isolation_set(self, position: int, kernels_back: int = 0) -> list[int]:
         """Positions kept when the node at ``position`` is replayed alone (it and its dependency memsets)."""
-        return graph_plan.isolation_set(position, self.types, self.preds)
+        return graph_plan.isolation_set(position, self.types, self.preds, kernels_back)
 
 
 def destroy_graph(graph: int) -> None:

@@ -52,27 +52,33 @@ def topological_order(preds: Sequence[Sequence[int]]) -> list[int]:
     return out
 
 
-def dependency_memsets(node: int, types: Sequence[str], preds: Sequence[Sequence[int]]) -> list[int]:
+def dependency_memsets(node: int, types: Sequence[str], preds: Sequence[Sequence[int]],
+                       kernels_back: int = 0) -> list[int]:
     """The memset nodes ``node`` depends on through non-kernel predecessors (sorted).
 
     Args:
         node: The node to isolate.
         types: Node types (``"kernel"``, ``"memset"``, ``"memcpy"``, ``"empty"`` …).
         preds: Predecessor lists.
+        kernels_back: Walk on through this many kernels (not kept) before stopping. A library call may
+            launch its memsets ahead of a helper kernel (cuDNN's flash backward: counter memset, then a
+            pre-processing kernel, then the main kernel); 0 is the exact rule.
     """
     found: set[int] = set()
     seen: set[int] = set()
-    stack = list(preds[node])
+    stack = [(p, 0) for p in preds[node]]
     while stack:
-        p = stack.pop()
-        if p in seen:
+        p, passed = stack.pop()
+        if (p, passed) in seen:
             continue
-        seen.add(p)
+        seen.add((p, passed))
         if types[p] == KERNEL:
-            continue
-        if types[p] == MEMSET:
+            if passed >= kernels_back:
+                continue
+            passed += 1
+        elif types[p] == MEMSET:
             found.add(p)
-        stack.extend(preds[p])
+        stack.extend((q, passed) for q in preds[p])
     return sorted(found)
 
 
@@ -109,9 +115,9 @@ def bridging_edges(keep: Collection[int], preds: Sequence[Sequence[int]]) -> lis
     return sorted(edges)
 
 
-def isolation_set(node: int, types: Sequence[str], preds: Sequence[Sequence[int]]) -> list[int]:
+def isolation_set(node: int, types: Sequence[str], preds: Sequence[Sequence[int]], kernels_back: int = 0) -> list[int]:
     """The nodes an isolated replay of ``node`` keeps: the node and its dependency memsets (sorted)."""
-    return sorted({node, *dependency_memsets(node, types, preds)})
+    return sorted({node, *dependency_memsets(node, types, preds, kernels_back)})
 
 
 def segment_set(order: Sequence[int], start: int, stop: int, types: Sequence[str],

@@ -31,6 +31,7 @@ class IsolationCheck:
         ratio: ``isolated_s / in_sequence_s``.
         memsets: Memset nodes kept with it.
         copies: Copies per launch.
+        kernels_back: Preceding kernels the memset search walked past (see ``isolated_runner``).
         note: Why the ratio is off, for outliers.
     """
 
@@ -42,21 +43,26 @@ class IsolationCheck:
     ratio: float
     memsets: int
     copies: int
+    kernels_back: int = 0
     note: str = ""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def explain(kernel: Kernel, in_sequence_s: float, isolated_s: float, memsets: int, l2_bytes: float) -> str:
+def explain(kernel: Kernel, in_sequence_s: float, isolated_s: float, memsets: int, l2_bytes: float,
+            kernels_back: int = 0) -> str:
     """A one-line reason for an isolated/in-sequence ratio away from 1 (empty when it is close)."""
     ratio = isolated_s / in_sequence_s
+    prefix = (f"needed the memset(s) of the {kernels_back} kernel(s) before it (a library call's counter "
+              "reset ahead of its helper kernel); " if kernels_back else "")
     if abs(ratio - 1.0) <= OUTLIER:
-        return ""
+        return prefix.rstrip("; ")
     reasons = []
     if ratio < 0.3:
-        reasons.append("far too fast: the kernel may exit early (a dependency such as a tile-counter memset "
-                       "is missing)")
+        reasons.append("far too fast: the kernel exits early, it depends on state (a counter or flag) that "
+                       "no memset within reach resets; it cannot be replayed alone")
+        return prefix + "; ".join(reasons)
     if in_sequence_s < 10e-6:
         reasons.append(f"short kernel ({in_sequence_s * 1e6:.1f} µs): graph node overhead (~1 µs)"
                        + (f" and {memsets} kept memset(s)" if memsets else "") + " weigh in")
@@ -67,11 +73,14 @@ def explain(kernel: Kernel, in_sequence_s: float, isolated_s: float, memsets: in
     if ratio < 1 and kernel.uses_tensor_cores:
         reasons.append("alone it runs in its own power/clock steady state (the step shares the power cap "
                        "with its neighbours)")
+    if ratio > 1 and kernel.uses_tensor_cores:
+        reasons.append("back to back it holds the board at its power cap and runs at a lower SM clock than in "
+                       "the step, where lighter neighbours leave it power headroom")
     if ratio > 1 and 0 < read <= l2_bytes:
         reasons.append("in the step its inputs were still in L2 from the kernel before")
     if not reasons:
         reasons.append("unexplained: inspect with a per-kernel profiler")
-    return "; ".join(reasons)
+    return prefix + "; ".join(reasons)
 
 
 def check_isolation(captured, trace: KernelTrace, indices: Sequence[int] | None = None,
@@ -91,15 +100,15 @@ def check_isolation(captured, trace: KernelTrace, indices: Sequence[int] | None 
     for i in range(len(trace)) if indices is None else indices:
         k = trace[i]
         ref = next((m.time_s for m in k.measured if m.source == "in-sequence"), None)
-        runner, info = isolated_runner(captured.view, captured.entries[i], target_batch_s)
+        runner, info = isolated_runner(captured.view, captured.entries[i], target_batch_s, reference_s=ref)
         try:
             t = runner.time_per_unit_s()
         finally:
             runner.close()
         ratio = t / ref if ref else float("nan")
-        note = explain(k, ref, t, info.memsets, l2_bytes) if ref else "no in-sequence reference"
+        note = explain(k, ref, t, info.memsets, l2_bytes, info.kernels_back) if ref else "no in-sequence reference"
         out.append(IsolationCheck(i, short_name(k.name), k.category, ref or float("nan"), t, ratio, info.memsets,
-                                  info.copies, note))
+                                  info.copies, info.kernels_back, note))
     return out
 
 
@@ -112,4 +121,7 @@ def summarize(checks: Sequence[IsolationCheck]) -> dict[str, float]:
     return {"kernels": len(checks), "in_sequence_sum_s": seq, "isolated_sum_s": iso,
             "ratio_of_sums": iso / seq if seq else float("nan"),
             "median_ratio": statistics.median(c.ratio for c in checks) if checks else float("nan"),
-            "outliers": sum(1 for c in checks if abs(c.ratio - 1) > OUTLIER)}
+            "min_ratio": min((c.ratio for c in checks), default=float("nan")),
+            "max_ratio": max((c.ratio for c in checks), default=float("nan")),
+            "outliers": sum(1 for c in checks if abs(c.ratio - 1) > OUTLIER),
+            "widened_memset_search": sum(1 for c in checks if c.kernels_back)}

@@ -76,12 +76,16 @@ class KernelMeasurer:
         if self.control is not None and not self.control.dry_run:
             self.control.apply(config)
         k = self.trace[index]
-        runner, info = isolated_runner(self.captured.view, self.captured.entries[index], self.target_batch_s)
+        ref = next((m.time_s for m in k.measured if m.source == "in-sequence"), None)
+        runner, info = isolated_runner(self.captured.view, self.captured.entries[index], self.target_batch_s,
+                                       reference_s=ref)
         try:
             stats = measure(runner, self.sampler, self.settings)
         finally:
             runner.close()
-        return row_from_stats(index, k.op, k.name, config, stats, memsets=info.memsets, copies=info.copies)
+        return row_from_stats(index, k.op, k.name, config, stats, memsets=info.memsets, copies=info.copies,
+                              kernels_back=info.kernels_back, valid=not info.early_exit,
+                              in_sequence_time_s=ref)
 
     def close(self) -> None:
         """Stop the energy sampler."""
@@ -151,6 +155,8 @@ def table_meta(device: NvmlDevice, trace: KernelTrace, settings: MeasureSettings
 def attach_measurements(trace: KernelTrace, table: MeasurementTable, gpu: str | None = None) -> KernelTrace:
     """A copy of ``trace`` whose entries carry the table's rows as :class:`Measurement` s (first in the list).
 
+    Rows flagged ``valid: false`` (a kernel that exits early when replayed alone) are left out.
+
     Args:
         trace: The trace the table was measured on (rows are matched by entry index and name).
         table: The measurements.
@@ -161,7 +167,7 @@ def attach_measurements(trace: KernelTrace, table: MeasurementTable, gpu: str | 
     for i, k in enumerate(trace):
         new = []
         for r in table:
-            if r.kernel == i and r.name == k.name:
+            if r.kernel == i and r.name == k.name and r.extra.get("valid", True):
                 c = r.clock
                 new.append(Measurement(gpu=gpu, time_s=r.time_s, energy_j=r.energy_j, core_mhz=c.core_mhz,
                                        mem_mhz=c.mem_mhz, sm_clock_mhz=r.sm_clock_mhz, source=r.source))

@@ -182,7 +182,7 @@ class WindowStats:
         units: Units of work run inside the windows.
         window_s: Mean window length, seconds.
         busy_fraction: GPU-event time over wall time of the windows (about 1 when the GPU never idled).
-        per_window: ``(time_s, energy_j, power_w)`` of each window.
+        per_window: ``(time_s, energy_j, power_w, counter_steps)`` of each window.
     """
 
     time_s: float
@@ -198,7 +198,7 @@ class WindowStats:
     units: int
     window_s: float
     busy_fraction: float
-    per_window: tuple[tuple[float, float, float], ...] = field(default_factory=tuple)
+    per_window: tuple[tuple[float, float, float, int], ...] = field(default_factory=tuple)
 
 
 def cv(values: Sequence[float]) -> float:
@@ -221,7 +221,7 @@ def measure(runner: Runner, sampler: EnergySampler, settings: MeasureSettings = 
         MeasurementError: The counter did not tick, or the windows did not complete in time.
     """
     marks: list[Any] = []
-    windows: list[tuple[Tick, int]] = []
+    windows: list[tuple[Tick, int, int]] = []
     t0 = time.perf_counter()
     warm_end = t0 + settings.warmup_s
     seen_tick: Tick | None = None
@@ -242,12 +242,12 @@ def measure(runner: Runner, sampler: EnergySampler, settings: MeasureSettings = 
             continue
         seen_tick = tick
         if not windows or tick.time_s - windows[-1][0].time_s >= settings.window_s:
-            windows.append((tick, len(marks) - 1))
+            windows.append((tick, len(marks) - 1, len(sampler.ticks) - 1))
     runner.wait(marks[-1])
-    per: list[tuple[float, float, float]] = []
+    per: list[tuple[float, float, float, int]] = []
     busy: list[float] = []
     units = 0
-    for (ta, ia), (tb, ib) in itertools.pairwise(windows):
+    for (ta, ia, ka), (tb, ib, kb) in itertools.pairwise(windows):
         n = (ib - ia) * runner.units_per_launch
         if n <= 0:
             raise MeasurementError("no work ran inside an energy window.", "use longer windows (window_s).")
@@ -255,7 +255,7 @@ def measure(runner: Runner, sampler: EnergySampler, settings: MeasureSettings = 
         wall_s = tb.time_s - ta.time_s
         power = (tb.energy_j - ta.energy_j) / wall_s
         t_unit = gpu_s / n
-        per.append((t_unit, power * t_unit, power))
+        per.append((t_unit, power * t_unit, power, kb - ka))
         busy.append(gpu_s / wall_s)
         units += n
     t_lo, t_hi = windows[0][0].time_s, windows[-1][0].time_s

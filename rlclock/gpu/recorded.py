@@ -2,8 +2,9 @@
 
 Every invocation of the trace is looked up in the table by ``(op, kernel name, configuration)``, so a
 table measured on one profiled layer serves any trace made of that layer's kernels (e.g. the layer
-repeated 24 times). What the table lacks is an error by default; ``missing="simulated"`` fills it from
-the simulator anchored on the table's auto-clock rows instead.
+repeated 24 times). What the table lacks — or holds only as a row flagged ``valid: false`` (a kernel that
+could not be replayed alone) — is an error by default; ``missing="simulated"`` fills it from the simulator
+anchored on the table's auto-clock rows (and the trace's own measurements) instead.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class RecordedGpu(GpuBackend):
         for i, k in enumerate(self.trace):
             for j, cfg in enumerate(self.configs):
                 r = rows.get((k.op, k.name, str(cfg)))
-                if r is not None:
+                if r is not None and r.extra.get("valid", True):
                     t[i, j], e[i, j] = r.time_s, r.energy_j
         hole = np.isnan(t) | np.isnan(e)
         if hole.any():
@@ -91,8 +92,10 @@ class RecordedGpu(GpuBackend):
         kernels = []
         for k in self.trace:
             r = rows.get((k.op, k.name, str(AUTO)))
-            point = () if r is None else (Measurement(gpu=self.spec.key, time_s=r.time_s, energy_j=r.energy_j,
-                                                      sm_clock_mhz=r.sm_clock_mhz, source="recorded"),)
+            point: tuple[Measurement, ...] = ()
+            if r is not None and r.extra.get("valid", True):
+                point = (Measurement(gpu=self.spec.key, time_s=r.time_s, energy_j=r.energy_j,
+                                     sm_clock_mhz=r.sm_clock_mhz, source="recorded"),)
             kernels.append(replace(k, measured=point + tuple(k.measured)))
         sim = SimulatedGpu(self.spec, self.trace.with_kernels(kernels), self.configs, self.latency_s, anchor=True)
         t, e = sim.tables

@@ -77,6 +77,10 @@ class GraphRunner:
         self.exec.close()
 
 
+EARLY_EXIT_RATIO = 0.3
+"""An isolated kernel faster than this fraction of its in-sequence time is taken to exit early."""
+
+
 @dataclass(frozen=True)
 class IsolationInfo:
     """How an isolated kernel is replayed.
@@ -87,6 +91,8 @@ class IsolationInfo:
         memsets: Number of memset nodes kept.
         copies: Copies per launch.
         single_launch_s: Time of one launch of a single copy (including the graph launch), seconds.
+        kernels_back: How many preceding kernels the memset search walked past (0: the exact rule).
+        early_exit: Even the widest memset search left it far faster than in sequence: not isolable.
     """
 
     position: int
@@ -94,10 +100,25 @@ class IsolationInfo:
     memsets: int
     copies: int
     single_launch_s: float
+    kernels_back: int = 0
+    early_exit: bool = False
 
 
-def isolated_runner(view: GraphView, position: int, target_batch_s: float = 0.002,
-                    max_copies: int = 2000) -> tuple[GraphRunner, IsolationInfo]:
+def _single_time_s(view: GraphView, kept: list[int]) -> tuple[int, float]:
+    sub = view.subgraph(kept)
+    try:
+        single = GraphRunner(GraphExec(sub))
+        try:
+            return sub, single.time_per_unit_s(min_s=0.002, repeats=1)
+        finally:
+            single.close()
+    except Exception:
+        destroy_graph(sub)
+        raise
+
+
+def isolated_runner(view: GraphView, position: int, target_batch_s: float = 0.002, max_copies: int = 2000,
+                    reference_s: float | None = None, max_kernels_back: int = 3) -> tuple[GraphRunner, IsolationInfo]:
     """A runner replaying the node at ``position`` alone, with its real arguments and its memsets.
 
     Args:
@@ -105,19 +126,34 @@ def isolated_runner(view: GraphView, position: int, target_batch_s: float = 0.00
         position: The node to isolate.
         target_batch_s: GPU time one launch should take, seconds.
         max_copies: Upper bound on the copies per launch.
+        reference_s: Its in-sequence duration. When given and the isolated kernel runs faster than
+            :data:`EARLY_EXIT_RATIO` of it (it exits early: a counter it needs is not reset), the memset
+            search walks past up to ``max_kernels_back`` preceding kernels until it does its work.
+        max_kernels_back: Widest memset search.
     """
+    back = 0
     kept = view.isolation_set(position)
-    sub = view.subgraph(kept)
+    sub, t1 = _single_time_s(view, kept)
+    early = reference_s is not None and t1 < EARLY_EXIT_RATIO * reference_s
+    while early and back < max_kernels_back:
+        back += 1
+        wider = view.isolation_set(position, back)
+        if wider == kept:
+            continue
+        destroy_graph(sub)
+        kept = wider
+        sub, t1 = _single_time_s(view, kept)
+        early = t1 < EARLY_EXIT_RATIO * reference_s
+    if early:
+        back = 0  # nothing helped: replay with the exact rule and say so
+        destroy_graph(sub)
+        kept = view.isolation_set(position)
+        sub, t1 = _single_time_s(view, kept)
     try:
-        single = GraphRunner(GraphExec(sub))
-        try:
-            t1 = single.time_per_unit_s(min_s=0.002, repeats=1)
-        finally:
-            single.close()
         copies = int(min(max_copies, max(1, math.ceil(target_batch_s / t1))))
         batch = batch_graph(sub, copies)
     finally:
         destroy_graph(sub)
     runner = GraphRunner(GraphExec(batch, owns_graph=True), copies)
     memsets = sum(1 for p in kept if view.types[p] == "memset")
-    return runner, IsolationInfo(position, tuple(kept), memsets, copies, t1)
+    return runner, IsolationInfo(position, tuple(kept), memsets, copies, t1, back, early)

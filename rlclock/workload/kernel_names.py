@@ -27,7 +27,7 @@ _OPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 _NAME_LAST: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("norm", ("layer_norm", "layernorm", "rms_norm", "rmsnorm", "gamma_beta", "ln_fwd", "ln_bwd")),
+    ("norm", ("layer_norm", "layernorm", "rms_norm", "rmsnorm", "gamma_beta", "gammabeta", "ln_fwd", "ln_bwd")),
     ("softmax", ("softmax", "cross_entropy", "nll_loss")),
     ("embedding", ("embedding", "indexing_backward", "index_select")),
     ("copy", ("copy", "transpose", "permute", "catarray", "cat_", "memcpy")),

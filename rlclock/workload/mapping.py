@@ -107,11 +107,27 @@ def _same_gemm(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bo
     return a[0] == b[0] and a[3] == b[3] and {a[1], a[2]} == {b[1], b[2]}
 
 
+_GENERIC_TOKENS = {"kernel", "void", "native", "at", "bwd", "fwd", "cuda", "impl", "flash", "vectorized"}
+
+
+def _tokens(name: str) -> set[str]:
+    out = set()
+    word = []
+    for ch in name.lower() + " ":
+        if ch.isalnum():
+            word.append(ch)
+        else:
+            if len(word) >= 3:
+                out.add("".join(word))
+            word = []
+    return out - _GENERIC_TOKENS
+
+
 def _score(p: ProfiledEntry, k: Kernel) -> float:
     if p.phase != k.phase:
         return _NEG
     if p.category == k.category:
-        s = 3.0
+        s = 3.0 + 0.5 * len(_tokens(p.name) & _tokens(k.name))  # e.g. "convert_dq", "dot_do_o"
         bmnk = p.bmnk
         if bmnk is not None and k.gemm_bmnk is not None:
             if not _same_gemm(bmnk, k.gemm_bmnk):
