@@ -37,7 +37,8 @@ def row_from_stats(index: int, op: str, name: str, config: ClockConfig, stats: W
                "per_window": [list(p) for p in stats.per_window], **extra})
 
 
-def _check_config(control: ClockControl | None, config: ClockConfig) -> None:
+def require_clock_control(control: ClockControl | None, config: ClockConfig) -> None:
+    """Raise :class:`ClockControlDisabledError` unless ``config`` is auto or ``control`` may set clocks."""
     if config.is_auto:
         return
     if control is None or control.dry_run:
@@ -72,7 +73,7 @@ class KernelMeasurer:
         """Measure entry ``index`` at ``config``."""
         from rlclock.gpu.runners import isolated_runner
 
-        _check_config(self.control, config)
+        require_clock_control(self.control, config)
         if self.control is not None and not self.control.dry_run:
             self.control.apply(config)
         k = self.trace[index]

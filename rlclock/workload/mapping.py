@@ -103,8 +103,11 @@ def gemm_bmnk(op: OpInfo | None) -> tuple[int, int, int, int] | None:
     return None
 
 
-def _same_gemm(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
-    return a[0] == b[0] and a[3] == b[3] and {a[1], a[2]} == {b[1], b[2]}
+def _same_gemm(a: tuple[int, int, int, int], b: tuple[int, int, int, int], exact: bool = False) -> bool:
+    """Same product: equal ``(b, m, n, k)``, or (unless ``exact``) the transposed one ``(b, n, m, k)``."""
+    if a == b:
+        return True
+    return not exact and a[0] == b[0] and a[3] == b[3] and (a[1], a[2]) == (b[2], b[1])
 
 
 _GENERIC_TOKENS = {"kernel", "void", "native", "at", "bwd", "fwd", "cuda", "impl", "flash", "vectorized"}
@@ -132,7 +135,7 @@ def _score(p: ProfiledEntry, k: Kernel) -> float:
         if bmnk is not None and k.gemm_bmnk is not None:
             if not _same_gemm(bmnk, k.gemm_bmnk):
                 return _NEG
-            s += 3.0
+            s += 3.0 if _same_gemm(bmnk, k.gemm_bmnk, exact=True) else 1.0
         return s
     if frozenset({p.category, k.category}) in _COMPATIBLE:
         return 1.0
@@ -154,15 +157,15 @@ def align(profiled: Sequence[ProfiledEntry], analytic: Sequence[Kernel]) -> dict
             best[i][j] = max(best[i - 1][j], best[i][j - 1], diag)
     out: dict[int, int] = {}
     i, j = n, m
-    while i > 0 and j > 0:
+    while i > 0 and j > 0:  # on ties, leave later analytic kernels unmatched: profiled kernels take the earliest
         s = _score(profiled[i - 1], analytic[j - 1])
-        if s > _NEG / 2 and math.isclose(best[i][j], best[i - 1][j - 1] + s):
+        if math.isclose(best[i][j], best[i][j - 1]):
+            j -= 1
+        elif s > _NEG / 2 and math.isclose(best[i][j], best[i - 1][j - 1] + s):
             out[i - 1] = j - 1
             i, j = i - 1, j - 1
-        elif math.isclose(best[i][j], best[i - 1][j]):
-            i -= 1
         else:
-            j -= 1
+            i -= 1
     return out
 
 
@@ -209,15 +212,16 @@ def map_to_kernels(entries: Sequence[ProfiledEntry], cfg: TransformerConfig,
     analytic = [*fwd, *bwd]
     pairs = align(entries, analytic)
     taken = set(pairs.values())
-    for i, e in enumerate(entries):  # GEMMs out of the generator's order, paired by shape
-        if i in pairs or e.bmnk is None:
-            continue
-        for j, k in enumerate(analytic):
-            if (j not in taken and k.category == "gemm" and k.phase == e.phase and k.gemm_bmnk is not None
-                    and _same_gemm(e.bmnk, k.gemm_bmnk)):
-                pairs[i] = j
-                taken.add(j)
-                break
+    for exact in (True, False):  # GEMMs out of the generator's order, paired by shape (exact shapes first)
+        for i, e in enumerate(entries):
+            if i in pairs or e.bmnk is None:
+                continue
+            for j, k in enumerate(analytic):
+                if (j not in taken and k.category == "gemm" and k.phase == e.phase and k.gemm_bmnk is not None
+                        and _same_gemm(e.bmnk, k.gemm_bmnk, exact)):
+                    pairs[i] = j
+                    taken.add(j)
+                    break
     stats = MappingStats(unmatched_analytic=[k.op for j, k in enumerate(analytic) if j not in taken])
     kernels: list[Kernel] = []
     extra = 0

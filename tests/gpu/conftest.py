@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -25,20 +24,18 @@ class FakeNvml:
         self.path = path
 
     def state(self) -> dict[str, Any]:
-        return json.loads(self.path.read_text())
+        return fake_pynvml.read_state(self.path)
 
     def update(self, **changes: Any) -> None:
-        s = self.state()
-        s.update(changes)
-        self.path.write_text(json.dumps(s))
+        with fake_pynvml.state(self.path) as s:
+            s.update(changes)
 
     def device(self, index: int = 0) -> dict[str, Any]:
         return self.state()["devices"][index]
 
     def set_device(self, index: int = 0, **changes: Any) -> None:
-        s = self.state()
-        s["devices"][index].update(changes)
-        self.path.write_text(json.dumps(s))
+        with fake_pynvml.state(self.path) as s:
+            s["devices"][index].update(changes)
 
     def calls(self) -> list[dict[str, Any]]:
         return self.state()["calls"]

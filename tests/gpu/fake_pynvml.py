@@ -77,18 +77,26 @@ def default_state(n_devices: int = 1) -> dict[str, Any]:
 
 
 def write_state(path: str | Path, state: dict[str, Any]) -> None:
-    """Write a whole state file."""
+    """Create a state file."""
     Path(path).write_text(json.dumps(state))
 
 
 def read_state(path: str | Path | None = None) -> dict[str, Any]:
-    """Read the state file (default ``$FAKE_NVML_STATE``)."""
-    return json.loads(Path(path or os.environ[STATE_ENV]).read_text())
+    """Read the state file (default ``$FAKE_NVML_STATE``) under the lock the fake's writers take."""
+    with _state(path=path) as s:
+        return s
 
 
 @contextmanager
-def _state(write: bool = False):
-    path = os.environ.get(STATE_ENV)
+def state(path: str | Path | None = None):
+    """The state, locked, written back when the block ends (for tests that change the fake GPU)."""
+    with _state(write=True, path=path) as s:
+        yield s
+
+
+@contextmanager
+def _state(write: bool = False, path: str | Path | None = None):
+    path = path or os.environ.get(STATE_ENV)
     if not path:
         raise RuntimeError(f"set {STATE_ENV} to the fake NVML's state file")
     with open(path, "r+" if write else "r") as f:
