@@ -32,6 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=3, help="windows per kernel (their spread is the CV)")
     p.add_argument("--write-trace", type=Path, default=None,
                    help="also write the trace with the measurements attached")
+    p.add_argument("--schedule", type=Path, default=None,
+                   help="replay this schedule (JSON, ClockSchedule.save) segment by segment with the clock change "
+                        "between segments (recorded, not applied, without --control-clocks) and compare it with "
+                        "the whole step; kernels are then measured only if --kernels is given")
     p.set_defaults(func=run)
 
 
@@ -67,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
                 f"measuring at {[str(c) for c in configs if not c.is_auto]} needs the clocks locked.",
                 "add --control-clocks (as root), or measure only 'auto'.")
         captured = capture_for_trace(trace)
+        if args.schedule is not None:
+            _replay(args, captured, control, device, settings)
+            if indices is None:
+                return 0
         table = MeasurementTable.load(out) if Path(out).is_file() else MeasurementTable(
             table_meta(device, trace, settings, "observe" if control.dry_run else "live"))
         measurer = KernelMeasurer(captured, trace, device, control, settings)
@@ -90,3 +98,23 @@ def run(args: argparse.Namespace) -> int:
         attach_measurements(trace, table).save(args.write_trace)
         print(f"trace with measurements written to {args.write_trace}")
     return 0
+
+
+def _replay(args: argparse.Namespace, captured, control, device, settings) -> None:
+    from rlclock.gpu.measure import measure_step
+    from rlclock.gpu.replay import replay_schedule
+    from rlclock.schedule import ClockSchedule
+
+    schedule = ClockSchedule.load(args.schedule)
+    for c in schedule.configs:
+        control.validate(c)
+    whole = measure_step(captured, device, settings)
+    rep = replay_schedule(captured, schedule, control, device, settings)
+    mode = "recorded, not applied (observe mode)" if rep.dry_run else "applied"
+    print(f"whole step       {whole.time_s * 1e3:8.3f} ms {whole.energy_j:7.3f} J {whole.power_w:6.1f} W "
+          f"SM {whole.sm_clock_mhz:5.0f} MHz")
+    print(f"schedule {schedule.name!r}: {rep.segments} segments, {rep.switches_per_step} clock changes per step "
+          f"({mode})")
+    print(f"segmented step   {rep.stats.time_s * 1e3:8.3f} ms {rep.stats.energy_j:7.3f} J {rep.stats.power_w:6.1f} W "
+          f"SM {rep.stats.sm_clock_mhz:5.0f} MHz  ({100 * (rep.stats.time_s / whole.time_s - 1):+.2f} % time, "
+          f"{100 * (rep.stats.energy_j / whole.energy_j - 1):+.2f} % energy)")

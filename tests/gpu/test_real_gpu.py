@@ -111,3 +111,59 @@ def test_energy_window_of_an_isolated_kernel(captured):
     assert s.windows == 2 and s.time_s > 0 and s.energy_j > 0
     assert 30 < s.power_w < 2000
     assert s.busy_fraction > 0.5
+
+
+def test_schedule_replay_in_observe_mode(captured, no_clock_setting):
+    from rlclock.gpu.clocks import ClockControl
+    from rlclock.gpu.meter import MeasureSettings
+    from rlclock.gpu.nvml import NvmlDevice
+    from rlclock.gpu.replay import replay_schedule
+    from rlclock.schedule import AUTO, ClockConfig, ClockSchedule
+
+    n = len(captured.entries)
+    with ClockControl(0) as clocks:
+        low = ClockConfig(sorted(clocks.supported[max(clocks.supported)])[10], max(clocks.supported))
+        sched = ClockSchedule.from_configs([AUTO if i % 3 else low for i in range(n)], name="alternating")
+        rep = replay_schedule(captured, sched, clocks, NvmlDevice(0),
+                              MeasureSettings(window_s=0.2, warmup_s=0.05, repeats=2))
+        assert rep.dry_run and rep.segments > 2 and rep.switches_per_step == rep.segments - 1
+        assert rep.stats.time_s > 0 and rep.stats.energy_j > 0
+        assert not any(r.applied for r in clocks.history)
+    captured.replay()
+
+
+def test_live_backend_and_cli_on_a_profiled_trace(tmp_path, no_clock_setting, capsys):
+    from rlclock.cli import main
+    from rlclock.config import parse_env_spec
+    from rlclock.gpu.nvml import NvmlDevice
+    from rlclock.gpu.spec import get_spec
+    from rlclock.schedule import AUTO, ClockSchedule
+
+    name = NvmlDevice(0).name
+    try:
+        preset = get_spec(name).key
+    except Exception:
+        pytest.skip(f"no preset for {name}")
+    trace_path = tmp_path / "small.trace.json"
+    assert main(["profile", "--hidden", "512", "--heads", "8", "--seq", "512", "--batch", "2", "--replays", "3",
+                 "--out", str(trace_path)]) == 0
+    env = parse_env_spec({"gpu": preset, "workload": {"trace": str(trace_path)},
+                          "backend": {"kind": "nvml", "window_s": 0.2, "warmup_s": 0.05, "repeats": 2,
+                                      "cache": str(tmp_path / "cache.json")},
+                          "actions": {"configs": ["auto"]}})
+    backend = env.build_backend()
+    try:
+        t, e = backend.tables
+        assert t.shape == (len(backend.trace), 1) and (t > 0).all() and (e > 0).all()
+        assert backend.measured_now == len(backend.trace.unique_index[0])
+    finally:
+        backend.close()
+    table = tmp_path / "m.json"
+    assert main(["measure", str(trace_path), "--out", str(table), "--kernels", "0,1", "--window", "0.2",
+                 "--warmup", "0.05", "--repeats", "2", "--write-trace", str(tmp_path / "measured.json")]) == 0
+    assert "table written" in capsys.readouterr().out
+    sched = tmp_path / "s.json"
+    ClockSchedule.constant(AUTO, len(backend.trace), name="auto").save(sched)
+    assert main(["measure", str(trace_path), "--schedule", str(sched), "--window", "0.2", "--warmup", "0.05",
+                 "--repeats", "2"]) == 0
+    assert "segmented step" in capsys.readouterr().out
