@@ -219,6 +219,9 @@ class _Builder:
         out += self.attention_bwd()
         if not gpt:
             out.append(self.ew("rotary_backward_kernel", "rope.bwd", "backward", 1, 1, m * (h + kv), 6))
+        # the fused q/k/v projection's output was split: its gradient is the concatenation of dq, dk, dv
+        out.append(_kern("cat_kernel", "qkv.cat.bwd", "copy", "backward", 0, self.s * m * (h + 2 * kv),
+                         self.s * m * (h + 2 * kv), c.dtype, mlp_bytes=16.0))
         out += [self.gemm("qkv.dgrad", "backward", m, h, h + 2 * kv),
                 self.gemm("qkv.wgrad", "backward", h + 2 * kv, h, m)]
         if gpt:
