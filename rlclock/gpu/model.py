@@ -162,7 +162,8 @@ def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: n
     # Tensor-core kernels stream their inputs under the math but write results in an epilogue after it.
     t_tc = _smax(t_tensor, t_rd, p.smooth_p) + t_wr
     t_sm = _smax(t_simt, t_rd + t_wr, p.smooth_p)
-    time_s = np.where(ka.is_tensor, t_tc, t_sm) + p.launch_s
+    reduce_tail = np.where(ka.access == ACCESS_CLASSES.index("reduce"), p.reduce_overhead_s, 0.0)
+    time_s = np.where(ka.is_tensor, t_tc, t_sm) + p.launch_s + ka.work_scale * reduce_tail
     return Components(t_tensor, t_simt, t_rd + t_wr, time_s)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
@@ -30,7 +30,8 @@ class DvfsParams:
     Power: ``p_const_w + k_leak_w_per_v·V + V²·f_GHz·(c_clock + c_tensor·u_tensor + c_simt·u_simt)
     + e_xbar_j_per_byte·V²·B/t + p_mem_bg_w·m/m_max + e_dram_j_per_byte·B/t``.
     Time: tensor / SIMT work over clock-scaled rates, DRAM bytes over bandwidth limited both by the
-    memory clock and by memory-level parallelism over latency ``lat_core_cycles/f + lat_mem_cycles/m``.
+    memory clock and by memory-level parallelism over latency ``lat_core_cycles/f + lat_mem_cycles/m``;
+    kernels of the ``reduce`` access class add ``reduce_overhead_s`` (their final combine and tail).
     """
 
     v_min_v: float
@@ -54,16 +55,20 @@ class DvfsParams:
     lat_mem_cycles: float
     smooth_p: float
     launch_s: float
+    reduce_overhead_s: float = 0.0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str) -> DvfsParams:
         names = [f.name for f in fields(cls)]
-        missing = [n for n in names if n not in data]
+        optional = {f.name for f in fields(cls) if f.default is not MISSING}
+        missing = [n for n in names if n not in data and n not in optional]
         unknown = [k for k in data if k not in names]
         if missing or unknown:
             raise SpecError(f"{where}: model parameters missing {missing} / unknown {unknown}.")
         vals = {}
         for n in names:
+            if n not in data:
+                continue
             v = data[n]
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
                 raise SpecError(f"{where}: model parameter {n!r} must be a finite number >= 0, found {v!r}.")

@@ -253,3 +253,25 @@ def map_to_kernels(entries: Sequence[ProfiledEntry], cfg: TransformerConfig,
                               access="reduce" if category in ("norm", "softmax") else "stream",
                               launch_grid=grid, launch_block=block, measured=meas))
     return kernels, stats
+
+
+def refresh_analytic(trace_kernels: Sequence[Kernel], cfg: TransformerConfig) -> list[Kernel]:
+    """Re-derive the analytic fields of mapped kernels from the current generator (measurements kept).
+
+    A profiled trace stores the FLOPs, bytes, GEMM shape, access class and memory-level parallelism of the
+    generator as it was when the trace was mapped. When the generator improves, this brings a committed
+    trace up to date by operation name; kernels the generator does not know are left as they are.
+    """
+    from dataclasses import replace
+
+    fwd, bwd = layer_kernels(cfg)
+    by_op = {k.op: k for k in (*fwd, *bwd)}
+    out = []
+    for k in trace_kernels:
+        a = by_op.get(k.op)
+        if a is not None:
+            k = replace(k, category=a.category, flops=a.flops, dram_read_bytes=a.dram_read_bytes,
+                        dram_write_bytes=a.dram_write_bytes, gemm_bmnk=a.gemm_bmnk, mlp_bytes=a.mlp_bytes,
+                        access=a.access)
+        out.append(k)
+    return out

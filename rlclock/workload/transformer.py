@@ -127,16 +127,16 @@ class _Builder:
 
     def bias_grad(self, op: str, m: int, n: int) -> Kernel:
         return _kern("reduce_kernel", op, "reduction", "backward", m * n, self.s * m * n, self.s * n,
-                     self.c.dtype, mlp_bytes=16.0)
+                     self.c.dtype, access="reduce", mlp_bytes=16.0)
 
     def norm_fwd(self, op: str) -> Kernel:
         c, s = self.c, self.s
         m, h = c.tokens, c.hidden
         if c.style == "gpt":
             return _kern("vectorized_layer_norm_kernel", op, "norm", "forward", 8 * m * h, s * (m * h + 2 * h),
-                         s * m * h + F32 * 2 * m, c.dtype, mlp_bytes=16.0)
+                         s * m * h + F32 * 2 * m, c.dtype, access="reduce", mlp_bytes=16.0)
         return _kern("rms_norm_kernel", op, "norm", "forward", 4 * m * h, s * (m * h + h), s * m * h + F32 * m,
-                     c.dtype, mlp_bytes=16.0)
+                     c.dtype, access="reduce", mlp_bytes=16.0)
 
     def norm_bwd(self, op: str) -> list[Kernel]:
         c, s = self.c, self.s
@@ -165,7 +165,7 @@ class _Builder:
         o = b * t * hq * d
         return [
             _kern("flash_bwd_dot_do_o_kernel", "attn.bwd.pre", "reduction", "backward", 2 * o, s * 2 * o,
-                  F32 * b * hq * t, c.dtype, mlp_bytes=16.0),
+                  F32 * b * hq * t, c.dtype, access="reduce", mlp_bytes=16.0),
             _kern("flash_bwd_dq_dk_dv_kernel", "attn.bwd", "attention", "backward", 10.0 * b * hq * pairs * d,
                   s * (2 * o + b * t * d * 2 * hk) + F32 * 2 * b * hq * t, F32 * o + s * b * t * d * 2 * hk,
                   c.dtype, gemm_bmnk=(b * hq, t, t, d)),
@@ -185,7 +185,7 @@ class _Builder:
                 self.ew("add_kernel", "residual1.fwd", "forward", 2, 1, m * h, 1), self.norm_fwd("ln2.fwd")]
         if gpt:
             out += [self.gemm("fc.fwd", "forward", m, f, h, bias=True),
-                    self.ew("gelu_kernel", "gelu.fwd", "forward", 1, 1, m * f, 15),
+                    self.ew("gelu_kernel", "gelu.fwd", "forward", 1, 1, m * f, 20),
                     self.gemm("proj.fwd", "forward", m, h, f, bias=True)]
         else:
             out += [self.gemm("gate_up.fwd", "forward", m, 2 * f, h),
@@ -203,7 +203,7 @@ class _Builder:
         if gpt:
             out += [self.gemm("proj.dgrad", "backward", m, f, h), self.gemm("proj.wgrad", "backward", h, f, m),
                     self.bias_grad("proj.dbias", m, h),
-                    self.ew("gelu_backward_kernel", "gelu.bwd", "backward", 2, 1, m * f, 20),
+                    self.ew("gelu_backward_kernel", "gelu.bwd", "backward", 2, 1, m * f, 30),
                     self.gemm("fc.dgrad", "backward", m, h, f), self.gemm("fc.wgrad", "backward", f, h, m),
                     self.bias_grad("fc.dbias", m, f)]
         else:

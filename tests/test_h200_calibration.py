@@ -1,0 +1,42 @@
+"""The simulated H200 against the GPT-3 XL layer measured on a real H200 (observe mode, data/)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlclock.gpu.measured_fit import isolated_points, measured_trace, predict_auto
+
+
+@pytest.fixture(scope="module")
+def fit(h200):
+    kernels, t, e, f = isolated_points(measured_trace(h200), h200)
+    pred = predict_auto(h200, kernels)
+    return kernels, t, e, f, pred.time_s[:, 0], pred.energy_j[:, 0], pred.core_mhz[:, 0]
+
+
+def test_step_time_and_energy_within_5_percent(fit):
+    kernels, t, e, _, tp, ep, _ = fit
+    assert len(kernels) == 33
+    assert tp.sum() == pytest.approx(t.sum(), rel=0.05)  # sum of the isolated kernels
+    assert ep.sum() == pytest.approx(e.sum(), rel=0.05)
+    assert tp.sum() == pytest.approx(5.015e-3, rel=0.05)  # the whole step back to back (data/README.md)
+    assert ep.sum() == pytest.approx(3.466, rel=0.05)
+
+
+def test_gemms_within_10_percent_and_power_capped(fit, h200):
+    kernels, t, e, f, tp, ep, fp = fit
+    gemm = np.array([k.category == "gemm" for k in kernels])
+    assert np.all(np.abs(tp[gemm] / t[gemm] - 1) < 0.10)
+    assert np.all(np.abs(ep[gemm] / e[gemm] - 1) < 0.10)
+    assert np.all(np.abs(fp[gemm] - f[gemm]) < 120)  # the cap's clock, within 8 %
+    assert np.all(ep[gemm] / tp[gemm] > 0.97 * h200.power_limit_w)
+
+
+def test_most_kernels_within_20_percent(fit):
+    kernels, t, e, _, tp, ep, _ = fit
+    big = t >= 20e-6
+    ok_t = np.abs(tp / t - 1) <= 0.20
+    ok_e = np.abs(ep / e - 1) <= 0.20
+    assert ok_t[big].mean() >= 0.85
+    assert (ok_t & ok_e)[big].mean() >= 0.6
