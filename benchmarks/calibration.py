@@ -24,7 +24,7 @@ from rlclock.workload.llmc import paper_table
 def rtx3080ti() -> int:
     spec = get_spec("rtx3080ti")
     m = paper_metrics(spec)
-    types, mult = paper_kernel_types()
+    _, mult = paper_kernel_types()
     table = paper_table()
     print("Simulated RTX 3080 Ti (rtx3080ti preset), predicted from shapes alone, vs Spaan et al. (auto clocks)")
     print(f"{'#':>2}  {'kernel':34s} {'t sim ms':>9} {'t paper':>9} {'err':>7}   {'E sim J':>8} {'E paper':>8} "
@@ -42,10 +42,9 @@ def rtx3080ti() -> int:
     t_ref = float((mult * np.array([r.t_auto_s for r in table])).sum())
     e_ref = float((mult * np.array([r.e_auto_j for r in table])).sum())
     print()
-    print(f"step time   {m.step_time_s:7.3f} s  vs paper {t_ref:7.3f} s  ({100 * (m.step_time_s / t_ref - 1):+.2f} %, "
-          "target within 5 %)")
-    print(f"step energy {m.step_energy_j:7.1f} J  vs paper {e_ref:7.1f} J  ({100 * (m.step_energy_j / e_ref - 1):+.2f} %, "
-          "target within 5 %)")
+    dt, de = 100 * (m.step_time_s / t_ref - 1), 100 * (m.step_energy_j / e_ref - 1)
+    print(f"step time   {m.step_time_s:7.3f} s  vs paper {t_ref:7.3f} s  ({dt:+.2f} %, target within 5 %)")
+    print(f"step energy {m.step_energy_j:7.1f} J  vs paper {e_ref:7.1f} J  ({de:+.2f} %, target within 5 %)")
     print(f"largest per-kernel error (kernels >= 0.1 ms): time {100 * worst_t:.1f} %, energy {100 * worst_e:.1f} % "
           "(target within 20 %)")
     print()
@@ -55,8 +54,9 @@ def rtx3080ti() -> int:
           f"(paper: {-paper.GEMM_MEM5001_SPEEDUP_PCT[1]:+.0f}..{-paper.GEMM_MEM5001_SPEEDUP_PCT[0]:+.0f} % time, "
           f"-{paper.GEMM_MEM5001_SAVING_PCT[0]:.0f}..-{paper.GEMM_MEM5001_SAVING_PCT[1]:.0f} % energy)")
     mb = m.membound_saving_pct
-    print(f"  memory-bound kernels, best saving within +{paper.MEMBOUND_MAX_SLOWDOWN_PCT} %: {mb.min():.1f}-{mb.max():.1f} % "
-          f"(paper: {paper.MEMBOUND_SAVING_PCT[0]:.0f}-{paper.MEMBOUND_SAVING_PCT[1]:.0f} %)")
+    lo, hi = paper.MEMBOUND_SAVING_PCT
+    print(f"  memory-bound kernels, best saving within +{paper.MEMBOUND_MAX_SLOWDOWN_PCT} %: "
+          f"{mb.min():.1f}-{mb.max():.1f} % (paper: {lo:.0f}-{hi:.0f} %)")
     print(f"  large GEMMs' auto core clock: {m.gemm_auto_core_mhz:.0f} MHz (power-capped)")
     rows = [
         ("kernel-level global, 0 % budget", (0.0, m.kernel_global_pct), paper.TABLE2["kernel-global"]),

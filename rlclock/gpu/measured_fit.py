@@ -36,8 +36,8 @@ PRIORS: dict[str, tuple[float, float]] = {
     "v_max_v": (1.00, 0.06),  # GH100 top-bin voltage
     "f_ridge_mhz": (1100.0, 300.0),
     "p_mem_bg_w": (42.0, 10.0),  # ~42 W of the H200's 76 W idle is memory at 3201 MHz (REFERENCE §2)
-    "e_dram_j_per_byte": (3.5e-11, 1.0e-11),
-    "simt_ops_per_byte": (4.0, 3.0),  # load/store, conversion and address instructions per byte of a stream  # HBM access ~4 pJ/bit (O'Connor et al., MICRO'17: 3.9 pJ/bit HBM2)
+    "e_dram_j_per_byte": (3.5e-11, 1.0e-11),  # HBM access ~4 pJ/bit (O'Connor et al., MICRO'17: 3.9 pJ/bit HBM2)
+    "simt_ops_per_byte": (4.0, 3.0),  # load/store, conversion and address instructions per byte of a stream
 }
 
 _BOUNDS = {**BOUNDS, "v_min_v": (0.55, 0.85), "v_max_v": (0.85, 1.15), "eta_attention": (0.3, 1.0)}
@@ -52,7 +52,8 @@ def measured_trace(spec: GpuSpec) -> KernelTrace:
     return KernelTrace.load(Path(REPO_ROOT) / rel)
 
 
-def isolated_points(trace: KernelTrace, spec: GpuSpec) -> tuple[list[Kernel], np.ndarray, np.ndarray, np.ndarray]:
+def isolated_points(trace: KernelTrace,
+                    spec: GpuSpec) -> tuple[list[Kernel], np.ndarray, np.ndarray, np.ndarray]:
     """Kernels with an isolated auto measurement and shapes, with their time, energy and mean SM clock."""
     kernels, t, e, f = [], [], [], []
     for k in trace:
