@@ -70,3 +70,7 @@ class CudaGraphError(RlclockError):
 
 class MeasurementError(RlclockError):
     """A measurement could not be taken or is unusable (too short a window, a counter that never ticked …)."""
+
+
+class DeployError(RlclockError):
+    """A schedule cannot be deployed in a live training loop (timeline, profile, policy, controller or worker)."""

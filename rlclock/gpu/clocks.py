@@ -191,6 +191,22 @@ class ClockControl:
         """Process id of the watchdog, once started."""
         return None if self._watchdog is None else self._watchdog.pid
 
+    def start_watchdog(self) -> int | None:
+        """Start the watchdog process now rather than at the first lock (which would wait for it to open NVML).
+
+        Returns:
+            The watchdog's process id, or ``None`` in dry-run mode or without a watchdog.
+        """
+        with self._lock:
+            self._check_open()
+            if self._dry_run or not self._use_watchdog:
+                return None
+            if self._watchdog is None:
+                from rlclock.gpu.watchdog import Watchdog
+
+                self._watchdog = Watchdog([self.device_index])
+            return self._watchdog.pid
+
     # -- validation -------------------------------------------------------------------------------
     def validate(self, config: ClockConfig | str) -> ClockConfig:
         """The parsed configuration, or :class:`ClockError` if this GPU does not support it."""

@@ -1,0 +1,48 @@
+"""Deploy a clock schedule in a live PyTorch training loop.
+
+Public names (imported lazily, so ``import rlclock.deploy`` needs neither torch nor a GPU):
+
+* :class:`ClockController` — applies a :class:`~rlclock.schedule.ClockSchedule` on a step timeline from a
+  separate worker, with the safety of :class:`~rlclock.gpu.clocks.ClockControl` (dry run by default);
+* :func:`clocked` / :class:`Clocked` — the user API around a training loop: profiles the first steps, builds
+  the schedule (a policy checkpoint, a schedule file or a builder function) and applies it;
+* :class:`StepTimeline`, :func:`plan_switches`, :class:`SwitchPlan`, :class:`SwitchEvent`, :class:`Segment`,
+  :class:`ControllerReport`, :class:`DeploySettings`.
+
+The policy (``rlclock.deploy.policy.ClockPolicy``) is loaded only when a checkpoint is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ClockController": "rlclock.deploy.controller",
+    "StepMark": "rlclock.deploy.controller",
+    "Clocked": "rlclock.deploy.api",
+    "clocked": "rlclock.deploy.api",
+    "StepTimeline": "rlclock.deploy.timeline",
+    "plan_switches": "rlclock.deploy.plan",
+    "SwitchPlan": "rlclock.deploy.plan",
+    "SwitchEvent": "rlclock.deploy.plan",
+    "Segment": "rlclock.deploy.plan",
+    "ControllerReport": "rlclock.deploy.report",
+    "DeploySettings": "rlclock.deploy.settings",
+    "StepProfile": "rlclock.deploy.capture",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rlclock.deploy' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -1,0 +1,195 @@
+"""Step anchors: when each training step started on the GPU, on the host's monotonic clock.
+
+The training loop marks each step (``step()``); the GPU reaches that mark only once it has finished the
+work queued before it, which may be well after the host passed it. :class:`CudaAnchors` records a CUDA
+event at each mark and a helper thread waits for it (the wait releases the interpreter lock, so the
+training loop does not wait). The host time at which the thread sees an event complete is late by its
+wake-up delay, and later still when the thread must wait for the interpreter lock; the GPU's own event
+timer is exact. So each anchor is placed as
+
+    anchor_k = offset + gpu_k,    offset = min over recent steps j of (seen_j − gpu_j),
+
+where ``gpu_k`` is the event's time after the first step's event (CUDA's elapsed time) and the minimum over
+a sliding window of steps picks the observation with the least delay (and follows any drift between the
+GPU's timer and the host clock). Each step's GPU duration comes from the same events: to its end mark
+(``with clk.step():``) when given, else to the next step's start.
+
+:class:`HostAnchors` is the same for runs without CUDA: the anchor is the host time of the mark.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+OFFSET_WINDOW = 64
+"""Steps over which the least-delayed observation sets the host/GPU clock offset."""
+
+
+@dataclass
+class AnchorLog:
+    """Per marked step, what the anchors saw.
+
+    Attributes:
+        source: ``"cuda"`` (GPU events) or ``"host"``.
+        step: Step index.
+        gpu_s: GPU time of the step's start mark after the first mark, seconds (host time for ``"host"``).
+        seen_s: Host ``time.monotonic()`` at which the start was seen, seconds.
+        anchor_s: The anchor sent to the worker, seconds (``time.monotonic()``).
+        busy_s: GPU time from the step's start mark to its end mark, seconds (NaN without an end mark).
+        errors: Problems the anchor thread met (it keeps going where it can).
+    """
+
+    source: str
+    step: list[int] = field(default_factory=list)
+    gpu_s: list[float] = field(default_factory=list)
+    seen_s: list[float] = field(default_factory=list)
+    anchor_s: list[float] = field(default_factory=list)
+    busy_s: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def final_anchors_s(self, window: int = OFFSET_WINDOW) -> np.ndarray:
+        """Anchors recomputed with all observations: the offset of each step is the minimum of ``seen − gpu``
+        over a window centred on it (later observations can only improve earlier anchors)."""
+        gpu = np.asarray(self.gpu_s, dtype=float)
+        seen = np.asarray(self.seen_s, dtype=float)
+        if gpu.size == 0:
+            return gpu
+        if self.source != "cuda":
+            return seen.copy()
+        obs = seen - gpu
+        half = max(1, window // 2)
+        out = np.empty_like(gpu)
+        for k in range(gpu.size):
+            out[k] = obs[max(0, k - half):k + half + 1].min() + gpu[k]
+        return out
+
+    def periods_s(self) -> np.ndarray:
+        """GPU time from each step's start to the next one's (NaN for the last), seconds."""
+        gpu = np.asarray(self.gpu_s, dtype=float)
+        out = np.full(gpu.size, np.nan)
+        step = np.asarray(self.step)
+        if gpu.size > 1:
+            consecutive = np.diff(step) == 1
+            out[:-1] = np.where(consecutive, np.diff(gpu), np.nan)
+        return out
+
+
+class HostAnchors:
+    """Anchors from the host clock (no GPU): a step starts when the loop marks it.
+
+    Args:
+        on_anchor: Called with ``(step, anchor_s)`` for every marked step.
+    """
+
+    source = "host"
+
+    def __init__(self, on_anchor: Callable[[int, float], Any]) -> None:
+        self.on_anchor = on_anchor
+        self.log = AnchorLog("host")
+        self._open: tuple[int, float] | None = None
+
+    def mark_start(self, step: int) -> None:
+        """The loop starts step ``step`` now."""
+        now = time.monotonic()
+        self.log.step.append(step)
+        self.log.gpu_s.append(now)
+        self.log.seen_s.append(now)
+        self.log.anchor_s.append(now)
+        self.log.busy_s.append(float("nan"))
+        self._open = (len(self.log.step) - 1, now)
+        self.on_anchor(step, now)
+
+    def mark_end(self, step: int) -> None:
+        """The loop ends step ``step`` now."""
+        if self._open is not None:
+            i, t0 = self._open
+            self.log.busy_s[i] = time.monotonic() - t0
+            self._open = None
+
+    def close(self) -> AnchorLog:
+        """The log."""
+        return self.log
+
+
+class CudaAnchors:
+    """Anchors from CUDA events on the current stream, waited on by a helper thread (module docstring).
+
+    Args:
+        on_anchor: Called from the helper thread with ``(step, anchor_s)`` for every marked step.
+        window: Steps of the sliding minimum that sets the clock offset.
+    """
+
+    source = "cuda"
+
+    def __init__(self, on_anchor: Callable[[int, float], Any], window: int = OFFSET_WINDOW) -> None:
+        import torch
+
+        self._torch = torch
+        self.on_anchor = on_anchor
+        self.log = AnchorLog("cuda")
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._obs: deque[float] = deque(maxlen=window)
+        self._ref: Any = None
+        self._thread = threading.Thread(target=self._run, name="rlclock-step-anchors", daemon=True)
+        self._thread.start()
+
+    def _event(self) -> Any:
+        ev = self._torch.cuda.Event(enable_timing=True, blocking=True)
+        ev.record()
+        return ev
+
+    def mark_start(self, step: int) -> None:
+        """Record the start of step ``step`` on the current stream."""
+        self._queue.put((0, step, self._event()))
+
+    def mark_end(self, step: int) -> None:
+        """Record the end of step ``step`` on the current stream."""
+        self._queue.put((1, step, self._event()))
+
+    def close(self, timeout_s: float = 30.0) -> AnchorLog:
+        """Wait for the marks recorded so far and stop the helper thread; returns the log."""
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self.log.errors.append(f"the anchor thread did not finish within {timeout_s:g} s")
+        return self.log
+
+    def _run(self) -> None:
+        start_ev: Any = None
+        index = -1
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            kind, step, ev = item
+            try:
+                ev.synchronize()  # releases the interpreter lock while it waits
+                seen = time.monotonic()
+                if kind == 1:
+                    if start_ev is not None and index >= 0 and self.log.step[index] == step:
+                        self.log.busy_s[index] = start_ev.elapsed_time(ev) / 1e3
+                    continue
+                if self._ref is None:
+                    self._ref = ev
+                gpu = self._ref.elapsed_time(ev) / 1e3 if ev is not self._ref else 0.0
+                self._obs.append(seen - gpu)
+                anchor = min(self._obs) + gpu
+                start_ev = ev
+                self.log.step.append(step)
+                self.log.gpu_s.append(gpu)
+                self.log.seen_s.append(seen)
+                self.log.anchor_s.append(anchor)
+                self.log.busy_s.append(float("nan"))
+                index = len(self.log.step) - 1
+                self.on_anchor(step, anchor)
+            except Exception as exc:  # keep anchoring later steps; the report shows the error
+                if len(self.log.errors) < 10:
+                    self.log.errors.append(f"step {step}: {type(exc).__name__}: {exc}")

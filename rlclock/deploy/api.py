@@ -1,0 +1,424 @@
+"""The user API: ``with rlclock.deploy.clocked(...) as clk:`` around a training loop, ``clk.step()`` per step.
+
+::
+
+    import rlclock.deploy
+
+    with rlclock.deploy.clocked(checkpoint="checkpoints/gpt3xl-h200") as clk:   # dry run by default
+        for batch in loader:
+            with clk.step():                     # or: clk.step() at the top of the step
+                loss = model(batch); loss.backward(); opt.step(); opt.zero_grad()
+    print(clk.report.text())
+
+What happens, step by step:
+
+1. ``warmup_steps`` steps run untouched (compilation, allocator and autotuning settle).
+2. ``profile_steps`` steps are profiled (:mod:`rlclock.deploy.capture`): the kernel sequence with each
+   kernel's duration and start offset, and a :class:`~rlclock.workload.trace.KernelTrace` with FLOPs and
+   bytes estimated from the operators' shapes.
+3. The schedule is built: by the policy of ``checkpoint`` (``ClockPolicy.schedule``), taken from a file or
+   :class:`~rlclock.schedule.ClockSchedule` (``schedule=``), or by a function
+   ``schedule(trace, auto_time_s, latency_s) -> ClockSchedule``. Under ``torch.distributed`` rank 0 builds it
+   and every rank receives it (:mod:`rlclock.deploy.distributed`).
+4. From the next step on a :class:`~rlclock.deploy.controller.ClockController` applies it on the process's
+   own GPU; leaving the block restores the clocks and produces :attr:`Clocked.report`, with the GPU energy
+   over the controlled steps (NVML's energy counter) when NVML is present.
+
+With both ``schedule`` and ``timeline`` given, steps 1–3 are skipped. Without a CUDA GPU the loop runs
+unchanged and the deployment says so, unless a schedule and a timeline are given: then the controller runs a
+plan-only dry run with host-time anchors. ``rlclock apply -- python train.py`` passes its options through
+:class:`~rlclock.deploy.settings.DeploySettings` environment variables, which override the script's arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlclock.deploy.controller import ClockController, StepMark, cuda_present, nvml_present
+from rlclock.deploy.distributed import RankInfo, cuda_device_index, nvml_index, rank_info, share
+from rlclock.deploy.report import ControllerReport
+from rlclock.deploy.settings import DeploySettings
+from rlclock.deploy.timeline import StepTimeline
+from rlclock.errors import DeployError, RlclockError
+from rlclock.schedule import ClockSchedule
+from rlclock.workload.trace import KernelTrace
+
+ScheduleBuilder = Callable[[KernelTrace, np.ndarray, float], ClockSchedule]
+"""``(trace, auto_time_s, latency_s) -> ClockSchedule``: builds the schedule for a profiled step."""
+
+_NULL = StepMark(None, -1)
+
+
+def load_policy(checkpoint: str | Path) -> Any:
+    """``rlclock.deploy.policy.ClockPolicy.load(checkpoint)``, imported only now.
+
+    Raises:
+        DeployError: This installation has no policy module.
+        CheckpointError: The checkpoint is missing or malformed (raised by the policy).
+    """
+    try:
+        from rlclock.deploy import policy as policy_module
+    except ModuleNotFoundError as exc:
+        if exc.name != "rlclock.deploy.policy":
+            raise
+        raise DeployError(f"cannot load the policy checkpoint {str(checkpoint)!r}: this rlclock installation has "
+                          "no deployable policy (module rlclock.deploy.policy is missing).",
+                          "pass a schedule file instead (--schedule FILE / schedule=...), or install an rlclock "
+                          "version that ships rlclock.deploy.policy.") from None
+    return policy_module.ClockPolicy.load(checkpoint)
+
+
+class Clocked:
+    """A deployment around a training loop (module docstring); made by :func:`clocked`.
+
+    Attributes:
+        settings: The options in force (the script's arguments, overridden under ``rlclock apply``).
+        rank: This process's rank information.
+        controller: The running controller (``None`` before the schedule is applied).
+        schedule: The schedule applied (``None`` until built).
+        timeline: The step timeline applied.
+        profile: The profile of the first steps (rank 0, when profiled).
+        report: The controller's report, after the block ends.
+        state: ``"warmup"``, ``"profile"``, ``"control"``, ``"inactive"`` or ``"closed"``.
+        reason: Why the deployment is inactive (empty otherwise).
+    """
+
+    def __init__(self, settings: DeploySettings, schedule: ClockSchedule | None = None,
+                 builder: ScheduleBuilder | None = None, timeline: StepTimeline | None = None) -> None:
+        self.settings = settings
+        self.rank: RankInfo = RankInfo()
+        self.controller: ClockController | None = None
+        self.schedule = schedule
+        self.timeline = timeline
+        self.profile: Any = None
+        self.report: ControllerReport | None = None
+        self.state = "new"
+        self.reason = ""
+        self._builder = builder
+        self._policy: Any = None
+        self._profiler: Any = None
+        self._steps = 0
+        self._profile_first = 0
+        self._energy: tuple[Any, float, float] | None = None
+
+    # -- set-up --------------------------------------------------------------------------------------------
+    def _say(self, message: str) -> None:
+        if self.settings.verbose and self.rank.is_root:
+            print(f"rlclock: {message}", file=sys.stderr, flush=True)
+
+    def start(self) -> Clocked:
+        """Decide what to do (load the policy or schedule, check the machine); called by ``with``."""
+        if self.state != "new":
+            return self
+        s = self.settings
+        self.rank = rank_info()
+        if s.schedule:
+            self.schedule = ClockSchedule.load(s.schedule)
+        if s.timeline:
+            self.timeline = StepTimeline.load(s.timeline)
+        if s.checkpoint:
+            if self.rank.is_root:
+                self._policy = load_policy(s.checkpoint)
+            self._builder = self._policy_schedule
+        if s.allow_clock_control and not nvml_present():
+            from rlclock.errors import GpuUnavailableError
+
+            raise GpuUnavailableError("clock control is on, but NVML sees no NVIDIA GPU on this machine.",
+                                      "run on a GPU machine, or use control='dry-run'.")
+        if self.schedule is not None and self.timeline is not None:
+            self._begin_control()
+        elif self.schedule is None and self._builder is None:
+            self._inactive("no schedule to apply: pass schedule= or checkpoint=, or run the script under "
+                           "rlclock apply --checkpoint DIR / --schedule FILE")
+        elif not cuda_present():
+            self._inactive("no CUDA GPU: the training step cannot be profiled, so no clock is controlled "
+                           "(the loop runs unchanged)")
+        else:
+            self.state = "warmup"
+            self._say(f"deploying ({s.control}): {s.warmup_steps} warm-up steps, then {s.profile_steps} profiled "
+                      "steps, then the schedule is applied")
+        return self
+
+    def _inactive(self, reason: str) -> None:
+        self.state = "inactive"
+        self.reason = reason
+        self._say(reason)
+
+    def _policy_schedule(self, trace: KernelTrace, auto_time_s: np.ndarray, latency_s: float) -> ClockSchedule:
+        return self._policy.schedule(trace, auto_time_s, None, latency_s)
+
+    def _device(self) -> int:
+        if self.settings.device is not None:
+            return int(self.settings.device)
+        return nvml_index(cuda_device_index(), self.rank.local_rank)
+
+    def _latency_s(self) -> float | None:
+        if self.settings.latency_s is not None:
+            return self.settings.latency_s
+        if nvml_present():
+            return None  # the controller takes the preset of the GPU NVML names
+        key = getattr(self._policy, "gpu_key", None)
+        if key:
+            from rlclock.gpu.spec import get_spec
+
+            return float(get_spec(key).switch_latency_s)
+        return None
+
+    def _check_policy_gpu(self, device: int) -> None:
+        want = getattr(self._policy, "gpu_name", None)
+        if not want or not nvml_present():
+            return
+        from rlclock.gpu.nvml import NvmlDevice
+
+        have = NvmlDevice(device).name
+        if have != want:
+            raise DeployError(f"the policy checkpoint {self.settings.checkpoint!r} was trained for {want!r}, but this "
+                              f"process's GPU {device} is {have!r}.", "use a checkpoint trained for this GPU.")
+
+    # -- the loop ------------------------------------------------------------------------------------------
+    def step(self) -> StepMark:
+        """Mark the start of a training step; ``with clk.step():`` also marks its end.
+
+        Call it once per step, at the same place in every step. Costs a few microseconds.
+        """
+        if self.state == "control":
+            assert self.controller is not None
+            return self.controller.step()
+        if self.state == "new":
+            self.start()
+            if self.state == "control":
+                assert self.controller is not None
+                return self.controller.step()
+        k = self._steps
+        self._steps += 1
+        if self.state == "warmup" and k >= self.settings.warmup_steps:
+            self.state = "profile"
+            self._profile_first = k
+            if self.rank.is_root:
+                from rlclock.deploy.capture import StepProfiler
+
+                self._profiler = StepProfiler()
+                self._profiler.start()
+        elif self.state == "profile":
+            if k - self._profile_first < self.settings.profile_steps:
+                if self._profiler is not None:
+                    self._profiler.mark()
+            else:
+                self._finish_profile()
+                assert self.controller is not None
+                return self.controller.step()
+        return _NULL
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` with a step mark around every call (for loops written as a step function)."""
+
+        def stepped(*args: Any, **kwargs: Any) -> Any:
+            with self.step():
+                return fn(*args, **kwargs)
+
+        stepped.__name__ = getattr(fn, "__name__", "step")
+        stepped.__doc__ = getattr(fn, "__doc__", None)
+        return stepped
+
+    def _finish_profile(self) -> None:
+        built: tuple[ClockSchedule, StepTimeline] | None = None
+        error: RlclockError | None = None
+        if self.rank.is_root:
+            try:
+                built = self._build()
+            except RlclockError as exc:
+                error = exc
+        if error is not None and not self.rank.distributed:
+            raise error
+        try:
+            self.schedule, self.timeline = share(self.rank, *(built if built else (None, None)))
+        except DeployError:
+            if error is not None:
+                raise error from None
+            raise
+        self._begin_control()
+
+    def _build(self) -> tuple[ClockSchedule, StepTimeline]:
+        import torch
+
+        from rlclock.deploy.capture import profile_from_chrome
+
+        data = self._profiler.stop()
+        self._profiler = None
+        device = self._device()
+        self._check_policy_gpu(device)
+        gpu = torch.cuda.get_device_name()
+        prof = profile_from_chrome(data, gpu, meta={"torch": torch.__version__})
+        self.profile = prof
+        self._say(f"profiled {prof.steps_used} of {prof.steps_profiled} steps: {len(prof.trace)} kernels, step "
+                  f"{prof.timeline.period_s * 1e3:.3f} ms" + "".join(f"; {n}" for n in prof.notes))
+        timeline = self.timeline if self.timeline is not None else prof.timeline
+        if self.schedule is not None:
+            schedule = self.schedule
+        else:
+            assert self._builder is not None
+            latency = self._latency_s()
+            if latency is None:
+                from rlclock.deploy.controller import default_latency_s
+                from rlclock.gpu.nvml import NvmlDevice
+
+                latency = default_latency_s(NvmlDevice(device).name)
+            schedule = self._builder(prof.trace, prof.auto_time_s, latency)
+        schedule.check_length(len(prof.trace))
+        timeline.check_length(len(schedule))
+        if self.settings.save:
+            out = Path(self.settings.save)
+            out.mkdir(parents=True, exist_ok=True)
+            prof.trace.save(out / "step.trace.json")
+            timeline.save(out / "step.timeline.json")
+            schedule.save(out / "step.schedule.json")
+            self._say(f"wrote the profiled trace, timeline and schedule to {out}/")
+        return schedule, timeline
+
+    def _begin_control(self) -> None:
+        s = self.settings
+        assert self.schedule is not None and self.timeline is not None
+        if self.rank.distributed and self.state == "new":
+            self.schedule, self.timeline = share(self.rank, self.schedule, self.timeline)
+        device = self._device()
+        use_nvml = nvml_present()
+        self.controller = ClockController(
+            self.schedule, self.timeline, device=device, allow_clock_control=s.allow_clock_control,
+            latency_s=self._latency_s(), lookahead_s=s.lookahead_s, min_dwell_s=s.min_dwell_s,
+            read_back=s.read_back, worker=s.worker, nvml=use_nvml).start()
+        self.state = "control"
+        self._say(f"applying schedule {self.schedule.name!r} ({s.control}) on GPU {device}: "
+                  f"{self.controller.plan.describe()}")
+        if use_nvml:
+            from rlclock.gpu.nvml import NvmlDevice
+
+            try:
+                dev = NvmlDevice(device)
+                self._energy = (dev, dev.total_energy_j(), time.monotonic())
+            except RlclockError:
+                self._energy = None
+        if not cuda_present():
+            self._say("no CUDA GPU: plan-only dry run, steps anchored on the host clock")
+
+    # -- the end ---------------------------------------------------------------------------------------------
+    def close(self) -> ControllerReport | None:
+        """Stop the controller (clocks restored) and return its report (``None`` if it never started)."""
+        if self.state == "closed":
+            return self.report
+        previous = self.state
+        self.state = "closed"
+        if self._profiler is not None:
+            with contextlib.suppress(Exception):  # the run is ending; the profile is not needed any more
+                self._profiler.stop()
+            self._profiler = None
+            self._say(f"the loop ended while profiling ({self._steps - self._profile_first} of "
+                      f"{self.settings.profile_steps} steps): no schedule was applied")
+        if self.controller is None:
+            if previous == "warmup":
+                self._say(f"the loop ended after {self._steps} steps, before profiling began: nothing was applied")
+            return None
+        if self._energy is not None and cuda_present():
+            import torch
+
+            torch.cuda.synchronize()
+        self.report = self.controller.close()
+        if self._energy is not None:
+            dev, e0, t0 = self._energy
+            try:
+                self.report.energy_j = dev.total_energy_j() - e0
+                self.report.energy_time_s = time.monotonic() - t0
+            except RlclockError as exc:
+                self.report.notes.append(f"energy not read: {exc}")
+        if self.settings.report:
+            path = Path(self.settings.report)
+            if self.rank.distributed and self.rank.world_size > 1:
+                path = path.with_name(f"{path.stem}.rank{self.rank.rank}{path.suffix}")
+            self.report.save(path)
+        if self.settings.verbose and self.rank.is_root:
+            print(self.report.text(), file=sys.stderr, flush=True)
+        return self.report
+
+    def __enter__(self) -> Clocked:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Clocked({self.state}, {self.settings.control}, steps {self._steps})"
+
+
+def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None, *,
+            checkpoint: str | Path | None = None, timeline: StepTimeline | str | Path | None = None,
+            control: str | None = None, device: int | None = None, latency_s: float | None = None,
+            lookahead_s: float | None = None, min_dwell_s: float | None = None, warmup_steps: int | None = None,
+            profile_steps: int | None = None, worker: str | None = None, read_back: bool | None = None,
+            report: str | Path | None = None, save: str | Path | None = None,
+            verbose: bool | None = None) -> Clocked:
+    """Deploy a clock schedule around a training loop (see :class:`Clocked` and the module docstring).
+
+    Args:
+        schedule: A :class:`ClockSchedule`, a schedule file, or a builder
+            ``(trace, auto_time_s, latency_s) -> ClockSchedule``.
+        checkpoint: A policy checkpoint folder whose ``ClockPolicy`` builds the schedule (instead of ``schedule``).
+        timeline: A :class:`StepTimeline` or its file; default: profile the first steps.
+        control: ``"dry-run"`` (default: record only) or ``"on"`` (set clocks; needs root).
+        device: NVML index of the GPU; default: the process's CUDA device.
+        latency_s: Switching latency, seconds; default: the GPU preset's.
+        lookahead_s: How far ahead of its kernels a switch is issued, seconds; default: latency + 0.5 ms.
+        min_dwell_s: A switch must land at least this long before its segment ends, seconds.
+        warmup_steps: Steps run untouched before profiling (default 3).
+        profile_steps: Steps profiled (default 5).
+        worker: ``"process"`` (default) or ``"thread"``.
+        read_back: Read the clocks back after each switch (default on).
+        report: Write the report (JSON) here.
+        save: Write the profiled trace, timeline and schedule to this folder.
+        verbose: Print what happens and the report (default on).
+
+    Returns:
+        The deployment; use it as a context manager.
+
+    Raises:
+        DeployError: Conflicting or invalid options, a missing policy module.
+    """
+    from rlclock.deploy.settings import DeploySettings
+
+    env = DeploySettings.from_env()
+    args: dict[str, Any] = {"checkpoint": None if checkpoint is None else str(checkpoint), "control": control,
+                            "device": device, "latency_s": latency_s, "lookahead_s": lookahead_s,
+                            "min_dwell_s": min_dwell_s, "warmup_steps": warmup_steps, "profile_steps": profile_steps,
+                            "worker": worker, "read_back": read_back, "report": None if report is None else str(report),
+                            "save": None if save is None else str(save), "verbose": verbose}
+    sched_obj: ClockSchedule | None = None
+    builder: ScheduleBuilder | None = None
+    if isinstance(schedule, (str, Path)):
+        args["schedule"] = str(schedule)
+    elif isinstance(schedule, ClockSchedule):
+        sched_obj = schedule
+    elif callable(schedule):
+        builder = schedule
+    elif schedule is not None:
+        raise DeployError(f"schedule= takes a ClockSchedule, a file or a function, found {type(schedule).__name__}.")
+    tl_obj: StepTimeline | None = None
+    if isinstance(timeline, (str, Path)):
+        args["timeline"] = str(timeline)
+    elif isinstance(timeline, StepTimeline):
+        tl_obj = timeline
+    elif timeline is not None:
+        raise DeployError(f"timeline= takes a StepTimeline or a file, found {type(timeline).__name__}.")
+    if env.get("checkpoint") or env.get("schedule"):  # rlclock apply chose the schedule for this run
+        args.pop("checkpoint", None)
+        args.pop("schedule", None)
+        sched_obj, builder = None, None
+    if env.get("timeline"):
+        tl_obj = None
+    merged = {k: v for k, v in args.items() if v is not None}
+    merged.update(env)
+    return Clocked(DeploySettings(**merged), sched_obj, builder, tl_obj)

@@ -1,0 +1,289 @@
+"""Profile a few steps of the user's own training loop: the kernel sequence, a KernelTrace and a StepTimeline.
+
+:class:`StepProfiler` runs ``torch.profiler`` (CPU and CUDA activity, operator input shapes) over a few
+consecutive steps, each wrapped in a ``record_function`` range that starts at the loop's step mark.
+:func:`profile_from_chrome` then, from the profiler's Chrome-trace export:
+
+1. assigns every device activity (kernel, memcpy, memset) to the step whose range contains its *launch*
+   (the CUDA runtime call with the same correlation id), so no synchronisation between steps is needed;
+2. places each step's anchor where the controller's CUDA event would complete: at the later of the step
+   mark on the host and the end of the previous step's last device activity (the profile starts after a
+   synchronisation, so the first step's GPU is idle);
+3. keeps the steps with the most common kernel sequence (the first profiled step is left out when there are
+   others: the profiler's own start-up can delay it), and takes per kernel the median start offset from the
+   anchor and the median duration — the timeline — and the median anchor-to-anchor period;
+4. builds a :class:`~rlclock.workload.trace.KernelTrace`: per kernel its category (from its name and
+   launching operator), phase (``backward`` when launched from the autograd engine's thread, ``optimizer``
+   inside an ``Optimizer.step`` range, else ``forward``), FLOPs and DRAM bytes estimated from the
+   operator's input shapes (:func:`rlclock.workload.mapping.estimate`; 0 when unknown), and its measured
+   in-sequence duration at the clocks it ran at.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as _dt
+import json
+import os
+import statistics
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rlclock.deploy.timeline import StepTimeline
+from rlclock.errors import DeployError, GpuUnavailableError
+from rlclock.workload.kernel_names import classify
+from rlclock.workload.mapping import ProfiledEntry, estimate
+from rlclock.workload.torch_profile import OpInfo
+from rlclock.workload.trace import Kernel, KernelTrace, Measurement
+
+STEP_RANGE = "rlclock.deploy.step"
+"""Name of the profiler range around each profiled step."""
+GENERATOR = "rlclock.deploy.capture"
+_DEVICE_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+_LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+_DTYPES = {"c10::bfloat16": "bf16", "c10::half": "fp16", "float": "fp32", "c10::float8_e4m3fn": "fp8",
+           "c10::float8_e5m2": "fp8"}
+
+
+@dataclass
+class StepProfile:
+    """What profiling the loop's steps found.
+
+    Attributes:
+        trace: The step's kernel sequence as a trace (in-sequence durations measured at the clocks in use).
+        timeline: Start offsets from the step's anchor and durations, seconds.
+        steps_profiled: Steps the profiler saw.
+        steps_used: Steps with the chosen kernel sequence whose medians were taken.
+        notes: What was left out and why.
+    """
+
+    trace: KernelTrace
+    timeline: StepTimeline
+    steps_profiled: int
+    steps_used: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def auto_time_s(self) -> np.ndarray:
+        """Each kernel's measured duration, seconds."""
+        return self.timeline.duration_s.copy()
+
+
+@dataclass
+class _Activity:
+    name: str
+    kind: str
+    ts_us: float
+    dur_us: float
+    launch_us: float
+    phase: str
+    op: OpInfo | None
+    grid: tuple[int, int, int] | None
+    block: tuple[int, int, int] | None
+    nbytes: int | None
+
+
+def _triple(v: Any) -> tuple[int, int, int] | None:
+    if isinstance(v, list) and len(v) == 3 and all(isinstance(x, int) and x > 0 for x in v):
+        return (v[0], v[1], v[2])
+    return None
+
+
+def _activities(data: dict[str, Any]) -> tuple[list[tuple[float, float]], list[_Activity]]:
+    """Step ranges (µs) and device activities with launch time and phase, from a Chrome trace."""
+    events = data.get("traceEvents", []) if isinstance(data, dict) else []
+    ranges: list[tuple[float, float]] = []
+    main_tid: Any = None
+    optim: list[tuple[float, float]] = []
+    launch: dict[int, tuple[float, Any]] = {}
+    ops: dict[int, tuple[OpInfo, float, Any]] = {}
+    for e in events:
+        cat, name, args = e.get("cat"), str(e.get("name", "")), e.get("args") or {}
+        if cat == "user_annotation" and name == STEP_RANGE:
+            ranges.append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))))
+            main_tid = e.get("tid")
+        elif cat in ("user_annotation", "cpu_op") and name.startswith("Optimizer.step"):
+            optim.append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))))
+        elif cat in _LAUNCH_CATS and isinstance(args.get("correlation"), int):
+            launch[args["correlation"]] = (float(e["ts"]), e.get("tid"))
+        if cat == "cpu_op" and isinstance(args.get("External id"), int):
+            dims = tuple(tuple(d) if isinstance(d, list) and all(isinstance(x, int) for x in d) else ()
+                         for d in args.get("Input Dims", []) or [])
+            types = tuple(str(t) for t in args.get("Input type", []) or [])
+            ops[args["External id"]] = (OpInfo(name, dims, types), float(e["ts"]), e.get("tid"))
+    ranges.sort()
+    out: list[_Activity] = []
+    for e in events:
+        kind = _DEVICE_KINDS.get(e.get("cat"))
+        if kind is None or e.get("ph") != "X":
+            continue
+        args = e.get("args") or {}
+        corr, ext = args.get("correlation"), args.get("External id")
+        op_rec = ops.get(ext) if isinstance(ext, int) else None
+        if isinstance(corr, int) and corr in launch:
+            t_launch, tid = launch[corr]
+        elif op_rec is not None:
+            t_launch, tid = op_rec[1], op_rec[2]
+        else:
+            t_launch, tid = float(e["ts"]), None
+        if tid is not None and main_tid is not None and tid != main_tid:
+            phase = "backward"
+        elif any(a <= t_launch < b for a, b in optim):
+            phase = "optimizer"
+        else:
+            phase = "forward"
+        nbytes = args.get("bytes")
+        out.append(_Activity(str(e.get("name", kind)) or kind, kind, float(e["ts"]), float(e.get("dur", 0.0)),
+                             t_launch, phase, op_rec[0] if op_rec else None, _triple(args.get("grid")),
+                             _triple(args.get("block")), int(nbytes) if isinstance(nbytes, (int, float)) else None))
+    out.sort(key=lambda a: a.ts_us)
+    return ranges, out
+
+
+def _kernel(i: int, a: _Activity, dur_s: float, gpu: str) -> Kernel:
+    if a.kind == "kernel":
+        cat = classify(a.name, a.op.name if a.op else None)
+    else:
+        cat = "copy" if a.kind == "memcpy" else "memset"
+    entry = ProfiledEntry(name=a.name, category=cat, phase=a.phase, time_s=dur_s, grid=a.grid, block=a.block,
+                          op=a.op, nbytes=a.nbytes)
+    est = estimate(entry)
+    flops, rd, wr = est if est is not None else (0.0, 0.0, 0.0)
+    if cat == "other" and est is not None:
+        cat = "elementwise"
+    dtype = "fp32"
+    if a.op is not None:
+        dtype = next((_DTYPES[t.strip().lower()] for t in a.op.input_types if t.strip().lower() in _DTYPES), "fp32")
+    opname = (a.op.name.split("::")[-1] if a.op else a.kind).strip("_") or a.kind
+    access = "reduce" if cat in ("norm", "softmax") else "gather" if cat == "embedding" else "stream"
+    return Kernel(name=a.name, op=f"{a.phase[:3]}.{opname}.{i}", category=cat, phase=a.phase, flops=flops,
+                  dram_read_bytes=rd, dram_write_bytes=wr, dtype=dtype, layer=-1, gemm_bmnk=entry.bmnk,
+                  mlp_bytes=16.0 if est is not None else None, access=access, launch_grid=a.grid,
+                  launch_block=a.block,
+                  measured=(Measurement(gpu=gpu, time_s=max(dur_s, 1e-9), source="in-sequence"),))
+
+
+def profile_from_chrome(data: dict[str, Any], gpu_name: str, name: str = "training-step",
+                        meta: dict[str, Any] | None = None) -> StepProfile:
+    """The step's trace and timeline from a profiler Chrome trace holding :data:`STEP_RANGE` ranges.
+
+    Args:
+        data: The parsed JSON of ``torch.profiler.profile.export_chrome_trace``.
+        gpu_name: The GPU's name, for the trace's measurements.
+        name: Trace name.
+        meta: Extra metadata for the trace.
+
+    Raises:
+        DeployError: No step range, or no device activity inside the profiled steps.
+    """
+    ranges, acts = _activities(data)
+    if not ranges:
+        raise DeployError(f"the profile holds no '{STEP_RANGE}' ranges, so its steps cannot be told apart.",
+                          "profile through rlclock.deploy (clocked) with a step() call per training step.")
+    starts = [a for a, _ in ranges]
+    per_step: list[list[_Activity]] = [[] for _ in ranges]
+    for a in acts:
+        k = bisect.bisect_right(starts, a.launch_us) - 1
+        if 0 <= k < len(ranges) and a.launch_us < ranges[k][1]:
+            per_step[k].append(a)
+    notes: list[str] = []
+    anchors: list[float] = []
+    prev_end = -float("inf")
+    for k, (t0, _) in enumerate(ranges):
+        anchors.append(max(t0, prev_end))
+        if per_step[k]:
+            prev_end = max(prev_end, max(a.ts_us + a.dur_us for a in per_step[k]))
+    anchors.append(max(ranges[-1][1], prev_end))
+    usable = [k for k in range(len(ranges)) if per_step[k]]
+    if not usable:
+        raise DeployError(f"the {len(ranges)} profiled steps launched no GPU work.",
+                          "make sure the model and data are on the GPU, and step() marks each training step.")
+    if len(usable) > 1:
+        usable = usable[1:]
+    sigs = {k: tuple((a.kind, a.name) for a in per_step[k]) for k in usable}
+    best, _count = Counter(sigs.values()).most_common(1)[0]
+    chosen = [k for k in usable if sigs[k] == best]
+    if len(chosen) < len(usable):
+        notes.append(f"{len(usable) - len(chosen)} of {len(usable)} profiled steps launched a different kernel "
+                     "sequence and were left out")
+    n = len(best)
+    offs = np.array([[(a.ts_us - anchors[k]) * 1e-6 for a in per_step[k]] for k in chosen])
+    durs = np.array([[a.dur_us * 1e-6 for a in per_step[k]] for k in chosen])
+    start_s = np.maximum.accumulate(np.maximum(np.median(offs, axis=0), 0.0))
+    dur_s = np.maximum(np.median(durs, axis=0), 0.0)
+    period_s = statistics.median((anchors[k + 1] - anchors[k]) * 1e-6 for k in chosen)
+    ref = per_step[chosen[0]]
+    kernels = [_kernel(i, ref[i], float(dur_s[i]), gpu_name) for i in range(n)]
+    trace = KernelTrace(name, kernels, {
+        "generator": GENERATOR, "gpu": gpu_name, "steps_profiled": len(ranges), "steps_used": len(chosen),
+        "step_period_s": period_s, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "source": "torch.profiler (CUPTI) over live training steps; FLOPs/bytes estimated from operator shapes",
+        **(meta or {})})
+    timeline = StepTimeline(start_s, dur_s, period_s, tuple(a.name for a in ref), "profile")
+    return StepProfile(trace, timeline, len(ranges), len(chosen), notes)
+
+
+class StepProfiler:
+    """Profiles consecutive training steps of a live loop (module docstring).
+
+    Call :meth:`start` at a step mark, :meth:`mark` at each following one, and :meth:`stop` at the mark that
+    ends the last profiled step.
+
+    Raises:
+        GpuUnavailableError: No CUDA GPU.
+    """
+
+    def __init__(self) -> None:
+        try:
+            import torch
+        except ImportError:  # pragma: no cover - torch is a dependency
+            raise GpuUnavailableError("PyTorch is not installed.", "pip install torch (with CUDA).") from None
+        if not torch.cuda.is_available():
+            raise GpuUnavailableError("profiling the training step needs a CUDA GPU, and PyTorch sees none.",
+                                      "run on a GPU machine, or pass both a schedule and a step timeline.")
+        self._torch = torch
+        self._prof: Any = None
+        self._range: Any = None
+        self.steps = 0
+
+    def start(self) -> None:
+        """Start profiling; the current step is the first profiled one."""
+        from torch.profiler import ProfilerActivity, profile
+
+        self._torch.cuda.synchronize()
+        self._prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True)
+        self._prof.__enter__()
+        self._open()
+
+    def _open(self) -> None:
+        self._range = self._torch.autograd.profiler.record_function(STEP_RANGE)
+        self._range.__enter__()
+        self.steps += 1
+
+    def _close(self) -> None:
+        if self._range is not None:
+            self._range.__exit__(None, None, None)
+            self._range = None
+
+    def mark(self) -> None:
+        """The next profiled step starts now."""
+        self._close()
+        self._open()
+
+    def stop(self) -> dict[str, Any]:
+        """End the last profiled step and the profiler; returns the Chrome trace."""
+        self._close()
+        self._torch.cuda.synchronize()
+        self._prof.__exit__(None, None, None)
+        fd, path = tempfile.mkstemp(suffix=".json", prefix="rlclock-deploy-profile-")
+        os.close(fd)
+        try:
+            self._prof.export_chrome_trace(path)
+            with open(path, encoding="utf-8") as f:
+                return json.load(f)
+        finally:
+            os.unlink(path)

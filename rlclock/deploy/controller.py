@@ -1,0 +1,255 @@
+"""ClockController: apply a per-kernel clock schedule while a live training loop runs.
+
+The training loop marks each step; everything else happens elsewhere::
+
+    timeline = StepTimeline.load("step.timeline.json")       # when each kernel starts (from a profile)
+    schedule = ClockSchedule.load("step.schedule.json")      # which clocks each kernel wants
+    with ClockController(schedule, timeline, latency_s=0.006) as ctl:   # dry run: nothing is set
+        for batch in data:
+            with ctl.step():                                  # or ctl.step() at the top of the loop
+                loss = model(batch).backward(); opt.step()
+    print(ctl.report.text())
+
+* :func:`~rlclock.deploy.plan.plan_switches` collapses the schedule into the switches it implies, each issued
+  ``lookahead_s`` (>= the switching latency) before the kernels it serves; switches that cannot land in
+  time are left out (the rule is in :mod:`rlclock.deploy.plan`).
+* A switch worker — its own process by default (:mod:`rlclock.deploy.worker`) — issues them through
+  :class:`~rlclock.gpu.clocks.ClockControl` (opt-in with ``allow_clock_control=True``, validated against the
+  GPU's clock table, restored on every way out, watchdog for a killed process). The training loop never
+  calls NVML and never waits for the worker.
+* Step anchors (:mod:`rlclock.deploy.anchor`) tell the worker when each step started *on the GPU*: a CUDA
+  event per step, waited on by a helper thread.
+* :meth:`ClockController.close` (or leaving the ``with`` block) stops the worker, which restores the
+  clocks, and builds the :class:`~rlclock.deploy.report.ControllerReport`: switches issued, missed, and the
+  error between planned and actual switch times.
+
+Without ``allow_clock_control`` the controller is a dry run: every switch is planned, timed and recorded
+(with NVML's checks of the clock table), and nothing is set. On a machine without NVML the dry run records
+the switches only ("plan-only"); without CUDA the anchors are the host times of the marks.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from rlclock.deploy.anchor import CudaAnchors, HostAnchors
+from rlclock.deploy.plan import SwitchPlan, plan_switches
+from rlclock.deploy.process import WorkerHandle
+from rlclock.deploy.report import ControllerReport, build_report
+from rlclock.deploy.timeline import StepTimeline
+from rlclock.errors import DeployError, GpuUnavailableError
+from rlclock.schedule import ClockSchedule
+
+ANCHOR_SOURCES = ("auto", "cuda", "host")
+
+
+class StepMark:
+    """Returned by :meth:`ClockController.step`; as a ``with`` block it also marks the step's end."""
+
+    __slots__ = ("_ctl", "step")
+
+    def __init__(self, ctl: ClockController | None, step: int) -> None:
+        self._ctl = ctl
+        self.step = step
+
+    def __enter__(self) -> StepMark:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._ctl is not None:
+            self._ctl._mark_end(self.step)
+
+
+def default_latency_s(gpu_name: str | None) -> float:
+    """The switching latency of the GPU preset matching an NVML name, seconds.
+
+    Raises:
+        DeployError: No preset matches, so the latency is unknown.
+    """
+    from rlclock.errors import SpecError
+    from rlclock.gpu.spec import get_spec
+
+    try:
+        if gpu_name:
+            return float(get_spec(gpu_name).switch_latency_s)
+    except SpecError:
+        pass
+    raise DeployError(f"the switching latency of GPU {gpu_name or '(unknown)'} is not known (no GPU preset matches).",
+                      "pass latency_s (e.g. 0.006 for a Hopper GPU).")
+
+
+def nvml_present() -> bool:
+    """True when NVML initialises and sees a GPU."""
+    from rlclock.gpu import nvml
+
+    return nvml.available()
+
+
+def cuda_present() -> bool:
+    """True when PyTorch is importable and sees a CUDA GPU."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return False
+    return bool(torch.cuda.is_available())
+
+
+class ClockController:
+    """Applies a clock schedule in a live training loop (module docstring).
+
+    Args:
+        schedule: One requested configuration per kernel invocation of the step.
+        timeline: When each invocation starts, from the step's anchor (same length as ``schedule``).
+        device: NVML index of the GPU to control (the training process's GPU).
+        allow_clock_control: Opt in to setting clocks; without it the controller is a dry run.
+        latency_s: The GPU's switching latency, seconds; default: its preset's (6 ms for an H200).
+        lookahead_s: How far ahead of its kernels a switch is issued, seconds (>= ``latency_s``; default
+            ``latency_s`` + 0.5 ms, :data:`~rlclock.deploy.plan.LOOKAHEAD_MARGIN_S`).
+        min_dwell_s: A switch must land at least this long before its segment ends, seconds.
+        read_back: Read the clocks back one latency after each switch (in the worker).
+        worker: ``"process"`` (default) or ``"thread"``.
+        anchor: ``"cuda"`` (GPU events), ``"host"`` (host time of the marks) or ``"auto"`` (cuda when available).
+        nvml: Use NVML (``None``: when available). Without it only a plan-only dry run is possible.
+
+    Raises:
+        DeployError: Bad latency/lookahead, no NVML for a live run, unknown latency, worker failure.
+        ScheduleError: Schedule and timeline lengths differ.
+        ClockError: A configuration of the schedule is not supported by the GPU.
+    """
+
+    def __init__(self, schedule: ClockSchedule, timeline: StepTimeline, *, device: int = 0,
+                 allow_clock_control: bool = False, latency_s: float | None = None, lookahead_s: float | None = None,
+                 min_dwell_s: float = 0.0, read_back: bool = True, worker: str = "process", anchor: str = "auto",
+                 nvml: bool | None = None) -> None:
+        if anchor not in ANCHOR_SOURCES:
+            raise DeployError(f"anchor source {anchor!r} is not known.", f"use one of {list(ANCHOR_SOURCES)}.")
+        self.schedule = schedule
+        self.timeline = timeline
+        self.device = int(device)
+        self.allow_clock_control = bool(allow_clock_control)
+        self.use_nvml = nvml_present() if nvml is None else bool(nvml)
+        if self.allow_clock_control and not self.use_nvml:
+            raise GpuUnavailableError("clock control was asked for, but NVML sees no NVIDIA GPU on this machine.",
+                                      "run on a GPU machine (rlclock doctor), or use the dry-run mode.")
+        if latency_s is None:
+            latency_s = default_latency_s(self._gpu_name() if self.use_nvml else None)
+        self.plan: SwitchPlan = plan_switches(schedule, timeline, float(latency_s), lookahead_s, min_dwell_s)
+        self.read_back = bool(read_back)
+        self.worker_mode = worker
+        if anchor == "auto":
+            anchor = "cuda" if cuda_present() else "host"
+        if anchor == "cuda" and not cuda_present():
+            raise GpuUnavailableError("CUDA step anchors were asked for, but PyTorch sees no CUDA GPU.",
+                                      "use anchor='host' (or 'auto') on a machine without a GPU.")
+        self.anchor_source = anchor
+        self.report: ControllerReport | None = None
+        self._handle: WorkerHandle | None = None
+        self._anchors: CudaAnchors | HostAnchors | None = None
+        self._step = -1
+        self._lock = threading.Lock()
+
+    def _gpu_name(self) -> str | None:
+        from rlclock.gpu import nvml
+
+        try:
+            return nvml.NvmlDevice(self.device).name
+        except Exception:
+            return None
+
+    # -- life cycle ----------------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        """True between :meth:`start` and :meth:`close`."""
+        return self._handle is not None
+
+    @property
+    def dry_run(self) -> bool:
+        """True unless clocks are actually set."""
+        return not self.allow_clock_control
+
+    @property
+    def steps(self) -> int:
+        """Steps marked so far."""
+        return self._step + 1
+
+    def start(self) -> ClockController:
+        """Start the switch worker and the step anchors (idempotent)."""
+        with self._lock:
+            if self._handle is not None:
+                return self
+            if self.report is not None:
+                raise DeployError("this clock controller was closed.", "create a new ClockController.")
+            settings = {"plan": self.plan.to_dict(), "device": self.device,
+                        "allow_clock_control": self.allow_clock_control, "nvml": self.use_nvml,
+                        "read_back": self.read_back}
+            handle = WorkerHandle(settings, self.worker_mode)
+            try:
+                self._anchors = (CudaAnchors(handle.send_anchor) if self.anchor_source == "cuda"
+                                 else HostAnchors(handle.send_anchor))
+            except BaseException:
+                handle.stop()
+                raise
+            self._handle = handle
+        return self
+
+    def step(self) -> StepMark:
+        """Mark the start of the next training step (call it at the top of every step).
+
+        Returns:
+            A :class:`StepMark`; used as ``with ctl.step():`` it also marks the step's end, which makes the
+            report's placement of the kernels more precise.
+        """
+        if self._handle is None:
+            self.start()
+        self._step += 1
+        assert self._anchors is not None
+        self._anchors.mark_start(self._step)
+        return StepMark(self, self._step)
+
+    def _mark_end(self, step: int) -> None:
+        if self._anchors is not None and step == self._step:
+            self._anchors.mark_end(step)
+
+    def close(self) -> ControllerReport:
+        """Stop the worker (it restores the clocks) and build the report (idempotent)."""
+        with self._lock:
+            if self.report is not None:
+                return self.report
+            if self._handle is None:
+                raise DeployError("the clock controller was never started.", "call start() or step() first.")
+            log = self._anchors.close() if self._anchors is not None else None
+            result = self._handle.stop()
+            info = self._handle.info
+            if not result and self.allow_clock_control:
+                _reset_after_failure(self.device)
+            from rlclock.deploy.anchor import AnchorLog
+
+            self.report = build_report(self.plan, log if log is not None else AnchorLog(self.anchor_source),
+                                       result, info, self.worker_mode)
+            if self._handle.send_errors:
+                self.report.notes.append(f"{self._handle.send_errors} step anchors could not be sent to the worker")
+            self._handle = None
+            return self.report
+
+    def __enter__(self) -> ClockController:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = "live" if self.allow_clock_control else "dry-run"
+        return (f"ClockController({mode}, GPU {self.device}, {len(self.schedule)} kernels, "
+                f"{self.plan.n_switches} switches per step, worker {self.worker_mode}, anchors {self.anchor_source})")
+
+
+def _reset_after_failure(device: int) -> None:
+    """The worker did not report a clean end: reset the GPU's locked clocks from here too."""
+    from rlclock.gpu.clocks import reset_clocks
+
+    try:
+        reset_clocks([device])
+    except Exception as exc:  # the watchdog is the last line; say what happened
+        print(f"rlclock: could not reset the clocks of GPU {device} after the switch worker failed: {exc} "
+              "(run rlclock reset-clocks)", flush=True)
+

@@ -1,0 +1,258 @@
+"""What a :class:`~rlclock.deploy.controller.ClockController` did, and how well its switches were timed.
+
+Two errors are reported for every switch the worker issued:
+
+* **issue error** = issued − planned: how late the worker called the driver against its own plan
+  (``anchor + issue_s``) — its timer, the anchor arriving late, or waiting for the previous switch.
+* **switch-time error** = issued − ideal, where ideal = (when the segment's first kernel actually started)
+  − lookahead. The actual start is placed from GPU timestamps at the step boundaries: the step's anchor plus
+  the planned offset, stretched by the step's measured GPU duration over the planned one (to the end mark
+  when the loop gives one, else to the next step's start). A switch is *late* when it would land
+  (issued + latency) after its kernels started.
+
+Steps that follow a pause (an anchor interval over :data:`PAUSE_FACTOR` times the median, e.g. evaluation
+or a checkpoint between steps) are left out of the error statistics, as are switches for a step that never
+came: both were timed against a step period that did not hold. They are counted in ``excluded``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlclock.deploy.anchor import AnchorLog
+from rlclock.deploy.plan import SwitchPlan
+
+PAUSE_FACTOR = 3.0
+"""An anchor interval longer than this many median intervals is a pause."""
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary of a set of times, seconds.
+
+    Attributes:
+        n: How many.
+        median_s: Median.
+        mean_s: Mean.
+        p95_abs_s: 95th percentile of the absolute values.
+        max_abs_s: Largest absolute value.
+    """
+
+    n: int = 0
+    median_s: float = math.nan
+    mean_s: float = math.nan
+    p95_abs_s: float = math.nan
+    max_abs_s: float = math.nan
+
+    @classmethod
+    def of(cls, values: np.ndarray | list[float]) -> Stats:
+        """Statistics of the finite values."""
+        v = np.asarray(values, dtype=float)
+        v = v[np.isfinite(v)]
+        if v.size == 0:
+            return cls()
+        a = np.abs(v)
+        return cls(int(v.size), float(np.median(v)), float(v.mean()), float(np.percentile(a, 95)), float(a.max()))
+
+    def ms(self) -> str:
+        """``median / p95 |x| / max |x|`` in milliseconds."""
+        if self.n == 0:
+            return "n/a"
+        return f"{self.median_s * 1e3:+.3f} / {self.p95_abs_s * 1e3:.3f} / {self.max_abs_s * 1e3:.3f} ms"
+
+
+@dataclass
+class ControllerReport:
+    """The controller's run.
+
+    Attributes:
+        mode: ``"live"`` (clocks set), ``"dry-run"`` (NVML present, nothing set) or ``"plan-only"`` (no NVML).
+        gpu_name: The GPU's NVML name (``None`` without NVML).
+        device: NVML index of the GPU.
+        worker: ``"process"`` or ``"thread"``.
+        anchor_source: ``"cuda"`` (GPU events) or ``"host"``.
+        plan: The switch plan applied.
+        steps: Steps marked.
+        step_time_s: Median GPU time from one step's start to the next one's, seconds.
+        busy_time_s: Median GPU time from a step's start mark to its end mark, seconds (NaN without end marks).
+        issued: Switches issued (or, in a dry run, that would have been).
+        missed: Switches dropped because they could no longer land before their segment ended.
+        stale: Switches dropped because their step was over before they were due.
+        noop: Switches not needed (the configuration was already requested).
+        resync: Switches that brought the clocks to the plan's configuration outside the plan's events.
+        excluded: Issued switches left out of the error statistics (after a pause, or for a step that never came).
+        late: Issued switches that would land after their kernels started.
+        issue_error: Issued − planned (module docstring).
+        switch_error: Issued − ideal (module docstring).
+        anchor_delay: How long after a step's start the controller learned of it.
+        call_time: Duration of the driver calls (0 in a dry run).
+        readbacks: Clock read-backs taken one latency after a switch.
+        readback_matched: Of those, how many showed the requested core and memory clocks (live mode only).
+        energy_j: GPU energy over the controlled steps, joules (``None`` if not measured).
+        energy_time_s: Wall time the energy was measured over, seconds.
+        notes: Anything the user should know (errors of the anchor thread, the worker's end, a restore failure).
+    """
+
+    mode: str
+    gpu_name: str | None
+    device: int | None
+    worker: str
+    anchor_source: str
+    plan: SwitchPlan
+    steps: int = 0
+    step_time_s: float = math.nan
+    busy_time_s: float = math.nan
+    issued: int = 0
+    missed: int = 0
+    stale: int = 0
+    noop: int = 0
+    resync: int = 0
+    excluded: int = 0
+    late: int = 0
+    issue_error: Stats = field(default_factory=Stats)
+    switch_error: Stats = field(default_factory=Stats)
+    anchor_delay: Stats = field(default_factory=Stats)
+    call_time: Stats = field(default_factory=Stats)
+    readbacks: int = 0
+    readback_matched: int | None = None
+    energy_j: float | None = None
+    energy_time_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def late_fraction(self) -> float:
+        """Share of the judged switches that would land after their kernels started."""
+        n = self.switch_error.n
+        return self.late / n if n else math.nan
+
+    def text(self) -> str:
+        """A few lines for the console."""
+        lines = [
+            f"rlclock controller: {self.mode} on GPU {self.device if self.device is not None else '-'} "
+            f"({self.gpu_name or 'no NVML'}), worker {self.worker}, anchors from {self.anchor_source}",
+            f"  plan: {self.plan.describe()}",
+            f"  steps {self.steps}, step {self.step_time_s * 1e3:.3f} ms (GPU, median); switches issued "
+            f"{self.issued}, missed {self.missed}, stale {self.stale}, resync {self.resync}, "
+            f"excluded from timing {self.excluded}",
+            f"  issue error (issued - planned), median / p95 |e| / max |e|: {self.issue_error.ms()}",
+            f"  switch-time error (issued - ideal from the kernels' GPU times): {self.switch_error.ms()}; "
+            f"late {self.late} of {self.switch_error.n}",
+            f"  anchor delay: {self.anchor_delay.ms()}; driver call: {self.call_time.ms()}",
+        ]
+        if self.readbacks:
+            matched = "" if self.readback_matched is None else f", at the requested clocks {self.readback_matched}"
+            lines.append(f"  read-backs {self.readbacks}{matched}")
+        if self.energy_j is not None and self.energy_time_s:
+            lines.append(f"  energy {self.energy_j:.1f} J over {self.energy_time_s:.2f} s "
+                         f"({self.energy_j / self.energy_time_s:.1f} W)")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        d = asdict(self)
+        d["plan"] = self.plan.to_dict()
+        d["late_fraction"] = self.late_fraction
+        return d
+
+    def save(self, path: str | Path) -> Path:
+        """Write :meth:`as_dict` as JSON."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.as_dict(), indent=1, default=_json_default))
+        return path
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    return str(x)
+
+
+def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any], info: dict[str, Any],
+                 worker: str) -> ControllerReport:
+    """Put the anchors and the worker's records together (module docstring).
+
+    Args:
+        plan: The plan the worker applied.
+        log: The anchors of the marked steps.
+        worker_result: :meth:`SwitchWorker.result` plus ``ended`` and ``restore_error``.
+        info: The worker's description of its control (``mode``, ``gpu_name``, ``device``).
+        worker: ``"process"`` or ``"thread"``.
+    """
+    rep = ControllerReport(mode=str(info.get("mode", "?")), gpu_name=info.get("gpu_name"),
+                           device=info.get("device"), worker=worker, anchor_source=log.source, plan=plan)
+    steps = np.asarray(log.step, dtype=np.int64)
+    rep.steps = int(steps.size)
+    anchors = log.final_anchors_s()
+    periods = log.periods_s()
+    busy = np.asarray(log.busy_s, dtype=float)
+    if np.isfinite(periods).any():
+        rep.step_time_s = float(np.nanmedian(periods))
+    if np.isfinite(busy).any():
+        rep.busy_time_s = float(np.nanmedian(busy))
+    rep.anchor_delay = Stats.of(np.asarray(log.seen_s, dtype=float) - anchors)
+    pos = {int(s): i for i, s in enumerate(steps)}
+    med = rep.step_time_s
+    records = worker_result.get("records", [])
+    issue_err, switch_err, calls = [], [], []
+    for status, step, event, planned, issued, call_s, _estimated in records:
+        if status in ("missed", "stale", "noop"):
+            setattr(rep, status, getattr(rep, status) + 1)
+            continue
+        if status == "resync":
+            rep.resync += 1
+            continue
+        rep.issued += 1
+        calls.append(call_s)
+        i = pos.get(int(step))
+        paused = i is None or (i > 0 and math.isfinite(med) and math.isfinite(periods[i - 1])
+                               and periods[i - 1] > PAUSE_FACTOR * med)
+        if paused:
+            rep.excluded += 1
+            continue
+        issue_err.append(issued - planned)
+        ev = plan.events[int(event)]
+        if math.isfinite(busy[i]) and plan.span_s > 0:
+            stretch = busy[i] / plan.span_s
+        elif math.isfinite(periods[i]) and periods[i] <= PAUSE_FACTOR * med:
+            stretch = periods[i] / plan.period_s
+        else:
+            stretch = 1.0
+        kernel_start = anchors[i] + ev.start_s * stretch
+        switch_err.append(issued - (kernel_start - plan.lookahead_s))
+        if issued + plan.latency_s > kernel_start:
+            rep.late += 1
+    rep.issue_error = Stats.of(issue_err)
+    rep.switch_error = Stats.of(switch_err)
+    rep.call_time = Stats.of(calls)
+    reads = worker_result.get("reads", [])
+    rep.readbacks = len(reads)
+    if rep.mode == "live" and reads:
+        rep.readback_matched = sum(1 for r in reads if _matches(r[3], r[4], r[6]))
+    rep.notes += [f"anchor thread: {e}" for e in log.errors]
+    ended = worker_result.get("ended")
+    if not worker_result:
+        rep.notes.append("the switch worker did not report back (it may have died); in live mode its watchdog "
+                         "restores the clocks")
+    elif ended not in (None, "stopped"):
+        rep.notes.append(f"the switch worker ended early: {ended}")
+    if worker_result.get("restore_error"):
+        rep.notes.append(f"restoring the clocks failed: {worker_result['restore_error']} "
+                         "(run rlclock reset-clocks)")
+    return rep
+
+
+def _matches(sm_mhz: int | None, mem_mhz: int | None, requested: str) -> bool:
+    from rlclock.schedule import ClockConfig
+
+    c = ClockConfig.parse(requested)
+    return (c.core_mhz is None or sm_mhz == c.core_mhz) and (c.mem_mhz is None or mem_mhz == c.mem_mhz)

@@ -1,0 +1,391 @@
+"""The switch worker: issues a :class:`~rlclock.deploy.plan.SwitchPlan`'s switches at their times.
+
+It runs apart from the training loop — by default in its own process (``python -m rlclock.deploy.worker``),
+so neither the driver calls nor the interpreter lock of the training process delay it, and the training
+loop never waits on NVML. The training process sends it one message per step: the step's *anchor*, the
+``time.monotonic()`` moment at which that step started on the GPU (a system-wide clock, so both processes
+read the same time). For every step the worker then
+
+* issues the step's switches at ``anchor + issue_s``;
+* issues the switches planned for the start of the *next* step (negative ``issue_s``) at
+  ``anchor + period + issue_s``, with the period estimated from recent anchors, and re-times them when
+  the next anchor arrives;
+* never issues a switch less than the latency after the previous one, and drops a switch that could no
+  longer land before its segment ends (``missed``), or whose step is already over (``stale``);
+* catches up at once on the first step's early switches (they were due before the first anchor arrived), and
+  brings the clocks to the plan's configuration when the plan has no switch at all (both ``resync``);
+* reads the clocks back one latency after each switch (``read_back``), to see whether it landed.
+
+The clocks are changed through :class:`~rlclock.gpu.clocks.ClockControl` (opt-in, validation, restore,
+watchdog) or, on a machine without NVML, only recorded (plan-only dry run). The worker restores the
+clocks when told to stop, when the training process's end of the connection closes (however it ended),
+when that process no longer exists, and on SIGTERM; SIGINT is left to the training process, which then
+stops the worker. A killed worker's locks are undone by ClockControl's watchdog.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import heapq
+import os
+import signal
+import statistics
+import struct
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from rlclock.deploy.plan import SwitchPlan
+from rlclock.errors import DeployError, RlclockError
+from rlclock.schedule import AUTO, ClockConfig
+
+STEP_MESSAGE = struct.Struct("<cqd")
+"""Training process to worker: ``(b"S", step index, anchor time_s)``."""
+STOP_MESSAGE = b"Q"
+POLL_MAX_S = 0.5
+"""Longest wait without a look at whether the training process still exists, seconds."""
+FINE_WAIT_S = 0.002
+"""The last part of a wait is done in short sleeps (the coarse wait's timer rounds to milliseconds), seconds."""
+SPIN_S = 2e-4
+"""The last part of a wait before a switch, seconds: busy-waited in the worker process, whose sleeps overshoot by
+tens of microseconds."""
+PERIOD_HISTORY = 16
+"""Anchor intervals the step-period estimate is the median of."""
+
+
+@dataclass(order=True)
+class _Task:
+    due_s: float
+    seq: int
+    kind: str = field(compare=False)  # "switch", "resync" (outside the plan's timing) or "read"
+    step: int = field(compare=False)
+    event: int = field(compare=False)  # index into plan.events; -1 for a resync
+    anchor_s: float = field(compare=False)  # anchor of the step the switch serves (estimated when pre-issued)
+    estimated: bool = field(compare=False)
+    planned_s: float = field(compare=False)
+
+
+class PlanOnlyControl:
+    """Stands in for :class:`~rlclock.gpu.clocks.ClockControl` where there is no NVML: records requests only.
+
+    Used for dry runs on machines without an NVIDIA GPU (tests, CPU runs): the timing of every switch is
+    still planned, issued and reported, but no clock exists to change or read.
+    """
+
+    dry_run = True
+
+    def __init__(self) -> None:
+        self.current: ClockConfig = AUTO
+        self.calls = 0
+
+    def validate(self, config: ClockConfig | str) -> ClockConfig:
+        """The parsed configuration (no clock table to check against)."""
+        return ClockConfig.parse(config)
+
+    def apply(self, config: ClockConfig | str, read_back: bool = False) -> None:
+        """Record the request."""
+        self.current = ClockConfig.parse(config)
+        self.calls += 1
+
+    def read(self) -> None:
+        """Nothing to read."""
+        return None
+
+    def close(self) -> None:
+        """Back to auto."""
+        self.current = AUTO
+
+
+class SwitchWorker:
+    """The worker's bookkeeping: which switch is due when, what was issued, missed or read back.
+
+    Args:
+        plan: The switch plan of every step.
+        control: A :class:`~rlclock.gpu.clocks.ClockControl` or :class:`PlanOnlyControl`.
+        read_back: Read the clocks one latency after each switch.
+        clock: The time source, seconds (``time.monotonic``; replaceable in tests).
+    """
+
+    def __init__(self, plan: SwitchPlan, control: Any, read_back: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.plan = plan
+        self.control = control
+        self.read_back = read_back
+        self.clock = clock
+        self.latency_s = plan.latency_s
+        self._tasks: list[_Task] = []
+        self._seq = 0
+        self._scheduled: set[tuple[int, int]] = set()
+        self._handled: set[tuple[int, int]] = set()
+        self._anchors: dict[int, float] = {}
+        self._intervals: deque[float] = deque(maxlen=PERIOD_HISTORY)
+        self._last_issue_s = -float("inf")
+        self.last_step = -1
+        self.records: list[tuple[str, int, int, float, float, float, bool]] = []
+        """``(status, step, event, planned_s, issued_s, call_s, pre_issued_estimate)`` per switch task:
+        status ``switch``, ``missed``, ``stale``, ``noop`` or ``resync``; ``issued_s`` is NaN unless issued."""
+        self.reads: list[tuple[int, int, float, int | None, int | None, str, str]] = []
+        """``(step, event, time_s, sm_clock_mhz, mem_clock_mhz, reasons, requested)`` per read-back."""
+        self._pre = [i for i, e in enumerate(plan.events) if e.pre_issued]
+        self._in = [i for i, e in enumerate(plan.events) if not e.pre_issued]
+
+    # -- scheduling --------------------------------------------------------------------------------------
+    @property
+    def period_s(self) -> float:
+        """Estimated anchor-to-anchor time: median of recent intervals, else the plan's period."""
+        return statistics.median(self._intervals) if self._intervals else self.plan.period_s
+
+    def next_due(self) -> float | None:
+        """When the next task is due (``None`` if none is pending)."""
+        return self._tasks[0].due_s if self._tasks else None
+
+    def _push(self, due_s: float, kind: str, step: int, event: int, anchor_s: float, estimated: bool,
+              planned_s: float | None = None) -> None:
+        self._seq += 1
+        heapq.heappush(self._tasks, _Task(due_s, self._seq, kind, step, event, anchor_s, estimated,
+                                          due_s if planned_s is None else planned_s))
+        if kind != "read":
+            self._scheduled.add((step, event))
+
+    def on_anchor(self, step: int, anchor_s: float) -> None:
+        """Step ``step`` started on the GPU at ``anchor_s``: schedule its switches and the next step's early ones."""
+        if step <= self.last_step:
+            return
+        prev = self._anchors.get(step - 1)
+        if prev is not None and anchor_s > prev:
+            self._intervals.append(anchor_s - prev)
+        self._anchors[step] = anchor_s
+        for old in [s for s in self._anchors if s < step - 2]:
+            del self._anchors[old]
+        self._handled = {h for h in self._handled if h[0] >= step - 1}
+        self.last_step = step
+        events = self.plan.events
+        keep: list[_Task] = []
+        for t in self._tasks:
+            if t.kind != "read" and t.step < step:
+                self._done(t)
+                self.records.append(("stale", t.step, t.event, t.planned_s, float("nan"), 0.0, t.estimated))
+            elif t.kind == "switch" and t.step == step and t.estimated:
+                due = anchor_s + events[t.event].issue_s
+                keep.append(_Task(due, t.seq, t.kind, t.step, t.event, anchor_s, True, due))
+            else:
+                keep.append(t)
+        self._tasks = keep
+        heapq.heapify(self._tasks)
+        for i in self._pre:  # the first step, or its early switches were never scheduled: catch up now
+            if (step, i) not in self._scheduled and (step, i) not in self._handled:
+                self._push(anchor_s + events[i].issue_s, "resync", step, i, anchor_s, False)
+        for i in self._in:
+            self._push(anchor_s + events[i].issue_s, "switch", step, i, anchor_s, False)
+        nxt = anchor_s + self.period_s
+        for i in self._pre:
+            self._push(nxt + events[i].issue_s, "switch", step + 1, i, nxt, True)
+        if not events and self.control.current != self.plan.initial:
+            self._push(anchor_s, "resync", step, -1, anchor_s, False)
+
+    def _done(self, t: _Task) -> None:
+        self._scheduled.discard((t.step, t.event))
+        self._handled.add((t.step, t.event))
+
+    # -- execution ---------------------------------------------------------------------------------------
+    def run_due(self, now: float | None = None) -> int:
+        """Carry out every task due by ``now``; returns the switches issued."""
+        now = self.clock() if now is None else now
+        issued = 0
+        while self._tasks and self._tasks[0].due_s <= now:
+            t = heapq.heappop(self._tasks)
+            if t.kind == "read":
+                self._read(t)
+                continue
+            earliest = self._last_issue_s + self.latency_s
+            if now < earliest:  # rule 3: one switch at a time
+                self._seq += 1
+                heapq.heappush(self._tasks, _Task(earliest, self._seq, t.kind, t.step, t.event, t.anchor_s,
+                                                  t.estimated, t.planned_s))
+                continue
+            self._done(t)
+            if t.event >= 0:
+                ev = self.plan.events[t.event]
+                config, end = ev.config, t.anchor_s + ev.end_s
+            else:
+                config, end = self.plan.initial, t.anchor_s + self.plan.span_s + self.plan.period_s
+            if now + self.latency_s >= end - self.plan.min_dwell_s:
+                self.records.append(("missed", t.step, t.event, t.planned_s, float("nan"), 0.0, t.estimated))
+                continue
+            if config == self.control.current:
+                self.records.append(("noop", t.step, t.event, t.planned_s, float("nan"), 0.0, t.estimated))
+                continue
+            t0 = self.clock()
+            self.control.apply(config, read_back=False)
+            t1 = self.clock()
+            self._last_issue_s = t0
+            issued += 1
+            self.records.append((t.kind, t.step, t.event, t.planned_s, t0, t1 - t0, t.estimated))
+            if self.read_back:
+                self._push(t0 + self.latency_s, "read", t.step, t.event, t.anchor_s, False)
+            now = max(now, t1)
+        return issued
+
+    def _read(self, t: _Task) -> None:
+        rec = self.control.read()
+        if rec is None:
+            return
+        requested = self.plan.events[t.event].config if t.event >= 0 else self.plan.initial
+        self.reads.append((t.step, t.event, self.clock(), rec.sm_clock_mhz, rec.mem_clock_mhz,
+                           "/".join(rec.reasons), str(requested)))
+
+    def result(self) -> dict[str, Any]:
+        """What the worker did, as plain data for the training process."""
+        return {"records": list(self.records), "reads": list(self.reads), "period_s": self.period_s}
+
+
+# -- the loop ----------------------------------------------------------------------------------------------
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _handle(worker: SwitchWorker, data: bytes) -> bool:
+    """Apply one message; False when told to stop."""
+    if data == STOP_MESSAGE:
+        return False
+    if len(data) == STEP_MESSAGE.size and data[:1] == b"S":
+        _, step, anchor_s = STEP_MESSAGE.unpack(data)
+        worker.on_anchor(int(step), float(anchor_s))
+    return True
+
+
+def serve(conn: Connection, worker: SwitchWorker, parent_pid: int | None = None, spin: bool = True) -> str:
+    """Run the worker until it is told to stop or the training process is gone.
+
+    Args:
+        conn: The worker's end of the connection to the training process.
+        worker: The bookkeeping.
+        parent_pid: Process id of the training process (checked every :data:`POLL_MAX_S`); ``None``: not checked.
+        spin: Busy-wait the last :data:`SPIN_S` before a switch (its own process); else yield (a thread).
+
+    Returns:
+        Why it ended: ``"stopped"``, ``"disconnected"`` or ``"parent gone"``.
+    """
+    clock = worker.clock
+    while True:
+        due = worker.next_due()
+        wait = POLL_MAX_S if due is None else min(POLL_MAX_S, due - clock())
+        try:
+            if wait > FINE_WAIT_S:
+                if conn.poll(wait - FINE_WAIT_S):
+                    if not _handle(worker, conn.recv_bytes()):
+                        return "stopped"
+                    continue
+                if due is None or due - clock() > FINE_WAIT_S:
+                    if parent_pid is not None and not _alive(parent_pid):
+                        return "parent gone"
+                    continue
+            while due is not None and (left := due - clock()) > 0:
+                if conn.poll(0):
+                    break
+                if left > SPIN_S:
+                    time.sleep(left - SPIN_S)
+                elif not spin:
+                    time.sleep(0)
+            if conn.poll(0) and not _handle(worker, conn.recv_bytes()):
+                return "stopped"
+        except (EOFError, OSError):
+            return "disconnected"
+        worker.run_due()
+
+
+def build_control(settings: dict[str, Any], handle_signals: bool) -> Any:
+    """The clock control the worker uses: ClockControl (NVML) or PlanOnlyControl (``nvml`` false).
+
+    Raises:
+        RlclockError: NVML is missing, clock control was not allowed, or a planned configuration is not
+            supported by the GPU.
+    """
+    plan = SwitchPlan.from_dict(settings["plan"])
+    if settings.get("nvml", True):
+        from rlclock.gpu.clocks import ClockControl
+
+        control = ClockControl(int(settings["device"]), allow_clock_control=bool(settings["allow_clock_control"]),
+                               handle_signals=handle_signals)
+    else:
+        if settings["allow_clock_control"]:
+            raise DeployError("clock control was asked for, but this machine has no NVML to set clocks with.",
+                              "run on a machine with an NVIDIA GPU and driver, or use the dry-run mode.")
+        control = PlanOnlyControl()
+    try:
+        for c in plan.configs:
+            control.validate(c)
+        if hasattr(control, "start_watchdog"):
+            control.start_watchdog()  # now, not at the first switch: starting it takes a moment
+    except RlclockError:
+        control.close()
+        raise
+    return control
+
+
+def describe_control(control: Any) -> dict[str, Any]:
+    """Mode, GPU and process of a worker's control, for the report."""
+    device = getattr(control, "device", None)
+    return {"mode": ("dry-run" if control.dry_run else "live") if device is not None else "plan-only",
+            "gpu_name": getattr(device, "name", None), "device": getattr(control, "device_index", None),
+            "pid": os.getpid()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the worker process (see the module docstring)."""
+    p = argparse.ArgumentParser(prog="python -m rlclock.deploy.worker")
+    p.add_argument("--fd", type=int, required=True, help="the worker's end of the connection (a socket)")
+    p.add_argument("--parent", type=int, required=True, help="process id of the training process")
+    args = p.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
+
+    def _terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _terminate)
+    conn = Connection(args.fd)
+    control = None
+    why = "error"
+    worker = None
+    try:
+        settings = conn.recv()
+        try:
+            control = build_control(settings, handle_signals=False)
+        except RlclockError as exc:
+            conn.send(("error", exc))
+            return 1
+        plan = SwitchPlan.from_dict(settings["plan"])
+        worker = SwitchWorker(plan, control, read_back=bool(settings.get("read_back", True)))
+        conn.send(("ready", describe_control(control)))
+        why = serve(conn, worker, args.parent)
+    except (EOFError, OSError):
+        why = "disconnected"
+    finally:
+        error = None
+        if control is not None:
+            try:
+                control.close()
+            except RlclockError as exc:
+                error = str(exc)
+                print(f"rlclock worker: could not restore the clocks: {exc}", file=sys.stderr, flush=True)
+        if worker is not None:
+            with contextlib.suppress(OSError, ValueError):
+                conn.send(("done", {**worker.result(), "ended": why, "restore_error": error}))
+        conn.close()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - run as a process
+    raise SystemExit(main())

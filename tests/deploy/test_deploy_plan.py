@@ -1,0 +1,134 @@
+"""Timeline and switch plan: segments, lookahead, one switch at a time, the worth-issuing rule, steady state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlclock.deploy.plan import LOOKAHEAD_MARGIN_S, SwitchPlan, plan_switches, segments_of
+from rlclock.deploy.timeline import StepTimeline
+from rlclock.errors import DeployError, ScheduleError
+from rlclock.schedule import ClockConfig, ClockSchedule
+from rlclock.workload.trace import Kernel, KernelTrace, Measurement
+
+A, B = ClockConfig(1980, 3201), ClockConfig(1410, 3201)
+
+
+def sched(labels: str) -> ClockSchedule:
+    return ClockSchedule([A, B], ["AB".index(c) for c in labels])
+
+
+def test_timeline_from_durations_and_round_trip(tmp_path):
+    tl = StepTimeline.from_durations([1e-3, 2e-3, 3e-3], gap_s=1e-4, period_s=0.01, names=["a", "b", "c"])
+    assert np.allclose(tl.start_s, [0.0, 1.1e-3, 3.2e-3])
+    assert tl.span_s == pytest.approx(6.2e-3) and tl.period_s == 0.01 and tl.busy_s == pytest.approx(6e-3)
+    back = StepTimeline.load(tl.save(tmp_path / "t.json"))
+    assert np.array_equal(back.start_s, tl.start_s) and back.period_s == tl.period_s and back.names == tl.names
+    assert StepTimeline.from_durations([1e-3, 1e-3], period_s=1e-4).period_s == pytest.approx(2e-3)  # >= span
+
+
+@pytest.mark.parametrize("start,dur,msg", [([0.0, -1.0], [1.0, 1.0], "negative"), ([0.0], [1.0, 2.0], "one start"),
+                                            ([0.5, 0.1], [1.0, 1.0], "starts before")])
+def test_timeline_refuses_bad_input(start, dur, msg):
+    with pytest.raises(DeployError, match=msg):
+        StepTimeline(np.array(start), np.array(dur), 10.0)
+
+
+def test_timeline_from_trace_uses_in_sequence_auto_times():
+    m = [Measurement("X", 2e-3, source="isolated"), Measurement("X", 1e-3, source="in-sequence"),
+         Measurement("X", 9e-3, core_mhz=900)]
+    k = Kernel("k", "op", "gemm", "forward", 1e9, 1e6, 1e6, measured=tuple(m))
+    tl = StepTimeline.from_trace(KernelTrace("t", [k, k]))
+    assert np.allclose(tl.duration_s, [1e-3, 1e-3]) and np.allclose(tl.start_s, [0, 1e-3])
+    bare = Kernel("k", "op", "gemm", "forward", 1e9, 1e6, 1e6)
+    with pytest.raises(DeployError, match="no auto-clock measurement"):
+        StepTimeline.from_trace(KernelTrace("t", [bare]))
+
+
+def test_segments_collapse_equal_neighbours():
+    tl = StepTimeline.from_durations([1.0] * 6)
+    segs = segments_of(sched("AABBBA"), tl)
+    assert [(s.first_kernel, s.stop_kernel, s.config) for s in segs] == [(0, 2, A), (2, 5, B), (5, 6, A)]
+    assert [(s.start_s, s.end_s) for s in segs] == [(0.0, 2.0), (2.0, 5.0), (5.0, 6.0)]
+    with pytest.raises(ScheduleError, match="timeline has 6"):
+        segments_of(sched("AB"), tl)
+
+
+def test_switches_are_issued_one_lookahead_ahead_and_land_in_time(alternating):
+    schedule, timeline = alternating
+    plan = plan_switches(schedule, timeline, latency_s=0.006, lookahead_s=0.006)
+    assert plan.n_switches == 4 and not plan.skipped
+    # the first segment's switch comes during the previous step; the others 6 ms before their segment
+    assert [round(e.issue_s, 9) for e in plan.events] == [-0.006, 0.004, 0.014, 0.024]
+    assert all(e.land_s == pytest.approx(e.start_s) for e in plan.events)
+    assert plan.initial == B  # the step ends, and the next one starts, at the last segment's clocks
+    assert plan.on_plan_fraction == pytest.approx(1.0)
+    assert plan_switches(schedule, timeline, 0.006).lookahead_s == pytest.approx(0.006 + LOOKAHEAD_MARGIN_S)
+
+
+def test_a_segment_whose_switch_cannot_land_before_it_ends_is_skipped():
+    # 1 ms kernels: A x5, B, A, B x5; latency = lookahead = 3 ms. The switch into the lone B is issued at 2 ms
+    # and lands at 5 ms; the one into the lone A could only be issued at 5 ms (one switch at a time) and would
+    # land at 8 ms, after that A (6-7 ms) is over: skipped, and the B after it needs no switch.
+    tl = StepTimeline.from_durations([1e-3] * 12)
+    plan = plan_switches(sched("AAAAABABBBBB"), tl, latency_s=0.003, lookahead_s=0.003)
+    assert plan.skipped == (2,) and plan.initial == B
+    assert [(e.config, round(e.issue_s, 9), round(e.land_s, 9)) for e in plan.events] == [(A, -0.003, 0.0),
+                                                                                           (B, 0.002, 0.005)]
+    # with a 1 ms latency every segment is served
+    plan = plan_switches(sched("AAAAABABBBBB"), tl, latency_s=0.001, lookahead_s=0.001)
+    assert plan.skipped == () and plan.n_switches == 4 and plan.on_plan_fraction == pytest.approx(1.0)
+
+
+def test_switches_wait_for_the_previous_one():
+    # A x5, B x2, A x5 (1 ms kernels), latency = lookahead = 3 ms: the switch into B goes at 2 ms; the one back
+    # into A would go at 4 ms but must wait until 5 ms, one latency after it, and lands 1 ms into A
+    tl = StepTimeline.from_durations([1e-3] * 12)
+    plan = plan_switches(sched("AAAAABBAAAAA"), tl, latency_s=0.003, lookahead_s=0.003)
+    assert plan.initial == A
+    assert [(e.config, round(e.issue_s, 9), round(e.late_s, 9)) for e in plan.events] == [(B, 0.002, 0.0),
+                                                                                           (A, 0.005, 0.001)]
+
+
+def test_min_dwell_skips_switches_that_would_serve_too_little():
+    tl = StepTimeline.from_durations([1e-3] * 12)
+    labels = "A" * 10 + "B" * 2  # the switch into B lands as B starts, 2 ms before it ends
+    assert plan_switches(sched(labels), tl, 0.004, 0.004, min_dwell_s=0.0015).n_switches == 2
+    plan = plan_switches(sched(labels), tl, 0.004, 0.004, min_dwell_s=0.0025)
+    assert plan.n_switches == 0 and plan.initial == A and plan.skipped == (1,)
+
+
+def test_constant_schedule_has_no_switches_and_its_config_as_initial():
+    tl = StepTimeline.from_durations([1e-3] * 5)
+    plan = plan_switches(ClockSchedule.constant(B, 5), tl, 0.006)
+    assert plan.n_switches == 0 and plan.initial == B and plan.on_plan_fraction == 1.0
+
+
+def test_zero_latency_switches_at_every_change():
+    tl = StepTimeline.from_durations([1e-3] * 6)
+    plan = plan_switches(sched("ABABAB"), tl, 0.0, 0.0)
+    assert plan.n_switches == 6 and plan.on_plan_fraction == pytest.approx(1.0)
+
+
+def test_a_step_shorter_than_the_latency_holds_one_configuration():
+    # GEMM-heavy 3.5 ms then memory-bound 1.5 ms, 6 ms latency: no pair of switches fits in a 5 ms step, so
+    # the plan holds the configuration most of the time asks for
+    tl = StepTimeline.from_durations([3.5e-3, 1.5e-3])
+    plan = plan_switches(sched("AB"), tl, 0.006, 0.006)
+    assert plan.n_switches == 0 and plan.initial == A and plan.skipped == (1,)
+    assert plan.on_plan_fraction == pytest.approx(0.7)
+
+
+def test_lookahead_shorter_than_latency_and_bad_latency_are_refused(alternating):
+    schedule, timeline = alternating
+    with pytest.raises(DeployError, match="shorter than the switching latency"):
+        plan_switches(schedule, timeline, 0.006, 0.005)
+    with pytest.raises(DeployError, match="latency"):
+        plan_switches(schedule, timeline, -1.0)
+
+
+def test_plan_round_trips_through_its_dict(alternating):
+    plan = plan_switches(*alternating, 0.006)
+    back = SwitchPlan.from_dict(plan.to_dict())
+    assert back == plan
+    assert "4 switches per step" in plan.describe()

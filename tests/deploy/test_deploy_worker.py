@@ -1,0 +1,153 @@
+"""The switch worker's bookkeeping, on a fake clock: due times, the next step's early switches, late anchors,
+missed and stale switches, one switch at a time, resync, read-back; and its clock control."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlclock.deploy.plan import plan_switches
+from rlclock.deploy.timeline import StepTimeline
+from rlclock.deploy.worker import PlanOnlyControl, SwitchWorker, build_control
+from rlclock.errors import ClockError, DeployError
+from rlclock.schedule import ClockConfig, ClockSchedule
+
+A, B = ClockConfig(1980, 3201), ClockConfig(1410, 3201)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Recording(PlanOnlyControl):
+    def __init__(self, clock: Clock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.log: list[tuple[float, ClockConfig]] = []
+
+    def apply(self, config, read_back=False):
+        super().apply(config)
+        self.log.append((self.clock(), self.current))
+
+
+def make(alternating, read_back=False):
+    schedule, timeline = alternating
+    plan = plan_switches(schedule, timeline, latency_s=0.006, lookahead_s=0.006)
+    clock = Clock()
+    control = Recording(clock)
+    return plan, clock, control, SwitchWorker(plan, control, read_back=read_back, clock=clock)
+
+
+def run_until(worker: SwitchWorker, clock: Clock, t: float) -> None:
+    while (due := worker.next_due()) is not None and due <= t:
+        clock.t = max(clock.t, due)
+        worker.run_due()
+    clock.t = t
+
+
+def test_switches_go_out_at_anchor_plus_offset_and_the_next_steps_early_one_too(alternating):
+    _plan, clock, control, worker = make(alternating)
+    worker.on_anchor(0, 100.0)
+    run_until(worker, clock, 100.04)
+    # step 0: the early switch into A (due at -6 ms) is caught up at once; B, due at 4 ms, waits one latency
+    # after it; then A and B on time; then the next step's early switch into A at 100.04 - 0.006
+    times = [round(t - 100.0, 6) for t, _ in control.log]
+    assert times == [0.0, 0.006, 0.014, 0.024, 0.034]
+    assert [c for _, c in control.log] == [A, B, A, B, A]
+    assert [r[0] for r in worker.records] == ["resync", "switch", "switch", "switch", "switch"]
+    issued = [r for r in worker.records if r[0] == "switch"]
+    assert [round(r[4] - r[3], 6) for r in issued] == [0.002, 0.0, 0.0, 0.0]  # late only when it had to wait
+
+
+def test_a_late_anchor_retimes_the_early_switch_and_drops_what_is_over(alternating):
+    _plan, clock, control, worker = make(alternating)
+    worker.on_anchor(0, 100.0)
+    run_until(worker, clock, 100.030)  # the early switch for step 1 is due at 100.034 (estimated)
+    # step 1 really starts at 100.045 and the training process learns it only at 100.047
+    clock.t = 100.047
+    worker.on_anchor(1, 100.045)
+    run_until(worker, clock, 100.047)
+    # the last switch of step 0 (due 100.024) went out; step 1's early switch (now due 100.039) went out late
+    # but lands in segment 0 of step 1 (ends 100.055): issued at 100.047
+    last = control.log[-1]
+    assert last[1] == A and last[0] == pytest.approx(100.047)
+    run_until(worker, clock, 100.1)
+    statuses = [r[0] for r in worker.records]
+    assert "missed" not in statuses and "stale" not in statuses
+    # one switch at a time: nothing issued within 6 ms of the previous one
+    t = np.array([t for t, _ in control.log])
+    assert np.all(np.diff(t) >= 0.006 - 1e-9)
+
+
+def test_switches_that_can_no_longer_land_are_missed_and_old_ones_stale(alternating):
+    _plan, clock, _control, worker = make(alternating)
+    worker.on_anchor(0, 100.0)
+    clock.t = 100.0
+    worker.run_due()
+    # the worker was held up for 30 ms: the switch into B (segment 10-20 ms) can no longer land in it
+    clock.t = 100.030
+    worker.run_due()
+    # ... and neither can the one into A (20-30 ms); the one into B (30-40 ms) still can
+    assert [(r[0], r[2]) for r in worker.records[1:]] == [("missed", 1), ("missed", 2), ("switch", 3)]
+    # another run: step 1 starts 3 ms after step 0 (a much shorter step): step 0's switches are stale
+    _plan, clock, _control, worker = make(alternating)
+    worker.on_anchor(0, 100.0)
+    worker.run_due()
+    worker.on_anchor(1, 100.003)
+    assert sorted((r[0], r[1], r[2]) for r in worker.records[1:]) == [("stale", 0, 1), ("stale", 0, 2),
+                                                                       ("stale", 0, 3)]
+
+
+def test_a_plan_without_switches_brings_the_clocks_there_once():
+    timeline = StepTimeline.from_durations([1e-3] * 4)
+    plan = plan_switches(ClockSchedule.constant(B, 4), timeline, 0.006)
+    clock = Clock()
+    control = Recording(clock)
+    worker = SwitchWorker(plan, control, clock=clock)
+    for k in range(3):
+        worker.on_anchor(k, 100.0 + 0.01 * k)
+        run_until(worker, clock, 100.0 + 0.01 * k + 0.005)
+    assert [c for _, c in control.log] == [B] and [r[0] for r in worker.records] == ["resync"]
+
+
+def test_period_estimate_follows_the_anchors(alternating):
+    plan, clock, _control, worker = make(alternating)
+    assert worker.period_s == pytest.approx(plan.period_s)
+    for k in range(5):
+        clock.t = 100.0 + 0.05 * k
+        worker.on_anchor(k, 100.0 + 0.05 * k)
+        run_until(worker, clock, clock.t + 0.049)
+    assert worker.period_s == pytest.approx(0.05)
+    worker.on_anchor(3, 200.0)  # an old or repeated step is ignored
+    assert worker.last_step == 4
+
+
+def test_read_back_one_latency_after_the_switch(fake_gpu, alternating):
+    from rlclock.gpu.clocks import ClockControl
+
+    schedule, timeline = alternating
+    plan = plan_switches(schedule, timeline, 0.006, 0.006)
+    clock = Clock()
+    with ClockControl(0) as control:  # dry run: nothing set, clocks read
+        worker = SwitchWorker(plan, control, read_back=True, clock=clock)
+        worker.on_anchor(0, 100.0)
+        run_until(worker, clock, 100.03)
+    assert len(worker.reads) >= 3
+    _step, _event, _t, sm, mem, _reasons, requested = worker.reads[1]
+    assert sm == 1980 and mem == 3201 and requested == "1410@3201"  # a dry run leaves the GPU at its clocks
+    assert not [c for c in fake_gpu()["calls"] if "Set" in c["fn"] or "Reset" in c["fn"]]
+
+
+def test_build_control_validates_the_plan_against_the_gpu(fake_gpu):
+    timeline = StepTimeline.from_durations([1e-3] * 20)
+    bad = ClockSchedule(["1980@3201", "1417@3201"], [0] * 10 + [1] * 10)  # 1417 MHz is not in the table
+    plan = plan_switches(bad, timeline, 0.001)
+    settings = {"plan": plan.to_dict(), "device": 0, "allow_clock_control": False, "nvml": True}
+    with pytest.raises(ClockError, match="1417"):
+        build_control(settings, handle_signals=False)
+    with pytest.raises(DeployError, match="no NVML"):
+        build_control({**settings, "nvml": False, "allow_clock_control": True}, handle_signals=False)
