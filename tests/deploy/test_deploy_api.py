@@ -1,0 +1,142 @@
+"""The user API and its settings on a CPU: explicit schedule and timeline, inactive cases, rlclock apply's
+environment overriding the script, the policy contract, wrap(), the report file."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import types
+
+import numpy as np
+import pytest
+
+import rlclock.deploy
+from rlclock.deploy.api import Clocked, clocked, load_policy
+from rlclock.deploy.settings import ACTIVE_ENV, DeploySettings
+from rlclock.errors import DeployError
+from rlclock.schedule import ClockSchedule
+
+
+def loop(clk: Clocked, n: int, step_s: float = 0.02) -> None:
+    for _ in range(n):
+        with clk.step():
+            time.sleep(step_s)
+
+
+def test_the_package_imports_lazily():
+    import subprocess
+
+    code = ("import sys, rlclock.deploy as d; assert 'torch' not in sys.modules, 'torch imported'; "
+            "assert 'rlclock.deploy.policy' not in sys.modules; print(sorted(d.__all__)[:2])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert rlclock.deploy.ClockController.__name__ == "ClockController"
+    with pytest.raises(AttributeError):
+        rlclock.deploy.NoSuchThing  # noqa: B018
+
+
+def test_explicit_schedule_and_timeline_run_a_plan_only_dry_run(no_nvml, alternating, tmp_path):
+    schedule, timeline = alternating
+    report = tmp_path / "rep.json"
+    with clocked(schedule, timeline=timeline, latency_s=0.006, worker="thread", report=report,
+                 verbose=False) as clk:
+        assert clk.state == "control" and clk.controller is not None and clk.controller.dry_run
+        loop(clk, 6, 0.04)
+    rep = clk.report
+    assert rep is not None and rep.mode == "plan-only" and rep.steps == 6 and rep.issued > 10
+    data = json.loads(report.read_text())
+    assert data["steps"] == 6 and data["plan"]["latency_s"] == 0.006
+    assert clk.close() is rep  # idempotent
+
+
+def test_wrap_marks_every_call(no_nvml, alternating):
+    schedule, timeline = alternating
+    with clocked(schedule, timeline=timeline, latency_s=0.006, worker="thread", verbose=False) as clk:
+        step = clk.wrap(lambda x: x + 1)
+        assert [step(i) for i in range(3)] == [1, 2, 3]
+    assert clk.report.steps == 3
+
+
+def test_without_a_schedule_the_loop_runs_unchanged(capsys):
+    with clocked() as clk:
+        loop(clk, 3, 0.0)
+    assert clk.state == "closed" and clk.report is None and "no schedule to apply" in clk.reason
+    assert "rlclock apply" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the machine without a GPU")
+def test_without_a_gpu_a_profile_based_deployment_says_so(capsys):
+    with clocked(lambda trace, t, lat: ClockSchedule.constant("auto", len(trace))) as clk:
+        loop(clk, 3, 0.0)
+    assert clk.report is None and "no CUDA GPU" in clk.reason
+    assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_rlclock_apply_settings_override_the_script(no_nvml, alternating, tmp_path, monkeypatch):
+    schedule, timeline = alternating
+    schedule.save(tmp_path / "s.json")
+    timeline.save(tmp_path / "t.json")
+    env = DeploySettings(schedule=str(tmp_path / "s.json"), timeline=str(tmp_path / "t.json")).with_(
+        latency_s=0.006, worker="thread", verbose=False).to_env()
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    other = ClockSchedule.constant("1410@3201", 40)
+    with clocked(other, latency_s=0.5, worker="process") as clk:
+        loop(clk, 2, 0.01)
+    assert clk.schedule.to_dict() == schedule.to_dict()
+    assert clk.settings.latency_s == 0.006 and clk.settings.worker == "thread"
+
+
+def test_settings_round_trip_and_validation(monkeypatch):
+    s = DeploySettings(checkpoint="ck", control="on", latency_s=0.004, warmup_steps=2, read_back=False)
+    env = s.to_env()
+    assert env[ACTIVE_ENV] == "1" and env["RLCLOCK_DEPLOY_READ_BACK"] == "0"
+    back = DeploySettings(**DeploySettings.from_env(env))
+    assert back == s and back.allow_clock_control
+    assert DeploySettings.from_env({"RLCLOCK_DEPLOY_CHECKPOINT": "x"}) == {}  # not under rlclock apply
+    with pytest.raises(DeployError, match="control mode"):
+        DeploySettings(control="maybe")
+    with pytest.raises(DeployError, match="only one"):
+        DeploySettings(checkpoint="a", schedule="b")
+    with pytest.raises(DeployError, match="not a valid"):
+        DeploySettings.from_env({ACTIVE_ENV: "1", "RLCLOCK_DEPLOY_WARMUP_STEPS": "many"})
+
+
+def test_a_checkpoint_without_the_policy_module_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "rlclock.deploy.policy", None)
+    with pytest.raises(DeployError, match="no deployable policy") as err:
+        load_policy(tmp_path)
+    assert "\n" not in str(err.value) and "--schedule" in str(err.value)
+    with pytest.raises(DeployError, match="no deployable policy"):
+        clocked(checkpoint=tmp_path).start()
+
+
+def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path):
+    calls = []
+
+    class FakePolicy:
+        gpu_key, gpu_name, configs = "h200-sxm", "NVIDIA H200", ()
+
+        @classmethod
+        def load(cls, checkpoint_dir):
+            calls.append(("load", str(checkpoint_dir)))
+            return cls()
+
+        def schedule(self, trace, auto_time_s, auto_energy_j=None, latency_s=None):
+            calls.append(("schedule", len(trace), auto_time_s.shape, auto_energy_j, latency_s))
+            return ClockSchedule.constant("auto", len(trace))
+
+    module = types.ModuleType("rlclock.deploy.policy")
+    module.ClockPolicy = FakePolicy
+    monkeypatch.setitem(sys.modules, "rlclock.deploy.policy", module)
+    clk = clocked(checkpoint=tmp_path, verbose=False)
+    clk.start()
+    assert calls == [("load", str(tmp_path))]
+    from rlclock.workload.llmc import gpt3xl_step
+
+    trace = gpt3xl_step()
+    sched = clk._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
+    assert len(sched) == len(trace) and calls[-1] == ("schedule", len(trace), (len(trace),), None, 0.006)
+    assert clk._latency_s() in (None, 0.006)  # the H200 preset's latency when NVML cannot name the GPU
+    clk.close()

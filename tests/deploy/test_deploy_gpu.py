@@ -1,0 +1,101 @@
+"""On a CUDA GPU (skipped without one): step anchors from CUDA events, and the whole deployment of a small
+model's training loop — profile, schedule, dry-run controller, report. Nothing here sets a clock."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from rlclock.deploy.api import clocked
+from rlclock.deploy.timeline import StepTimeline
+from rlclock.schedule import ClockConfig, ClockSchedule
+
+pytestmark = pytest.mark.gpu
+
+
+def _sleep_cycles(seconds: float) -> int:
+    """GPU clock cycles that ``torch.cuda._sleep`` spins for about ``seconds`` (measured with CUDA events)."""
+    import torch
+
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1_000_000)
+    a.record()
+    torch.cuda._sleep(10_000_000)
+    b.record()
+    b.synchronize()
+    return int(10_000_000 * seconds / (a.elapsed_time(b) / 1e3))
+
+
+def test_anchors_follow_the_gpu_not_the_host():
+    import torch
+
+    torch.cuda.init()
+    cycles = _sleep_cycles(0.01)
+    timeline = StepTimeline.from_durations(np.full(10, 1e-3))
+    schedule = ClockSchedule.constant("auto", 10)
+    with clocked(schedule, timeline=timeline, latency_s=0.006, verbose=False) as clk:
+        assert clk.controller.anchor_source == "cuda"
+        for _ in range(30):  # the host queues 30 steps far ahead of the GPU
+            with clk.step():
+                torch.cuda._sleep(cycles)
+        host_done = time.monotonic()
+        torch.cuda.synchronize()
+    rep = clk.report
+    assert rep.steps == 30 and rep.anchor_source == "cuda"
+    assert rep.step_time_s == pytest.approx(0.01, rel=0.3)  # the GPU's step time, not the host's queueing time
+    anchors = clk.controller._anchors.log.final_anchors_s()
+    # the last anchor is where the GPU reached the last step, long after the host had queued everything
+    assert anchors[-1] - anchors[0] == pytest.approx(29 * rep.step_time_s, rel=0.05)
+    assert anchors[-1] > host_done + 0.1
+    assert rep.anchor_delay.median_s < 5e-3
+
+
+def _tiny_model():
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024), nn.LayerNorm(1024)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(2048, 1024, device="cuda")
+    return model, opt, x
+
+
+def test_profile_build_and_dry_run_on_a_real_loop(tmp_path):
+    import torch
+
+    model, opt, x = _tiny_model()
+    seen = {}
+
+    from rlclock.gpu.nvml import NvmlDevice
+
+    table = NvmlDevice(0).supported_clocks()
+    mem = max(table)
+    cores = sorted(table[mem])
+    lower = ClockConfig(cores[len(cores) // 2], mem)  # a supported clock pair: the dry run validates it
+
+    def builder(trace, auto_time_s, latency_s):
+        seen.update(n=len(trace), latency=latency_s, cats={k.category for k in trace})
+        return ClockSchedule.from_configs(["auto" if k.uses_tensor_cores else lower for k in trace], "test")
+
+    with clocked(builder, warmup_steps=2, profile_steps=4, latency_s=0.006, save=tmp_path,
+                 report=tmp_path / "rep.json", verbose=False) as clk:
+        for _ in range(20):
+            with clk.step():
+                loss = model(x).square().mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+    assert seen["n"] > 5 and seen["latency"] == 0.006 and "gemm" in seen["cats"]
+    prof = clk.profile
+    assert prof is not None and prof.steps_used >= 2 and len(prof.trace) == seen["n"]
+    assert {k.phase for k in prof.trace} >= {"forward", "backward"}
+    assert prof.timeline.period_s > 0 and np.all(np.diff(prof.timeline.start_s) >= 0)
+    assert any(k.flops > 0 for k in prof.trace if k.category == "gemm")
+    rep = clk.report
+    assert rep is not None and rep.steps == 20 - 2 - 4 and rep.mode in ("dry-run", "plan-only")
+    for name in ("step.trace.json", "step.timeline.json", "step.schedule.json", "rep.json"):
+        assert (tmp_path / name).is_file()
