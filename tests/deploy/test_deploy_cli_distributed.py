@@ -117,3 +117,13 @@ def test_two_gloo_ranks_apply_rank_0s_schedule_each_on_its_own_gpu(no_nvml, tmp_
     assert [o["device"] for o in outs] == [0, 1]  # each rank its own GPU (its local rank)
     assert all(o["steps"] == 6 and o["issued"] > 10 for o in outs)
     assert sorted(p.name for p in tmp_path.glob("rep.rank*.json")) == ["rep.rank0.json", "rep.rank1.json"]
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the CPU mode of the example")
+def test_the_example_runs_on_a_cpu_and_says_there_is_no_gpu():
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "train_small_gpt.py"
+    out = subprocess.run([sys.executable, str(example), "--steps", "2"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "no CUDA GPU" in out.stdout and "trained 2 steps" in out.stdout and "no schedule was applied" in out.stdout
