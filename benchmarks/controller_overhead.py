@@ -4,9 +4,9 @@ The step is the GPT-3 XL layer (hidden 2048, 16 heads, sequence 2048, batch 4, b
 built by :mod:`rlclock.workload.torch_layer`), and a stack of several such layer steps per training step.
 Each case goes through the user API exactly as a training script would: ``rlclock.deploy.clocked`` warms up,
 profiles five steps, builds the schedule, and starts the controller (switch worker in its own process, CUDA
-step anchors) in dry-run mode. The schedule asks, kernel by kernel, for one configuration on tensor-core
-kernels (GEMMs, attention: memory clock lowered) and another on the memory-bound rest (core clock lowered);
-the controller's plan keeps only the switches that can land in time at the given latency.
+step anchors) in dry-run mode. The schedule alternates two configurations between GEMM-heavy segments
+(memory clock lowered) and memory-bound ones (core clock lowered), each segment at least two switching
+latencies long (:mod:`rlclock.deploy.rules`); the controller's plan keeps the switches that can land in time.
 
 Overhead: blocks of steps with the step marked (controller attached) and without (the controller idle:
 no marks, so nothing of it runs), interleaved ABBA so drift cancels; every step synchronises (as a loop that
@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from rlclock.deploy.api import clocked  # noqa: E402
+from rlclock.deploy.rules import class_windows_builder  # noqa: E402
 from rlclock.schedule import ClockConfig, ClockSchedule  # noqa: E402
 from rlclock.workload.transformer import TransformerConfig  # noqa: E402
 
@@ -51,16 +52,6 @@ def memory_bound_config() -> ClockConfig:
     cores = sorted(table[max(table)])
     target = 0.7 * cores[-1]
     return ClockConfig(min(cores, key=lambda c: abs(c - target)), None)
-
-
-def gemm_vs_memory(low_core: ClockConfig) -> Callable[..., ClockSchedule]:
-    """The schedule builder: one configuration for tensor-core kernels, another for the rest."""
-
-    def build(trace: Any, auto_time_s: Any, latency_s: float) -> ClockSchedule:
-        return ClockSchedule.from_configs([TENSOR_CONFIG if k.uses_tensor_cores else low_core for k in trace],
-                                          "gemm-vs-memory")
-
-    return build
 
 
 def run_case(name: str, step_fn: Callable[[], None], sync: Callable[[], None], clk: Any, steps: int,
@@ -127,7 +118,7 @@ def gpu_cases(args: argparse.Namespace) -> list[dict[str, Any]]:
         layers(1)()
     torch.cuda.synchronize()
     low = memory_bound_config()
-    builder = gemm_vs_memory(low)
+    builder = class_windows_builder(TENSOR_CONFIG, low)
     cases = [("layer", 1, args.latency, args.steps), (f"stack{args.stack}", args.stack, args.latency,
                                                       max(10, args.steps // args.stack))]
     if args.stress_latency > 0:

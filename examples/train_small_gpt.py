@@ -8,8 +8,9 @@ steps, builds a schedule, and applies it from then on; at the end the script pri
 measured (NVML's energy counter), the schedule and the controller's report.
 
 The schedule comes from, in this order: ``--checkpoint DIR`` (a trained policy), ``--schedule FILE``, or a
-simple rule for demonstration — tensor-core kernels at the driver's clocks, memory-bound kernels with the core
-clock lowered to about 70 % of its top — which is not a tuned schedule.
+simple rule for demonstration — GEMM-heavy parts of the step at the driver's clocks, memory-bound parts with
+the core clock lowered to about 70 % of its top, in windows of at least two switching latencies
+(:mod:`rlclock.deploy.rules`) — which is not a tuned schedule.
 
     python examples/train_small_gpt.py                          # dry run: switches planned and timed, none set
     sudo python examples/train_small_gpt.py --control on        # set the clocks (root; restored afterwards)
@@ -85,14 +86,15 @@ def corpus(device: str) -> torch.Tensor:
 
 
 def rule_schedule(trace, auto_time_s, latency_s) -> ClockSchedule:
-    """Demonstration rule: tensor-core kernels at the driver's clocks, the rest with the core clock lowered."""
+    """Demonstration rule (rlclock.deploy.rules): GEMM-heavy windows of the step at the driver's clocks,
+    memory-bound ones with the core clock lowered to about 70 % of its top; windows of two latencies or more."""
+    from rlclock.deploy.rules import class_windows
     from rlclock.gpu.nvml import NvmlDevice
 
     table = NvmlDevice(0).supported_clocks()
     cores = sorted(table[max(table)])
     low = ClockConfig(min(cores, key=lambda c: abs(c - 0.7 * cores[-1])), None)
-    return ClockSchedule.from_configs(["auto" if k.uses_tensor_cores else low for k in trace], "rule: core low "
-                                      "on memory-bound kernels")
+    return class_windows(trace, auto_time_s, latency_s, ClockConfig(), low)
 
 
 def describe_schedule(schedule: ClockSchedule, plan) -> str:

@@ -17,13 +17,16 @@ driver. The rule, in order:
    before its segment ends (default 0: it must land before the segment's last kernel ends). Otherwise the
    segment is *skipped*: the clocks stay where they are, and the next segment is judged against them.
 5. **No-op.** A segment whose configuration is already in effect needs no switch.
-6. **Repeat.** Steps repeat, so the plan must too: the configuration a step starts with is the one it ends
-   with, and the spacing of rule 3 holds across the step boundary (a switch for the first segments may be
-   issued during the previous step: a negative issue offset). Rules 2–5 are applied from each configuration
-   the step could start with; the starts whose plan repeats are kept, and the one that keeps the most kernel
-   time at its requested clocks wins (the fewer switches on a tie). If none repeats (switches would chase
-   each other across steps), the plan holds, without switching, the configuration that most of the kernel
-   time requests. :attr:`SwitchPlan.initial` is the configuration a step starts with.
+6. **Repeat.** Steps repeat, so the plan is cyclic: it is laid out from one segment on (the *cut*, whose
+   switch is issued one lookahead ahead of it) through the rest of the step and the start of the next one,
+   back to the cut. Rule 3 holds across the step boundary: the cut's switch waits for the previous step's
+   last switch when it must (and if it then could not land in time, switches that would crowd it are not
+   issued instead); the cut's switch is dropped when the clocks are already there. A switch for a segment
+   early in the step may so be issued during the previous step (a negative issue offset; more than one
+   step back when the lookahead exceeds the step). The longest segments are tried as cuts, and holding one
+   configuration without any switch as well; the plan that keeps the most kernel time at its requested
+   clocks wins (fewer switches on a tie). When a step is shorter than the latency, no plan with switches
+   can repeat, and the plan holds the configuration most of the kernel time asks for.
 
 These are the rules of :class:`~rlclock.gpu.backend.SwitchEngine` (one switch in flight, a latency before it
 lands), with the request moved ahead by the lookahead and hopeless switches left out.
@@ -45,8 +48,10 @@ LOOKAHEAD_MARGIN_S = 5e-4
 """Default lookahead beyond the switching latency, seconds: the controller's timer and the step anchors are
 off by up to a few tenths of a millisecond, and a switch that lands a little early costs less than one that
 lands late."""
+MAX_CUTS = 16
+"""Segments tried as the cut of the cyclic plan (the longest ones)."""
 MAX_PASSES = 8
-"""Steps simulated at most, per starting configuration, to find a plan that repeats."""
+"""Passes around the cycle to settle how late the cut's own switch must be."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +125,8 @@ class SwitchPlan:
         segments: The step's segments in order.
         events: Switches in issue order.
         skipped: Indices of segments whose switch could not land before they end (their requests are not met).
-        initial: Configuration in effect when a step starts (and ends).
+        initial: Configuration in effect when a step starts (and ends): the one the plan's last landing before
+            the anchor set, or the one held when the plan has no switch.
         latency_s: Switching latency planned with, seconds.
         lookahead_s: How far ahead of a segment its switch is issued, seconds.
         min_dwell_s: A switch must land at least this long before its segment ends, seconds.
@@ -195,54 +201,74 @@ def segments_of(schedule: ClockSchedule, timeline: StepTimeline) -> tuple[Segmen
                          float(end[a:b].max())) for j, (a, b) in enumerate(zip(starts, stops)))
 
 
-def _one_step(segments: tuple[Segment, ...], current: ClockConfig, prev_issue_s: float, latency_s: float,
-              lookahead_s: float, min_dwell_s: float) -> tuple[list[SwitchEvent], list[int], ClockConfig, float]:
-    events: list[SwitchEvent] = []
+def _cyclic(segments: tuple[Segment, ...], cut: int, period_s: float, latency_s: float, lookahead_s: float,
+            min_dwell_s: float) -> tuple[list[SwitchEvent], list[int]]:
+    """Rules 2-5 around the cycle from segment ``cut`` (rule 6)."""
+    first = segments[cut]
+    issue0 = first.start_s - lookahead_s
+    for _ in range(MAX_PASSES):
+        events, skipped, last, back = _around(segments, cut, issue0, period_s, latency_s, lookahead_s, min_dwell_s,
+                                              strict=False)
+        if back or last + latency_s <= issue0 + period_s + 1e-12:
+            break
+        issue0 = last + latency_s - period_s  # the cut's switch waits for the last one of the previous step
+        if issue0 + latency_s >= first.end_s - min_dwell_s:
+            break
+    else:
+        back = False
+    if not back and last + latency_s > issue0 + period_s + 1e-12:  # no room: keep the cut's switch on time
+        events, skipped, last, back = _around(segments, cut, first.start_s - lookahead_s, period_s, latency_s,
+                                              lookahead_s, min_dwell_s, strict=True)
+    return sorted(events, key=lambda e: e.issue_s), skipped
+
+
+def _around(segments: tuple[Segment, ...], cut: int, issue0: float, period_s: float, latency_s: float,
+            lookahead_s: float, min_dwell_s: float, strict: bool) -> tuple[list[SwitchEvent], list[int], float, bool]:
+    """One pass around the cycle with the cut's switch at ``issue0``; ``strict``: no switch may crowd the cut's
+    next one. Returns the events, skipped segments, the last issue, and whether the cut's switch was dropped."""
+    n = len(segments)
+    first = segments[cut]
+    limit = issue0 + period_s - latency_s if strict else math.inf
+    events = [SwitchEvent(first.index, first.config, issue0, issue0 + latency_s, first.start_s, first.end_s)]
     skipped: list[int] = []
-    for seg in segments:
+    current, prev = first.config, issue0
+    for i in range(1, n):
+        seg = segments[(cut + i) % n]
+        shift = period_s if cut + i >= n else 0.0  # segments before the cut come in the next step
         if seg.config == current:  # rule 5
             continue
-        issue = max(seg.start_s - lookahead_s, prev_issue_s + latency_s)  # rules 2 and 3
+        issue = max(seg.start_s + shift - lookahead_s, prev + latency_s)  # rules 2 and 3
         land = issue + latency_s
-        if land >= seg.end_s - min_dwell_s:  # rule 4
+        if land >= seg.end_s + shift - min_dwell_s or issue > limit:  # rule 4 (and rule 3 across the boundary)
             skipped.append(seg.index)
             continue
-        events.append(SwitchEvent(seg.index, seg.config, issue, land, seg.start_s, seg.end_s))
-        current = seg.config
-        prev_issue_s = issue
-    return events, skipped, current, prev_issue_s
+        events.append(SwitchEvent(seg.index, seg.config, issue - shift, land - shift, seg.start_s, seg.end_s))
+        current, prev = seg.config, issue
+    back = current == first.config
+    if back:  # the cycle ends where the cut starts: its switch is not needed
+        events.pop(0)
+    return events, skipped, prev, back
+
+
+def _in_effect(events: list[SwitchEvent], hold: ClockConfig, times_s: np.ndarray, period_s: float) -> list[ClockConfig]:
+    """The configuration in effect at each time (seconds after the anchor) under a cyclic plan."""
+    if not events:
+        return [hold] * len(times_s)
+    lands = np.array([e.land_s % period_s for e in events])
+    order = np.argsort(lands, kind="stable")
+    lands = lands[order]
+    cfgs = [events[i].config for i in order]
+    which = np.searchsorted(lands, np.asarray(times_s, dtype=float) % period_s, side="right") - 1
+    return [cfgs[w] for w in which]  # -1: the last landing of the previous step is still in effect
 
 
 def _on_plan_fraction(schedule: ClockSchedule, timeline: StepTimeline, events: list[SwitchEvent],
-                      initial: ClockConfig) -> float:
-    """Share of kernel time whose midpoint runs at the requested configuration under the plan.
-
-    The configuration in effect changes where a switch lands; a switch issued during the previous step also
-    lands in this step's tail (at ``period_s + land_s``) for the step after it.
-    """
-    changes = [(e.land_s, e.config) for e in events]
-    changes += [(timeline.period_s + e.land_s, e.config) for e in events if e.land_s < 0]
-    changes.sort(key=lambda c: c[0])
-    lands = np.array([t for t, _ in changes], dtype=float)
-    cfgs = [initial] + [c for _, c in changes]
+                      hold: ClockConfig) -> float:
+    """Share of kernel time whose midpoint runs at the requested configuration under the plan."""
     mid = timeline.start_s + 0.5 * timeline.duration_s
-    which = np.searchsorted(lands, mid, side="right")
-    ok = np.array([cfgs[w] == schedule[i] for i, w in enumerate(which)])
+    ok = np.array([c == schedule[i] for i, c in enumerate(_in_effect(events, hold, mid, timeline.period_s))])
     total = float(timeline.duration_s.sum())
     return float(timeline.duration_s[ok].sum() / total) if total > 0 else float(ok.mean())
-
-
-def _repeating(segments: tuple[Segment, ...], start: ClockConfig, period_s: float, latency_s: float,
-               lookahead_s: float, min_dwell_s: float) -> tuple[list[SwitchEvent], list[int]] | None:
-    """The plan of a step that starts at ``start``, if it repeats (rule 6); ``None`` otherwise."""
-    prev = -math.inf
-    for _ in range(MAX_PASSES):
-        events, skipped, end, last = _one_step(segments, start, prev, latency_s, lookahead_s, min_dwell_s)
-        nxt = last - period_s if events else -math.inf
-        if nxt == prev:
-            return (events, skipped) if end == start else None
-        prev = nxt
-    return None
 
 
 def plan_switches(schedule: ClockSchedule, timeline: StepTimeline, latency_s: float,
@@ -276,22 +302,15 @@ def plan_switches(schedule: ClockSchedule, timeline: StepTimeline, latency_s: fl
         raise DeployError(f"min_dwell_s must be a finite number >= 0 s, found {min_dwell_s!r}.")
     segments = segments_of(schedule, timeline)
     period = timeline.period_s
-    best: tuple[float, int, ClockConfig, list[SwitchEvent], list[int]] | None = None
-    for start in dict.fromkeys(s.config for s in segments):
-        found = _repeating(segments, start, period, float(latency_s), lookahead, float(min_dwell_s))
-        if found is None:
-            continue
-        events, skipped = found
-        score = _on_plan_fraction(schedule, timeline, events, start)
-        if best is None or (score, -len(events)) > (best[0], best[1]):
-            best = (score, -len(events), start, events, skipped)
-    if best is None:  # no switching plan repeats: hold the configuration most of the kernel time asks for
-        share: dict[ClockConfig, float] = {}
-        for seg in segments:
-            share[seg.config] = share.get(seg.config, 0.0) + seg.duration_s
-        hold = max(share, key=lambda c: share[c])
-        events, skipped = [], [seg.index for seg in segments if seg.config != hold]
-        best = (_on_plan_fraction(schedule, timeline, [], hold), 0, hold, events, skipped)
-    score, _, start, events, skipped = best
-    return SwitchPlan(segments, tuple(events), tuple(skipped), start, float(latency_s), lookahead,
-                      float(min_dwell_s), period, timeline.span_s, score)
+    share: dict[ClockConfig, float] = {}
+    for seg in segments:
+        share[seg.config] = share.get(seg.config, 0.0) + seg.duration_s
+    hold = max(share, key=lambda c: share[c])
+    candidates = [([], [seg.index for seg in segments if seg.config != hold])]
+    cuts = sorted(range(len(segments)), key=lambda j: -segments[j].duration_s)[:MAX_CUTS]
+    candidates += [_cyclic(segments, j, period, float(latency_s), lookahead, float(min_dwell_s)) for j in cuts]
+    best = max(candidates, key=lambda c: (_on_plan_fraction(schedule, timeline, c[0], hold), -len(c[0])))
+    events, skipped = best
+    initial = _in_effect(events, hold, np.array([0.0]), period)[0]
+    return SwitchPlan(segments, tuple(events), tuple(sorted(skipped)), initial, float(latency_s), lookahead,
+                      float(min_dwell_s), period, timeline.span_s, _on_plan_fraction(schedule, timeline, events, hold))

@@ -7,9 +7,9 @@ loop never waits on NVML. The training process sends it one message per step: th
 read the same time). For every step the worker then
 
 * issues the step's switches at ``anchor + issue_s``;
-* issues the switches planned for the start of the *next* step (negative ``issue_s``) at
-  ``anchor + period + issue_s``, with the period estimated from recent anchors, and re-times them when
-  the next anchor arrives;
+* issues the switches planned during an earlier step (negative ``issue_s``) at
+  ``anchor + n * period + issue_s`` for the step ``n`` ahead that they serve, with the period estimated
+  from recent anchors, and re-times them whenever a newer anchor arrives;
 * never issues a switch less than the latency after the previous one, and drops a switch that could no
   longer land before its segment ends (``missed``), or whose step is already over (``stale``);
 * catches up at once on the first step's early switches (they were due before the first anchor arrived), and
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import heapq
+import math
 import os
 import signal
 import statistics
@@ -165,14 +166,16 @@ class SwitchWorker:
         self._handled = {h for h in self._handled if h[0] >= step - 1}
         self.last_step = step
         events = self.plan.events
+        period = self.period_s
         keep: list[_Task] = []
         for t in self._tasks:
             if t.kind != "read" and t.step < step:
                 self._done(t)
                 self.records.append(("stale", t.step, t.event, t.planned_s, float("nan"), 0.0, t.estimated))
-            elif t.kind == "switch" and t.step == step and t.estimated:
-                due = anchor_s + events[t.event].issue_s
-                keep.append(_Task(due, t.seq, t.kind, t.step, t.event, anchor_s, True, due))
+            elif t.kind == "switch" and t.estimated:  # an early switch for this or a later step: re-time it
+                target = anchor_s + (t.step - step) * period
+                due = target + events[t.event].issue_s
+                keep.append(_Task(due, t.seq, t.kind, t.step, t.event, target, t.step > step, due))
             else:
                 keep.append(t)
         self._tasks = keep
@@ -182,9 +185,11 @@ class SwitchWorker:
                 self._push(anchor_s + events[i].issue_s, "resync", step, i, anchor_s, False)
         for i in self._in:
             self._push(anchor_s + events[i].issue_s, "switch", step, i, anchor_s, False)
-        nxt = anchor_s + self.period_s
-        for i in self._pre:
-            self._push(nxt + events[i].issue_s, "switch", step + 1, i, nxt, True)
+        for i in self._pre:  # issued during an earlier step: as many steps ahead as its lead needs
+            ahead = max(1, math.ceil(-events[i].issue_s / period - 1e-9))
+            if (step + ahead, i) not in self._scheduled:
+                target = anchor_s + ahead * period
+                self._push(target + events[i].issue_s, "switch", step + ahead, i, target, True)
         if not events and self.control.current != self.plan.initial:
             self._push(anchor_s, "resync", step, -1, anchor_s, False)
 

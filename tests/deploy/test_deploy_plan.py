@@ -61,7 +61,7 @@ def test_switches_are_issued_one_lookahead_ahead_and_land_in_time(alternating):
     # the first segment's switch comes during the previous step; the others 6 ms before their segment
     assert [round(e.issue_s, 9) for e in plan.events] == [-0.006, 0.004, 0.014, 0.024]
     assert all(e.land_s == pytest.approx(e.start_s) for e in plan.events)
-    assert plan.initial == B  # the step ends, and the next one starts, at the last segment's clocks
+    assert plan.initial == A  # the switch into A, issued in the previous step, lands as the step starts
     assert plan.on_plan_fraction == pytest.approx(1.0)
     assert plan_switches(schedule, timeline, 0.006).lookahead_s == pytest.approx(0.006 + LOOKAHEAD_MARGIN_S)
 
@@ -72,7 +72,7 @@ def test_a_segment_whose_switch_cannot_land_before_it_ends_is_skipped():
     # land at 8 ms, after that A (6-7 ms) is over: skipped, and the B after it needs no switch.
     tl = StepTimeline.from_durations([1e-3] * 12)
     plan = plan_switches(sched("AAAAABABBBBB"), tl, latency_s=0.003, lookahead_s=0.003)
-    assert plan.skipped == (2,) and plan.initial == B
+    assert plan.skipped == (2,) and plan.initial == A
     assert [(e.config, round(e.issue_s, 9), round(e.land_s, 9)) for e in plan.events] == [(A, -0.003, 0.0),
                                                                                            (B, 0.002, 0.005)]
     # with a 1 ms latency every segment is served
@@ -92,10 +92,30 @@ def test_switches_wait_for_the_previous_one():
 
 def test_min_dwell_skips_switches_that_would_serve_too_little():
     tl = StepTimeline.from_durations([1e-3] * 12)
-    labels = "A" * 10 + "B" * 2  # the switch into B lands as B starts, 2 ms before it ends
-    assert plan_switches(sched(labels), tl, 0.004, 0.004, min_dwell_s=0.0015).n_switches == 2
-    plan = plan_switches(sched(labels), tl, 0.004, 0.004, min_dwell_s=0.0025)
-    assert plan.n_switches == 0 and plan.initial == A and plan.skipped == (1,)
+    labels = "A" * 6 + "B" * 6  # each switch lands as its segment starts, 6 ms before it ends
+    assert plan_switches(sched(labels), tl, 0.004, 0.004, min_dwell_s=0.0059).n_switches == 2
+    plan = plan_switches(sched(labels), tl, 0.004, 0.004, min_dwell_s=0.0061)
+    assert plan.n_switches == 0 and len(plan.skipped) == 1
+
+
+def test_the_first_switch_waits_for_the_last_one_of_the_previous_step():
+    # A x9, B x3; latency = lookahead = 4 ms, step 12 ms: the switch into B goes at 5 ms, so the switch into
+    # the next step's A cannot go at -4 ms (8 ms after B's, counted in this step) but at -3 ms, 1 ms late
+    tl = StepTimeline.from_durations([1e-3] * 12)
+    plan = plan_switches(sched("A" * 9 + "B" * 3), tl, 0.004, 0.004)
+    assert [(e.config, round(e.issue_s, 9), round(e.late_s, 9)) for e in plan.events] == [(A, -0.003, 0.001),
+                                                                                           (B, 0.005, 0.0)]
+    assert plan.initial == B and plan.on_plan_fraction == pytest.approx(11 / 12)
+    # A x10, B x2: the late switch into A would cost as much as leaving B's request unmet: no switch at all
+    plan = plan_switches(sched("A" * 10 + "B" * 2), tl, 0.004, 0.004)
+    assert plan.n_switches == 0 and plan.initial == A and plan.on_plan_fraction == pytest.approx(10 / 12)
+
+
+def test_per_kernel_requests_in_a_step_shorter_than_the_latency_are_held_not_chased():
+    # alternating 0.1 ms kernels, a 4 ms step, 5 ms latency: no two switches fit in a step
+    tl = StepTimeline.from_durations([1e-4] * 40)
+    plan = plan_switches(sched("AB" * 20), tl, 0.005, 0.005)
+    assert plan.n_switches == 0 and plan.on_plan_fraction == pytest.approx(0.5) and len(plan.skipped) == 20
 
 
 def test_constant_schedule_has_no_switches_and_its_config_as_initial():
@@ -132,3 +152,20 @@ def test_plan_round_trips_through_its_dict(alternating):
     back = SwitchPlan.from_dict(plan.to_dict())
     assert back == plan
     assert "4 switches per step" in plan.describe()
+
+
+def test_class_windows_rule_alternates_windows_of_two_latencies():
+    from rlclock.deploy.rules import class_windows
+
+    tensor = Kernel("gemm", "op", "gemm", "forward", 1e9, 1e6, 1e6, measured=(Measurement("X", 1e-3),))
+    other = Kernel("ew", "op", "elementwise", "forward", 1e6, 1e6, 1e6, measured=(Measurement("X", 1e-3),))
+    # 30 kernels of 1 ms: windows of >= 4 ms (latency 2 ms); GEMM-heavy first half, memory-bound second half
+    trace = KernelTrace("t", [tensor] * 12 + [other] * 4 + [tensor, other] * 7)
+    t = np.full(len(trace), 1e-3)
+    s = class_windows(trace, t, 0.002, A, B)
+    assert len(s) == 30 and s[0] == A and s[13] == B
+    assert all(s[i] == s[i - i % 4] for i in range(28))  # constant over each 4 ms window
+    plan = plan_switches(s, StepTimeline.from_durations(t), 0.002)
+    assert plan.n_switches >= 2 and plan.on_plan_fraction > 0.9
+    with pytest.raises(DeployError, match="durations"):
+        class_windows(trace, t[:3], 0.002, A, B)
