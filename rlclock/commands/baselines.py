@@ -1,0 +1,66 @@
+"""``rlclock baselines``: every baseline and the exact optima, as a table, a Pareto plot and JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rlclock.commands.common import add_env_args, env_from_args, print_table
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "baselines",
+        help="baselines and the exact optimum: table, Pareto plot, JSON",
+        description="Compute auto, max, best static, pass-level (local/global), kernel-level local and global "
+                    "(the paper's knapsack, latency ignored) and the exact latency-aware optimum for an env spec, "
+                    "evaluate each with the spec's switching latency, print the table and write the "
+                    "energy-versus-slowdown Pareto plot and a JSON file.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_env_args(p)
+    p.add_argument("--out", default="runs/baselines", help="folder for the plot and JSON")
+    p.add_argument("--edp", action="store_true", help="also the energy-delay-product optimum (slower)")
+    p.add_argument("--frontier", default="0,0.01,0.02,0.05,0.1,0.2",
+                   help="slowdown budgets of the Pareto frontiers (comma-separated fractions; empty for none)")
+    p.add_argument("--time-limit", type=float, default=300.0, metavar="SECONDS",
+                   help="time limit of each latency-aware solve")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlclock.baselines import frontier, run_baselines
+    from rlclock.plots import pareto_plot
+
+    spec, backend = env_from_args(args)
+    budget = spec.reward.budget
+    print(backend.describe())
+    print(f"slowdown budget {100 * budget:g} %; every schedule is evaluated with the switching latency")
+    results = run_baselines(backend, budget, edp=args.edp, time_limit_s=args.time_limit)
+    rows = []
+    for r in results:
+        d = r.row()
+        solve = f"{d['solve_s']:.2f}" if "solve_s" in d else ""
+        rows.append([r.name, f"{d['time_pct']:+.2f}", f"{d['energy_pct']:+.2f}", str(d["switches"]),
+                     f"{1e3 * d['off_plan_time_s']:.1f}", solve])
+    print_table(["schedule", "time %", "energy %", "switches", "off-plan ms", "solve s"], rows)
+    out = Path(args.out) / spec.name
+    out.mkdir(parents=True, exist_ok=True)
+    budgets = [float(x) for x in args.frontier.split(",") if x.strip()]
+    curves = frontier(backend, budgets, time_limit_s=args.time_limit) if budgets else {}
+    t, e = backend.tables
+    auto = backend.auto_run()
+    cloud = [(100 * (t[:, j].sum() / auto.time_s - 1), 100 * (e[:, j].sum() / auto.energy_j - 1))
+             for j in range(backend.n_configs)]
+    cloud = [p for p in cloud if p[0] <= 60]
+    points = {r.name: (100 * r.evaluation.slowdown, -100 * r.evaluation.saving) for r in results if r.name != "auto"}
+    png = pareto_plot(out / "pareto.png", points, curves, cloud, 100 * budget,
+                      f"{spec.name}: {backend.spec.name}, latency {1e3 * backend.latency_s:g} ms")
+    payload = {"env": spec.name, "gpu": backend.spec.key, "latency_s": backend.latency_s, "budget": budget,
+               "auto": {"time_s": auto.time_s, "energy_j": auto.energy_j},
+               "baselines": [r.row() for r in results], "frontiers": curves,
+               "schedules": {r.name: r.schedule.to_dict() for r in results}}
+    (out / "baselines.json").write_text(json.dumps(payload, indent=1, default=float))
+    print(f"wrote {png} and {out / 'baselines.json'}")
+    return 0

@@ -1,0 +1,89 @@
+"""Baselines on the paper's setting (simulated RTX 3080 Ti, latency 0) and with switching latency."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlclock import paper
+from rlclock.baselines import BASELINES, kernel_edp, run_baselines
+from rlclock.cli import main
+from rlclock.config import load_env_spec
+from rlclock.errors import ScheduleError
+
+SMALL = {
+    "name": "small-latency", "gpu": "rtx3080ti",
+    "workload": {"generator": "llmc", "batch": 8, "seq": 512, "hidden": 1024, "heads": 8, "layers": 2},
+    "switch_latency_s": 0.002, "actions": {"core_step_mhz": 210, "core_min_mhz": 210},
+    "reward": {"budget": 0.01},
+}
+
+
+@pytest.fixture(scope="module")
+def paper_results():
+    backend = load_env_spec("gpt3xl-rtx3080ti-paper").build_backend()
+    return {r.name: r for r in run_baselines(backend, 0.0)}
+
+
+def test_kernel_global_reproduces_table_2(paper_results):
+    ev = paper_results["kernel-global"].evaluation
+    assert abs(-100 * ev.saving - paper.TABLE2["kernel-global"][1]) <= 2.0
+    assert 100 * ev.slowdown <= 0.6
+    assert paper_results["kernel-global"].optimum.exact
+
+
+def test_pass_level_reproduces_table_2(paper_results):
+    for name in ("pass-local", "pass-global"):
+        assert abs(-100 * paper_results[name].evaluation.saving - paper.TABLE2[name][1]) <= 1.5
+
+
+def test_local_saves_less_than_global(paper_results):
+    assert paper_results["kernel-local"].evaluation.saving < paper_results["kernel-global"].evaluation.saving
+    assert paper_results["pass-global"].evaluation.saving <= paper_results["kernel-global"].evaluation.saving
+
+
+def test_budget_respected_without_latency(paper_results):
+    for name in ("static", "pass-local", "pass-global", "kernel-local", "kernel-global", "latency-aware"):
+        assert paper_results[name].evaluation.slowdown <= 1e-9, name
+
+
+def test_with_latency_the_aware_optimum_beats_every_schedule_that_fits():
+    backend = load_env_spec(SMALL).build_backend()
+    res = {r.name: r for r in run_baselines(backend, 0.01)}
+    la = res["latency-aware"].evaluation
+    assert la.slowdown <= 0.01 + 1e-9
+    for r in res.values():
+        if r.evaluation.slowdown <= 0.01 + 1e-9:
+            assert la.energy_j <= r.evaluation.energy_j * (1 + 1e-9), r.name
+    assert res["kernel-global"].evaluation.off_plan_time_s > 0  # latency hurts the latency-blind plan
+
+
+def test_edp_option_and_unknown_names():
+    backend = load_env_spec(SMALL).with_overrides(switch_latency_s=0.0).build_backend()
+    r = kernel_edp(backend, max_slowdown=0.3, steps=6)
+    ev = r.evaluation
+    auto = run_baselines(backend, 0.0, names=["auto"])[0].evaluation
+    assert ev.time_s * ev.energy_j <= auto.time_s * auto.energy_j
+    with pytest.raises(ScheduleError, match="unknown baseline"):
+        run_baselines(backend, 0.0, names=["magic"])
+    assert "latency-aware" in BASELINES
+
+
+def test_cli_writes_table_plot_and_json(tmp_path, capsys):
+    spec = tmp_path / "small.yaml"
+    import yaml
+
+    spec.write_text(yaml.safe_dump(SMALL))
+    assert main(["baselines", str(spec), "--out", str(tmp_path), "--frontier", "0,0.05", "--latency", "0.001"]) == 0
+    out = capsys.readouterr().out
+    assert "latency-aware" in out and "kernel-global" in out
+    data = json.loads((tmp_path / "small-latency" / "baselines.json").read_text())
+    assert data["latency_s"] == 0.001 and {r["name"] for r in data["baselines"]} >= {"auto", "latency-aware"}
+    assert (tmp_path / "small-latency" / "pareto.png").stat().st_size > 10_000
+
+
+def test_cli_bad_budget_is_one_line(tmp_path, capsys):
+    assert main(["baselines", "gpt3xl-rtx3080ti-paper", "--budget", "-1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlclock: error:") and err.count("\n") == 1
