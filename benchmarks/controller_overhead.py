@@ -8,12 +8,14 @@ step anchors) in dry-run mode. The schedule alternates two configurations betwee
 (memory clock lowered) and memory-bound ones (core clock lowered), each segment at least two switching
 latencies long (:mod:`rlclock.deploy.rules`); the controller's plan keeps the switches that can land in time.
 
-Overhead: blocks of steps with the step marked (controller attached) and without (the controller idle:
-no marks, so nothing of it runs), interleaved ABBA so drift cancels; every step synchronises (as a loop that
-reads its loss each step does), so any host-side cost shows in the step time. Reported: the median step time
-of each, their ratio, and the spread between the medians of the "without" blocks of odd and even rounds (the
-noise floor). Switch timing: the controller's report (issued − planned; issued − ideal from the kernels'
-GPU times; late switches; anchor delay).
+Overhead: blocks of steps in three conditions — "off" (no marks: the controller idle, nothing of it runs),
+"on" (``with clk.step():``, start and end marks) and "start-only" (``clk.step()`` alone) — interleaved in
+rounds whose order rotates and reverses, so drift cancels; every step synchronises (as a loop that reads its
+loss each step does), so any host-side cost shows in the step time. Reported: the median step time of each
+condition and the ratio to "off", the device time of the step (CUDA events around it, in every condition
+alike), the time the marks take in the training thread, and the spread between the medians of the "off"
+blocks of odd and even rounds (the noise floor). Switch timing: the controller's report (issued − planned;
+issued − ideal from the kernels' GPU times; late switches; anchor delay).
 
     python benchmarks/controller_overhead.py --out results/          # on a GPU (about a minute)
     python benchmarks/controller_overhead.py --cpu-smoke             # the script's logic on a CPU, no figures
@@ -54,9 +56,23 @@ def memory_bound_config() -> ClockConfig:
     return ClockConfig(min(cores, key=lambda c: abs(c - target)), None)
 
 
+CONDITIONS = ("off", "on", "start-only")
+"""Without marks (the controller idle); ``with clk.step():`` (start and end marks); ``clk.step()`` only."""
+
+
 def run_case(name: str, step_fn: Callable[[], None], sync: Callable[[], None], clk: Any, steps: int,
-             blocks: int) -> dict[str, Any]:
-    """Warm up / profile through ``clk`` until it controls, then time interleaved blocks with and without marks."""
+             blocks: int, gpu_timer: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """Warm up / profile through ``clk`` until it controls, then time interleaved blocks of each condition.
+
+    Args:
+        name: Case name.
+        step_fn: One training step.
+        sync: Waits for the device (the loop reads its loss every step).
+        clk: The deployment (``rlclock.deploy.clocked``).
+        steps: Steps per block.
+        blocks: Rounds; each runs every condition once, in an order rotated and reversed from round to round.
+        gpu_timer: Makes a timing event (CUDA) to time each step on the device too, in every condition alike.
+    """
     clk.start()
     guard = 0
     while clk.state not in ("control", "inactive", "closed"):
@@ -66,37 +82,65 @@ def run_case(name: str, step_fn: Callable[[], None], sync: Callable[[], None], c
         guard += 1
         if guard > 100:
             raise RuntimeError("the deployment never started controlling")
-    times: dict[str, list[float]] = {"off": [], "on": []}
-    per_block: dict[str, list[float]] = {"off": [], "on": []}
+    wall: dict[str, list[float]] = {c: [] for c in CONDITIONS}
+    device: dict[str, list[float]] = {c: [] for c in CONDITIONS}
+    mark: dict[str, list[float]] = {c: [] for c in CONDITIONS}
+    per_block: dict[str, list[float]] = {c: [] for c in CONDITIONS}
     for b in range(blocks):
-        for cond in (("off", "on") if b % 2 == 0 else ("on", "off")):
+        order = list(CONDITIONS[b % 3:] + CONDITIONS[:b % 3])
+        for cond in (order if b % 2 == 0 else order[::-1]):
             block = []
             for _ in range(steps):
+                g0 = gpu_timer() if gpu_timer else None
                 t0 = time.perf_counter()
-                if cond == "on":
-                    with clk.step():
-                        step_fn()
-                else:
+                if g0 is not None:
+                    g0.record()
+                cost = 0.0
+                if cond == "off":
                     step_fn()
+                else:
+                    ta = time.perf_counter()
+                    m = clk.step()
+                    cost += time.perf_counter() - ta
+                    step_fn()
+                    if cond == "on":
+                        tc = time.perf_counter()
+                        m.__exit__(None, None, None)
+                        cost += time.perf_counter() - tc
+                g1 = gpu_timer() if gpu_timer else None
+                if g1 is not None:
+                    g1.record()
                 sync()
                 block.append(time.perf_counter() - t0)
-            times[cond] += block
+                mark[cond].append(cost)
+                if g0 is not None:
+                    device[cond].append(g0.elapsed_time(g1) / 1e3)
+            wall[cond] += block
             per_block[cond].append(statistics.median(block))
     rep = clk.close()
-    off, on = statistics.median(times["off"]), statistics.median(times["on"])
+    med = {c: statistics.median(wall[c]) for c in CONDITIONS}
     off_even = statistics.median(per_block["off"][0::2])
     off_odd = statistics.median(per_block["off"][1::2]) if blocks > 1 else off_even
     prof = clk.profile
-    out: dict[str, Any] = {
-        "case": name, "steps_per_condition": len(times["on"]), "blocks": blocks,
-        "step_off_s": off, "step_on_s": on, "overhead_pct": 100 * (on / off - 1),
-        "noise_pct": 100 * abs(off_even - off_odd) / off,
+
+    def pct(v: list[float]) -> dict[str, float]:
+        q = statistics.quantiles(v, n=10) if len(v) > 1 else [v[0]] * 9
+        return {"median_s": statistics.median(v), "p10_s": q[0], "p90_s": q[-1]}
+
+    return {
+        "case": name, "steps_per_condition": len(wall["on"]), "blocks": blocks,
+        "step_off_s": med["off"], "step_on_s": med["on"], "step_start_only_s": med["start-only"],
+        "overhead_pct": 100 * (med["on"] / med["off"] - 1),
+        "overhead_start_only_pct": 100 * (med["start-only"] / med["off"] - 1),
+        "noise_pct": 100 * abs(off_even - off_odd) / med["off"],
+        "wall": {c: pct(wall[c]) for c in CONDITIONS},
+        "device": {c: pct(device[c]) for c in CONDITIONS if device[c]},
+        "mark_cost_s": {c: statistics.median(mark[c]) for c in CONDITIONS if c != "off"},
         "kernels": None if prof is None else len(prof.trace),
         "profiled_period_s": None if prof is None else prof.timeline.period_s,
         "report": None if rep is None else rep.as_dict(),
         "report_text": None if rep is None else rep.text(),
     }
-    return out
 
 
 def gpu_cases(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -129,7 +173,8 @@ def gpu_cases(args: argparse.Namespace) -> list[dict[str, Any]]:
               flush=True)
         clk = clocked(builder, control="dry-run", latency_s=latency, warmup_steps=3, profile_steps=5,
                       worker="process", verbose=True)
-        res = run_case(name, layers(n), torch.cuda.synchronize, clk, steps, args.blocks)
+        res = run_case(name, layers(n), torch.cuda.synchronize, clk, steps, args.blocks,
+                       lambda: torch.cuda.Event(enable_timing=True))
         res.update(layers=n, latency_s=latency, configs=[str(TENSOR_CONFIG), str(low)])
         print(res["report_text"], flush=True)
         results.append(res)
@@ -158,8 +203,8 @@ def cpu_smoke(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    head = ("case", "step off ms", "step on ms", "overhead %", "noise %", "sw/step", "issued", "late",
-            "issue err p95 ms", "switch err med/p95 ms", "anchor delay med ms")
+    head = ("case", "off ms", "on ms", "overhead %", "start-only %", "noise %", "GPU off/on ms", "mark us",
+            "sw/step", "issued", "late", "issue err p95 ms", "switch err med/p95 ms", "anchor delay med ms")
     rows = []
     for r in results:
         rep = r["report"] or {}
@@ -169,8 +214,11 @@ def table(results: list[dict[str, Any]]) -> str:
         def ms(x: Any) -> str:
             return "-" if x is None or x != x else f"{x * 1e3:.3f}"
 
+        dev = r.get("device", {})
+        gpu = (f"{ms(dev['off']['median_s'])}/{ms(dev['on']['median_s'])}" if "off" in dev and "on" in dev else "-")
         rows.append((r["case"], f"{r['step_off_s'] * 1e3:.3f}", f"{r['step_on_s'] * 1e3:.3f}",
-                     f"{r['overhead_pct']:+.2f}", f"{r['noise_pct']:.2f}", str(len(plan.get("events", []))),
+                     f"{r['overhead_pct']:+.2f}", f"{r['overhead_start_only_pct']:+.2f}", f"{r['noise_pct']:.2f}", gpu,
+                     f"{r['mark_cost_s']['on'] * 1e6:.1f}", str(len(plan.get("events", []))),
                      str(rep.get("issued", "-")), f"{rep.get('late', '-')}/{se.get('n', '-')}",
                      ms(ie.get("p95_abs_s")), f"{ms(se.get('median_s'))}/{ms(se.get('p95_abs_s'))}",
                      ms(ad.get("median_s"))))
@@ -183,8 +231,8 @@ def table(results: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=None, help="folder for controller_overhead.json")
-    p.add_argument("--steps", type=int, default=150, help="layer steps per block and condition")
-    p.add_argument("--blocks", type=int, default=8, help="rounds of (without, with) blocks, ABBA")
+    p.add_argument("--steps", type=int, default=120, help="layer steps per block and condition")
+    p.add_argument("--blocks", type=int, default=6, help="rounds; each runs every condition once")
     p.add_argument("--latency", type=float, default=0.006, help="switching latency planned with, seconds")
     p.add_argument("--stack", type=int, default=8, help="layer steps per training step in the stacked case")
     p.add_argument("--stress-latency", type=float, default=0.0005,

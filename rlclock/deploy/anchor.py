@@ -12,7 +12,8 @@ timer is exact. So each anchor is placed as
 where ``gpu_k`` is the event's time after the first step's event (CUDA's elapsed time) and the minimum over
 a sliding window of steps picks the observation with the least delay (and follows any drift between the
 GPU's timer and the host clock). Each step's GPU duration comes from the same events: to its end mark
-(``with clk.step():``) when given, else to the next step's start.
+(``with clk.step():``) when given, else to the next step's start. End marks are never waited for: they are
+read when the next step's start has been seen (:data:`DEFER_S` says why the thread also holds back then).
 
 :class:`HostAnchors` is the same for runs without CUDA: the anchor is the host time of the mark.
 """
@@ -31,6 +32,12 @@ import numpy as np
 
 OFFSET_WINDOW = 64
 """Steps over which the least-delayed observation sets the host/GPU clock offset."""
+DEFER_S = 5e-4
+"""After seeing a step start, the helper thread waits this long (seconds) before its bookkeeping and the message
+to the worker: a loop that synchronises every step is launching the step's first kernels just then, with the GPU
+idle, and every microsecond it waits for the interpreter lock would be GPU time lost; half a millisecond later
+the GPU has work queued. The anchor's value does not change (it comes from GPU timestamps), only when the worker
+learns it."""
 
 
 @dataclass
@@ -125,13 +132,16 @@ class CudaAnchors:
     Args:
         on_anchor: Called from the helper thread with ``(step, anchor_s)`` for every marked step.
         window: Steps of the sliding minimum that sets the clock offset.
+        defer_s: Pause between seeing a step start and the rest of the thread's work, seconds.
     """
 
     source = "cuda"
 
-    def __init__(self, on_anchor: Callable[[int, float], Any], window: int = OFFSET_WINDOW) -> None:
+    def __init__(self, on_anchor: Callable[[int, float], Any], window: int = OFFSET_WINDOW,
+                 defer_s: float = DEFER_S) -> None:
         import torch
 
+        self.defer_s = float(defer_s)
         self._torch = torch
         self.on_anchor = on_anchor
         self.log = AnchorLog("cuda")
@@ -164,19 +174,24 @@ class CudaAnchors:
 
     def _run(self) -> None:
         start_ev: Any = None
+        end: tuple[int, Any] | None = None  # the last end mark, read once the next start is seen
         index = -1
         while True:
             item = self._queue.get()
             if item is None:
+                self._finish_end(start_ev, end, index, wait=True)
                 return
             kind, step, ev = item
             try:
+                if kind == 1:  # an end mark: no wait now, it is complete by the time the next start is
+                    end = (step, ev)
+                    continue
                 ev.synchronize()  # releases the interpreter lock while it waits
                 seen = time.monotonic()
-                if kind == 1:
-                    if start_ev is not None and index >= 0 and self.log.step[index] == step:
-                        self.log.busy_s[index] = start_ev.elapsed_time(ev) / 1e3
-                    continue
+                if self.defer_s > 0:  # let the loop launch the step's first kernels before taking the lock
+                    time.sleep(self.defer_s)
+                self._finish_end(start_ev, end, index, wait=False)
+                end = None
                 if self._ref is None:
                     self._ref = ev
                 gpu = self._ref.elapsed_time(ev) / 1e3 if ev is not self._ref else 0.0
@@ -193,3 +208,17 @@ class CudaAnchors:
             except Exception as exc:  # keep anchoring later steps; the report shows the error
                 if len(self.log.errors) < 10:
                     self.log.errors.append(f"step {step}: {type(exc).__name__}: {exc}")
+
+    def _finish_end(self, start_ev: Any, end: tuple[int, Any] | None, index: int, wait: bool) -> None:
+        """Record the GPU time from the last start mark to its end mark."""
+        if end is None or start_ev is None or index < 0 or self.log.step[index] != end[0]:
+            return
+        try:
+            if wait:
+                end[1].synchronize()
+            elif not end[1].query():
+                return
+            self.log.busy_s[index] = start_ev.elapsed_time(end[1]) / 1e3
+        except Exception as exc:
+            if len(self.log.errors) < 10:
+                self.log.errors.append(f"step {end[0]} end: {type(exc).__name__}: {exc}")
