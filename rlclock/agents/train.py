@@ -1,0 +1,225 @@
+"""Train a PPO clock policy on simulated envs; write a run folder that describes itself and a checkpoint.
+
+Run folder ``runs/<name>-s<seed>-<date>/``:
+
+====================  ==========================================================================
+``config.yaml``       resolved env spec(s), agent recipe, command line, git revision, versions
+``policy/``           the deployable checkpoint (``policy.safetensors`` + ``meta.json``)
+``sb3_model.zip``     the stable-baselines3 model, for resuming
+``metrics.csv``       the evaluation history (steps, saving, slowdown, switches, fraction of optimum)
+``summary.json``      final figures per training workload and the training wall time
+``pareto.png``        the policy beside the baselines (first workload)
+``timeline.png``      the policy's clocks over one step (first workload)
+====================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from rlclock import __version__
+from rlclock.agents.config import AgentConfig
+from rlclock.agents.evaluate import PolicyEvaluation, evaluate_policy
+from rlclock.config import REPO_ROOT, EnvSpec
+from rlclock.deploy.policy import ClockPolicy, policy_meta, save_checkpoint
+from rlclock.env import obs_size
+from rlclock.tracking import Tracker, sb3_writer
+
+
+@dataclass
+class TrainResult:
+    """What a training run produced."""
+
+    run_dir: Path
+    checkpoint: Path
+    evaluations: list[PolicyEvaluation]
+    wall_s: float
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def git_revision() -> str:
+    """The checkout's commit (``unknown`` outside git)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _policy(model, specs: Sequence[EnvSpec], configs, lookahead: int, extra: dict[str, Any]) -> ClockPolicy:
+    from rlclock.agents.export import weights_from_sb3
+
+    s0 = specs[0]
+    meta = policy_meta(s0.gpu, configs, lookahead, obs_size(lookahead), s0.latency_s, s0.reward.budget, extra)
+    meta.update(format="rlclock.policy", version=1)
+    w = weights_from_sb3(model)
+    meta["activation"] = w.activation
+    return ClockPolicy(w, meta)
+
+
+def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "runs", name: str | None = None,
+          track: bool = False, progress: bool = True, save_to: str | Path | None = None,
+          eval_specs: Sequence[EnvSpec] | None = None) -> TrainResult:
+    """Train PPO on ``specs`` (one spec, or a family sharing GPU and action set).
+
+    Args:
+        specs: Env specs to train on (a family is sampled per episode).
+        agent: The agent recipe.
+        runs_dir: Parent folder of the run folder.
+        name: Run name (default: the first spec's name, or ``family-<gpu>``).
+        track: Log to Weights & Biases (offline unless configured; see :mod:`rlclock.tracking`).
+        progress: Show a progress bar.
+        save_to: Also copy the checkpoint (and the SB3 zip) to this folder, e.g. ``checkpoints/<name>``.
+        eval_specs: Specs evaluated during and after training (default: ``specs``).
+    """
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import Logger, make_output_format
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from rlclock.vec_env import KernelClockVecEnv
+
+    specs = list(specs)
+    eval_specs = list(eval_specs or specs)
+    name = name or (specs[0].name if len(specs) == 1 else f"family-{specs[0].gpu.key}")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(runs_dir) / f"{name}-s{agent.seed}-{stamp}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = {"name": name, "agent": agent.as_dict(), "envs": [dict(s.raw) for s in specs],
+              "eval_envs": [s.name for s in eval_specs], "command": " ".join(sys.argv), "git": git_revision(),
+              "rlclock": __version__, "python": platform.python_version(), "torch": str(torch.__version__)}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+    torch.manual_seed(agent.seed)
+    np.random.seed(agent.seed)
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    vec = VecMonitor(KernelClockVecEnv(agent.n_envs, specs, seed=agent.seed))
+    proto = vec.venv
+    act = torch.nn.Tanh if agent.policy.activation == "tanh" else torch.nn.ReLU
+    arch = list(agent.policy.net_arch)
+    p = agent.ppo
+    model = PPO("MlpPolicy", vec, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size,
+                n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range,
+                ent_coef=p.ent_coef, vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm, seed=agent.seed,
+                policy_kwargs={"net_arch": {"pi": arch, "vf": arch}, "activation_fn": act}, device="cpu", verbose=0)
+    tracker = Tracker(track, name=run_dir.name, config=config, folder=run_dir, tags=[specs[0].gpu.key])
+    formats = [make_output_format("csv", str(run_dir))]
+    if tracker.enabled:
+        formats.append(sb3_writer(tracker))
+    model.set_logger(Logger(str(run_dir), formats))
+    lookahead = specs[0].lookahead
+    history: list[dict[str, Any]] = []
+    started = time.perf_counter()
+
+    def run_eval(step: int) -> list[PolicyEvaluation]:
+        pol = _policy(model, specs, proto.configs, lookahead, {})
+        evs = [evaluate_policy(pol, s) for s in eval_specs]
+        row: dict[str, Any] = {"step": step, "wall_s": time.perf_counter() - started}
+        for ev in evs:
+            for k, v in ev.metrics(f"energy/{ev.env}/" if len(evs) > 1 else "energy/").items():
+                row[k] = v
+        if len(evs) > 1:
+            row["energy/mean_fraction_of_optimum"] = float(np.mean([ev.fraction_of_optimum for ev in evs]))
+            row["energy/mean_slowdown_pct"] = float(np.mean([ev.slowdown_pct for ev in evs]))
+        history.append(row)
+        tracker.log(row, step=step)
+        return evs
+
+    class EvalEvery(BaseCallback):
+        def __init__(self, every: int) -> None:
+            super().__init__()
+            self.every = every
+            self.next = every
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self.next:
+                self.next += self.every
+                run_eval(self.num_timesteps)
+            return True
+
+    model.learn(total_timesteps=agent.timesteps, callback=EvalEvery(agent.eval.every_steps), progress_bar=progress)
+    wall = time.perf_counter() - started
+    evs = run_eval(model.num_timesteps)
+    figures = {ev.env: {"saving_pct": ev.saving_pct, "slowdown_pct": ev.slowdown_pct,
+                        "switches": ev.evaluation.switches, "optimum_saving_pct": 100 * ev.optimum_saving,
+                        "fraction_of_optimum": ev.fraction_of_optimum} for ev in evs}
+    extra = {"training": {"timesteps": int(model.num_timesteps), "wall_s": wall, "seed": agent.seed,
+                          "envs": [s.name for s in specs], "figures": figures, "git": config["git"],
+                          "agent": agent.as_dict()},
+             "env_spec": dict(specs[0].raw)}
+    pol = _policy(model, specs, proto.configs, lookahead, extra)
+    ckpt = save_checkpoint(run_dir / "policy", pol.weights, {k: v for k, v in pol.meta.items()
+                                                              if k not in ("format", "version", "activation")})
+    model.save(str(run_dir / "sb3_model.zip"))
+    _write_history(run_dir / "metrics.csv", history)
+    (run_dir / "summary.json").write_text(json.dumps({"name": name, "wall_s": wall, "figures": figures}, indent=1))
+    _plots(run_dir, pol, eval_specs[0], tracker)
+    tracker.table("energy/schedule", ["kernel", "op", "requested", "in effect", "time_ms", "energy_j"],
+                  _schedule_rows(pol, eval_specs[0]))
+    tracker.artifact(ckpt, f"policy-{name}", metadata=figures)
+    tracker.finish()
+    if save_to is not None:
+        dest = Path(save_to)
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(ckpt, dest)
+        shutil.copy2(run_dir / "sb3_model.zip", dest / "sb3_model.zip")
+    vec.close()
+    return TrainResult(run_dir, ckpt, evs, wall, history)
+
+
+def _write_history(path: Path, history: list[dict[str, Any]]) -> None:
+    if not history:
+        return
+    keys = list(dict.fromkeys(k for row in history for k in row))
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(history)
+
+
+def _schedule_rows(policy: ClockPolicy, spec: EnvSpec) -> list[list[Any]]:
+    from rlclock.env import make_episode
+
+    backend = make_episode(spec).backend
+    sched = policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget)
+    run = backend.run(sched)
+    return [[i, backend.trace[i].op, str(backend.configs[int(run.requested_index[i])]),
+             str(backend.configs[int(run.config_index[i])]), 1e3 * float(run.kernel_time_s[i]),
+             float(run.kernel_energy_j[i])] for i in range(len(backend.trace))]
+
+
+def _plots(run_dir: Path, policy: ClockPolicy, spec: EnvSpec, tracker: Tracker) -> None:
+    from rlclock.baselines import run_baselines
+    from rlclock.env import make_episode
+    from rlclock.plots import clock_timeline, pareto_plot
+    from rlclock.schedule import evaluate
+
+    backend = make_episode(spec).backend
+    sched = policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget)
+    ev = evaluate(sched, backend)
+    points = {r.name: (100 * r.evaluation.slowdown, -100 * r.evaluation.saving)
+              for r in run_baselines(backend, spec.reward.budget) if r.name != "auto"}
+    points["PPO policy"] = (100 * ev.slowdown, -100 * ev.saving)
+    pareto = pareto_plot(run_dir / "pareto.png", points, budget_pct=100 * spec.reward.budget,
+                         title=f"{spec.name}: policy vs baselines (latency {1e3 * backend.latency_s:g} ms)")
+    timeline = clock_timeline(run_dir / "timeline.png", ev.run, backend.spec, title=f"{spec.name}: policy clocks")
+    tracker.image("plots/pareto", pareto)
+    tracker.image("plots/clock_timeline", timeline)

@@ -1,0 +1,312 @@
+"""ClockPolicy: a trained clock policy as plain weights, turning a kernel trace into a clock schedule.
+
+A checkpoint is a folder::
+
+    policy.safetensors   the policy network's weights (numpy arrays; nothing executes on load)
+    meta.json            GPU, clock table, action set, feature schema, env spec, training figures
+    sb3_model.zip        (optional) the stable-baselines3 model, only for resuming training
+
+:meth:`ClockPolicy.schedule` rolls the step forward through the same switching rules as the environment
+— numpy only, no torch — deciding a configuration at every kernel where a decision can take effect (while a
+switch is in flight the driver call is busy and a request would be ignored, so none is computed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlclock.errors import CheckpointError
+from rlclock.gpu.spec import GpuSpec, get_spec
+from rlclock.schedule import ClockConfig, ClockSchedule
+from rlclock.workload.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, N_FEATURES, kernel_features
+from rlclock.workload.trace import KernelTrace, Measurement
+
+CHECKPOINT_FORMAT = "rlclock.policy"
+CHECKPOINT_VERSION = 1
+N_STATE = 14  # observation entries after the kernel window (rlclock.env)
+
+
+def clock_table_digest(spec: GpuSpec) -> str:
+    """A short digest of a GPU's clock table (memory clock → supported core clocks)."""
+    text = json.dumps({str(m): list(spec.clocks[m]) for m in sorted(spec.clocks)})
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class PolicyWeights:
+    """An MLP: hidden layers ``(W, b)`` with an activation, then the action head ``(W, b)``."""
+
+    hidden: tuple[tuple[np.ndarray, np.ndarray], ...]
+    head: tuple[np.ndarray, np.ndarray]
+    activation: str = "tanh"
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """Deterministic actions (argmax of the logits) for a batch of observations ``(N, obs)``."""
+        h = np.asarray(obs, dtype=np.float64)
+        for w, b in self.hidden:
+            h = h @ w.T + b
+            h = np.tanh(h) if self.activation == "tanh" else np.maximum(h, 0.0)
+        return np.argmax(h @ self.head[0].T + self.head[1], axis=-1)
+
+    def tensors(self) -> dict[str, np.ndarray]:
+        out = {}
+        for i, (w, b) in enumerate(self.hidden):
+            out[f"hidden.{i}.weight"], out[f"hidden.{i}.bias"] = w, b
+        out["head.weight"], out["head.bias"] = self.head
+        return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+
+    @classmethod
+    def from_tensors(cls, t: dict[str, np.ndarray], activation: str) -> PolicyWeights:
+        n = len([k for k in t if k.startswith("hidden.") and k.endswith(".weight")])
+        hidden = tuple((t[f"hidden.{i}.weight"].astype(np.float64), t[f"hidden.{i}.bias"].astype(np.float64))
+                       for i in range(n))
+        return cls(hidden, (t["head.weight"].astype(np.float64), t["head.bias"].astype(np.float64)), activation)
+
+
+def save_checkpoint(folder: str | Path, weights: PolicyWeights, meta: dict[str, Any]) -> Path:
+    """Write ``policy.safetensors`` and ``meta.json`` into ``folder``."""
+    from safetensors.numpy import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(weights.tensors(), str(folder / "policy.safetensors"))
+    full = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "activation": weights.activation, **meta}
+    (folder / "meta.json").write_text(json.dumps(full, indent=1, default=float))
+    return folder
+
+
+class ClockPolicy:
+    """A deployable clock policy (see the module docstring).
+
+    Attributes:
+        meta: The checkpoint's metadata.
+        gpu: The GPU preset it was trained for.
+        configs: Its action set (index = action).
+        lookahead: Kernels after the current one it looks at.
+        budget: Slowdown budget it was trained for.
+    """
+
+    def __init__(self, weights: PolicyWeights, meta: dict[str, Any]) -> None:
+        self.weights = weights
+        self.meta = meta
+        self.gpu = get_spec(meta["gpu_key"])
+        self.configs: tuple[ClockConfig, ...] = tuple(ClockConfig.parse(c) for c in meta["configs"])
+        self.lookahead = int(meta["lookahead"])
+        self.budget = float(meta.get("budget", 0.01))
+        self._check_shapes()
+        self._cache: dict[str, Any] = {}
+
+    @property
+    def gpu_key(self) -> str:
+        return self.gpu.key
+
+    @property
+    def gpu_name(self) -> str:
+        return self.gpu.name
+
+    # -- loading and compatibility ---------------------------------------------------------------------
+    @classmethod
+    def load(cls, folder: str | Path) -> ClockPolicy:
+        """Load a checkpoint folder; refuses malformed or incompatible ones with a clear error."""
+        from safetensors import SafetensorError
+        from safetensors.numpy import load_file
+
+        folder = Path(folder)
+        meta_path, weights_path = folder / "meta.json", folder / "policy.safetensors"
+        if not meta_path.is_file() or not weights_path.is_file():
+            raise CheckpointError(f"{folder} is not an rlclock checkpoint (needs meta.json and policy.safetensors).",
+                                  "give a folder written by `rlclock train` (e.g. checkpoints/gpt3xl-rtx3080ti).")
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CheckpointError(f"{meta_path}: unreadable metadata ({exc}).") from None
+        if meta.get("format") != CHECKPOINT_FORMAT or meta.get("version") != CHECKPOINT_VERSION:
+            raise CheckpointError(f"{meta_path}: format {meta.get('format')!r} v{meta.get('version')!r}, expected "
+                                  f"{CHECKPOINT_FORMAT!r} v{CHECKPOINT_VERSION}.", "retrain or upgrade rlclock.")
+        if meta.get("feature_schema_version") != FEATURE_SCHEMA_VERSION:
+            raise CheckpointError(
+                f"{folder}: feature schema v{meta.get('feature_schema_version')} does not match this rlclock's "
+                f"v{FEATURE_SCHEMA_VERSION}.", "retrain the policy with this version of rlclock.")
+        for key in ("gpu_key", "configs", "lookahead", "clock_table", "obs_size"):
+            if key not in meta:
+                raise CheckpointError(f"{meta_path}: missing {key!r}.")
+        gpu = get_spec(meta["gpu_key"])
+        if meta["clock_table"] != clock_table_digest(gpu):
+            raise CheckpointError(f"{folder}: clock table of {gpu.name} differs from the one the policy was trained "
+                                  "on.", "retrain the policy for this GPU preset.")
+        try:
+            tensors = load_file(str(weights_path))
+        except (SafetensorError, OSError) as exc:
+            raise CheckpointError(f"{weights_path}: unreadable weights ({exc}).") from None
+        try:
+            weights = PolicyWeights.from_tensors(tensors, meta.get("activation", "tanh"))
+        except KeyError as exc:
+            raise CheckpointError(f"{weights_path}: missing tensor {exc}.") from None
+        return cls(weights, meta)
+
+    def _check_shapes(self) -> None:
+        expect = (self.lookahead + 1) * (N_FEATURES + 1) + N_STATE
+        w0 = self.weights.hidden[0][0] if self.weights.hidden else self.weights.head[0]
+        if w0.shape[1] != expect or int(self.meta["obs_size"]) != expect:
+            raise CheckpointError(f"policy expects {w0.shape[1]} observation entries, this rlclock builds {expect}.",
+                                  "retrain the policy with this version of rlclock.")
+        if self.weights.head[0].shape[0] != len(self.configs):
+            raise CheckpointError(f"policy has {self.weights.head[0].shape[0]} actions but lists "
+                                  f"{len(self.configs)} configurations.")
+
+    def check_gpu(self, gpu: GpuSpec | str) -> None:
+        """Raise :class:`CheckpointError` unless ``gpu`` (a spec, preset key or NVML name) is the policy's GPU."""
+        spec = get_spec(gpu) if isinstance(gpu, str) else gpu
+        if spec.key != self.gpu.key or clock_table_digest(spec) != self.meta["clock_table"]:
+            raise CheckpointError(f"this policy was trained for {self.gpu.name}, not {spec.name}.",
+                                  f"use a checkpoint trained for {spec.key}, or train one.")
+
+    # -- inference ------------------------------------------------------------------------------------
+    def backend_for(self, trace: KernelTrace, auto_time_s: np.ndarray | None = None,
+                    auto_energy_j: np.ndarray | None = None, latency_s: float | None = None):
+        """A simulated backend of the policy's GPU over ``trace``, anchored on measured auto points if given."""
+        from dataclasses import replace
+
+        from rlclock.gpu.simulated import SimulatedGpu
+
+        if auto_time_s is not None:
+            t = np.asarray(auto_time_s, float)
+            e = None if auto_energy_j is None else np.asarray(auto_energy_j, float)
+            if t.shape != (len(trace),) or (e is not None and e.shape != t.shape):
+                raise CheckpointError(f"need {len(trace)} auto times (and energies), found {t.shape}.")
+            kernels = [replace(k, measured=(Measurement(gpu=self.gpu.key, time_s=float(t[i]),
+                                                        energy_j=None if e is None else float(e[i]),
+                                                        source="profile"),))
+                       for i, k in enumerate(trace)]
+            trace = trace.with_kernels(kernels)
+        lat = self.meta.get("latency_s", self.gpu.switch_latency_s) if latency_s is None else latency_s
+        return SimulatedGpu(self.gpu, trace, self.configs, lat, anchor=True)
+
+    def schedule(self, trace: KernelTrace, auto_time_s: np.ndarray | None = None,
+                 auto_energy_j: np.ndarray | None = None, latency_s: float | None = None, backend=None,
+                 budget: float | None = None) -> ClockSchedule:
+        """The policy's clock schedule for one step of ``trace``.
+
+        Args:
+            trace: The step's kernels (from a generator or ``rlclock profile``).
+            auto_time_s: Measured auto-clock duration per kernel (anchors the planning model), optional.
+            auto_energy_j: Measured auto-clock energy per kernel, optional.
+            latency_s: Switching latency to plan for (default: the one trained for).
+            backend: Plan on this backend instead (its configurations must be the policy's).
+            budget: Slowdown budget (default: the one trained for).
+        """
+        if backend is None:
+            backend = self.backend_for(trace, auto_time_s, auto_energy_j, latency_s)
+        else:
+            self.check_gpu(backend.spec)
+            if tuple(backend.configs) != self.configs:
+                raise CheckpointError("the backend's configuration set differs from the policy's action set.",
+                                      "build the backend with policy.configs (or use policy.schedule without one).")
+        req = self.plan(backend, self.budget if budget is None else budget)
+        return ClockSchedule(self.configs, req, name="policy")
+
+    def plan(self, backend, budget: float) -> np.ndarray:
+        """Requested configuration index per kernel, by rolling the step through the switching rules."""
+        t_tab, e_tab = backend.tables
+        auto = backend.auto_run()
+        return self.rollout(backend.trace, t_tab, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s, budget)
+
+    def rollout(self, trace: KernelTrace, t_tab: np.ndarray, auto_t: np.ndarray, auto_e: np.ndarray,
+                latency_s: float, budget: float, timings: list[float] | None = None) -> np.ndarray:
+        """The decision loop (numpy only). ``timings`` receives the seconds spent per decision if given."""
+        n, C = t_tab.shape
+        K = self.lookahead
+        H = self.weights.hidden
+        w1, b1 = H[0]
+        width = (K + 1) * (N_FEATURES + 1)
+        feats = kernel_features(trace, self.gpu, auto_t, auto_e, latency_s)
+        window = np.zeros((n + K, N_FEATURES + 1))
+        window[:n, :N_FEATURES] = feats
+        window[:n, N_FEATURES] = 1.0
+        rows = np.lib.stride_tricks.sliding_window_view(window, (K + 1, N_FEATURES + 1))[:, 0].reshape(n, width)
+        ws = w1[:, width:]  # state columns (see rlclock.env observation table)
+        lat_feat = float(np.clip(np.log10(max(latency_s, 1e-6) / 1e-3) / 3.0, -1.0, 1.0))
+        pre = rows @ w1[:, :width].T + b1 + np.outer(np.arange(n) / n, ws[:, 11]) + lat_feat * ws[:, 12] \
+            + min(1.0, budget / 0.1) * ws[:, 13]
+        cf = self._config_features()
+        cur_part = cf @ ws[:, 0:4].T  # (C, H)
+        w_slack = ws[:, 10]
+        later = H[1:]
+        head_w, head_b = self.weights.head
+        tanh = self.weights.activation == "tanh"
+        prefix = np.concatenate([[0.0], np.cumsum(auto_t)])
+        total = float(prefix[-1])
+        slack_scale = 1.0 / (max(budget, 0.01) * total)
+        line = 1.0 + budget
+        req = np.empty(n, dtype=np.int64)
+        cur, pend, land, T = 0, -1, 0.0, 0.0
+        tt = t_tab.tolist()
+        clock = time.perf_counter
+        for k in range(n):
+            if pend < 0:
+                t0 = clock() if timings is not None else 0.0
+                slack = (line * prefix[k] - T) * slack_scale
+                slack = -1.0 if slack < -1.0 else (1.0 if slack > 1.0 else slack)
+                h = pre[k] + cur_part[cur] + slack * w_slack
+                h = np.tanh(h) if tanh else np.maximum(h, 0.0)
+                for w, b in later:
+                    h = w @ h + b
+                    h = np.tanh(h) if tanh else np.maximum(h, 0.0)
+                a = int(np.argmax(head_w @ h + head_b))
+                if timings is not None:
+                    timings.append(clock() - t0)
+                if a != cur:
+                    pend, land = a, latency_s
+                    if land <= 0.0:
+                        cur, pend = a, -1
+            else:
+                a = pend
+            req[k] = a
+            row = tt[k]
+            tc = row[cur]
+            if pend >= 0:
+                if land < tc:
+                    frac = land / tc
+                    T += land + (1.0 - frac) * row[pend]
+                    cur, pend, land = pend, -1, 0.0
+                else:
+                    T += tc
+                    land -= tc
+                    if land <= 0.0:
+                        cur, pend, land = pend, -1, 0.0
+            else:
+                T += tc
+        return req
+
+    def _config_features(self) -> np.ndarray:
+        if "cf" not in self._cache:
+            from rlclock.env import config_features
+
+            self._cache["cf"] = config_features(self.gpu, self.configs).astype(np.float64)
+        return self._cache["cf"]
+
+
+def policy_meta(gpu: GpuSpec, configs: Sequence[ClockConfig], lookahead: int, obs_size: int, latency_s: float,
+                budget: float, extra: dict[str, Any]) -> dict[str, Any]:
+    """The metadata a checkpoint carries (see the module docstring)."""
+    return {
+        "gpu_key": gpu.key,
+        "gpu_name": gpu.name,
+        "clock_table": clock_table_digest(gpu),
+        "configs": [str(c) for c in configs],
+        "feature_schema_version": FEATURE_SCHEMA_VERSION,
+        "feature_names": list(FEATURE_NAMES),
+        "lookahead": lookahead,
+        "obs_size": obs_size,
+        "latency_s": latency_s,
+        "budget": budget,
+        **extra,
+    }
