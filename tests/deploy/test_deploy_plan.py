@@ -169,3 +169,16 @@ def test_class_windows_rule_alternates_windows_of_two_latencies():
     assert plan.n_switches >= 2 and plan.on_plan_fraction > 0.9
     with pytest.raises(DeployError, match="durations"):
         class_windows(trace, t[:3], 0.002, A, B)
+
+
+def test_a_per_kernel_schedule_on_the_measured_h200_layer_is_held_at_6_ms():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "data" / "gpt3xl-h200-layer.trace.json"
+    trace = KernelTrace.load(path)
+    timeline = StepTimeline.from_trace(trace)
+    schedule = ClockSchedule.from_configs([ClockConfig(None, 2201) if k.uses_tensor_cores else ClockConfig(1380, None)
+                                           for k in trace])
+    for latency in (0.006, 0.0005):
+        plan = plan_switches(schedule, timeline, latency)
+        assert len(plan.segments) == 17 and plan.n_switches == 0 and plan.initial == ClockConfig(None, 2201)
