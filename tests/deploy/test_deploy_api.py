@@ -140,3 +140,27 @@ def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path)
     assert len(sched) == len(trace) and calls[-1] == ("schedule", len(trace), (len(trace),), None, 0.006)
     assert clk._latency_s() in (None, 0.006)  # the H200 preset's latency when NVML cannot name the GPU
     clk.close()
+
+
+def test_a_real_policy_checkpoint_schedules_a_profiled_step(tmp_path):
+    policy = pytest.importorskip("rlclock.deploy.policy")
+    from test_deploy_capture import Export, normal_step
+
+    from rlclock.deploy.capture import profile_from_chrome
+    from rlclock.env import obs_size
+    from rlclock.gpu.spec import get_spec
+    from rlclock.schedule import ClockConfig
+
+    configs = [ClockConfig(), ClockConfig(None, 2201), ClockConfig(1380, None)]
+    n, rng = obs_size(4), np.random.default_rng(0)
+    weights = policy.PolicyWeights(((rng.normal(size=(16, n)) * 0.1, np.zeros(16)),),
+                                   (rng.normal(size=(3, 16)) * 0.1, np.zeros(3)), "tanh")
+    policy.save_checkpoint(tmp_path, weights, policy.policy_meta(get_spec("h200-sxm"), configs, 4, n, 0.006, 0.01, {}))
+    x = Export()
+    for k in range(4):
+        normal_step(x, 1000.0 * k)
+    prof = profile_from_chrome(x.data(), "NVIDIA H200")
+    clk = clocked(checkpoint=tmp_path, verbose=False).start()
+    sched = clk._policy_schedule(prof.trace, prof.auto_time_s, 0.006)
+    assert len(sched) == len(prof.trace) and set(sched.configs) <= set(configs)
+    clk.close()
