@@ -55,3 +55,12 @@ def alternating():
     timeline = StepTimeline.from_durations(np.full(40, 1e-3))
     schedule = ClockSchedule(["1980@3201", "1410@3201"], [0] * 10 + [1] * 10 + [0] * 10 + [1] * 10, "alt")
     return schedule, timeline
+
+
+@pytest.fixture
+def no_policy_module(monkeypatch):
+    """An installation without ``rlclock.deploy.policy`` (also when another test imported it already)."""
+    import rlclock.deploy
+
+    monkeypatch.setitem(sys.modules, "rlclock.deploy.policy", None)
+    monkeypatch.delattr(rlclock.deploy, "policy", raising=False)

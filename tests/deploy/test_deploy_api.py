@@ -103,8 +103,7 @@ def test_settings_round_trip_and_validation(monkeypatch):
         DeploySettings.from_env({ACTIVE_ENV: "1", "RLCLOCK_DEPLOY_WARMUP_STEPS": "many"})
 
 
-def test_a_checkpoint_without_the_policy_module_is_a_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "rlclock.deploy.policy", None)
+def test_a_checkpoint_without_the_policy_module_is_a_clear_error(no_policy_module, tmp_path):
     with pytest.raises(DeployError, match="no deployable policy") as err:
         load_policy(tmp_path)
     assert "\n" not in str(err.value) and "--schedule" in str(err.value)
@@ -130,6 +129,7 @@ def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path)
     module = types.ModuleType("rlclock.deploy.policy")
     module.ClockPolicy = FakePolicy
     monkeypatch.setitem(sys.modules, "rlclock.deploy.policy", module)
+    monkeypatch.setattr(rlclock.deploy, "policy", module, raising=False)
     clk = clocked(checkpoint=tmp_path, verbose=False)
     clk.start()
     assert calls == [("load", str(tmp_path))]

@@ -50,8 +50,7 @@ def test_apply_passes_the_scripts_exit_status_and_says_when_nothing_was_applied(
     assert "never applied a schedule" in capfd.readouterr().err
 
 
-def test_apply_errors_are_one_line(monkeypatch, tmp_path, capsys):
-    monkeypatch.setitem(sys.modules, "rlclock.deploy.policy", None)
+def test_apply_errors_are_one_line(no_policy_module, tmp_path, capsys):
     assert main(["apply", "--checkpoint", str(tmp_path), "--", sys.executable, "-c", "pass"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("rlclock: error:") and "no deployable policy" in err and "\n" not in err
