@@ -44,11 +44,15 @@ class RewardSpec:
         overrun_penalty: Weight of time over the budget line against energy saved (both as fractions of the
             auto step); above the optimum's marginal energy-per-time the budget becomes a hard wall.
         scale: Multiplier so an episode's return is in percent-sized units.
+        time_price: Price of time in joules per second charged on every kernel's time change against auto
+            (a dense Lagrangian term); ``"optimum"`` uses the Lagrange multiplier of the exact optimum at the
+            budget (what a second of slack is worth there), 0 charges nothing.
     """
 
     budget: float = 0.01
     overrun_penalty: float = 10.0
     scale: float = 100.0
+    time_price: float | str = 0.0
 
 
 @dataclass(frozen=True)
@@ -173,12 +177,16 @@ def parse_env_spec(data: Any, source: str = "<dict>") -> EnvSpec:
     obs = data.get("observation", {}) or {}
     lookahead = int(_num(obs, "lookahead", where + " observation", 8, 0, 64))
     rw = data.get("reward", {}) or {}
-    if not isinstance(rw, Mapping) or set(rw) - {"budget", "overrun_penalty", "scale"}:
-        raise SpecError(f"{where}: 'reward' takes budget, overrun_penalty and scale only.")
+    if not isinstance(rw, Mapping) or set(rw) - {"budget", "overrun_penalty", "scale", "time_price"}:
+        raise SpecError(f"{where}: 'reward' takes budget, overrun_penalty, scale and time_price only.")
+    price = rw.get("time_price", 0.0)
+    if price != "optimum":
+        price = _num(rw, "time_price", where + " reward", 0.0, 0.0, 1e6)
     reward = RewardSpec(
         budget=_num(rw, "budget", where + " reward", 0.01, 0.0, 10.0),
         overrun_penalty=_num(rw, "overrun_penalty", where + " reward", 10.0, 0.0, 1e6),
         scale=_num(rw, "scale", where + " reward", 100.0, 1e-9, 1e9),
+        time_price=price,
     )
     spec = EnvSpec(name=str(name), gpu=gpu, workload=dict(workload), backend=dict(backend), switch_latency_s=lat,
                    actions=actions, lookahead=lookahead, reward=reward, description=str(data.get("description", "")),
@@ -197,6 +205,50 @@ def find_env_file(name: str | Path) -> Path:
             return c
     available = sorted(x.stem for x in (REPO_ROOT / "envs").glob("*.yaml"))
     raise SpecError(f"env spec {str(name)!r} not found.", f"give a YAML path or one of {available}.")
+
+
+def load_env_specs(names: Any) -> list[EnvSpec]:
+    """Load several env specs; a YAML file with a ``family:`` list expands to its members.
+
+    A family file::
+
+        name: family-rtx3080ti
+        family:
+          - gpt3xl-rtx3080ti                      # an env spec name or path
+          - {base: gpt3xl-rtx3080ti, workload: {generator: llmc, batch: 8}, switch_latency_s: 0.06}
+
+    ``base`` takes an existing spec and replaces the given top-level fields. ``family: {random: N, seed: S,
+    base: SPEC}`` draws ``N`` workloads (see :func:`rlclock.workload.family.random_family`).
+    """
+    out: list[EnvSpec] = []
+    for name in [names] if isinstance(names, (str, Path, Mapping, EnvSpec)) else list(names):
+        if isinstance(name, (str, Path)):
+            path = find_env_file(name)
+            try:
+                data = yaml.safe_load(path.read_text())
+            except (OSError, yaml.YAMLError) as exc:
+                raise SpecError(f"cannot read env spec {str(path)!r}: {exc}.") from None
+            if isinstance(data, Mapping) and "family" in data:
+                members = data["family"]
+                if isinstance(members, Mapping) and "random" in members:
+                    from rlclock.workload.family import random_family
+
+                    out.extend(random_family(load_env_spec(members.get("base", DEFAULT_ENV)), int(members["random"]),
+                                             int(members.get("seed", 0))))
+                    continue
+                if not isinstance(members, list) or not members:
+                    raise SpecError(f"{path}: 'family' must be a non-empty list of env specs.")
+                for j, m in enumerate(members):
+                    if isinstance(m, Mapping) and "base" in m:
+                        base = load_env_spec(m["base"])
+                        changes = {k: v for k, v in m.items() if k != "base"}
+                        changes.setdefault("name", f"{base.name}-{j}")
+                        out.append(base.with_overrides(**changes))
+                    else:
+                        out.append(load_env_spec(m))
+                continue
+        out.append(load_env_spec(name))
+    return out
 
 
 def load_env_spec(name: str | Path | Mapping[str, Any] | EnvSpec = DEFAULT_ENV) -> EnvSpec:

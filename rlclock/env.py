@@ -53,6 +53,7 @@ class Episode:
     auto_total_j: float
     window: np.ndarray  # (n + lookahead, N_FEATURES + 1): features and a valid flag, zero-padded
     config_feat: np.ndarray  # (C, 4)
+    time_price: float  # J/s charged on time changes against auto
 
     @classmethod
     def build(cls, backend: GpuBackend, reward: RewardSpec, lookahead: int) -> Episode:
@@ -65,8 +66,14 @@ class Episode:
         window[:n, :N_FEATURES] = feats
         window[:n, N_FEATURES] = 1.0
         prefix = np.concatenate([[0.0], np.cumsum(auto.kernel_time_s)])
+        price = reward.time_price
+        if price == "optimum":
+            from rlclock.agents.evaluate import optimum_for
+
+            price = optimum_for(backend, reward.budget).lam_j_per_s
         return cls(backend, reward, lookahead, t, e, auto.kernel_time_s, auto.kernel_energy_j, prefix,
-                   float(auto.time_s), float(auto.energy_j), window, config_features(backend.spec, backend.configs))
+                   float(auto.time_s), float(auto.energy_j), window, config_features(backend.spec, backend.configs),
+                   float(price))
 
     @property
     def n(self) -> int:
@@ -111,10 +118,13 @@ class KernelClockEnv(gym.Env):
     tensor-core flag, category and phase one-hots — all normalised by fixed bounds.
 
     ## Rewards
-    Per kernel: ``scale · [(E_auto,i − E_i) / E_auto − overrun_penalty · Δoverrun_i / T_auto]`` where
-    ``overrun_i = max(0, T_≤i − (1 + budget) · T_auto,≤i)`` is the time over the budget line so far. The
-    overrun terms telescope, so an episode's return is ``scale · (saving − overrun_penalty · final overrun)``:
-    energy saved against auto, minus a steep price for finishing slower than the budget allows.
+    Per kernel: ``scale · [(E_auto,i − E_i − p·(t_i − t_auto,i)) / E_auto − overrun_penalty · Δoverrun_i /
+    T_auto]`` where ``overrun_i = max(0, T_≤i − (1 + budget) · T_auto,≤i)`` is the time over the budget line
+    so far and ``p`` the optional price of time (``reward.time_price``, J/s; ``"optimum"`` takes the Lagrange
+    multiplier of the exact optimum, which makes each kernel's reward the trade-off the optimum makes). The
+    overrun terms telescope, so an episode's return is ``scale · (saving − p·ΔT/E_auto − overrun_penalty ·
+    final overrun)``: energy saved against auto, minus a steep price for finishing slower than the budget
+    allows.
 
     ## Starting state
     Auto clocks, no switch in flight, at the first kernel of the step. A family of workloads (``specs`` with
@@ -275,7 +285,8 @@ class BatchCore:
             r = ep.reward
             line = (1.0 + r.budget) * ep.auto_prefix_s[kj + 1]
             over = max(0.0, self.time_s[j] - line)
-            rewards[j] = r.scale * ((ep.auto_energy_j[kj] - out.energy_j[j]) / ep.auto_total_j
+            saved = ep.auto_energy_j[kj] - out.energy_j[j] - ep.time_price * (out.time_s[j] - ep.auto_time_s[kj])
+            rewards[j] = r.scale * (saved / ep.auto_total_j
                                     - r.overrun_penalty * (over - self.overrun_s[j]) / ep.auto_total_s)
             self.overrun_s[j] = over
             done[j] = kj + 1 >= ep.n

@@ -51,6 +51,8 @@ class Optimum:
         solve_s: Wall time of the solve.
         exact: True when ``energy_j`` is proven optimal (gap within floating-point tolerance).
         labels: Arcs in the widest band searched (latency-aware only).
+        lam_j_per_s: Lagrange multiplier of the time budget: the marginal energy (J) one second of extra
+            time buys at the optimum (0 when the budget does not bind).
     """
 
     requests: np.ndarray
@@ -61,6 +63,7 @@ class Optimum:
     solve_s: float
     exact: bool
     labels: int = 0
+    lam_j_per_s: float = 0.0
 
     @property
     def gap_j(self) -> float:
@@ -161,7 +164,28 @@ def knapsack_optimum(t: np.ndarray, e: np.ndarray, budget_s: float) -> Optimum:
     tt, ee = float(t[rows, requests].sum()), float(e[rows, requests].sum())
     bound = float(getattr(res, "mip_dual_bound", res.fun) or res.fun) * es
     return Optimum(requests, tt, ee, min(bound, ee), budget_s, _time.perf_counter() - start,
-                   exact=bool(res.success), labels=0)
+                   exact=bool(res.success), labels=0, lam_j_per_s=_knapsack_multiplier(t, e, budget_s))
+
+
+def _knapsack_multiplier(t: np.ndarray, e: np.ndarray, budget_s: float) -> float:
+    """The smallest price of time at which the per-kernel Lagrangian choice fits the budget."""
+    from rlclock.solvers import lagrangian_choice
+
+    rows = np.arange(t.shape[0])
+    if t[rows, lagrangian_choice(t, e, 0.0)].sum() <= budget_s:
+        return 0.0
+    lo, hi = 0.0, float(e.sum() / max(t.sum(), 1e-30))
+    while t[rows, lagrangian_choice(t, e, hi)].sum() > budget_s:
+        lo, hi = hi, hi * 4.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if t[rows, lagrangian_choice(t, e, mid)].sum() > budget_s:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-9 * hi:
+            break
+    return hi
 
 
 # -- latency-aware: exact search over the switch DAG -------------------------------------------------------
@@ -221,6 +245,19 @@ class SwitchDag:
                 choice[i] = np.where(use, best_b, -1)
         return V, choice
 
+    def time_to_go(self, choice: np.ndarray) -> np.ndarray:
+        """``T[i, c]``: time to finish the step from node ``(i, c)`` following ``choice`` (from :meth:`backward`)."""
+        T = np.zeros((self.n + 1, self.C))
+        cols = np.arange(self.C)
+        for i in range(self.n - 1, -1, -1):
+            b = choice[i]
+            stay = b < 0
+            j, dt, _, _ = self.switch_costs(i)
+            bb = np.where(stay, 0, b)
+            sw = dt[cols, bb] + T[j + 1, bb]
+            T[i] = np.where(stay, self.t[i] + T[i + 1], sw)
+        return T
+
     def follow(self, choice: np.ndarray, initial: int) -> tuple[np.ndarray, float, float]:
         """Requests, time and energy of the path that ``choice`` takes from ``(0, initial)``."""
         req = np.empty(self.n, dtype=np.int64)
@@ -271,7 +308,8 @@ def latency_aware_optimum(t: np.ndarray, e: np.ndarray, latency_s: float, budget
     V0, ch0 = dag.backward(0.0, want_path=True)
     req0, t0, e0 = dag.follow(ch0, initial)
     if t0 <= budget_s:
-        return Optimum(req0, t0, e0, float(V0[0, initial]), budget_s, _time.perf_counter() - start, True)
+        return Optimum(req0, t0, e0, float(V0[0, initial]), budget_s, _time.perf_counter() - start, True,
+                       lam_j_per_s=0.0)
     lo, hi = 0.0, scale
     while True:
         Vh, chh = dag.backward(hi, want_path=True)
@@ -299,7 +337,8 @@ def latency_aware_optimum(t: np.ndarray, e: np.ndarray, latency_s: float, budget
             break
     tol = 1e-9 * max(abs(best_e), 1.0)
     if best_e - lb <= tol:
-        return Optimum(best_req, best_t, best_e, lb, budget_s, _time.perf_counter() - start, True)
+        return Optimum(best_req, best_t, best_e, lb, budget_s, _time.perf_counter() - start, True,
+                       lam_j_per_s=lam_star)
     # Iterative deepening on the band above the bound: every path with energy <= lb + delta uses only arcs
     # whose cheapest path through them costs <= lb + delta + lam·budget. If the best path on those arcs has
     # energy <= lb + delta, it is optimal over the whole DAG; otherwise widen the band.
@@ -320,7 +359,7 @@ def latency_aware_optimum(t: np.ndarray, e: np.ndarray, latency_s: float, budget
             break
         delta *= 4.0
     return Optimum(best_req, best_t, best_e, best_e if exact else lb, budget_s, _time.perf_counter() - start,
-                   exact, labels=n_arcs)
+                   exact, labels=n_arcs, lam_j_per_s=lam_star)
 
 
 def _forward(dag: SwitchDag, lam: float, initial: int) -> np.ndarray:

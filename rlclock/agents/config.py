@@ -48,6 +48,17 @@ class EvalParams:
 
 
 @dataclass(frozen=True)
+class ImitationParams:
+    """Warm start by DAgger from the exact optimum before PPO (``iterations: 0`` disables it)."""
+
+    iterations: int = 8
+    epochs: int = 30
+    batch_size: int = 512
+    learning_rate: float = 1e-3
+    beta_decay: float = 0.5
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     """An agent recipe.
 
@@ -59,6 +70,7 @@ class AgentConfig:
         policy: Network shape.
         ppo: PPO hyperparameters.
         eval: Evaluation cadence.
+        imitation: Warm start from the exact optimum (DAgger) before PPO.
         source: Where the recipe came from.
     """
 
@@ -69,6 +81,7 @@ class AgentConfig:
     policy: PolicyParams = field(default_factory=PolicyParams)
     ppo: PpoParams = field(default_factory=PpoParams)
     eval: EvalParams = field(default_factory=EvalParams)
+    imitation: ImitationParams = field(default_factory=ImitationParams)
     source: str = "<defaults>"
 
     def as_dict(self) -> dict[str, Any]:
@@ -111,7 +124,7 @@ def parse_agent_config(data: Any, source: str = "<dict>") -> AgentConfig:
     """Validate an agent recipe mapping."""
     if not isinstance(data, Mapping):
         raise SpecError(f"{source}: an agent recipe must be a YAML mapping.")
-    allowed = {"algorithm", "timesteps", "n_envs", "seed", "policy", "ppo", "eval"}
+    allowed = {"algorithm", "timesteps", "n_envs", "seed", "policy", "ppo", "eval", "imitation"}
     unknown = set(data) - allowed
     if unknown:
         raise SpecError(f"{source}: unknown key(s) {sorted(unknown)}.", f"use {sorted(allowed)}.")
@@ -126,10 +139,11 @@ def parse_agent_config(data: Any, source: str = "<dict>") -> AgentConfig:
         policy=_section(PolicyParams, data.get("policy"), f"{source}: policy"),
         ppo=_section(PpoParams, data.get("ppo"), f"{source}: ppo"),
         eval=_section(EvalParams, data.get("eval"), f"{source}: eval"),
+        imitation=_section(ImitationParams, data.get("imitation"), f"{source}: imitation"),
         source=source,
     )
-    if cfg.timesteps <= 0 or cfg.n_envs <= 0:
-        raise SpecError(f"{source}: timesteps and n_envs must be positive.")
+    if cfg.timesteps < 0 or cfg.n_envs <= 0:
+        raise SpecError(f"{source}: timesteps must be >= 0 and n_envs positive.")
     if cfg.policy.activation not in _ACTIVATIONS:
         raise SpecError(f"{source}: policy.activation {cfg.policy.activation!r} is unknown; use {list(_ACTIVATIONS)}.")
     if not cfg.policy.net_arch or any(w <= 0 for w in cfg.policy.net_arch):

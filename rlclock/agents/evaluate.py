@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
-from typing import Any
 
 from rlclock.config import EnvSpec
 from rlclock.deploy.policy import ClockPolicy
@@ -11,7 +11,7 @@ from rlclock.gpu.backend import GpuBackend
 from rlclock.optimum import Optimum, latency_aware_optimum
 from rlclock.schedule import Evaluation, evaluate
 
-_OPTIMA: dict[tuple[Any, ...], Optimum] = {}
+_OPTIMA: weakref.WeakKeyDictionary[GpuBackend, dict[float, Optimum]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -55,16 +55,13 @@ class PolicyEvaluation:
                 f"{prefix}optimum_saving_pct": 100 * self.optimum_saving}
 
 
-def optimum_for(backend: GpuBackend, budget: float, key: Any = None) -> Optimum:
-    """The exact latency-aware optimum of a backend at a budget (memoised per process by ``key``)."""
-    k = (key, budget) if key is not None else None
-    if k is not None and k in _OPTIMA:
-        return _OPTIMA[k]
-    t, e = backend.tables
-    opt = latency_aware_optimum(t, e, backend.latency_s, backend.auto_run().time_s * (1 + budget))
-    if k is not None:
-        _OPTIMA[k] = opt
-    return opt
+def optimum_for(backend: GpuBackend, budget: float) -> Optimum:
+    """The exact latency-aware optimum of a backend at a budget (memoised per backend object)."""
+    memo = _OPTIMA.setdefault(backend, {})
+    if budget not in memo:
+        t, e = backend.tables
+        memo[budget] = latency_aware_optimum(t, e, backend.latency_s, backend.auto_run().time_s * (1 + budget))
+    return memo[budget]
 
 
 def evaluate_policy(policy: ClockPolicy, spec: EnvSpec, backend: GpuBackend | None = None) -> PolicyEvaluation:
@@ -76,6 +73,6 @@ def evaluate_policy(policy: ClockPolicy, spec: EnvSpec, backend: GpuBackend | No
     budget = spec.reward.budget
     sched = policy.schedule(backend.trace, backend=backend, budget=budget)
     ev = evaluate(sched, backend)
-    opt = optimum_for(backend, budget, key=(spec.source, repr(sorted(spec.raw.items(), key=str))))
+    opt = optimum_for(backend, budget)
     auto = backend.auto_run()
     return PolicyEvaluation(spec.name, ev, 1.0 - opt.energy_j / auto.energy_j, budget)

@@ -103,6 +103,8 @@ class ClockPolicy:
         self.budget = float(meta.get("budget", 0.01))
         self._check_shapes()
         self._cache: dict[str, Any] = {}
+        self.last_time_s = float("nan")
+        self.last_energy_j = float("nan")
 
     @property
     def gpu_key(self) -> str:
@@ -192,7 +194,7 @@ class ClockPolicy:
 
     def schedule(self, trace: KernelTrace, auto_time_s: np.ndarray | None = None,
                  auto_energy_j: np.ndarray | None = None, latency_s: float | None = None, backend=None,
-                 budget: float | None = None) -> ClockSchedule:
+                 budget: float | None = None, calibrate: bool = True) -> ClockSchedule:
         """The policy's clock schedule for one step of ``trace``.
 
         Args:
@@ -202,6 +204,7 @@ class ClockPolicy:
             latency_s: Switching latency to plan for (default: the one trained for).
             backend: Plan on this backend instead (its configurations must be the policy's).
             budget: Slowdown budget (default: the one trained for).
+            calibrate: Tune the policy's budget input so the plan fits the budget (see :meth:`plan`).
         """
         if backend is None:
             backend = self.backend_for(trace, auto_time_s, auto_energy_j, latency_s)
@@ -210,19 +213,53 @@ class ClockPolicy:
             if tuple(backend.configs) != self.configs:
                 raise CheckpointError("the backend's configuration set differs from the policy's action set.",
                                       "build the backend with policy.configs (or use policy.schedule without one).")
-        req = self.plan(backend, self.budget if budget is None else budget)
+        req = self.plan(backend, self.budget if budget is None else budget, calibrate)
         return ClockSchedule(self.configs, req, name="policy")
 
-    def plan(self, backend, budget: float) -> np.ndarray:
-        """Requested configuration index per kernel, by rolling the step through the switching rules."""
+    def plan(self, backend, budget: float, calibrate: bool = True, tries: int = 7) -> np.ndarray:
+        """Requested configuration index per kernel, by rolling the step through the switching rules.
+
+        With ``calibrate`` the policy's budget input is tuned on the planning model so the plan uses the
+        budget without exceeding it: if the planned slowdown is over the budget the input is lowered, if it is
+        well under it is raised, by bisection over at most ``tries`` rollouts; the cheapest plan within the
+        budget wins (the first plan when none fits). Nothing but the policy decides the clocks.
+        """
         t_tab, e_tab = backend.tables
         auto = backend.auto_run()
-        return self.rollout(backend.trace, t_tab, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s, budget)
+        args = (backend.trace, t_tab, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s)
+        if not calibrate:
+            return self.rollout(*args, budget)
+        limit = auto.time_s * (1.0 + budget) * (1 + 1e-12)
+
+        def attempt(b: float) -> tuple[bool, float, np.ndarray]:
+            r = self.rollout(*args, b, e_tab=e_tab)
+            return self.last_time_s <= limit, self.last_energy_j, r
+
+        fits, en, first = attempt(budget)
+        best = (en, first) if fits else None
+        lo, hi = (budget, None) if fits else (0.0, budget)
+        if best is None:
+            fits0, en0, r0 = attempt(0.0)
+            if not fits0:
+                return first
+            best = (en0, r0)
+        for _ in range(tries):
+            b = 0.5 * (lo + hi) if hi is not None else max(2.0 * lo, lo + 0.005)
+            fits, en, r = attempt(b)
+            if fits:
+                if en < best[0]:
+                    best = (en, r)
+                lo = b
+            else:
+                hi = b
+        return best[1]
 
     def rollout(self, trace: KernelTrace, t_tab: np.ndarray, auto_t: np.ndarray, auto_e: np.ndarray,
-                latency_s: float, budget: float, timings: list[float] | None = None) -> np.ndarray:
-        """The decision loop (numpy only). ``timings`` receives the seconds spent per decision if given."""
-        n, C = t_tab.shape
+                latency_s: float, budget: float, timings: list[float] | None = None,
+                e_tab: np.ndarray | None = None) -> np.ndarray:
+        """The decision loop (numpy only). ``timings`` receives the seconds spent per decision if given;
+        afterwards ``self.last_time_s`` (and with ``e_tab`` ``self.last_energy_j``) hold the planned step."""
+        n = t_tab.shape[0]
         K = self.lookahead
         H = self.weights.hidden
         w1, b1 = H[0]
@@ -247,8 +284,9 @@ class ClockPolicy:
         slack_scale = 1.0 / (max(budget, 0.01) * total)
         line = 1.0 + budget
         req = np.empty(n, dtype=np.int64)
-        cur, pend, land, T = 0, -1, 0.0, 0.0
-        tt = t_tab.tolist()
+        cur, pend, land, T, E = 0, -1, 0.0, 0.0, 0.0
+        t_at = t_tab.item
+        e_at = (lambda i, c: 0.0) if e_tab is None else e_tab.item
         clock = time.perf_counter
         for k in range(n):
             if pend < 0:
@@ -270,20 +308,24 @@ class ClockPolicy:
             else:
                 a = pend
             req[k] = a
-            row = tt[k]
-            tc = row[cur]
+            tc = t_at(k, cur)
             if pend >= 0:
                 if land < tc:
                     frac = land / tc
-                    T += land + (1.0 - frac) * row[pend]
+                    T += land + (1.0 - frac) * t_at(k, pend)
+                    E += frac * e_at(k, cur) + (1.0 - frac) * e_at(k, pend)
                     cur, pend, land = pend, -1, 0.0
                 else:
                     T += tc
+                    E += e_at(k, cur)
                     land -= tc
                     if land <= 0.0:
                         cur, pend, land = pend, -1, 0.0
             else:
                 T += tc
+                E += e_at(k, cur)
+        self.last_time_s = T
+        self.last_energy_j = E
         return req
 
     def _config_features(self) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 
 from rlclock.errors import TraceError
 from rlclock.gpu.spec import GpuSpec
-from rlclock.workload.trace import CATEGORIES, PHASES, KernelTrace
+from rlclock.workload.trace import CATEGORIES, DTYPES, PHASES, KernelTrace
 
 FEATURE_SCHEMA_VERSION = 1
 
@@ -62,18 +62,16 @@ def kernel_features(trace: KernelTrace, spec: GpuSpec, auto_time_s: np.ndarray, 
         raise TraceError(
             f"kernel #{i} ({trace[i].name!r}) has auto time {t[i]!r} s and energy {e[i]!r} J; features need "
             "finite values (time > 0).", "re-measure or re-simulate the trace.")
-    flops = np.array([k.flops for k in trace], float)
-    rd = np.array([k.dram_read_bytes for k in trace], float)
-    wr = np.array([k.dram_write_bytes for k in trace], float)
-    tensor = np.array([k.uses_tensor_cores for k in trace], float)
+    c = trace.columns
+    flops, rd, wr = c["flops"], c["read_bytes"], c["write_bytes"]
+    tensor = c["tensor"].astype(float)
     nbytes = rd + wr
     intensity = (flops + 1.0) / (nbytes + 1.0)
     peak_bw = spec.bandwidth_bytes_per_s(spec.max_mem_mhz)
     f_hz = spec.abs_max_core_mhz * 1e6
-    peak_flops = np.where(
-        tensor > 0,
-        np.array([spec.tensor_flops_per_cycle_per_sm.get(k.dtype, 1.0) for k in trace]) * spec.sm_count * f_hz,
-        spec.simt_flops_per_cycle_per_sm * spec.sm_count * f_hz)
+    rate_by_dtype = np.array([spec.tensor_flops_per_cycle_per_sm.get(d, 1.0) for d in DTYPES])
+    peak_flops = np.where(tensor > 0, rate_by_dtype[c["dtype"]] * spec.sm_count * f_hz,
+                          spec.simt_flops_per_cycle_per_sm * spec.sm_count * f_hz)
     ridge = peak_flops / peak_bw
     lat = max(latency_s, 1e-9)
     cols = [
@@ -88,8 +86,8 @@ def kernel_features(trace: KernelTrace, spec: GpuSpec, auto_time_s: np.ndarray, 
         np.clip(e / t / spec.power_limit_w, 0.0, 1.5),
         tensor,
     ]
-    onehot_c = np.array([[k.category == c for c in CATEGORIES] for k in trace], float)
-    onehot_p = np.array([[k.phase == p for p in PHASES] for k in trace], float)
+    onehot_c = np.eye(len(CATEGORIES))[c["category"]]
+    onehot_p = np.eye(len(PHASES))[c["phase"]]
     out = np.column_stack([*cols, onehot_c, onehot_p]).astype(np.float32)
     if not np.all(np.isfinite(out)):  # pragma: no cover - guarded by the input checks above
         raise TraceError("kernel features contain NaN or infinity.")

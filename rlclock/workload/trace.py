@@ -229,6 +229,24 @@ class KernelTrace(Sequence[Kernel]):
             inverse[i] = j
         return first, inverse
 
+    @cached_property
+    def columns(self) -> dict[str, np.ndarray]:
+        """Per-invocation numeric columns (read-only): ``flops``, ``read_bytes``, ``write_bytes``, ``tensor``
+        (bool), and indices into :data:`CATEGORIES`, :data:`PHASES` and :data:`DTYPES`."""
+        ks = self.kernels
+        cols = {
+            "flops": np.array([k.flops for k in ks], float),
+            "read_bytes": np.array([k.dram_read_bytes for k in ks], float),
+            "write_bytes": np.array([k.dram_write_bytes for k in ks], float),
+            "tensor": np.array([k.uses_tensor_cores for k in ks], bool),
+            "category": np.array([CATEGORIES.index(k.category) for k in ks], np.int64),
+            "phase": np.array([PHASES.index(k.phase) for k in ks], np.int64),
+            "dtype": np.array([DTYPES.index(k.dtype) for k in ks], np.int64),
+        }
+        for v in cols.values():
+            v.setflags(write=False)
+        return cols
+
     def with_kernels(self, kernels: Sequence[Kernel], name: str | None = None) -> KernelTrace:
         """A copy with other kernels (and optionally another name), same meta."""
         return KernelTrace(name or self.name, kernels, self.meta)

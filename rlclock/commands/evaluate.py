@@ -1,0 +1,72 @@
+"""``rlclock evaluate``: a trained policy's schedule beside the baselines and the optimum, with plots."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rlclock.commands.common import print_table
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        help="compare a trained policy with the baselines and the exact optimum",
+        description="Load a checkpoint (weights + meta.json, no pickle), build the policy's schedule for an env "
+                    "spec's workload (default: the one it was trained on) and print it beside every baseline and "
+                    "the exact latency-aware optimum; write the Pareto and clock-timeline plots and a JSON file.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("checkpoint", help="checkpoint folder, e.g. checkpoints/gpt3xl-rtx3080ti")
+    p.add_argument("--env", nargs="*", default=None, help="env spec(s) to evaluate on (default: the training spec)")
+    p.add_argument("--out", default="runs/evaluate", help="folder for plots and JSON")
+    p.set_defaults(func=run)
+
+
+def comparison_rows(policy, spec) -> tuple[list[str], list[list[str]]]:
+    """Table rows: baselines, the policy and the optimum on ``spec`` (same backend, same accounting)."""
+    from rlclock.agents.evaluate import evaluate_policy
+    from rlclock.baselines import run_baselines
+    from rlclock.env import make_episode
+
+    backend = make_episode(spec).backend
+    policy.check_gpu(backend.spec)
+    results = run_baselines(backend, spec.reward.budget)
+    pe = evaluate_policy(policy, spec, backend)
+    rows = []
+    for r in results:
+        ev = r.evaluation
+        rows.append([r.name, f"{100 * ev.slowdown:+.2f}", f"{-100 * ev.saving:+.2f}", str(ev.switches),
+                     f"{100 * ev.saving / pe.optimum_saving:.0f}" if pe.optimum_saving > 1e-9 else "-"])
+    ev = pe.evaluation
+    rows.append(["PPO policy", f"{100 * ev.slowdown:+.2f}", f"{-100 * ev.saving:+.2f}", str(ev.switches),
+                 f"{100 * pe.fraction_of_optimum:.0f}"])
+    return ["schedule", "time %", "energy %", "switches", "% of optimum saving"], rows
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlclock.config import load_env_spec, load_env_specs
+    from rlclock.deploy.policy import ClockPolicy
+    from rlclock.env import make_episode
+    from rlclock.plots import clock_timeline
+    from rlclock.schedule import evaluate
+
+    policy = ClockPolicy.load(args.checkpoint)
+    specs = load_env_specs(args.env) if args.env else [load_env_spec(policy.meta["env_spec"])]
+    out: dict[str, Any] = {"checkpoint": str(args.checkpoint), "results": {}}
+    for spec in specs:
+        backend = make_episode(spec).backend
+        print(f"{spec.name}: {backend.describe()}; budget {100 * spec.reward.budget:g} %")
+        header, rows = comparison_rows(policy, spec)
+        print_table(header, rows)
+        folder = Path(args.out) / spec.name
+        sched = policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget)
+        ev = evaluate(sched, backend)
+        png = clock_timeline(folder / "timeline.png", ev.run, backend.spec, title=f"{spec.name}: policy clocks")
+        out["results"][spec.name] = {"header": header, "rows": rows, "schedule": sched.to_dict()}
+        (folder / "evaluate.json").write_text(json.dumps(out["results"][spec.name], indent=1))
+        print(f"wrote {png} and {folder / 'evaluate.json'}")
+        print()
+    return 0

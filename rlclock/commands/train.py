@@ -1,0 +1,64 @@
+"""``rlclock train``: train a PPO clock policy on simulated envs (W&B optional), then compare it."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from rlclock.commands.common import print_table
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a PPO clock policy (progress bar, run folder, checkpoint, optional W&B)",
+        description="Train stable-baselines3 PPO on the vectorised simulated env of one env spec (or a family of "
+                    "specs sharing GPU and action set), write a self-describing run folder under --runs-dir, and "
+                    "print the policy beside the baselines and the exact optimum.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("env", nargs="*", default=["gpt3xl-rtx3080ti"],
+                   help="env spec(s): names under envs/ or YAML paths; a YAML with 'family:' lists several")
+    p.add_argument("--agent", default="agents/ppo.yaml", help="agent recipe (YAML)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: the recipe's)")
+    p.add_argument("--timesteps", type=int, default=None, help="environment steps (default: the recipe's)")
+    p.add_argument("--track", action=argparse.BooleanOptionalAction, default=False,
+                   help="log to Weights & Biases (offline unless W&B is configured; `wandb sync` uploads later)")
+    p.add_argument("--name", default=None, help="run name (default: the env spec's name)")
+    p.add_argument("--runs-dir", default="runs", help="parent folder of run folders")
+    p.add_argument("--save-checkpoint", default=None, metavar="DIR",
+                   help="also copy the trained policy to DIR (e.g. checkpoints/gpt3xl-rtx3080ti)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar")
+    p.add_argument("--eval-env", nargs="*", default=None, help="env specs to evaluate on (default: the training ones)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlclock.agents.config import load_agent_config
+    from rlclock.agents.train import train
+    from rlclock.commands.evaluate import comparison_rows
+    from rlclock.config import load_env_specs
+
+    specs = load_env_specs(args.env)
+    agent = load_agent_config(args.agent)
+    if args.seed is not None:
+        agent = replace(agent, seed=args.seed)
+    if args.timesteps is not None:
+        agent = replace(agent, timesteps=args.timesteps)
+    eval_specs = load_env_specs(args.eval_env) if args.eval_env else None
+    print(f"training PPO on {', '.join(s.name for s in specs)} for {agent.timesteps} steps "
+          f"({agent.n_envs} envs, seed {agent.seed}); W&B: {'on' if args.track else 'off'}")
+    res = train(specs, agent, runs_dir=args.runs_dir, name=args.name, track=args.track, progress=args.progress,
+                save_to=args.save_checkpoint, eval_specs=eval_specs, command=getattr(args, "command_line", None))
+    print(f"trained in {res.wall_s / 60:.1f} min; run folder {res.run_dir}")
+    from rlclock.deploy.policy import ClockPolicy
+
+    policy = ClockPolicy.load(res.checkpoint)
+    for spec in eval_specs or specs:
+        print()
+        print(f"{spec.name}: budget {100 * spec.reward.budget:g} %, latency {1e3 * spec.latency_s:g} ms")
+        header, rows = comparison_rows(policy, spec)
+        print_table(header, rows)
+    if args.save_checkpoint:
+        print(f"checkpoint written to {args.save_checkpoint}")
+    return 0

@@ -1,0 +1,42 @@
+"""Random families of training workloads: decoder shapes, batches, sequences, latencies and budgets."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlclock.config import EnvSpec
+
+
+def random_family(base: EnvSpec, n: int, seed: int = 0) -> list[EnvSpec]:
+    """``n`` env specs on ``base``'s GPU and action set with randomly drawn workloads.
+
+    Each draws: the generator (llm.c GPT, PyTorch GPT or Llama with grouped-query attention), the width
+    (768–4096, heads of 64 or 128), batch and sequence (tokens per step 4 Ki–64 Ki), layers (4–10), the
+    switching latency (log-uniform 5–80 ms) and the slowdown budget (0, 1 or 2 %, mostly 1 %).
+    """
+    rng = np.random.default_rng(seed)
+    out: list[EnvSpec] = []
+    for i in range(n):
+        kind = rng.choice(["llmc", "gpt", "llama"], p=[0.4, 0.3, 0.3])
+        hidden = int(rng.choice([768, 1024, 1280, 1536, 2048, 2560, 3072, 4096]))
+        head_dim = int(rng.choice([64, 128])) if hidden >= 1024 else 64
+        heads = max(1, hidden // head_dim)
+        seq = int(rng.choice([512, 1024, 2048, 4096]))
+        tokens = int(rng.choice([4096, 8192, 16384, 32768, 65536]))
+        batch = max(1, tokens // seq)
+        layers = int(rng.integers(4, 11))
+        if kind == "llmc":
+            workload = {"generator": "llmc", "batch": batch, "seq": seq, "hidden": hidden, "heads": heads,
+                        "layers": layers}
+        else:
+            workload = {"generator": "transformer", "style": "gpt" if kind == "gpt" else "llama", "hidden": hidden,
+                        "heads": heads, "seq": seq, "batch": batch, "layers": layers}
+            if kind == "llama":
+                kv = int(rng.choice([h for h in (1, 2, 4, 8) if heads % h == 0]))
+                workload.update(kv_heads=kv, ffn=int(256 * round(hidden * 8 / 3 / 256)))
+        latency = float(np.exp(rng.uniform(np.log(0.005), np.log(0.08))))
+        budget = float(rng.choice([0.0, 0.01, 0.02], p=[0.15, 0.7, 0.15]))
+        name = f"rand{seed}-{i}-{kind}-c{hidden}-t{seq}-b{batch}-l{layers}"
+        out.append(base.with_overrides(name=name, workload=workload, switch_latency_s=round(latency, 4),
+                                       reward={**dict(base.raw.get("reward", {})), "budget": budget}))
+    return out

@@ -1,0 +1,183 @@
+"""Agent recipe, imitation expert, training run folder, W&B offline, checkpoints and the numpy policy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from stable_baselines3 import PPO
+
+from rlclock.agents.config import load_agent_config, parse_agent_config
+from rlclock.agents.imitation import LagrangianExpert
+from rlclock.agents.train import _policy
+from rlclock.cli import main
+from rlclock.config import load_env_spec
+from rlclock.deploy.policy import ClockPolicy, save_checkpoint
+from rlclock.env import KernelClockEnv, make_episode
+from rlclock.errors import CheckpointError, SpecError
+from rlclock.tracking import wandb_mode
+
+SMALL = {
+    "name": "small", "gpu": "rtx3080ti",
+    "workload": {"generator": "llmc", "batch": 8, "seq": 512, "hidden": 1024, "heads": 8, "layers": 2},
+    "switch_latency_s": 0.0005, "actions": {"core_step_mhz": 210, "core_min_mhz": 630, "mem_mhz": [5001, 9501]},
+    "observation": {"lookahead": 4}, "reward": {"budget": 0.01},
+}
+
+
+def _random_model(env, seed):
+    model = PPO("MlpPolicy", env, seed=seed, device="cpu",
+                policy_kwargs={"net_arch": {"pi": [32, 32], "vf": [32, 32]}, "activation_fn": torch.nn.Tanh})
+    with torch.no_grad():
+        for p in model.policy.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    return model
+
+
+def test_recipe_parsing_and_errors(tmp_path):
+    cfg = load_agent_config("agents/ppo.yaml")
+    assert cfg.algorithm == "ppo" and cfg.policy.net_arch == (64, 64) and cfg.imitation.iterations > 0
+    with pytest.raises(SpecError, match="unknown key"):
+        parse_agent_config({"ppo": {"learning_rte": 1e-3}})
+    with pytest.raises(SpecError, match="activation"):
+        parse_agent_config({"policy": {"activation": "gelu"}})
+    with pytest.raises(SpecError, match="batch_size"):
+        parse_agent_config({"n_envs": 3, "ppo": {"n_steps": 100, "batch_size": 64}})
+    with pytest.raises(SpecError, match="not found"):
+        load_agent_config(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_numpy_policy_replays_the_sb3_policy_exactly(seed):
+    spec = load_env_spec(SMALL)
+    env = KernelClockEnv(spec)
+    model = _random_model(env, seed)
+    obs, _ = env.reset(seed=0)
+    done, acts = False, []
+    while not done:
+        a, _ = model.predict(obs, deterministic=True)
+        acts.append(int(a))
+        obs, _, done, _, _ = env.step(int(a))
+    pol = _policy(model, [spec], env.configs, spec.lookahead, {})
+    req = pol.plan(env.backend, spec.reward.budget, calibrate=False)
+    a, b = env.backend.run_indices(np.array(acts)), env.backend.run_indices(req)
+    assert a.switches == b.switches > 0
+    assert np.array_equal(a.config_index, b.config_index)  # the same clocks in effect at every kernel
+    assert a.energy_j == b.energy_j and a.time_s == b.time_s
+
+
+def test_budget_calibration_keeps_the_plan_within_budget():
+    spec = load_env_spec(SMALL)
+    env = KernelClockEnv(spec)
+    backend = env.backend
+    for seed in range(4):
+        pol = _policy(_random_model(env, 10 + seed), [spec], env.configs, spec.lookahead, {})
+        run = backend.run_indices(pol.plan(backend, 0.01))
+        raw = backend.run_indices(pol.plan(backend, 0.01, calibrate=False))
+        auto = backend.auto_run()
+        if raw.time_s <= auto.time_s * 1.01 or run.time_s <= auto.time_s * 1.01:
+            assert run.time_s <= auto.time_s * 1.01 * (1 + 1e-9)
+
+
+def test_expert_follows_the_optimum():
+    ep = make_episode(load_env_spec(SMALL))
+    ex = LagrangianExpert(ep)
+    env = KernelClockEnv(SMALL)
+    env.reset(seed=0)
+    done = False
+    while not done:
+        core = env._core
+        a = ex.action(int(core.k[0]), int(core.state.current[0]), float(core.time_s[0])) \
+            if core.state.pending[0] < 0 else int(core.state.pending[0])
+        _, _, done, _, info = env.step(a)
+    opt_saving = 1 - ex.optimum.energy_j / ep.auto_total_j
+    assert info["saving"] >= 0.9 * opt_saving
+    assert info["time_s"] <= ep.auto_total_s * 1.01 * (1 + 1e-9)
+
+
+def _checkpoint(tmp_path) -> Path:
+    spec = load_env_spec(SMALL)
+    env = KernelClockEnv(spec)
+    pol = _policy(_random_model(env, 0), [spec], env.configs, spec.lookahead, {"env_spec": SMALL})
+    return save_checkpoint(tmp_path / "ck", pol.weights, {k: v for k, v in pol.meta.items()
+                                                          if k not in ("format", "version", "activation")})
+
+
+def test_checkpoint_roundtrip_without_pickle(tmp_path):
+    ck = _checkpoint(tmp_path)
+    assert sorted(p.name for p in ck.iterdir()) == ["meta.json", "policy.safetensors"]
+    pol = ClockPolicy.load(ck)
+    backend = make_episode(load_env_spec(SMALL)).backend
+    sched = pol.schedule(backend.trace, backend=backend)
+    assert len(sched) == len(backend.trace)
+    pol.check_gpu("rtx3080ti")
+    with pytest.raises(CheckpointError, match="trained for NVIDIA GeForce RTX 3080 Ti, not NVIDIA H200"):
+        pol.check_gpu("h200-sxm")
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda m: m.update(feature_schema_version=99), "feature schema"),
+    (lambda m: m.update(clock_table="0000"), "clock table"),
+    (lambda m: m.update(format="other"), "format"),
+    (lambda m: m.update(lookahead=7), "observation entries"),
+    (lambda m: m.update(configs=m["configs"][:-1]), "actions"),
+])
+def test_mismatched_checkpoints_are_refused(tmp_path, edit, needle):
+    ck = _checkpoint(tmp_path)
+    meta = json.loads((ck / "meta.json").read_text())
+    edit(meta)
+    (ck / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=needle):
+        ClockPolicy.load(ck)
+
+
+def test_missing_and_corrupt_checkpoints(tmp_path):
+    with pytest.raises(CheckpointError, match="not an rlclock checkpoint"):
+        ClockPolicy.load(tmp_path)
+    ck = _checkpoint(tmp_path)
+    (ck / "policy.safetensors").write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="unreadable weights"):
+        ClockPolicy.load(ck)
+
+
+def test_wandb_mode(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("NETRC", str(tmp_path / ".netrc"))
+    assert wandb_mode() == "offline"
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert wandb_mode() == "online"
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert wandb_mode() == "disabled"
+
+
+def test_train_cli_writes_a_self_describing_run_and_tracks_offline(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    env_file = tmp_path / "small.yaml"
+    env_file.write_text(yaml.safe_dump(SMALL))
+    agent = tmp_path / "agent.yaml"
+    agent.write_text(yaml.safe_dump({"timesteps": 2048, "n_envs": 4, "ppo": {"n_steps": 256, "batch_size": 256},
+                                     "eval": {"every_steps": 1024}, "policy": {"net_arch": [32, 32]},
+                                     "imitation": {"iterations": 2, "epochs": 3}}))
+    ck = tmp_path / "checkpoints" / "small"
+    assert main(["train", str(env_file), "--agent", str(agent), "--timesteps", "2048", "--runs-dir",
+                 str(tmp_path / "runs"), "--save-checkpoint", str(ck), "--no-progress", "--track"]) == 0
+    out = capsys.readouterr().out
+    assert "PPO policy" in out and "latency-aware" in out
+    run = next((tmp_path / "runs").iterdir())
+    for name in ("config.yaml", "sb3_model.zip", "metrics.csv", "summary.json", "pareto.png", "timeline.png",
+                 "policy/meta.json", "policy/policy.safetensors"):
+        assert (run / name).exists(), name
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["agent"]["timesteps"] == 2048 and cfg["git"] and "train" in cfg["command"]
+    assert list((run / "wandb").glob("offline-run-*")), "W&B offline run missing"
+    meta = json.loads((ck / "meta.json").read_text())
+    assert meta["gpu_key"] == "rtx3080ti" and meta["training"]["timesteps"] >= 2048
+    assert (ck / "sb3_model.zip").exists()
+    assert main(["evaluate", str(ck), "--env", str(env_file), "--out", str(tmp_path / "ev")]) == 0
+    assert (tmp_path / "ev" / "small" / "timeline.png").exists()
