@@ -305,18 +305,23 @@ def latency_aware_optimum(t: np.ndarray, e: np.ndarray, latency_s: float, budget
         raise ScheduleError(f"time budget {budget_s:.6g} s is infeasible: the fastest schedule takes "
                             f"{tmin[0, initial]:.6g} s.", "allow more slowdown.")
     # Lagrangian relaxation: the best lower bound over lam, incumbents from the feasible side
+    budget_s = budget_s * (1 + 1e-12)  # sums in another order may differ in the last bits
     V0, ch0 = dag.backward(0.0, want_path=True)
     req0, t0, e0 = dag.follow(ch0, initial)
     if t0 <= budget_s:
         return Optimum(req0, t0, e0, float(V0[0, initial]), budget_s, _time.perf_counter() - start, True,
                        lam_j_per_s=0.0)
     lo, hi = 0.0, scale
-    while True:
+    for _ in range(80):
         Vh, chh = dag.backward(hi, want_path=True)
         rq, th, eh = dag.follow(chh, initial)
         if th <= budget_s:
             break
         lo, hi = hi, hi * 4.0
+    else:  # no finite price reaches the budget (ties at the fastest time): take the fastest schedule
+        ch = _fastest_choice(dag)
+        rq, th, eh = dag.follow(ch, initial)
+        return Optimum(rq, th, eh, -np.inf, budget_s, _time.perf_counter() - start, False, lam_j_per_s=hi)
     best_req, best_t, best_e = rq, th, eh
     lb = float(Vh[0, initial]) - hi * budget_s
     lam_star, V_star = hi, Vh
@@ -490,6 +495,20 @@ def _band_search(dag: SwitchDag, initial: int, arcs, budget_s: float, lam: float
         req[i0:i1] = b if (i1 != i0 + 1 or b != c0) else c0
     tt, ee = _path_cost(dag, req, initial)
     return req, tt, ee
+
+
+def _fastest_choice(dag: SwitchDag) -> np.ndarray:
+    """Per node, the arc of the fastest completion (-1 = stay)."""
+    T = _fastest_times(dag)
+    choice = np.full((dag.n, dag.C), -1, dtype=np.int64)
+    eye = np.eye(dag.C, dtype=bool)
+    for i in range(dag.n):
+        stay = dag.t[i] + T[i + 1]
+        j, dt, _, valid = dag.switch_costs(i)
+        sw = np.where(eye | ~valid[:, None], np.inf, dt + T[j + 1])
+        b = np.argmin(sw, axis=1)
+        choice[i] = np.where(sw[np.arange(dag.C), b] < stay, b, -1)
+    return choice
 
 
 def _fastest_times(dag: SwitchDag) -> np.ndarray:
