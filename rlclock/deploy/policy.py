@@ -222,7 +222,8 @@ class ClockPolicy:
         With ``calibrate`` the policy's budget input is tuned on the planning model so the plan uses the
         budget without exceeding it: if the planned slowdown is over the budget the input is lowered, if it is
         well under it is raised, by bisection over at most ``tries`` rollouts; the cheapest plan within the
-        budget wins (the first plan when none fits). Nothing but the policy decides the clocks.
+        budget wins. If no input brings the plan within the budget, the schedule leaves every kernel to the
+        driver (auto). Nothing but the policy decides the clocks.
         """
         t_tab, e_tab = backend.tables
         auto = backend.auto_run()
@@ -240,8 +241,8 @@ class ClockPolicy:
         lo, hi = (budget, None) if fits else (0.0, budget)
         if best is None:
             fits0, en0, r0 = attempt(0.0)
-            if not fits0:
-                return first
+            if not fits0:  # the policy cannot meet this budget here: leave the clocks to the driver
+                return np.zeros_like(first)
             best = (en0, r0)
         for _ in range(tries):
             b = 0.5 * (lo + hi) if hi is not None else max(2.0 * lo, lo + 0.005)
