@@ -63,6 +63,19 @@ def trained_spec(seeds: list[int], runs: str) -> ClockPolicy | None:
     return last
 
 
+def scratch(runs: str) -> None:
+    """PPO without the warm start (agents/ppo-scratch.yaml), one seed, for comparison."""
+    spec = load_env_spec("gpt3xl-rtx3080ti")
+    agent = load_agent_config("agents/ppo-scratch.yaml")
+    res = train([spec], agent, runs_dir=runs, progress=False, name="gpt3xl-rtx3080ti-scratch")
+    ev = res.evaluations[0]
+    best = max(res.history, key=lambda r: r.get("energy/fraction_of_optimum", 0.0))
+    print(f"   PPO from scratch (agents/ppo-scratch.yaml, {agent.timesteps} steps, seed {agent.seed}): saving "
+          f"{ev.saving_pct:.2f} % = {100 * ev.fraction_of_optimum:.1f} % of the optimum, slowdown "
+          f"{ev.slowdown_pct:+.2f} %, {res.wall_s / 60:.1f} min (best evaluation during training: "
+          f"{100 * best.get('energy/fraction_of_optimum', 0.0):.1f} % at step {int(best['step'])})")
+
+
 def generalisation(seeds: list[int], runs: str) -> None:
     train_specs = load_env_specs(["family-rtx3080ti", "family-rtx3080ti-random"])
     test_specs = load_env_specs("heldout-rtx3080ti")
@@ -99,7 +112,7 @@ def cost(policy: ClockPolicy | None, checkpoint: str | None) -> None:
         return
     spec = load_env_spec(policy.meta.get("env_spec", "gpt3xl-rtx3080ti"))
     backend = make_episode(spec).backend
-    t_tab, e_tab = backend.tables
+    t_tab, _ = backend.tables
     auto = backend.auto_run()
     args = (backend.trace, t_tab, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s, spec.reward.budget)
     for _ in range(5):
@@ -139,8 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs-dir", default="runs/benchmark-agent")
     p.add_argument("--skip-generalisation", action="store_true")
     p.add_argument("--checkpoint", default=None, help="time this checkpoint instead of the last trained")
+    p.add_argument("--scratch", action="store_true", help="also train PPO from scratch once, for comparison")
+    p.add_argument("--only-scratch", action="store_true", help="only the from-scratch comparison")
     args = p.parse_args(argv)
+    if args.only_scratch:
+        scratch(args.runs_dir)
+        return 0
     pol = trained_spec(args.seeds, args.runs_dir)
+    if args.scratch:
+        scratch(args.runs_dir)
     if not args.skip_generalisation:
         generalisation(args.seeds, args.runs_dir)
     cost(pol, args.checkpoint)
