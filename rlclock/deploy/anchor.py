@@ -7,13 +7,19 @@ training loop does not wait). The host time at which the thread sees an event co
 wake-up delay, and later still when the thread must wait for the interpreter lock; the GPU's own event
 timer is exact. So each anchor is placed as
 
-    anchor_k = offset + gpu_k,    offset = min over recent steps j of (seen_j − gpu_j),
+    anchor_k = offset + gpu_k,    offset = min over recent marks j of (seen_j − gpu_j),
 
-where ``gpu_k`` is the event's time after the first step's event (CUDA's elapsed time) and the minimum over
-a sliding window of steps picks the observation with the least delay (and follows any drift between the
-GPU's timer and the host clock). Each step's GPU duration comes from the same events: to its end mark
-(``with clk.step():``) when given, else to the next step's start. End marks are never waited for: they are
-read when the next step's start has been seen (:data:`DEFER_S` says why the thread also holds back then).
+where ``gpu_k`` is the event's time after the first mark's event (CUDA's elapsed time) and the minimum over
+a sliding window of marks picks the observation with the least delay (and follows any drift between the
+GPU's timer and the host clock). Each marked step's GPU duration comes from the same events: to its end mark
+(``with clk.step():``) when given, else to the next mark (divided by the steps between them). End marks are
+never waited for: they are read when the next start has been seen (:data:`DEFER_S` says why the thread also
+holds back then).
+
+The controller need not mark every step (``anchor_every``): a mark's ``send`` flag says whether its anchor
+goes to the switch worker; a step without a mark costs the loop nothing here. The events are taken from a
+pool created when the anchors start (:data:`POOL_EVENTS`), so a mark records an event but creates none; the
+helper thread puts each event back once it has read it, and the pool grows when the host runs far ahead.
 
 :class:`HostAnchors` is the same for runs without CUDA: the anchor is the host time of the mark.
 """
@@ -31,13 +37,16 @@ from typing import Any
 import numpy as np
 
 OFFSET_WINDOW = 64
-"""Steps over which the least-delayed observation sets the host/GPU clock offset."""
+"""Marks over which the least-delayed observation sets the host/GPU clock offset."""
 DEFER_S = 5e-4
 """After seeing a step start, the helper thread waits this long (seconds) before its bookkeeping and the message
 to the worker: a loop that synchronises every step is launching the step's first kernels just then, with the GPU
 idle, and every microsecond it waits for the interpreter lock would be GPU time lost; half a millisecond later
 the GPU has work queued. The anchor's value does not change (it comes from GPU timestamps), only when the worker
 learns it."""
+POOL_EVENTS = 8
+"""CUDA events created (and recorded once, which is when CUDA creates them) when the anchors start, so that a
+mark only records one: creating an event at every mark cost the training thread tens of microseconds."""
 
 
 @dataclass
@@ -49,8 +58,10 @@ class AnchorLog:
         step: Step index.
         gpu_s: GPU time of the step's start mark after the first mark, seconds (host time for ``"host"``).
         seen_s: Host ``time.monotonic()`` at which the start was seen, seconds.
-        anchor_s: The anchor sent to the worker, seconds (``time.monotonic()``).
+        anchor_s: The anchor as placed when it was seen (sent to the worker when ``sent``), seconds
+            (``time.monotonic()``).
         busy_s: GPU time from the step's start mark to its end mark, seconds (NaN without an end mark).
+        sent: Whether the anchor went to the switch worker (``False`` for steps timed for the report only).
         errors: Problems the anchor thread met (it keeps going where it can).
     """
 
@@ -60,10 +71,11 @@ class AnchorLog:
     seen_s: list[float] = field(default_factory=list)
     anchor_s: list[float] = field(default_factory=list)
     busy_s: list[float] = field(default_factory=list)
+    sent: list[bool] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def final_anchors_s(self, window: int = OFFSET_WINDOW) -> np.ndarray:
-        """Anchors recomputed with all observations: the offset of each step is the minimum of ``seen − gpu``
+        """Anchors recomputed with all observations: the offset of each mark is the minimum of ``seen − gpu``
         over a window centred on it (later observations can only improve earlier anchors)."""
         gpu = np.asarray(self.gpu_s, dtype=float)
         seen = np.asarray(self.seen_s, dtype=float)
@@ -79,21 +91,32 @@ class AnchorLog:
         return out
 
     def periods_s(self) -> np.ndarray:
-        """GPU time from each step's start to the next one's (NaN for the last), seconds."""
+        """GPU time per step from each mark to the next one (their distance over the steps between them; NaN
+        for the last), seconds."""
         gpu = np.asarray(self.gpu_s, dtype=float)
         out = np.full(gpu.size, np.nan)
-        step = np.asarray(self.step)
+        step = np.asarray(self.step, dtype=float)
         if gpu.size > 1:
-            consecutive = np.diff(step) == 1
-            out[:-1] = np.where(consecutive, np.diff(gpu), np.nan)
+            steps = np.diff(step)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out[:-1] = np.where(steps >= 1, np.diff(gpu) / steps, np.nan)
         return out
+
+    def _append(self, step: int, gpu_s: float, seen_s: float, anchor_s: float, sent: bool) -> int:
+        self.step.append(step)
+        self.gpu_s.append(gpu_s)
+        self.seen_s.append(seen_s)
+        self.anchor_s.append(anchor_s)
+        self.busy_s.append(float("nan"))
+        self.sent.append(sent)
+        return len(self.step) - 1
 
 
 class HostAnchors:
     """Anchors from the host clock (no GPU): a step starts when the loop marks it.
 
     Args:
-        on_anchor: Called with ``(step, anchor_s)`` for every marked step.
+        on_anchor: Called with ``(step, anchor_s)`` for every mark sent.
     """
 
     source = "host"
@@ -103,16 +126,12 @@ class HostAnchors:
         self.log = AnchorLog("host")
         self._open: tuple[int, float] | None = None
 
-    def mark_start(self, step: int) -> None:
-        """The loop starts step ``step`` now."""
+    def mark_start(self, step: int, send: bool = True) -> None:
+        """The loop starts step ``step`` now; ``send``: tell the worker."""
         now = time.monotonic()
-        self.log.step.append(step)
-        self.log.gpu_s.append(now)
-        self.log.seen_s.append(now)
-        self.log.anchor_s.append(now)
-        self.log.busy_s.append(float("nan"))
-        self._open = (len(self.log.step) - 1, now)
-        self.on_anchor(step, now)
+        self._open = (self.log._append(step, now, now, now, send), now)
+        if send:
+            self.on_anchor(step, now)
 
     def mark_end(self, step: int) -> None:
         """The loop ends step ``step`` now."""
@@ -130,39 +149,64 @@ class CudaAnchors:
     """Anchors from CUDA events on the current stream, waited on by a helper thread (module docstring).
 
     Args:
-        on_anchor: Called from the helper thread with ``(step, anchor_s)`` for every marked step.
-        window: Steps of the sliding minimum that sets the clock offset.
+        on_anchor: Called from the helper thread with ``(step, anchor_s)`` for every mark sent.
+        window: Marks of the sliding minimum that sets the clock offset.
         defer_s: Pause between seeing a step start and the rest of the thread's work, seconds.
+        pool: Events created up front.
+        new_event: Makes one timing event (default: a blocking CUDA event with timing); replaceable in tests.
     """
 
     source = "cuda"
 
     def __init__(self, on_anchor: Callable[[int, float], Any], window: int = OFFSET_WINDOW,
-                 defer_s: float = DEFER_S) -> None:
-        import torch
+                 defer_s: float = DEFER_S, pool: int = POOL_EVENTS,
+                 new_event: Callable[[], Any] | None = None) -> None:
+        if new_event is None:
+            import torch
+
+            def new_event() -> Any:
+                return torch.cuda.Event(enable_timing=True, blocking=True)
 
         self.defer_s = float(defer_s)
-        self._torch = torch
         self.on_anchor = on_anchor
         self.log = AnchorLog("cuda")
+        self.created = 0
+        """Events created so far (the pool's, and any made when the pool ran dry)."""
+        self._new_event = new_event
+        self._free: deque[Any] = deque()
+        for _ in range(max(0, int(pool))):
+            ev = self._create()
+            ev.record()  # CUDA creates the event at its first record: do it now, not at a mark
+            self._free.append(ev)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._obs: deque[float] = deque(maxlen=window)
         self._ref: Any = None
         self._thread = threading.Thread(target=self._run, name="rlclock-step-anchors", daemon=True)
         self._thread.start()
 
-    def _event(self) -> Any:
-        ev = self._torch.cuda.Event(enable_timing=True, blocking=True)
+    def _create(self) -> Any:
+        self.created += 1
+        return self._new_event()
+
+    def _record(self) -> Any:
+        try:
+            ev = self._free.pop()
+        except IndexError:  # the host is further ahead of the GPU than the pool is deep
+            ev = self._create()
         ev.record()
         return ev
 
-    def mark_start(self, step: int) -> None:
-        """Record the start of step ``step`` on the current stream."""
-        self._queue.put((0, step, self._event()))
+    def _release(self, ev: Any) -> None:
+        if ev is not None and ev is not self._ref:
+            self._free.append(ev)
+
+    def mark_start(self, step: int, send: bool = True) -> None:
+        """Record the start of step ``step`` on the current stream; ``send``: tell the worker when it is seen."""
+        self._queue.put((0, step, self._record(), send))
 
     def mark_end(self, step: int) -> None:
         """Record the end of step ``step`` on the current stream."""
-        self._queue.put((1, step, self._event()))
+        self._queue.put((1, step, self._record(), False))
 
     def close(self, timeout_s: float = 30.0) -> AnchorLog:
         """Wait for the marks recorded so far and stop the helper thread; returns the log."""
@@ -181,9 +225,11 @@ class CudaAnchors:
             if item is None:
                 self._finish_end(start_ev, end, index, wait=True)
                 return
-            kind, step, ev = item
+            kind, step, ev, send = item
             try:
                 if kind == 1:  # an end mark: no wait now, it is complete by the time the next start is
+                    if end is not None:
+                        self._release(end[1])
                     end = (step, ev)
                     continue
                 ev.synchronize()  # releases the interpreter lock while it waits
@@ -191,20 +237,19 @@ class CudaAnchors:
                 if self.defer_s > 0:  # let the loop launch the step's first kernels before taking the lock
                     time.sleep(self.defer_s)
                 self._finish_end(start_ev, end, index, wait=False)
-                end = None
+                if end is not None:
+                    self._release(end[1])
+                    end = None
                 if self._ref is None:
                     self._ref = ev
                 gpu = self._ref.elapsed_time(ev) / 1e3 if ev is not self._ref else 0.0
                 self._obs.append(seen - gpu)
                 anchor = min(self._obs) + gpu
+                self._release(start_ev)
                 start_ev = ev
-                self.log.step.append(step)
-                self.log.gpu_s.append(gpu)
-                self.log.seen_s.append(seen)
-                self.log.anchor_s.append(anchor)
-                self.log.busy_s.append(float("nan"))
-                index = len(self.log.step) - 1
-                self.on_anchor(step, anchor)
+                index = self.log._append(step, gpu, seen, anchor, bool(send))
+                if send:
+                    self.on_anchor(step, anchor)
             except Exception as exc:  # keep anchoring later steps; the report shows the error
                 if len(self.log.errors) < 10:
                     self.log.errors.append(f"step {step}: {type(exc).__name__}: {exc}")

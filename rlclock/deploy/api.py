@@ -186,7 +186,8 @@ class Clocked:
     def step(self) -> StepMark:
         """Mark the start of a training step; ``with clk.step():`` also marks its end.
 
-        Call it once per step, at the same place in every step. Costs a few microseconds.
+        Call it once per step, at the same place in every step. An anchored step costs the training thread a
+        few tens of microseconds, a step between anchors (``anchor_every`` > 1) a few microseconds.
         """
         if self.state == "control":
             assert self.controller is not None
@@ -292,7 +293,9 @@ class Clocked:
         self.controller = ClockController(
             self.schedule, self.timeline, device=device, allow_clock_control=s.allow_clock_control,
             latency_s=self._latency_s(), lookahead_s=s.lookahead_s, min_dwell_s=s.min_dwell_s,
-            read_back=s.read_back, worker=s.worker, nvml=use_nvml).start()
+            read_back=s.read_back, worker=s.worker, nvml=use_nvml,
+            anchor_every=None if s.anchor_every is None else int(s.anchor_every),
+            time_all_steps=s.time_all_steps).start()
         self.state = "control"
         self._say(f"applying schedule {self.schedule.name!r} ({s.control}) on GPU {device}: "
                   f"{self.controller.plan.describe()}")
@@ -361,7 +364,8 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
             lookahead_s: float | None = None, min_dwell_s: float | None = None, warmup_steps: int | None = None,
             profile_steps: int | None = None, worker: str | None = None, read_back: bool | None = None,
             report: str | Path | None = None, save: str | Path | None = None,
-            verbose: bool | None = None) -> Clocked:
+            verbose: bool | None = None, anchor_every: int | None = None,
+            time_all_steps: bool | None = None) -> Clocked:
     """Deploy a clock schedule around a training loop (see :class:`Clocked` and the module docstring).
 
     Args:
@@ -381,6 +385,11 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
         report: Write the report (JSON) here.
         save: Write the profiled trace, timeline and schedule to this folder.
         verbose: Print what happens and the report (default on).
+        anchor_every: Anchor every this many steps on the GPU (default: every step when the plan has switches,
+            every 40 ms when it has none); the steps in between cost the loop a counter increment, but their
+            switches are timed from the last anchor, less exactly.
+        time_all_steps: Time every step on the GPU for the report, so that the switch-time error of sparse anchors
+            is measured rather than interpolated (costs the loop a mark per step; default off).
 
     Returns:
         The deployment; use it as a context manager.
@@ -395,7 +404,8 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
                             "device": device, "latency_s": latency_s, "lookahead_s": lookahead_s,
                             "min_dwell_s": min_dwell_s, "warmup_steps": warmup_steps, "profile_steps": profile_steps,
                             "worker": worker, "read_back": read_back, "report": None if report is None else str(report),
-                            "save": None if save is None else str(save), "verbose": verbose}
+                            "save": None if save is None else str(save), "verbose": verbose,
+                            "anchor_every": anchor_every, "time_all_steps": time_all_steps}
     sched_obj: ClockSchedule | None = None
     builder: ScheduleBuilder | None = None
     if isinstance(schedule, (str, Path)):

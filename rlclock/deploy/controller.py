@@ -17,8 +17,12 @@ The training loop marks each step; everything else happens elsewhere::
   :class:`~rlclock.gpu.clocks.ClockControl` (opt-in with ``allow_clock_control=True``, validated against the
   GPU's clock table, restored on every way out, watchdog for a killed process). The training loop never
   calls NVML and never waits for the worker.
-* Step anchors (:mod:`rlclock.deploy.anchor`) tell the worker when each step started *on the GPU*: a CUDA
-  event per step, waited on by a helper thread.
+* Step anchors (:mod:`rlclock.deploy.anchor`) tell the worker when a step started *on the GPU*: a CUDA
+  event recorded at the step's mark, waited on by a helper thread. With ``anchor_every`` > 1 only every
+  ``anchor_every``-th step is anchored (and the first step after a pause): the plan repeats every step, so the
+  worker times the steps in between from the last anchor and its estimate of the step period, and re-times
+  them when the next anchor arrives. A step without an anchor costs the training thread a counter increment
+  and a clock read. By default a plan with switches is anchored every step, one without any every 40 ms.
 * :meth:`ClockController.close` (or leaving the ``with`` block) stops the worker, which restores the
   clocks, and builds the :class:`~rlclock.deploy.report.ControllerReport`: switches issued, missed, and the
   error between planned and actual switch times.
@@ -30,27 +34,55 @@ the switches only ("plan-only"); without CUDA the anchors are the host times of 
 
 from __future__ import annotations
 
+import math
+import numbers
 import threading
+import time
 
 from rlclock.deploy.anchor import CudaAnchors, HostAnchors
 from rlclock.deploy.plan import SwitchPlan, plan_switches
 from rlclock.deploy.process import WorkerHandle
-from rlclock.deploy.report import ControllerReport, build_report
+from rlclock.deploy.report import PAUSE_FACTOR, ControllerReport, build_report
 from rlclock.deploy.timeline import StepTimeline
 from rlclock.errors import DeployError, GpuUnavailableError
 from rlclock.schedule import ClockSchedule
 
 ANCHOR_SOURCES = ("auto", "cuda", "host")
+ANCHOR_INTERVAL_S = 0.04
+"""Spacing of step anchors, seconds of the planned step period, when the plan has no switch: then the anchors time
+nothing (the worker only brings the clocks to the plan's configuration once) and serve the report's step time
+alone, so ``anchor_every`` defaults to the whole steps in this interval. A plan with switches is anchored every
+step by default: timing steps from an earlier anchor made the switch-time error several times larger on an H200
+(docs/deploy.md has the measurements)."""
+
+
+def auto_anchor_every(period_s: float, interval_s: float = ANCHOR_INTERVAL_S) -> int:
+    """Steps between anchors for a step of ``period_s`` seconds: the whole steps in ``interval_s``, at least 1."""
+    if not math.isfinite(period_s) or period_s <= 0:
+        return 1
+    return max(1, int(interval_s / period_s + 1e-9))
+
+
+def default_anchor_every(plan: SwitchPlan) -> int:
+    """1 for a plan with switches (each step's own anchor times them best); for a plan without any, the whole steps
+    in :data:`ANCHOR_INTERVAL_S`."""
+    return 1 if plan.events else auto_anchor_every(plan.period_s)
 
 
 class StepMark:
-    """Returned by :meth:`ClockController.step`; as a ``with`` block it also marks the step's end."""
+    """Returned by :meth:`ClockController.step`; as a ``with`` block it also marks the step's end (on a step
+    that was marked on the GPU; on the others it does nothing)."""
 
     __slots__ = ("_ctl", "step")
 
     def __init__(self, ctl: ClockController | None, step: int) -> None:
         self._ctl = ctl
         self.step = step
+
+    @property
+    def marked(self) -> bool:
+        """True when this step was marked on the GPU (anchored, or timed for the report)."""
+        return self._ctl is not None
 
     def __enter__(self) -> StepMark:
         return self
@@ -110,9 +142,16 @@ class ClockController:
         worker: ``"process"`` (default) or ``"thread"``.
         anchor: ``"cuda"`` (GPU events), ``"host"`` (host time of the marks) or ``"auto"`` (cuda when available).
         nvml: Use NVML (``None``: when available). Without it only a plan-only dry run is possible.
+        anchor_every: Anchor every this many steps (``None``: :func:`default_anchor_every`: every step when the
+            plan has switches, else every :data:`ANCHOR_INTERVAL_S`). The first step after a pause is anchored too.
+            Steps between anchors cost the loop almost nothing, but their switches are timed from the last anchor
+            and the estimated period, which is less exact.
+        time_all_steps: Mark every step on the GPU for the report, while the worker still hears only every
+            ``anchor_every``-th: the switch-time error is then measured against every step's actual start
+            (this costs the loop a mark per step, as ``anchor_every=1`` does).
 
     Raises:
-        DeployError: Bad latency/lookahead, no NVML for a live run, unknown latency, worker failure.
+        DeployError: Bad latency/lookahead/anchor_every, no NVML for a live run, unknown latency, worker failure.
         ScheduleError: Schedule and timeline lengths differ.
         ClockError: A configuration of the schedule is not supported by the GPU.
     """
@@ -120,9 +159,10 @@ class ClockController:
     def __init__(self, schedule: ClockSchedule, timeline: StepTimeline, *, device: int = 0,
                  allow_clock_control: bool = False, latency_s: float | None = None, lookahead_s: float | None = None,
                  min_dwell_s: float = 0.0, read_back: bool = True, worker: str = "process", anchor: str = "auto",
-                 nvml: bool | None = None) -> None:
+                 nvml: bool | None = None, anchor_every: int | None = None, time_all_steps: bool = False) -> None:
         if anchor not in ANCHOR_SOURCES:
             raise DeployError(f"anchor source {anchor!r} is not known.", f"use one of {list(ANCHOR_SOURCES)}.")
+        check_anchor_every(anchor_every)
         self.schedule = schedule
         self.timeline = timeline
         self.device = int(device)
@@ -134,6 +174,8 @@ class ClockController:
         if latency_s is None:
             latency_s = default_latency_s(self._gpu_name() if self.use_nvml else None)
         self.plan: SwitchPlan = plan_switches(schedule, timeline, float(latency_s), lookahead_s, min_dwell_s)
+        self.anchor_every = default_anchor_every(self.plan) if anchor_every is None else int(anchor_every)
+        self.time_all_steps = bool(time_all_steps)
         self.read_back = bool(read_back)
         self.worker_mode = worker
         if anchor == "auto":
@@ -146,6 +188,9 @@ class ClockController:
         self._handle: WorkerHandle | None = None
         self._anchors: CudaAnchors | HostAnchors | None = None
         self._step = -1
+        self._next_anchor = 0
+        self._last_mark_s = -math.inf
+        self._pause_s = PAUSE_FACTOR * self.plan.period_s
         self._lock = threading.Lock()
 
     def _gpu_name(self) -> str | None:
@@ -181,7 +226,7 @@ class ClockController:
                 raise DeployError("this clock controller was closed.", "create a new ClockController.")
             settings = {"plan": self.plan.to_dict(), "device": self.device,
                         "allow_clock_control": self.allow_clock_control, "nvml": self.use_nvml,
-                        "read_back": self.read_back}
+                        "read_back": self.read_back, "anchor_every": self.anchor_every}
             handle = WorkerHandle(settings, self.worker_mode)
             try:
                 self._anchors = (CudaAnchors(handle.send_anchor) if self.anchor_source == "cuda"
@@ -195,16 +240,28 @@ class ClockController:
     def step(self) -> StepMark:
         """Mark the start of the next training step (call it at the top of every step).
 
+        Every ``anchor_every``-th step, and the first one after a pause (more than
+        :data:`~rlclock.deploy.report.PAUSE_FACTOR` planned step periods since the last call), is anchored: a
+        CUDA event is recorded and its time goes to the worker. Other steps are only counted.
+
         Returns:
-            A :class:`StepMark`; used as ``with ctl.step():`` it also marks the step's end, which makes the
-            report's placement of the kernels more precise.
+            A :class:`StepMark`; used as ``with ctl.step():`` it also marks the end of an anchored step, which
+            makes the report's placement of the kernels more precise.
         """
         if self._handle is None:
             self.start()
-        self._step += 1
-        assert self._anchors is not None
-        self._anchors.mark_start(self._step)
-        return StepMark(self, self._step)
+        k = self._step = self._step + 1
+        now = time.monotonic()
+        paused = now - self._last_mark_s > self._pause_s
+        self._last_mark_s = now
+        if k >= self._next_anchor or paused:
+            self._next_anchor = k + self.anchor_every
+            self._anchors.mark_start(k, True)  # type: ignore[union-attr]
+            return StepMark(self, k)
+        if self.time_all_steps:
+            self._anchors.mark_start(k, False)  # type: ignore[union-attr]
+            return StepMark(self, k)
+        return StepMark(None, k)
 
     def _mark_end(self, step: int) -> None:
         if self._anchors is not None and step == self._step:
@@ -225,7 +282,8 @@ class ClockController:
             from rlclock.deploy.anchor import AnchorLog
 
             self.report = build_report(self.plan, log if log is not None else AnchorLog(self.anchor_source),
-                                       result, info, self.worker_mode)
+                                       result, info, self.worker_mode, steps=self.steps,
+                                       anchor_every=self.anchor_every)
             if self._handle.send_errors:
                 self.report.notes.append(f"{self._handle.send_errors} step anchors could not be sent to the worker")
             self._handle = None
@@ -240,7 +298,17 @@ class ClockController:
     def __repr__(self) -> str:
         mode = "live" if self.allow_clock_control else "dry-run"
         return (f"ClockController({mode}, GPU {self.device}, {len(self.schedule)} kernels, "
-                f"{self.plan.n_switches} switches per step, worker {self.worker_mode}, anchors {self.anchor_source})")
+                f"{self.plan.n_switches} switches per step, worker {self.worker_mode}, anchors {self.anchor_source} "
+                f"every {self.anchor_every} steps)")
+
+
+def check_anchor_every(anchor_every: int | None) -> None:
+    """Raise :class:`DeployError` unless ``anchor_every`` is ``None`` or a whole number >= 1."""
+    if anchor_every is None:
+        return
+    if isinstance(anchor_every, bool) or not isinstance(anchor_every, numbers.Integral) or anchor_every < 1:
+        raise DeployError(f"anchor_every must be a whole number of steps >= 1, found {anchor_every!r}.",
+                          "leave it unset for the default.")
 
 
 def _reset_after_failure(device: int) -> None:

@@ -35,7 +35,7 @@ class WorkerHandle:
 
     Args:
         settings: ``plan`` (:meth:`SwitchPlan.to_dict`), ``device`` (NVML index), ``allow_clock_control``,
-            ``nvml`` (False: plan-only dry run), ``read_back``.
+            ``nvml`` (False: plan-only dry run), ``read_back``, ``anchor_every`` (steps between anchors).
         mode: ``"process"`` or ``"thread"``.
 
     Raises:
@@ -97,7 +97,8 @@ class WorkerHandle:
         conn = Connection(child.detach())
         control = build_control(self.settings, handle_signals=True)
         worker = SwitchWorker(SwitchPlan.from_dict(self.settings["plan"]), control,
-                              read_back=bool(self.settings.get("read_back", True)))
+                              read_back=bool(self.settings.get("read_back", True)),
+                              anchor_every=int(self.settings.get("anchor_every", 1)))
         self.info = describe_control(control)
 
         def run() -> None:

@@ -7,12 +7,18 @@ Two errors are reported for every switch the worker issued:
 * **switch-time error** = issued − ideal, where ideal = (when the segment's first kernel actually started)
   − lookahead. The actual start is placed from GPU timestamps at the step boundaries: the step's anchor plus
   the planned offset, stretched by the step's measured GPU duration over the planned one (to the end mark
-  when the loop gives one, else to the next step's start). A switch is *late* when it would land
+  when the loop gives one, else to the next mark, per step). A switch is *late* when it would land
   (issued + latency) after its kernels started.
 
-Steps that follow a pause (an anchor interval over :data:`PAUSE_FACTOR` times the median, e.g. evaluation
-or a checkpoint between steps) are left out of the error statistics, as are switches for a step that never
-came: both were timed against a step period that did not hold. They are counted in ``excluded``.
+When not every step is marked on the GPU (``anchor_every`` > 1 without ``time_all_steps``), the start of a
+step between two marks is not measured: it is placed between them at an even pace, and the switches judged
+so are counted in ``interpolated``. With ``time_all_steps`` every step's start is measured.
+
+Steps that follow a pause (a per-step interval between marks over :data:`PAUSE_FACTOR` times the median,
+e.g. evaluation or a checkpoint between steps) are left out of the error statistics, as are the unmarked
+steps of an interval that holds a pause (they cannot be placed) and switches for a step after the last mark
+(a step that never came, or one that cannot be placed): they were timed against a step period that did not
+hold, or cannot be judged. They are counted in ``excluded``.
 """
 
 from __future__ import annotations
@@ -78,7 +84,10 @@ class ControllerReport:
         worker: ``"process"`` or ``"thread"``.
         anchor_source: ``"cuda"`` (GPU events) or ``"host"``.
         plan: The switch plan applied.
-        steps: Steps marked.
+        steps: Steps of the loop while the controller ran (``step()`` calls).
+        anchor_every: Steps between anchors (the controller's setting).
+        anchored: Steps whose anchor went to the worker.
+        timed: Steps whose start was measured on the GPU (the anchored ones, or all with ``time_all_steps``).
         step_time_s: Median GPU time from one step's start to the next one's, seconds.
         busy_time_s: Median GPU time from a step's start mark to its end mark, seconds (NaN without end marks).
         issued: Switches issued (or, in a dry run, that would have been).
@@ -86,7 +95,9 @@ class ControllerReport:
         stale: Switches dropped because their step was over before they were due.
         noop: Switches not needed (the configuration was already requested).
         resync: Switches that brought the clocks to the plan's configuration outside the plan's events.
-        excluded: Issued switches left out of the error statistics (after a pause, or for a step that never came).
+        excluded: Issued switches left out of the error statistics (after a pause, or for a step that cannot be
+            placed).
+        interpolated: Of the judged switches, those whose step's start was placed between two measured ones.
         late: Issued switches that would land after their kernels started.
         issue_error: Issued − planned (module docstring).
         switch_error: Issued − ideal (module docstring).
@@ -106,6 +117,9 @@ class ControllerReport:
     anchor_source: str
     plan: SwitchPlan
     steps: int = 0
+    anchor_every: int = 1
+    anchored: int = 0
+    timed: int = 0
     step_time_s: float = math.nan
     busy_time_s: float = math.nan
     issued: int = 0
@@ -114,6 +128,7 @@ class ControllerReport:
     noop: int = 0
     resync: int = 0
     excluded: int = 0
+    interpolated: int = 0
     late: int = 0
     issue_error: Stats = field(default_factory=Stats)
     switch_error: Stats = field(default_factory=Stats)
@@ -137,12 +152,14 @@ class ControllerReport:
             f"rlclock controller: {self.mode} on GPU {self.device if self.device is not None else '-'} "
             f"({self.gpu_name or 'no NVML'}), worker {self.worker}, anchors from {self.anchor_source}",
             f"  plan: {self.plan.describe()}",
-            f"  steps {self.steps}, step {self.step_time_s * 1e3:.3f} ms (GPU, median); switches issued "
+            f"  steps {self.steps} (anchored every {self.anchor_every}: {self.anchored}; timed on the GPU "
+            f"{self.timed}), step {self.step_time_s * 1e3:.3f} ms (GPU, median); switches issued "
             f"{self.issued}, missed {self.missed}, stale {self.stale}, resync {self.resync}, "
             f"excluded from timing {self.excluded}",
             f"  issue error (issued - planned), median / p95 |e| / max |e|: {self.issue_error.ms()}",
             f"  switch-time error (issued - ideal from the kernels' GPU times): {self.switch_error.ms()}; "
-            f"late {self.late} of {self.switch_error.n}",
+            f"late {self.late} of {self.switch_error.n}"
+            + (f" ({self.interpolated} placed between measured step starts)" if self.interpolated else ""),
             f"  anchor delay: {self.anchor_delay.ms()}; driver call: {self.call_time.ms()}",
         ]
         if self.readbacks:
@@ -178,20 +195,25 @@ def _json_default(x: Any) -> Any:
 
 
 def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any], info: dict[str, Any],
-                 worker: str) -> ControllerReport:
+                 worker: str, steps: int | None = None, anchor_every: int = 1) -> ControllerReport:
     """Put the anchors and the worker's records together (module docstring).
 
     Args:
         plan: The plan the worker applied.
-        log: The anchors of the marked steps.
+        log: The marks the anchors saw (anchored steps, or every step with ``time_all_steps``).
         worker_result: :meth:`SwitchWorker.result` plus ``ended`` and ``restore_error``.
         info: The worker's description of its control (``mode``, ``gpu_name``, ``device``).
         worker: ``"process"`` or ``"thread"``.
+        steps: Steps of the loop while the controller ran (default: the marks in ``log``).
+        anchor_every: Steps between anchors.
     """
     rep = ControllerReport(mode=str(info.get("mode", "?")), gpu_name=info.get("gpu_name"),
                            device=info.get("device"), worker=worker, anchor_source=log.source, plan=plan)
-    steps = np.asarray(log.step, dtype=np.int64)
-    rep.steps = int(steps.size)
+    marked = np.asarray(log.step, dtype=np.int64)
+    rep.steps = int(marked.size) if steps is None else int(steps)
+    rep.anchor_every = int(anchor_every)
+    rep.timed = int(marked.size)
+    rep.anchored = int(sum(log.sent)) if len(log.sent) == marked.size else int(marked.size)
     anchors = log.final_anchors_s()
     periods = log.periods_s()
     busy = np.asarray(log.busy_s, dtype=float)
@@ -200,8 +222,12 @@ def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any]
     if np.isfinite(busy).any():
         rep.busy_time_s = float(np.nanmedian(busy))
     rep.anchor_delay = Stats.of(np.asarray(log.seen_s, dtype=float) - anchors)
-    pos = {int(s): i for i, s in enumerate(steps)}
     med = rep.step_time_s
+
+    def pause(i: int) -> bool:  # the interval from mark i to the next holds a pause
+        return 0 <= i < periods.size and math.isfinite(med) and math.isfinite(periods[i]) and \
+            periods[i] > PAUSE_FACTOR * med
+
     records = worker_result.get("records", [])
     issue_err, switch_err, calls = [], [], []
     for status, step, event, planned, issued, call_s, _estimated in records:
@@ -213,21 +239,27 @@ def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any]
             continue
         rep.issued += 1
         calls.append(call_s)
-        i = pos.get(int(step))
-        paused = i is None or (i > 0 and math.isfinite(med) and math.isfinite(periods[i - 1])
-                               and periods[i - 1] > PAUSE_FACTOR * med)
-        if paused:
+        i = int(np.searchsorted(marked, int(step), side="right")) - 1  # the last mark at or before the step
+        measured = i >= 0 and marked[i] == step
+        if i < 0 or pause(i - 1 if measured else i) or (not measured and i + 1 >= marked.size):
             rep.excluded += 1
             continue
         issue_err.append(issued - planned)
         ev = plan.events[int(event)]
-        if math.isfinite(busy[i]) and plan.span_s > 0:
-            stretch = busy[i] / plan.span_s
-        elif math.isfinite(periods[i]) and periods[i] <= PAUSE_FACTOR * med:
-            stretch = periods[i] / plan.period_s
-        else:
-            stretch = 1.0
-        kernel_start = anchors[i] + ev.start_s * stretch
+        if measured:
+            start = anchors[i]
+            if math.isfinite(busy[i]) and plan.span_s > 0:
+                stretch = busy[i] / plan.span_s
+            elif math.isfinite(periods[i]) and not pause(i):
+                stretch = periods[i] / plan.period_s
+            else:
+                stretch = 1.0
+        else:  # between two measured starts, at an even pace
+            per_step = (anchors[i + 1] - anchors[i]) / (marked[i + 1] - marked[i])
+            start = anchors[i] + (int(step) - marked[i]) * per_step
+            stretch = periods[i] / plan.period_s if math.isfinite(periods[i]) else 1.0
+            rep.interpolated += 1
+        kernel_start = start + ev.start_s * stretch
         switch_err.append(issued - (kernel_start - plan.lookahead_s))
         if issued + plan.latency_s > kernel_start:
             rep.late += 1

@@ -39,6 +39,10 @@ class DeploySettings:
         profile_steps: Steps profiled for the kernel sequence and timeline.
         worker: ``"process"`` or ``"thread"``.
         read_back: Read the clocks back after each switch.
+        anchor_every: Anchor every this many steps on the GPU; default: every step when the plan has switches,
+            every 40 ms when it has none (:func:`~rlclock.deploy.controller.default_anchor_every`).
+        time_all_steps: Time every step on the GPU for the report (measures the switch-time error of sparse
+            anchors; costs the loop a mark per step).
         report: Where to write the controller's report (JSON); ``.rankN`` is added under torch.distributed.
         save: Folder to write the profiled trace, the timeline and the schedule to.
         verbose: Print what the deployment does (one line each) and the report at the end.
@@ -56,6 +60,8 @@ class DeploySettings:
     profile_steps: int = 5
     worker: str = "process"
     read_back: bool = True
+    anchor_every: int | None = None
+    time_all_steps: bool = False
     report: str | None = None
     save: str | None = None
     verbose: bool = True
@@ -69,6 +75,10 @@ class DeploySettings:
         if self.warmup_steps < 0 or self.profile_steps < 1:
             raise DeployError(f"warmup_steps must be >= 0 and profile_steps >= 1, found {self.warmup_steps} and "
                               f"{self.profile_steps}.")
+        if self.anchor_every is not None and (isinstance(self.anchor_every, bool) or int(self.anchor_every) !=
+                                              self.anchor_every or self.anchor_every < 1):
+            raise DeployError(f"anchor_every must be a whole number of steps >= 1, found {self.anchor_every!r}.",
+                              "leave it unset for the default.")
         for name in ("latency_s", "lookahead_s"):
             v = getattr(self, name)
             if v is not None and (not math.isfinite(v) or v < 0):

@@ -7,9 +7,14 @@ loop never waits on NVML. The training process sends it one message per step: th
 read the same time). For every step the worker then
 
 * issues the step's switches at ``anchor + issue_s``;
-* issues the switches planned during an earlier step (negative ``issue_s``) at
-  ``anchor + n * period + issue_s`` for the step ``n`` ahead that they serve, with the period estimated
-  from recent anchors, and re-times them whenever a newer anchor arrives;
+* issues the switches of the steps after it at ``anchor + n * period + issue_s`` for the step ``n`` ahead
+  that they serve (those planned during an earlier step have a negative ``issue_s``), with the per-step
+  period estimated from recent anchors, and re-times them whenever a newer anchor arrives. Not every step
+  is anchored (``anchor_every``): from one anchor the worker schedules every switch due before the step after
+  the next expected anchor, so a late anchor leaves no gap, and a loop that stops leaves the clocks alone
+  after that;
+* issues a step's switches again when its anchor shows that they were timed for a step that was not there
+  (a pause: the anchor is more than :data:`RESYNC_FRACTION` of a period off the estimate);
 * never issues a switch less than the latency after the previous one, and drops a switch that could no
   longer land before its segment ends (``missed``), or whose step is already over (``stale``);
 * catches up at once on the first step's early switches (they were due before the first anchor arrived), and
@@ -42,6 +47,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from rlclock.deploy.plan import SwitchPlan
+from rlclock.deploy.report import PAUSE_FACTOR
 from rlclock.errors import DeployError, RlclockError
 from rlclock.schedule import AUTO, ClockConfig
 
@@ -56,7 +62,13 @@ SPIN_S = 2e-4
 """The last part of a wait before a switch, seconds: busy-waited in the worker process, whose sleeps overshoot by
 tens of microseconds."""
 PERIOD_HISTORY = 16
-"""Anchor intervals the step-period estimate is the median of."""
+"""Anchor intervals (each divided by the steps it spans) the step-period estimate is the median of."""
+MAX_PAUSES = 2
+"""An anchor interval over :data:`~rlclock.deploy.report.PAUSE_FACTOR` times the estimated period per step is a
+pause and stays out of the estimate, unless this many came in a row (then the step itself got longer)."""
+RESYNC_FRACTION = 0.5
+"""An anchor further than this fraction of the step period from the estimate the worker had timed its step by
+means those switches served no step (the loop paused): the step's switches are issued again."""
 
 
 @dataclass(order=True)
@@ -110,21 +122,29 @@ class SwitchWorker:
         control: A :class:`~rlclock.gpu.clocks.ClockControl` or :class:`PlanOnlyControl`.
         read_back: Read the clocks one latency after each switch.
         clock: The time source, seconds (``time.monotonic``; replaceable in tests).
+        anchor_every: Steps between anchors the training process sends (the worker schedules that far ahead).
     """
 
     def __init__(self, plan: SwitchPlan, control: Any, read_back: bool = True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, anchor_every: int = 1) -> None:
+        if anchor_every < 1:
+            raise DeployError(f"anchor_every must be >= 1 step, found {anchor_every!r}.")
         self.plan = plan
         self.control = control
         self.read_back = read_back
         self.clock = clock
         self.latency_s = plan.latency_s
+        self.anchor_every = int(anchor_every)
         self._tasks: list[_Task] = []
         self._seq = 0
         self._scheduled: set[tuple[int, int]] = set()
         self._handled: set[tuple[int, int]] = set()
-        self._anchors: dict[int, float] = {}
+        self._last_anchor: tuple[int, float] | None = None
+        self._targets: dict[int, float] = {}  # step -> the anchor estimated for it when its switches were timed
         self._intervals: deque[float] = deque(maxlen=PERIOD_HISTORY)
+        self._paused = 0
+        self.resyncs = 0
+        """Anchors that showed the switches timed for their step were off by a pause (issued again)."""
         self._last_issue_s = -float("inf")
         self.last_step = -1
         self.records: list[tuple[str, int, int, float, float, float, bool]] = []
@@ -138,8 +158,11 @@ class SwitchWorker:
     # -- scheduling --------------------------------------------------------------------------------------
     @property
     def period_s(self) -> float:
-        """Estimated anchor-to-anchor time: median of recent intervals, else the plan's period."""
-        return statistics.median(self._intervals) if self._intervals else self.plan.period_s
+        """Estimated step period: median of recent anchor intervals per step, else the plan's period (never less
+        than a tenth of the plan's: a shorter step would not be the step the plan was made for)."""
+        if not self._intervals:
+            return self.plan.period_s
+        return max(statistics.median(self._intervals), 0.1 * self.plan.period_s)
 
     def next_due(self) -> float | None:
         """When the next task is due (``None`` if none is pending)."""
@@ -154,25 +177,40 @@ class SwitchWorker:
             self._scheduled.add((step, event))
 
     def on_anchor(self, step: int, anchor_s: float) -> None:
-        """Step ``step`` started on the GPU at ``anchor_s``: schedule its switches and the next step's early ones."""
+        """Step ``step`` started on the GPU at ``anchor_s``: (re-)time the switches of this and the next steps.
+
+        Every switch due before the step after the next expected anchor (``step + anchor_every + 1``) is
+        scheduled, from this anchor and the estimated period; switches already scheduled from an earlier anchor
+        are re-timed. A switch whose time passed before this anchor arrived and that was never scheduled (the
+        first step, or after a pause) is caught up at once (``resync``).
+        """
         if step <= self.last_step:
             return
-        prev = self._anchors.get(step - 1)
-        if prev is not None and anchor_s > prev:
-            self._intervals.append(anchor_s - prev)
-        self._anchors[step] = anchor_s
-        for old in [s for s in self._anchors if s < step - 2]:
-            del self._anchors[old]
-        self._handled = {h for h in self._handled if h[0] >= step - 1}
+        if self._last_anchor is not None:
+            prev_step, prev_s = self._last_anchor
+            per_step = (anchor_s - prev_s) / (step - prev_step)
+            if per_step > PAUSE_FACTOR * self.period_s and self._paused < MAX_PAUSES:
+                self._paused += 1  # a pause in the loop, not its pace (unless it keeps happening)
+            elif per_step > 0:
+                self._intervals.append(per_step)
+                self._paused = 0
+        self._last_anchor = (step, anchor_s)
         self.last_step = step
-        events = self.plan.events
         period = self.period_s
+        estimate = self._targets.get(step)
+        self._targets = {s: t for s, t in self._targets.items() if s > step}
+        self._handled = {h for h in self._handled if h[0] >= step - 1}
+        if estimate is not None and abs(anchor_s - estimate) > RESYNC_FRACTION * period:
+            # its switches were issued for a step that was not running then: what is still needed goes out again
+            self._handled = {h for h in self._handled if h[0] < step}
+            self.resyncs += 1
+        events = self.plan.events
         keep: list[_Task] = []
         for t in self._tasks:
             if t.kind != "read" and t.step < step:
                 self._done(t)
                 self.records.append(("stale", t.step, t.event, t.planned_s, float("nan"), 0.0, t.estimated))
-            elif t.kind == "switch" and t.estimated:  # an early switch for this or a later step: re-time it
+            elif t.kind == "switch" and t.estimated:  # a switch for this or a later step: re-time it
                 target = anchor_s + (t.step - step) * period
                 due = target + events[t.event].issue_s
                 keep.append(_Task(due, t.seq, t.kind, t.step, t.event, target, t.step > step, due))
@@ -180,18 +218,30 @@ class SwitchWorker:
                 keep.append(t)
         self._tasks = keep
         heapq.heapify(self._tasks)
-        for i in self._pre:  # the first step, or its early switches were never scheduled: catch up now
-            if (step, i) not in self._scheduled and (step, i) not in self._handled:
-                self._push(anchor_s + events[i].issue_s, "resync", step, i, anchor_s, False)
+        horizon = anchor_s + (self.anchor_every + 1) * period
         for i in self._in:
-            self._push(anchor_s + events[i].issue_s, "switch", step, i, anchor_s, False)
-        for i in self._pre:  # issued during an earlier step: as many steps ahead as its lead needs
-            ahead = max(1, math.ceil(-events[i].issue_s / period - 1e-9))
-            if (step + ahead, i) not in self._scheduled:
-                target = anchor_s + ahead * period
-                self._push(target + events[i].issue_s, "switch", step + ahead, i, target, True)
+            for n in range(self.anchor_every + 1):
+                self._schedule(step, n, i, anchor_s, period, horizon)
+        for i in self._pre:
+            ahead = math.ceil(-events[i].issue_s / period - 1e-9)
+            for n in range(self.anchor_every + ahead + 1):
+                self._schedule(step, n, i, anchor_s, period, horizon)
+        for s in range(step + 1, step + self.anchor_every + 2):
+            self._targets[s] = anchor_s + (s - step) * period
         if not events and self.control.current != self.plan.initial:
             self._push(anchor_s, "resync", step, -1, anchor_s, False)
+
+    def _schedule(self, step: int, n: int, event: int, anchor_s: float, period_s: float, horizon_s: float) -> None:
+        """Schedule event ``event`` of step ``step + n`` unless it is scheduled or done, or due after the horizon."""
+        key = (step + n, event)
+        if key in self._scheduled or key in self._handled:
+            return
+        target = anchor_s + n * period_s
+        due = target + self.plan.events[event].issue_s
+        if due >= horizon_s:
+            return
+        kind = "resync" if due < anchor_s else "switch"  # its time passed before this anchor came: catch up
+        self._push(due, kind, step + n, event, target, n > 0 and kind == "switch")
 
     def _done(self, t: _Task) -> None:
         self._scheduled.discard((t.step, t.event))
@@ -246,7 +296,8 @@ class SwitchWorker:
 
     def result(self) -> dict[str, Any]:
         """What the worker did, as plain data for the training process."""
-        return {"records": list(self.records), "reads": list(self.reads), "period_s": self.period_s}
+        return {"records": list(self.records), "reads": list(self.reads), "period_s": self.period_s,
+                "resyncs": self.resyncs}
 
 
 # -- the loop ----------------------------------------------------------------------------------------------
@@ -372,7 +423,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             conn.send(("error", exc))
             return 1
         plan = SwitchPlan.from_dict(settings["plan"])
-        worker = SwitchWorker(plan, control, read_back=bool(settings.get("read_back", True)))
+        worker = SwitchWorker(plan, control, read_back=bool(settings.get("read_back", True)),
+                              anchor_every=int(settings.get("anchor_every", 1)))
         conn.send(("ready", describe_control(control)))
         why = serve(conn, worker, args.parent)
     except (EOFError, OSError):

@@ -164,3 +164,21 @@ def test_a_real_policy_checkpoint_schedules_a_profiled_step(tmp_path):
     sched = clk._policy_schedule(prof.trace, prof.auto_time_s, 0.006)
     assert len(sched) == len(prof.trace) and set(sched.configs) <= set(configs)
     clk.close()
+
+
+def test_anchor_spacing_reaches_the_controller_and_rlclock_apply_can_set_it(no_nvml, alternating, monkeypatch):
+    schedule, timeline = alternating
+    with clocked(schedule, timeline=timeline, latency_s=0.006, worker="thread", anchor_every=3,
+                 time_all_steps=True, verbose=False) as clk:
+        assert clk.controller.anchor_every == 3 and clk.controller.time_all_steps
+        loop(clk, 7, 0.01)
+    assert clk.report.anchored == 3 and clk.report.timed == 7
+    env = DeploySettings(anchor_every=5, time_all_steps=True).to_env()
+    assert env["RLCLOCK_DEPLOY_ANCHOR_EVERY"] == "5" and env["RLCLOCK_DEPLOY_TIME_ALL_STEPS"] == "1"
+    assert DeploySettings(**DeploySettings.from_env(env)) == DeploySettings(anchor_every=5, time_all_steps=True)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert clocked(schedule, timeline=timeline, anchor_every=2).settings.anchor_every == 5
+    for bad in (0, 2.5):
+        with pytest.raises(DeployError, match="anchor_every"):
+            DeploySettings(anchor_every=bad)

@@ -40,6 +40,20 @@ def test_apply_runs_the_script_with_the_schedule(no_nvml, alternating, tmp_path,
     assert "switches issued" in out.err
 
 
+def test_apply_passes_an_anchor_spacing_from_the_environment(no_nvml, alternating, tmp_path, capfd, monkeypatch):
+    schedule, timeline = alternating
+    schedule.save(tmp_path / "s.json")
+    timeline.save(tmp_path / "t.json")
+    (tmp_path / "train.py").write_text(SCRIPT)
+    monkeypatch.setenv("RLCLOCK_DEPLOY_ANCHOR_EVERY", "4")
+    code = main(["apply", "--schedule", str(tmp_path / "s.json"), "--timeline", str(tmp_path / "t.json"),
+                 "--latency", "0.006", "--worker", "thread", "--report", str(tmp_path / "rep.json"), "--quiet", "--",
+                 sys.executable, str(tmp_path / "train.py")])
+    assert code == 0, capfd.readouterr().err
+    rep = json.loads((tmp_path / "rep.json").read_text())
+    assert rep["steps"] == 8 and rep["anchor_every"] == 4 and rep["anchored"] == 2
+
+
 def test_apply_passes_the_scripts_exit_status_and_says_when_nothing_was_applied(no_nvml, alternating, tmp_path,
                                                                                   capfd):
     schedule, _ = alternating

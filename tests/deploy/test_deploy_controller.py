@@ -176,3 +176,138 @@ def test_clock_control_opt_in_is_still_needed_underneath(fake_gpu):
 
     with pytest.raises(ClockControlDisabledError):
         ClockControl(0, dry_run=False)
+
+
+def test_only_every_kth_step_is_anchored_and_the_others_cost_no_mark(no_nvml, alternating):
+    schedule, timeline = alternating
+    with ClockController(schedule, timeline, latency_s=0.006, worker="thread", anchor_every=4) as ctl:
+        assert ctl.anchor_source == "host" and ctl.anchor_every == 4
+        calls = []
+        anchors = ctl._anchors
+        real_start, real_end = anchors.mark_start, anchors.mark_end
+        anchors.mark_start = lambda step, send=True: (calls.append(("start", step, send)), real_start(step, send))
+        anchors.mark_end = lambda step: (calls.append(("end", step)), real_end(step))
+        marks = []
+        for _ in range(10):
+            with ctl.step() as m:
+                marks.append(m.step)
+                time.sleep(0.01)
+        time.sleep(0.2)  # a pause (over 3 planned periods): the next step is anchored whatever its number
+        with ctl.step():
+            pass
+    assert marks == list(range(10))
+    assert calls == [("start", 0, True), ("end", 0), ("start", 4, True), ("end", 4), ("start", 8, True), ("end", 8),
+                     ("start", 10, True), ("end", 10)]
+    rep = ctl.report
+    assert rep.steps == 11 and rep.anchored == 4 and rep.timed == 4 and rep.anchor_every == 4
+
+
+def test_by_default_a_plan_with_switches_is_anchored_every_step_and_one_without_sparsely(no_nvml, alternating):
+    from rlclock.deploy.controller import ANCHOR_INTERVAL_S, auto_anchor_every
+    from rlclock.deploy.timeline import StepTimeline
+    from rlclock.schedule import ClockSchedule
+
+    assert auto_anchor_every(0.04) == 1 and auto_anchor_every(0.5) == 1 and auto_anchor_every(float("nan")) == 1
+    assert auto_anchor_every(0.0051) == int(ANCHOR_INTERVAL_S / 0.0051) > 1
+    short = StepTimeline.from_durations(np.full(10, 5e-4))  # a 5 ms step
+    held = ClockController(ClockSchedule.constant("1410@3201", 10), short, latency_s=0.006)
+    assert held.plan.n_switches == 0 and held.anchor_every == auto_anchor_every(0.005) > 1
+    two = ClockSchedule(["1980@3201", "1410@3201"], [0] * 5 + [1] * 5)
+    switching = ClockController(two, short, latency_s=0.0005)
+    assert switching.plan.n_switches > 0 and switching.anchor_every == 1
+    assert ClockController(*alternating, latency_s=0.006).anchor_every == 1
+    assert ClockController(two, short, latency_s=0.0005, anchor_every=3).anchor_every == 3
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(DeployError, match="anchor_every"):
+            ClockController(*alternating, latency_s=0.006, anchor_every=bad)
+
+
+@pytest.mark.parametrize("worker", ["process", "thread"])
+def test_sparse_anchors_keep_the_switches_on_time(no_nvml, alternating, worker):
+    schedule, timeline = alternating
+    with ClockController(schedule, timeline, latency_s=0.006, worker=worker, anchor_every=4) as ctl:
+        run_steps(ctl, 16)
+    rep = ctl.report
+    assert rep.steps == 16 and rep.anchored == 4 and rep.missed == 0
+    # every step's 4 switches go out, the steps between anchors too (the last ones, after the last anchor, are not
+    # placed and so not judged)
+    assert rep.issued + rep.resync >= 16 * 4 and rep.interpolated > 20
+    assert abs(rep.switch_error.median_s) < 3e-3 and rep.issue_error.median_s < 2e-3
+    assert rep.step_time_s == pytest.approx(0.04, rel=0.25)
+
+
+def test_time_all_steps_measures_every_step_but_sends_only_the_anchors(no_nvml, alternating):
+    schedule, timeline = alternating
+    with ClockController(schedule, timeline, latency_s=0.006, worker="thread", anchor_every=4,
+                         time_all_steps=True) as ctl:
+        run_steps(ctl, 12)
+        log = ctl._anchors.log
+    assert log.step == list(range(12)) and log.sent == [k % 4 == 0 for k in range(12)]
+    rep = ctl.report
+    assert rep.steps == 12 and rep.timed == 12 and rep.anchored == 3 and rep.interpolated == 0
+    assert rep.switch_error.n >= 40 and abs(rep.switch_error.median_s) < 3e-3
+
+
+class FakeEvent:
+    """A CUDA event stand-in: its time is the host clock at record()."""
+
+    made = 0
+
+    def __init__(self) -> None:
+        FakeEvent.made += 1
+        self.t = None
+        self.records = 0
+
+    def record(self) -> None:
+        self.t = time.monotonic()
+        self.records += 1
+
+    def synchronize(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, other: FakeEvent) -> float:
+        return (other.t - self.t) * 1e3
+
+
+def test_cuda_anchors_take_events_from_a_pool_and_send_only_anchored_marks():
+    from rlclock.deploy.anchor import CudaAnchors
+
+    sent = []
+    FakeEvent.made = 0
+    anchors = CudaAnchors(lambda step, t: sent.append(step), defer_s=0.0, pool=4, new_event=FakeEvent)
+    assert anchors.created == FakeEvent.made == 4
+    for k in range(40):
+        anchors.mark_start(k, send=k % 5 == 0)
+        time.sleep(0.002)
+        anchors.mark_end(k)
+        time.sleep(0.002)
+    log = anchors.close()
+    assert sent == list(range(0, 40, 5)) and log.step == list(range(40)) and not log.errors
+    assert anchors.created <= 6  # the events come back to the pool once read: none made per mark
+    assert np.all(np.isfinite(log.busy_s[:-1])) and np.nanmedian(log.busy_s) == pytest.approx(0.002, abs=0.0015)
+    assert np.nanmedian(log.periods_s()) == pytest.approx(0.004, abs=0.002)
+
+
+def test_report_places_steps_between_anchors_at_an_even_pace(alternating):
+    schedule, timeline = alternating
+    plan = plan_switches(schedule, timeline, 0.006, 0.006)
+    log = AnchorLog("cuda")
+    # anchors every 4 steps of 44 ms; then a pause of 1 s before step 12
+    for k, gpu in ((0, 0.0), (4, 0.176), (8, 0.352), (12, 1.352)):
+        log._append(k, gpu, 10.0 + gpu, 10.0 + gpu, True)
+    assert np.allclose(log.periods_s()[:2], 0.044)
+    ideal = [10.0 + 0.044 * k + plan.events[2].start_s * 1.1 - plan.lookahead_s for k in range(12)]
+    records = [("switch", 2, 2, ideal[2], ideal[2], 0.0, True),         # between anchors: placed, on time
+               ("switch", 5, 2, ideal[5], ideal[5] + 0.001, 0.0, True),  # 1 ms late
+               ("switch", 9, 2, ideal[9], ideal[9], 0.0, True),          # in the interval with the pause: not placed
+               ("switch", 12, 2, 0.0, 0.0, 0.0, False),                  # the step after the pause
+               ("switch", 13, 2, 0.0, 0.0, 0.0, True)]                   # after the last anchor
+    rep = build_report(plan, log, {"records": records, "reads": [], "ended": "stopped"},
+                       {"mode": "dry-run", "gpu_name": "X", "device": 0}, "process", steps=14, anchor_every=4)
+    assert rep.steps == 14 and rep.anchored == 4 and rep.issued == 5 and rep.excluded == 3
+    assert rep.interpolated == 2 and rep.switch_error.n == 2
+    assert rep.switch_error.max_abs_s == pytest.approx(0.001) and rep.switch_error.median_s == pytest.approx(5e-4)
+    assert "placed between measured step starts" in rep.text()

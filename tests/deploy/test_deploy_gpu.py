@@ -28,28 +28,32 @@ def _sleep_cycles(seconds: float) -> int:
     return int(10_000_000 * seconds / (a.elapsed_time(b) / 1e3))
 
 
-def test_anchors_follow_the_gpu_not_the_host():
+@pytest.mark.parametrize("anchor_every", [1, 4])
+def test_anchors_follow_the_gpu_not_the_host(anchor_every):
     import torch
 
     torch.cuda.init()
     cycles = _sleep_cycles(0.01)
     timeline = StepTimeline.from_durations(np.full(10, 1e-3))
     schedule = ClockSchedule.constant("auto", 10)
-    with clocked(schedule, timeline=timeline, latency_s=0.006, verbose=False) as clk:
-        assert clk.controller.anchor_source == "cuda"
-        for _ in range(30):  # the host queues 30 steps far ahead of the GPU
+    with clocked(schedule, timeline=timeline, latency_s=0.006, anchor_every=anchor_every, verbose=False) as clk:
+        assert clk.controller.anchor_source == "cuda" and clk.controller.anchor_every == anchor_every
+        for _ in range(30):  # the host queues 30 steps far ahead of the GPU (more marks than the event pool)
             with clk.step():
                 torch.cuda._sleep(cycles)
         host_done = time.monotonic()
         torch.cuda.synchronize()
     rep = clk.report
-    assert rep.steps == 30 and rep.anchor_source == "cuda"
+    assert rep.steps == 30 and rep.anchor_source == "cuda" and rep.anchored == len(range(0, 30, anchor_every))
     assert rep.step_time_s == pytest.approx(0.01, rel=0.3)  # the GPU's step time, not the host's queueing time
-    anchors = clk.controller._anchors.log.final_anchors_s()
-    # the last anchor is where the GPU reached the last step, long after the host had queued everything
-    assert anchors[-1] - anchors[0] == pytest.approx(29 * rep.step_time_s, rel=0.05)
+    log = clk.controller._anchors.log
+    assert log.step == list(range(0, 30, anchor_every)) and not log.errors
+    anchors = log.final_anchors_s()
+    # the last anchor is where the GPU reached the last anchored step, long after the host had queued everything
+    assert anchors[-1] - anchors[0] == pytest.approx(log.step[-1] * rep.step_time_s, rel=0.05)
     assert anchors[-1] > host_done + 0.1
     assert rep.anchor_delay.median_s < 5e-3
+    assert np.nanmedian(log.busy_s) == pytest.approx(0.01, rel=0.3)  # end marks of the anchored steps
 
 
 def _tiny_model():

@@ -151,3 +151,81 @@ def test_build_control_validates_the_plan_against_the_gpu(fake_gpu):
         build_control(settings, handle_signals=False)
     with pytest.raises(DeployError, match="no NVML"):
         build_control({**settings, "nvml": False, "allow_clock_control": True}, handle_signals=False)
+
+
+def make_sparse(alternating, anchor_every):
+    schedule, timeline = alternating
+    plan = plan_switches(schedule, timeline, latency_s=0.006, lookahead_s=0.006)
+    clock = Clock()
+    control = Recording(clock)
+    return plan, clock, control, SwitchWorker(plan, control, read_back=False, clock=clock, anchor_every=anchor_every)
+
+
+def pending(worker: SwitchWorker) -> list[tuple[int, int, float, bool]]:
+    return sorted((t.step, t.event, t.due_s, t.estimated) for t in worker._tasks if t.kind != "read")
+
+
+def test_sparse_anchors_time_the_steps_between_from_the_last_anchor_and_retime_them(alternating):
+    plan, clock, control, worker = make_sparse(alternating, 4)
+    issue = [e.issue_s for e in plan.events]
+    assert issue == pytest.approx([-0.006, 0.004, 0.014, 0.024])
+    worker.on_anchor(0, 100.0)
+    # from one anchor: every switch due before the step after the next expected anchor (step 5, at 100.2)
+    assert {s for s, *_ in pending(worker)} == {0, 1, 2, 3, 4, 5}
+    assert all(t[2] < 100.2 for t in pending(worker))
+    run_until(worker, clock, 100.16)
+    # steps 1-3 have no anchor: their switches go out at anchor + n * period + issue_s (the plan's 40 ms period)
+    for status, step, event, _planned, issued, _call, estimated in worker.records:
+        if status == "switch" and step >= 1:
+            assert issued == pytest.approx(100.0 + step * 0.04 + issue[event]) and estimated
+    assert {r[1] for r in worker.records if r[0] == "switch"} == {0, 1, 2, 3, 4}
+    assert len([r for r in worker.records if r[0] == "switch"]) == 3 + 3 * 4 + 1
+    # step 4 really starts at 100.17 (each step 42.5 ms): its switches and the next steps' are re-timed from it
+    clock.t = 100.1705
+    worker.on_anchor(4, 100.17)
+    assert worker.period_s == pytest.approx(0.0425)  # per step: the anchor interval over the 4 steps it spans
+    for step, event, due, estimated in pending(worker):
+        assert due == pytest.approx(100.17 + (step - 4) * 0.0425 + issue[event])
+        assert estimated == (step > 4)
+    assert {s for s, *_ in pending(worker)} == {4, 5, 6, 7, 8, 9}
+    # step 4's early switch went out on the estimate (100.154) and is not issued again; its other switches are
+    assert [r[1:3] for r in worker.records if r[1] == 4] == [(4, 0)]
+    run_until(worker, clock, 100.3)
+    statuses = [r[0] for r in worker.records]
+    assert "missed" not in statuses and "stale" not in statuses and worker.resyncs == 0
+    t = np.array([t for t, _ in control.log])
+    assert np.all(np.diff(t) >= 0.006 - 1e-9)
+
+
+def test_dense_anchors_schedule_the_next_step_too(alternating):
+    _plan, _clock, _control, worker = make_sparse(alternating, 1)
+    worker.on_anchor(0, 100.0)
+    assert {s for s, *_ in pending(worker)} == {0, 1, 2}  # step 2: only its early switch, due during step 1
+    assert [(s, e) for s, e, *_ in pending(worker) if s == 2] == [(2, 0)]
+
+
+def test_a_loop_that_stops_leaves_the_clocks_alone_and_a_pause_is_resynced(alternating):
+    _plan, clock, control, worker = make_sparse(alternating, 4)
+    worker.on_anchor(0, 100.0)
+    run_until(worker, clock, 100.5)  # the loop paused after step 1: the worker stops after the anchor's horizon
+    assert worker.next_due() is None
+    last = control.log[-1][0]
+    assert last < 100.2
+    # the first step after the pause is anchored (the controller forces it): step 2 starts at 100.6
+    clock.t = 100.6005
+    done = len(worker.records)
+    worker.on_anchor(2, 100.6)
+    assert worker.resyncs == 1 and worker.period_s == pytest.approx(0.04)  # the pause is not the step's pace
+    run_until(worker, clock, 100.64)
+    # step 2's early switch, issued on the estimate during the pause, is caught up at once (the clocks are still
+    # where it put them: nothing to do); its other switches and step 3's early one go out on time
+    assert [r[:3] for r in worker.records[done:]] == [("noop", 2, 0), ("switch", 2, 1), ("switch", 2, 2),
+                                                       ("switch", 2, 3), ("switch", 3, 0)]
+    assert [r[4] - 100.6 for r in worker.records[done + 1:]] == pytest.approx([0.004, 0.014, 0.024, 0.034])
+
+
+def test_worker_rejects_a_bad_anchor_spacing(alternating):
+    schedule, timeline = alternating
+    plan = plan_switches(schedule, timeline, latency_s=0.006)
+    with pytest.raises(DeployError, match="anchor_every"):
+        SwitchWorker(plan, PlanOnlyControl(), anchor_every=0)
