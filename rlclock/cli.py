@@ -28,6 +28,9 @@ EPILOG = """examples:
   rlclock train envs/gpt3xl-rtx3080ti.yaml --timesteps 300000 train a PPO clock policy
   rlclock evaluate checkpoints/gpt3xl-rtx3080ti               the policy beside the baselines
   rlclock doctor                                              what rlclock can do on this machine
+  rlclock apply --checkpoint checkpoints/gpt3xl-h200 -- python train.py
+                                                              plan and apply clocks in a live loop (dry run)
+docs: docs/simulator.md, docs/agent.md, docs/deploy.md
 """
 
 

@@ -59,12 +59,7 @@ def pareto_plot(path: str | Path, points: Mapping[str, tuple[float, float]],
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def clock_timeline(path: str | Path, run: RunResult, spec: GpuSpec, title: str = "",
@@ -96,6 +91,11 @@ def clock_timeline(path: str | Path, run: RunResult, spec: GpuSpec, title: str =
     a1.legend(fontsize=7, loc="lower right")
     a2.set_xlabel("time in step (ms)")
     a1.set_title(title, fontsize=10)
+    return _save(plt, fig, path)
+
+
+def _save(plt, fig, path: str | Path) -> Path:
+    """Lay out, write the PNG (creating its folder) and free the figure."""
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
