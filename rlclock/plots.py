@@ -81,8 +81,8 @@ def clock_timeline(path: str | Path, run: RunResult, spec: GpuSpec, title: str =
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(10, 4.6), dpi=120, sharex=True)
     edges = np.append(start, start[-1] + dur[-1])
     for ax, req, eff, label in ((a1, req_core, eff_core, "core MHz"), (a2, req_mem, eff_mem, "memory MHz")):
-        ax.stairs(req, edges, color="tab:orange", lw=1.0, label="requested")
-        ax.stairs(eff, edges, color="tab:blue", lw=1.2, label="in effect at kernel start")
+        ax.stairs(req, edges, color="tab:orange", lw=1.0, label="requested", baseline=None)
+        ax.stairs(eff, edges, color="tab:blue", lw=1.2, label="in effect at kernel start", baseline=None)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     for s in run.switch_land_s:
