@@ -49,6 +49,7 @@ from typing import Any
 from rlclock.deploy.plan import SwitchPlan
 from rlclock.deploy.report import PAUSE_FACTOR
 from rlclock.errors import DeployError, RlclockError
+from rlclock.gpu.watchdog import process_alive
 from rlclock.schedule import AUTO, ClockConfig
 
 STEP_MESSAGE = struct.Struct("<cqd")
@@ -302,15 +303,6 @@ class SwitchWorker:
 
 # -- the loop ----------------------------------------------------------------------------------------------
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
 
 def _handle(worker: SwitchWorker, data: bytes) -> bool:
     """Apply one message; False when told to stop."""
@@ -345,7 +337,7 @@ def serve(conn: Connection, worker: SwitchWorker, parent_pid: int | None = None,
                         return "stopped"
                     continue
                 if due is None or due - clock() > FINE_WAIT_S:
-                    if parent_pid is not None and not _alive(parent_pid):
+                    if parent_pid is not None and not process_alive(parent_pid):
                         return "parent gone"
                     continue
             while due is not None and (left := due - clock()) > 0:

@@ -19,10 +19,11 @@ from rlclock.gpu import graph_plan
 from rlclock.gpu.clocks import ClockControl
 from rlclock.gpu.meter import EnergySampler, MeasureSettings, WindowStats, measure
 from rlclock.gpu.nvml import NvmlDevice
+from rlclock.gpu.runners import StreamTiming
 from rlclock.schedule import ClockSchedule
 
 
-class SegmentedStep:
+class SegmentedStep(StreamTiming):
     """The captured step cut into per-configuration segments.
 
     Args:
@@ -72,17 +73,6 @@ class SegmentedStep:
             ex.launch(self.stream.cuda_stream)
             self.stream.synchronize()
         self.steps += 1
-
-    def mark(self) -> Any:
-        ev = self._torch.cuda.Event(enable_timing=True)
-        ev.record(self.stream)
-        return ev
-
-    def wait(self, mark: Any) -> None:
-        mark.synchronize()
-
-    def elapsed_s(self, start: Any, end: Any) -> float:
-        return start.elapsed_time(end) / 1e3
 
     def close(self) -> None:
         """Free the segment graphs."""

@@ -16,7 +16,28 @@ from typing import Any
 from rlclock.gpu.cuda_graph import GraphExec, GraphView, batch_graph, destroy_graph
 
 
-class GraphRunner:
+class StreamTiming:
+    """CUDA-event timing on ``self.stream`` (set by the subclass, with ``self._torch``)."""
+
+    stream: Any
+    _torch: Any
+
+    def mark(self) -> Any:
+        """A timing event recorded after the work enqueued so far."""
+        ev = self._torch.cuda.Event(enable_timing=True)
+        ev.record(self.stream)
+        return ev
+
+    def wait(self, mark: Any) -> None:
+        """Block until the GPU reached ``mark``."""
+        mark.synchronize()
+
+    def elapsed_s(self, start: Any, end: Any) -> float:
+        """GPU time between two reached marks, seconds."""
+        return start.elapsed_time(end) / 1e3
+
+
+class GraphRunner(StreamTiming):
     """An instantiated graph launched on a dedicated stream and timed with CUDA events.
 
     Args:
@@ -35,20 +56,6 @@ class GraphRunner:
     def launch(self) -> None:
         """Enqueue one run of the graph."""
         self.exec.launch(self.stream.cuda_stream)
-
-    def mark(self) -> Any:
-        """A timing event recorded after the work enqueued so far."""
-        ev = self._torch.cuda.Event(enable_timing=True)
-        ev.record(self.stream)
-        return ev
-
-    def wait(self, mark: Any) -> None:
-        """Block until the GPU reached ``mark``."""
-        mark.synchronize()
-
-    def elapsed_s(self, start: Any, end: Any) -> float:
-        """GPU time between two reached marks, seconds."""
-        return start.elapsed_time(end) / 1e3
 
     def time_per_unit_s(self, min_s: float = 0.02, repeats: int = 3) -> float:
         """Median time of one unit over ``repeats`` timings of back-to-back launches lasting ``>= min_s``."""

@@ -117,7 +117,8 @@ class Watchdog:
 
 # -- the watchdog process ------------------------------------------------------------------------------
 
-def _owner_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -177,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except InterruptedError:  # pragma: no cover - PEP 475 retries select
             continue
         if not ready:
-            if not _owner_alive(args.owner):
+            if not process_alive(args.owner):
                 if armed:
                     _restore(devices, args.owner)
                 return 0
