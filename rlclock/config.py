@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rlclock.errors import SpecError
 from rlclock.gpu.spec import GpuSpec, get_spec, load_spec_file
 from rlclock.schedule import ClockConfig
 from rlclock.workload.trace import KernelTrace
+from rlclock.yamlio import read_yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ENV = "gpt3xl-rtx3080ti"
@@ -224,10 +223,7 @@ def load_env_specs(names: Any) -> list[EnvSpec]:
     for name in [names] if isinstance(names, (str, Path, Mapping, EnvSpec)) else list(names):
         if isinstance(name, (str, Path)):
             path = find_env_file(name)
-            try:
-                data = yaml.safe_load(path.read_text())
-            except (OSError, yaml.YAMLError) as exc:
-                raise SpecError(f"cannot read env spec {str(path)!r}: {exc}.") from None
+            data = read_yaml(path, "env spec")
             if isinstance(data, Mapping) and "family" in data:
                 members = data["family"]
                 if isinstance(members, Mapping) and "random" in members:
@@ -258,8 +254,4 @@ def load_env_spec(name: str | Path | Mapping[str, Any] | EnvSpec = DEFAULT_ENV) 
     if isinstance(name, Mapping):
         return parse_env_spec(name)
     path = find_env_file(name)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise SpecError(f"cannot read env spec {str(path)!r}: {exc}.") from None
-    return parse_env_spec(data, str(path))
+    return parse_env_spec(read_yaml(path, "env spec"), str(path))

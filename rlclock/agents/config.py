@@ -7,10 +7,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rlclock.config import REPO_ROOT
 from rlclock.errors import SpecError
+from rlclock.yamlio import read_yaml
 
 _ACTIVATIONS = ("tanh", "relu")
 
@@ -161,8 +160,4 @@ def load_agent_config(path: str | Path | None = None) -> AgentConfig:
         p = REPO_ROOT / "agents" / f"{p}.yaml"
     if not p.is_file():
         raise SpecError(f"agent recipe {str(p)!r} not found.", "give a YAML path such as agents/ppo.yaml.")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise SpecError(f"cannot read agent recipe {str(p)!r}: {exc}.") from None
-    return parse_agent_config(data or {}, str(p))
+    return parse_agent_config(read_yaml(p, "agent recipe") or {}, str(p))

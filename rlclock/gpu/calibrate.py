@@ -173,14 +173,16 @@ def _paper_residuals(spec: GpuSpec) -> np.ndarray:
 
 
 def fit(spec: GpuSpec, residuals: Callable[[GpuSpec], np.ndarray], names: Sequence[str] = FIT_NAMES,
-        max_nfev: int = 400) -> tuple[GpuSpec, float]:
-    """Least-squares fit of ``names`` within :data:`BOUNDS`; returns the fitted spec and the final cost."""
+        max_nfev: int = 400, bounds: dict[str, tuple[float, float]] | None = None) -> tuple[GpuSpec, float]:
+    """Least-squares fit of ``names`` within ``bounds`` (default :data:`BOUNDS`); returns the fitted spec and
+    the final cost."""
+    bounds = BOUNDS if bounds is None else bounds
     from scipy.optimize import least_squares
 
     base = spec.model.as_dict()
     scale = np.array([_SCALE.get(n, 1.0) for n in names])
-    lb = np.array([BOUNDS[n][0] for n in names]) / scale
-    ub = np.array([BOUNDS[n][1] for n in names]) / scale
+    lb = np.array([bounds[n][0] for n in names]) / scale
+    ub = np.array([bounds[n][1] for n in names]) / scale
     x0 = np.clip(np.array([base[n] for n in names]) / scale, lb + 1e-9, ub - 1e-9)
 
     def with_x(x: np.ndarray) -> GpuSpec:

@@ -93,15 +93,7 @@ def _residuals(spec: GpuSpec, kernels: list[Kernel], t: np.ndarray, e: np.ndarra
 def fit_measured(spec: GpuSpec, max_nfev: int = 400) -> tuple[GpuSpec, float]:
     """Fit ``spec``'s model to its measured trace (module docstring)."""
     kernels, t, e, f = isolated_points(measured_trace(spec), spec)
-    import rlclock.gpu.calibrate as cal
-
-    saved = dict(cal.BOUNDS)
-    cal.BOUNDS.update(_BOUNDS)
-    try:
-        return fit(spec, lambda s: _residuals(s, kernels, t, e, f), FIT_NAMES, max_nfev=max_nfev)
-    finally:
-        cal.BOUNDS.clear()
-        cal.BOUNDS.update(saved)
+    return fit(spec, lambda s: _residuals(s, kernels, t, e, f), FIT_NAMES, max_nfev=max_nfev, bounds=_BOUNDS)
 
 
 def report(spec: GpuSpec) -> int:

@@ -20,6 +20,7 @@ import yaml
 
 from rlclock.errors import ClockError, SpecError
 from rlclock.schedule import AUTO, ClockConfig
+from rlclock.yamlio import read_yaml
 
 
 @dataclass(frozen=True)
@@ -255,12 +256,7 @@ def _clock_table(raw: Any, where: str) -> dict[int, tuple[int, ...]]:
 
 def load_spec_file(path: str | Path) -> GpuSpec:
     """Load a GPU spec from a YAML file (the preset format)."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise SpecError(f"cannot read GPU spec {str(path)!r}: {exc}.") from None
-    return spec_from_mapping(data, str(path))
+    return spec_from_mapping(read_yaml(path, "GPU spec"), str(path))
 
 
 def spec_from_mapping(data: Any, where: str) -> GpuSpec:

@@ -16,7 +16,7 @@ its 128-bit ``x128`` loads, 2 per scalar bf16 load in the (un)permute kernels.
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 
 from rlclock.errors import SpecError
@@ -192,15 +192,12 @@ def step_kernels(cfg: LlmcConfig) -> list[Kernel]:
 
 
 def _with_layer(k: Kernel, layer: int) -> Kernel:
-    from dataclasses import replace
-
     return replace(k, layer=layer)
 
 
 def kernel_types(cfg: LlmcConfig) -> list[Kernel]:
     """The 46 kernel types of the paper's Table, in its numbering (0–45), one invocation each."""
-    full = step_kernels(LlmcConfig(cfg.batch, cfg.seq, cfg.hidden, cfg.heads, 1, cfg.vocab_padded))
-    return full
+    return step_kernels(replace(cfg, layers=1))
 
 
 @dataclass(frozen=True)
@@ -249,8 +246,6 @@ def gpt3xl_step(cfg: LlmcConfig | None = None, paper_measurements: bool = False)
             )
         table = paper_table()
         idx = _paper_index(cfg)
-        from dataclasses import replace
-
         kernels = [
             replace(k, measured=(Measurement(gpu=PAPER_GPU, time_s=table[j].t_auto_s, energy_j=table[j].e_auto_j,
                                              source="paper"),))
