@@ -38,5 +38,24 @@ def test_most_kernels_within_20_percent(fit):
     big = t >= 20e-6
     ok_t = np.abs(tp / t - 1) <= 0.20
     ok_e = np.abs(ep / e - 1) <= 0.20
-    assert ok_t[big].mean() >= 0.85
-    assert (ok_t & ok_e)[big].mean() >= 0.6
+    assert ok_t[big].sum() >= 30  # of 33
+    assert (ok_t & ok_e)[big].sum() >= 29
+    assert np.all(np.abs(tp[big] / t[big] - 1) < 0.40)  # the misses stay bounded
+    assert np.all(np.abs(ep[big] / e[big] - 1) < 0.40)
+
+
+def test_memory_bound_power_spread_follows_l2_residency_and_norm_work(fit):
+    """Measured 276 W (bias reductions, 34 MB input in L2) to 640 W (LayerNorm forward) at 1980 MHz."""
+    kernels, _, e, _, tp, ep, _ = fit
+    i = {k.op: j for j, k in enumerate(kernels)}
+    for op in ("proj.dbias", "attnproj.dbias", "residual1.fwd", "ln1.fwd", "ln2.fwd", "ln1.bwd.dw"):
+        assert ep[i[op]] == pytest.approx(e[i[op]], rel=0.20), op
+    p_sim = ep / tp
+    assert p_sim[i["proj.dbias"]] < 0.7 * p_sim[i["ln1.fwd"]]  # L2-resident reduction vs. norm: the spread's ends
+    assert p_sim[i["proj.dbias"]] < 0.7 * p_sim[i["residual1.fwd"]]
+
+
+def test_l2_residency_is_off_for_the_rtx3080ti(rtx):
+    """The new terms default to off, so the paper-fitted preset predicts exactly what it did."""
+    p = rtx.model
+    assert p.l2_hit_fraction == 0.0 and p.l2_resident_bytes == 0.0 and p.norm_ops_per_byte == 0.0

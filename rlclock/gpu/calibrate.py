@@ -53,7 +53,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
 
 # Typical magnitudes, so the optimiser sees parameters of order one.
 _SCALE = {"e_xbar_j_per_byte": 1e-11, "e_dram_j_per_byte": 1e-11, "launch_s": 1e-6, "f_ridge_mhz": 100.0,
-          "reduce_overhead_s": 1e-6,
+          "reduce_overhead_s": 1e-6, "l2_resident_bytes": 1e7, "l2_bytes_per_cycle": 1000.0,
           "lat_mem_cycles": 1000.0, "lat_core_cycles": 100.0}
 
 _BIG_GEMMS = (2, 10, 12, 14, 16, 17, 22, 24, 26, 27, 41, 42)  # paper-table rows of the large GEMMs

@@ -29,6 +29,7 @@ FIT_NAMES: tuple[str, ...] = (
     "v_min_v", "v_max_v", "f_ridge_mhz", "p_const_w", "k_leak_w_per_v", "c_clock_w", "c_tensor_w", "c_simt_w",
     "e_xbar_j_per_byte", "p_mem_bg_w", "e_dram_j_per_byte", "eta_gemm", "eta_attention", "eta_stream",
     "eta_reduce", "simt_ops_per_byte", "lat_core_cycles", "lat_mem_cycles", "launch_s", "reduce_overhead_s",
+    "l2_hit_fraction", "l2_resident_bytes", "l2_bytes_per_cycle", "norm_ops_per_byte",
 )
 
 PRIORS: dict[str, tuple[float, float]] = {
@@ -37,11 +38,17 @@ PRIORS: dict[str, tuple[float, float]] = {
     "v_max_v": (1.00, 0.06),  # GH100 top-bin voltage
     "f_ridge_mhz": (1100.0, 300.0),
     "p_mem_bg_w": (42.0, 10.0),  # ~42 W of the H200's 76 W idle is memory at 3201 MHz (REFERENCE §2)
-    "e_dram_j_per_byte": (3.5e-11, 1.0e-11),  # HBM access ~4 pJ/bit (O'Connor et al., MICRO'17: 3.9 pJ/bit HBM2)
+    # Per DRAM byte (a byte the L2 does not serve): the HBM access itself, ~4 pJ/bit (O'Connor et al., MICRO'17:
+    # 3.9 pJ/bit HBM2), plus the memory controller, PHY and the L2 fill / write-back it causes; loose prior.
+    "e_dram_j_per_byte": (6.0e-11, 4.0e-11),
     "simt_ops_per_byte": (4.0, 3.0),  # load/store, conversion and address instructions per byte of a stream
 }
 
-_BOUNDS = {**BOUNDS, "v_min_v": (0.55, 0.85), "v_max_v": (0.85, 1.15), "eta_attention": (0.3, 1.0)}
+_BOUNDS = {**BOUNDS, "v_min_v": (0.55, 0.85), "v_max_v": (0.85, 1.15), "eta_attention": (0.3, 1.0),
+           # L2 residency: at most the whole 60 MB L2, hits at most all of it; L2 bandwidth up to 10 kB per core
+           # cycle (~20 TB/s at 1980 MHz); norm kernels up to 50 extra SIMT operations per byte.
+           "l2_hit_fraction": (0.0, 1.0), "l2_resident_bytes": (0.0, 60e6), "l2_bytes_per_cycle": (0.0, 1e4),
+           "norm_ops_per_byte": (0.0, 50.0)}
 
 
 def measured_trace(spec: GpuSpec) -> KernelTrace:

@@ -38,6 +38,7 @@ class KernelArrays:
     tensor_rate: np.ndarray  # tensor FLOP per cycle per SM for the kernel's dtype (0 for SIMT kernels)
     is_tensor: np.ndarray
     is_attention: np.ndarray
+    is_norm: np.ndarray
     access: np.ndarray  # index into ACCESS_CLASSES
     wave_eff: np.ndarray
     mlp_bytes: np.ndarray
@@ -73,6 +74,7 @@ def kernel_arrays(kernels: Sequence[Kernel], spec: GpuSpec) -> KernelArrays:
         tensor_rate=col(rates),
         is_tensor=col(is_tensor, bool),
         is_attention=col([k.category == "attention" for k in kernels], bool),
+        is_norm=col([k.category == "norm" and not t for k, t in zip(kernels, is_tensor)], bool),
         access=col([ACCESS_CLASSES.index(k.access) for k in kernels], int),
         wave_eff=col([_wave_efficiency(k, spec.sm_count) for k in kernels]),
         mlp_bytes=col([16.0 if k.mlp_bytes is None else k.mlp_bytes for k in kernels]),
@@ -140,6 +142,7 @@ class Components:
     t_simt: np.ndarray
     t_dram: np.ndarray
     time_s: np.ndarray
+    dram_share: np.ndarray | float = 1.0  # share of the kernel's bytes that reach DRAM (the rest hit in L2)
 
 
 def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: np.ndarray) -> Components:
@@ -151,20 +154,46 @@ def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: n
     tensor_rate = np.maximum(ka.tensor_rate * spec.sm_count * eta_tensor, 1.0) * f_hz
     t_tensor = ka.work_scale * ka.tensor_flops / tensor_rate
     simt_ops = ka.simt_flops + p.simt_ops_per_byte * (ka.read_bytes + ka.write_bytes) * ~ka.is_tensor
+    if p.norm_ops_per_byte > 0:
+        simt_ops = simt_ops + p.norm_ops_per_byte * (ka.read_bytes + ka.write_bytes) * ka.is_norm
     t_simt = ka.work_scale * simt_ops / (spec.simt_flops_per_cycle_per_sm * spec.sm_count * f_hz)
     eta_bw = np.array([p.eta_stream, p.eta_gather, p.eta_reduce])[ka.access]
     bw_peak = 2.0 * m_hz * spec.mem_bus_bits / 8.0
     latency_s = p.lat_core_cycles / f_hz + p.lat_mem_cycles / m_hz
     bw_mlp = spec.sm_count * spec.threads_per_sm * ka.mlp_bytes / latency_s
     bw = eta_bw / _smax(1.0 / bw_peak, 1.0 / bw_mlp, p.smooth_p)
-    t_rd = ka.work_scale * ka.read_bytes / bw
-    t_wr = ka.work_scale * ka.write_bytes / bw
+    dram_share: np.ndarray | float = 1.0
+    if p.l2_hit_fraction > 0:
+        served = l2_served_fraction(ka, spec)
+        dram_share = 1.0 - served
+        bw_l2 = p.l2_bytes_per_cycle * f_hz if p.l2_bytes_per_cycle > 0 else bw
+        s_per_byte = dram_share / bw + served / bw_l2
+        t_rd = ka.work_scale * ka.read_bytes * s_per_byte
+        t_wr = ka.work_scale * ka.write_bytes * s_per_byte
+    else:
+        t_rd = ka.work_scale * ka.read_bytes / bw
+        t_wr = ka.work_scale * ka.write_bytes / bw
     # Tensor-core kernels stream their inputs under the math but write results in an epilogue after it.
     t_tc = _smax(t_tensor, t_rd, p.smooth_p) + t_wr
     t_sm = _smax(t_simt, t_rd + t_wr, p.smooth_p)
     reduce_tail = np.where(ka.access == ACCESS_CLASSES.index("reduce"), p.reduce_overhead_s, 0.0)
     time_s = np.where(ka.is_tensor, t_tc, t_sm) + p.launch_s + ka.work_scale * reduce_tail
-    return Components(t_tensor, t_simt, t_rd + t_wr, time_s)
+    return Components(t_tensor, t_simt, t_rd + t_wr, time_s, dram_share)
+
+
+def l2_served_fraction(ka: KernelArrays, spec: GpuSpec) -> np.ndarray:
+    """Share of each SIMT kernel's DRAM-level traffic that the L2 cache serves instead, ``(K, 1)``.
+
+    A kernel whose data were just touched (its own previous launch in an isolated replay, or its producer
+    in a step) finds up to ``l2_resident_bytes`` of them still in L2; a fraction ``l2_hit_fraction`` of that
+    resident part hits. So ``φ = h · min(1, C / (B_r + B_w))``: a kernel whose footprint fits is served
+    mostly by L2, a large one only on its resident share. Tensor-core kernels are left out: their operand
+    reuse is modelled by :func:`gemm_read_traffic`.
+    """
+    p = spec.model
+    footprint = np.maximum(ka.read_bytes + ka.write_bytes, 1.0)
+    resident = min(p.l2_resident_bytes, spec.l2_bytes)
+    return np.where(ka.is_tensor, 0.0, p.l2_hit_fraction * np.minimum(1.0, resident / footprint))
 
 
 def power_w(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: np.ndarray,
@@ -178,7 +207,7 @@ def power_w(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: np.n
     core_dyn = v * v * (core_mhz * 1e-3 * (p.c_clock_w + ka.activity_scale * activity)
                         + ka.activity_scale * p.e_xbar_j_per_byte * bytes_rate)
     static = p.p_const_w + p.k_leak_w_per_v * v
-    memory = p.p_mem_bg_w * mem_mhz / spec.max_mem_mhz + p.e_dram_j_per_byte * bytes_rate
+    memory = p.p_mem_bg_w * mem_mhz / spec.max_mem_mhz + p.e_dram_j_per_byte * bytes_rate * comp.dram_share
     return static + core_dyn + memory
 
 
@@ -285,5 +314,6 @@ def _static_power(ka: KernelArrays, spec: GpuSpec, pred: Prediction) -> np.ndarr
     p = spec.model
     v = voltage_v(spec, pred.core_mhz)
     bytes_rate = ka.work_scale * (ka.read_bytes + ka.write_bytes) / pred.time_s
+    dram_share = 1.0 - l2_served_fraction(ka, spec) if p.l2_hit_fraction > 0 else 1.0
     return (p.p_const_w + p.k_leak_w_per_v * v + v * v * pred.core_mhz * 1e-3 * p.c_clock_w
-            + p.p_mem_bg_w * pred.mem_mhz / spec.max_mem_mhz + p.e_dram_j_per_byte * bytes_rate)
+            + p.p_mem_bg_w * pred.mem_mhz / spec.max_mem_mhz + p.e_dram_j_per_byte * bytes_rate * dram_share)

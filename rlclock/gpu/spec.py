@@ -33,6 +33,13 @@ class DvfsParams:
     Time: tensor / SIMT work over clock-scaled rates, DRAM bytes over bandwidth limited both by the
     memory clock and by memory-level parallelism over latency ``lat_core_cycles/f + lat_mem_cycles/m``;
     kernels of the ``reduce`` access class add ``reduce_overhead_s`` (their final combine and tail).
+
+    Optional terms (default 0 = off, so presets that do not set them predict exactly as before):
+    L2 residency — a SIMT kernel finds ``l2_resident_bytes`` of its data still in L2 and a fraction
+    ``l2_hit_fraction`` of that hits, so a share ``φ = h·min(1, C/(B_r+B_w))`` of its bytes skips DRAM
+    (no ``e_dram`` energy) and moves at ``l2_bytes_per_cycle``·f instead of the DRAM bandwidth;
+    ``norm_ops_per_byte`` — extra SIMT operations per byte of ``norm`` kernels (fp32 statistics,
+    normalisation and affine math), which add SM time and switching power.
     """
 
     v_min_v: float
@@ -57,6 +64,10 @@ class DvfsParams:
     smooth_p: float
     launch_s: float
     reduce_overhead_s: float = 0.0
+    l2_hit_fraction: float = 0.0
+    l2_resident_bytes: float = 0.0
+    l2_bytes_per_cycle: float = 0.0
+    norm_ops_per_byte: float = 0.0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str) -> DvfsParams:
