@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rlclock.gpu import model
 from rlclock.gpu.measured_fit import isolated_points, measured_trace, predict_auto
 
 
@@ -38,10 +39,28 @@ def test_most_kernels_within_20_percent(fit):
     big = t >= 20e-6
     ok_t = np.abs(tp / t - 1) <= 0.20
     ok_e = np.abs(ep / e - 1) <= 0.20
-    assert ok_t[big].sum() >= 30  # of 33
-    assert (ok_t & ok_e)[big].sum() >= 29
-    assert np.all(np.abs(tp[big] / t[big] - 1) < 0.40)  # the misses stay bounded
-    assert np.all(np.abs(ep[big] / e[big] - 1) < 0.40)
+    assert ok_t[big].sum() >= 31  # of 33; the misses are LayerNorm backward-dx (docs/simulator.md)
+    assert (ok_t & ok_e)[big].sum() >= 31
+    assert np.all(np.abs(tp[big] / t[big] - 1) < 0.25)  # the misses stay bounded
+    assert np.all(np.abs(ep[big] / e[big] - 1) < 0.25)
+
+
+def test_attention_backward_preprocessing_clears_the_dq_accumulator(fit):
+    """cuDNN's dot_do_o kernel also zeroes the fp32 dQ accumulator that attn.bwd.dq later reads."""
+    kernels, t, e, _, tp, ep, _ = fit
+    i = {k.op: j for j, k in enumerate(kernels)}
+    pre, dq = kernels[i["attn.bwd.pre"]], kernels[i["attn.bwd.dq"]]
+    assert pre.dram_write_bytes >= dq.dram_read_bytes  # the accumulator it clears is the one dq converts
+    j = i["attn.bwd.pre"]
+    assert tp[j] == pytest.approx(t[j], rel=0.20)
+    assert ep[j] == pytest.approx(e[j], rel=0.20)
+
+
+def test_reduce_tail_only_for_cross_block_reductions(fit, h200):
+    kernels = fit[0]
+    tail = model.cross_block_reduction(model.kernel_arrays(kernels, h200))[:, 0]
+    with_tail = {k.op for k, x in zip(kernels, tail) if x}
+    assert with_tail == {"proj.dbias", "fc.dbias", "attnproj.dbias", "qkv.dbias", "ln1.bwd.dw", "ln2.bwd.dw"}
 
 
 def test_memory_bound_power_spread_follows_l2_residency_and_norm_work(fit):

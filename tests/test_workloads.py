@@ -57,6 +57,16 @@ def test_transformer_gpt_and_llama():
     assert qkv_llama.gemm_bmnk[2] == 2048 + 2 * 8 * 64  # GQA: 8 kv heads of 64
 
 
+def test_attention_backward_preprocessing_writes_the_dq_accumulator():
+    """dot_do_o writes the fp32 row sums and zeroes the fp32 dQ accumulator (4 bytes per query element)."""
+    cfg = TransformerConfig(style="llama", heads=32, kv_heads=8, layers=1, head=False)
+    ks = {k.op: k for k in transformer_step(cfg)}
+    q_elems = cfg.batch * cfg.seq * cfg.hidden
+    assert ks["attn.bwd.pre"].dram_write_bytes == 4 * q_elems + 4 * cfg.batch * cfg.heads * cfg.seq
+    assert ks["attn.bwd.pre"].dram_read_bytes == 2 * 2 * q_elems  # dO and O, bf16
+    assert ks["attn.bwd.dq"].dram_read_bytes == 4 * q_elems  # the accumulator it converts
+
+
 def test_attention_flops_scale_with_sequence_squared():
     a = next(k for k in transformer_step(TransformerConfig(seq=1024, layers=1)) if k.op == "attn.fwd")
     b = next(k for k in transformer_step(TransformerConfig(seq=2048, layers=1, batch=2)) if k.op == "attn.fwd")

@@ -19,6 +19,9 @@ from rlclock.workload.trace import ACCESS_CLASSES, Kernel
 CAPPED_FRACTION = 0.93
 """A measured auto-clock power at or above this fraction of the limit means the kernel was power-capped."""
 
+CROSS_BLOCK_OUTPUT_FRACTION = 0.1
+"""A ``reduce`` kernel writing less than this fraction of the bytes it reads reduces across thread blocks."""
+
 _TILE = 128  # output tile edge of the library GEMM kernels, for wave quantisation
 _BISECT_STEPS = 40
 
@@ -176,9 +179,22 @@ def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: n
     # Tensor-core kernels stream their inputs under the math but write results in an epilogue after it.
     t_tc = _smax(t_tensor, t_rd, p.smooth_p) + t_wr
     t_sm = _smax(t_simt, t_rd + t_wr, p.smooth_p)
-    reduce_tail = np.where(ka.access == ACCESS_CLASSES.index("reduce"), p.reduce_overhead_s, 0.0)
+    reduce_tail = np.where(cross_block_reduction(ka), p.reduce_overhead_s, 0.0)
     time_s = np.where(ka.is_tensor, t_tc, t_sm) + p.launch_s + ka.work_scale * reduce_tail
     return Components(t_tensor, t_simt, t_rd + t_wr, time_s, dram_share)
+
+
+def cross_block_reduction(ka: KernelArrays) -> np.ndarray:
+    """Kernels that pay the ``reduce_overhead_s`` tail: reductions whose partial sums span thread blocks, ``(K, 1)``.
+
+    A ``reduce`` kernel whose output is an order of magnitude smaller than its input (less than
+    :data:`CROSS_BLOCK_OUTPUT_FRACTION` of its bytes read) sums over the token rows, which many blocks share:
+    bias and γ/β gradients combine per-block partial sums in a final pass (semaphores, last-block combine).
+    Row-wise reductions — LayerNorm forward and backward-dx, attention's ``dot_do_o`` — keep one row inside
+    one block and write an output about as large as their input; they have no such tail.
+    """
+    is_reduce = ka.access == ACCESS_CLASSES.index("reduce")
+    return is_reduce & (ka.write_bytes < CROSS_BLOCK_OUTPUT_FRACTION * ka.read_bytes)
 
 
 def l2_served_fraction(ka: KernelArrays, spec: GpuSpec) -> np.ndarray:

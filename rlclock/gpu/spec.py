@@ -32,7 +32,8 @@ class DvfsParams:
     + e_xbar_j_per_byte·V²·B/t + p_mem_bg_w·m/m_max + e_dram_j_per_byte·B/t``.
     Time: tensor / SIMT work over clock-scaled rates, DRAM bytes over bandwidth limited both by the
     memory clock and by memory-level parallelism over latency ``lat_core_cycles/f + lat_mem_cycles/m``;
-    kernels of the ``reduce`` access class add ``reduce_overhead_s`` (their final combine and tail).
+    ``reduce`` kernels that sum across thread blocks (output far smaller than input: bias and γ/β
+    gradients) add ``reduce_overhead_s`` (their final combine of partial sums and tail).
 
     Optional terms (default 0 = off, so presets that do not set them predict exactly as before):
     L2 residency — a SIMT kernel finds ``l2_resident_bytes`` of its data still in L2 and a fraction

@@ -163,9 +163,12 @@ class _Builder:
         b, hq, hk, t, d = c.batch, c.heads, c.n_kv_heads, c.seq, c.head_dim
         pairs = t * (t + 1) / 2 if c.causal else t * t
         o = b * t * hq * d
+        # The preprocessing kernel reads dO and O, writes the fp32 row sums D = rowsum(dO * O) and also zeroes
+        # the fp32 dQ accumulator that the main kernel adds into and `attn.bwd.dq` converts (FlashAttention-2's
+        # compute_dot_do_o<Clear_dQaccum=true>, cuDNN's compute_dot_do_o_specialized<true, ...>).
         return [
             _kern("flash_bwd_dot_do_o_kernel", "attn.bwd.pre", "reduction", "backward", 2 * o, s * 2 * o,
-                  F32 * b * hq * t, c.dtype, access="reduce", mlp_bytes=16.0),
+                  F32 * b * hq * t + F32 * o, c.dtype, access="reduce", mlp_bytes=16.0),
             _kern("flash_bwd_dq_dk_dv_kernel", "attn.bwd", "attention", "backward", 10.0 * b * hq * pairs * d,
                   s * (2 * o + b * t * d * 2 * hk) + F32 * 2 * b * hq * t, F32 * o + s * b * t * d * 2 * hk,
                   c.dtype, gemm_bmnk=(b * hq, t, t, d)),
