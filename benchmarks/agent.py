@@ -100,6 +100,43 @@ def generalisation(seeds: list[int], runs: str) -> None:
         ok &= min(f) >= 85 and max(over) <= 0.5
         print(f"   {s.name:42s} {spread(f)} % of the optimum's saving, slowdown {spread(over)} pp over budget")
     print(f"   training {spread(wall)} min per seed -> target (>= 85 %, <= +0.5 pp): {'met' if ok else 'MISSED'}")
+    print("   the exact Lagrangian expert planned the same way (why the planner mixes two prices):")
+    for s in test_specs:
+        one, mix = expert_planning(s)
+        print(f"   {s.name:42s} one price {100 * one:5.1f} % of the optimum's saving, two-price mix {100 * mix:5.1f} %")
+
+
+def expert_planning(spec) -> tuple[float, float]:
+    """Fractions of the optimum's saving reached by the exact ``energy + p·time`` plans within the budget:
+    the best single price of a 25-point grid, and the best time-share of two neighbouring prices."""
+    from rlclock.agents.evaluate import optimum_for
+    from rlclock.agents.imitation import LagrangianExpert
+
+    ep = make_episode(spec)
+    ex = LagrangianExpert(ep)
+    dag = ex.dag
+    best_saving = 1.0 - optimum_for(ep.backend, spec.reward.budget).energy_j / ep.auto_total_j
+    limit = ep.auto_total_s * (1.0 + spec.reward.budget)
+    runs = [(rel, *dag.follow(ex.choices(rel), 0)[1:]) for rel in np.geomspace(0.25, 4.0, 25)]
+    fits = [r for r in runs if r[1] <= limit]
+    if not fits:
+        return 0.0, 0.0
+    fit = min(fits, key=lambda r: r[0])
+    one = 1.0 - fit[2] / ep.auto_total_j
+    misses = [r for r in runs if r[1] > limit and r[0] < fit[0]]
+    mix = one
+    if misses:
+        lo_price = max(misses, key=lambda r: r[0])[0]
+        lo, hi = 0, dag.n
+        for _ in range(12):
+            k = (lo + hi) // 2
+            rows = (np.arange(dag.n) < k)[:, None]  # the first k kernels decide at the lower price
+            _, t, e = dag.follow(np.where(rows, ex.choices(lo_price), ex.choices(fit[0])), 0)
+            if t <= limit:
+                mix, lo = max(mix, 1.0 - e / ep.auto_total_j), k
+            else:
+                hi = k
+    return one / best_saving, mix / best_saving
 
 
 def cost(policy: ClockPolicy | None, checkpoint: str | None) -> None:
@@ -112,9 +149,10 @@ def cost(policy: ClockPolicy | None, checkpoint: str | None) -> None:
         return
     spec = load_env_spec(policy.meta.get("env_spec", "gpt3xl-rtx3080ti"))
     backend = make_episode(spec).backend
-    t_tab, _ = backend.tables
+    t_tab, e_tab = backend.tables
     auto = backend.auto_run()
-    args = (backend.trace, t_tab, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s, spec.reward.budget)
+    args = (backend.trace, t_tab, e_tab, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s,
+            float(policy.meta.get("price_rel", 1.15)))
     for _ in range(5):
         policy.rollout(*args)
     per: list[float] = []

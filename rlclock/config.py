@@ -46,12 +46,17 @@ class RewardSpec:
         time_price: Price of time in joules per second charged on every kernel's time change against auto
             (a dense Lagrangian term); ``"optimum"`` uses the Lagrange multiplier of the exact optimum at the
             budget (what a second of slack is worth there), 0 charges nothing.
+        price_spread: Each episode draws its price of time as ``time_price · exp(u)``, ``u`` uniform in
+            ``[-price_spread, +price_spread]`` (0: always ``time_price``). The drawn price is part of the
+            observation, so one policy learns the whole energy/time trade-off curve and a planner can pick
+            the point that fits a budget.
     """
 
     budget: float = 0.01
     overrun_penalty: float = 10.0
     scale: float = 100.0
     time_price: float | str = 0.0
+    price_spread: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -176,8 +181,9 @@ def parse_env_spec(data: Any, source: str = "<dict>") -> EnvSpec:
     obs = data.get("observation", {}) or {}
     lookahead = int(_num(obs, "lookahead", where + " observation", 8, 0, 64))
     rw = data.get("reward", {}) or {}
-    if not isinstance(rw, Mapping) or set(rw) - {"budget", "overrun_penalty", "scale", "time_price"}:
-        raise SpecError(f"{where}: 'reward' takes budget, overrun_penalty, scale and time_price only.")
+    if not isinstance(rw, Mapping) or set(rw) - {"budget", "overrun_penalty", "scale", "time_price",
+                                                 "price_spread"}:
+        raise SpecError(f"{where}: 'reward' takes budget, overrun_penalty, scale, time_price and price_spread only.")
     price = rw.get("time_price", 0.0)
     if price != "optimum":
         price = _num(rw, "time_price", where + " reward", 0.0, 0.0, 1e6)
@@ -186,6 +192,7 @@ def parse_env_spec(data: Any, source: str = "<dict>") -> EnvSpec:
         overrun_penalty=_num(rw, "overrun_penalty", where + " reward", 10.0, 0.0, 1e6),
         scale=_num(rw, "scale", where + " reward", 100.0, 1e-9, 1e9),
         time_price=price,
+        price_spread=_num(rw, "price_spread", where + " reward", 0.0, 0.0, 3.0),
     )
     spec = EnvSpec(name=str(name), gpu=gpu, workload=dict(workload), backend=dict(backend), switch_latency_s=lat,
                    actions=actions, lookahead=lookahead, reward=reward, description=str(data.get("description", "")),

@@ -14,17 +14,23 @@ from rlclock.config import DEFAULT_ENV, EnvSpec, RewardSpec, load_env_spec
 from rlclock.errors import SpecError
 from rlclock.gpu.backend import EngineState, GpuBackend, SwitchEngine
 from rlclock.schedule import ClockConfig
-from rlclock.workload.features import N_FEATURES, kernel_features
+from rlclock.workload.features import (
+    N_KERNEL_INPUTS,
+    kernel_window,
+    latency_feature,
+    price_feature,
+    remaining_feature,
+)
 
 ENV_ID = "rlclock/KernelClock-v0"
 
-N_STATE = 14
+N_STATE = 13
 """Observation entries after the kernel window (see the class docstring)."""
 
 
 def obs_size(lookahead: int) -> int:
     """Length of the observation vector for a lookahead of ``lookahead`` kernels."""
-    return (lookahead + 1) * (N_FEATURES + 1) + N_STATE
+    return (lookahead + 1) * N_KERNEL_INPUTS + N_STATE
 
 
 def config_features(spec_gpu, configs: Sequence[ClockConfig]) -> np.ndarray:
@@ -51,20 +57,26 @@ class Episode:
     auto_prefix_s: np.ndarray  # (n + 1,) auto time before each kernel
     auto_total_s: float
     auto_total_j: float
-    window: np.ndarray  # (n + lookahead, N_FEATURES + 1): features and a valid flag, zero-padded
+    window: np.ndarray  # (n + lookahead, N_KERNEL_INPUTS): features, clock response, valid flag; zero-padded
     config_feat: np.ndarray  # (C, 4)
-    time_price: float  # J/s charged on time changes against auto
+    time_price: float  # J/s charged on time changes against auto (the centre of the episode draws)
+
+    @property
+    def mean_power_w(self) -> float:
+        """Mean auto-clock power of the step (the unit of the observed price of time)."""
+        return self.auto_total_j / self.auto_total_s
+
+    def draw_price(self, rng: np.random.Generator) -> float:
+        """An episode's price of time (J/s): ``time_price · exp(u)``, ``u ~ U(-spread, spread)``."""
+        s = self.reward.price_spread
+        return self.time_price * float(np.exp(rng.uniform(-s, s))) if s > 0 else self.time_price
 
     @classmethod
     def build(cls, backend: GpuBackend, reward: RewardSpec, lookahead: int) -> Episode:
         t, e = backend.tables
         auto = backend.auto_run()
-        feats = kernel_features(backend.trace, backend.spec, auto.kernel_time_s, auto.kernel_energy_j,
-                                backend.latency_s)
-        n = len(backend.trace)
-        window = np.zeros((n + lookahead, N_FEATURES + 1), dtype=np.float32)
-        window[:n, :N_FEATURES] = feats
-        window[:n, N_FEATURES] = 1.0
+        window = kernel_window(backend.trace, backend.spec, auto.kernel_time_s, auto.kernel_energy_j,
+                               backend.latency_s, t, e, backend.configs, lookahead)
         prefix = np.concatenate([[0.0], np.cumsum(auto.kernel_time_s)])
         price = reward.time_price
         if price == "optimum":
@@ -92,14 +104,17 @@ class KernelClockEnv(gym.Env):
     ahead of the kernels that need them.
 
     ## Action space
-    ``Discrete(C)``: an index into the action set ``env.unwrapped.configs`` — ``auto`` (index 0, the
+    ``Discrete(C + 1)``: an index into the action set ``env.unwrapped.configs`` — ``auto`` (index 0, the
     driver's own clocks), ``auto@<mem>`` per memory clock, and a thinned grid of locked ``core@mem`` pairs
-    (every ``actions.core_step_mhz`` MHz; 105 MHz by default). Only pairs the GPU supports are in the set,
-    so no action is invalid and no mask is needed.
+    (every ``actions.core_step_mhz`` MHz; 105 MHz by default) — or ``C`` (:attr:`keep_action`): keep
+    the configuration requested last, issuing nothing. Most decisions of a good schedule are "keep", and
+    a policy can say so without knowing which configuration is in effect. Only pairs the GPU supports are
+    in the set, so no action is invalid and no mask is needed.
 
     ## Observation space
     ``Box(-1, 1.5, (obs_size(K),), float32)``: for the current kernel and the next ``K`` (``lookahead``)
-    kernels, ``N_FEATURES`` kernel features plus a valid flag (zeros past the end of the step); then:
+    kernels, ``N_KERNEL_INPUTS`` entries each — ``N_FEATURES`` shape features, ``N_RESPONSE`` clock-response
+    features and a valid flag (zeros past the end of the step); then:
 
     | index (after the window) | meaning | range |
     |---|---|---|
@@ -107,28 +122,33 @@ class KernelClockEnv(gym.Env):
     | 4–7 | configuration of the switch in flight (zeros if none), same encoding | [0, 1] |
     | 8 | a switch is in flight | {0, 1} |
     | 9 | time until it lands / switching latency | [0, 1] |
-    | 10 | slack: ((1 + budget) · auto time so far − time so far) / (max(budget, 1 %) · auto step time) | [-1, 1] |
-    | 11 | progress through the step (kernel index / kernels) | [0, 1] |
+    | 10 | price of time ``p`` of this episode: log2(p / mean auto power of the step) / 2, clipped | [-1, 1] |
+    | 11 | auto time left in the step / (8 · switching latency), clipped (1 without latency) | [0, 1] |
     | 12 | log10(switching latency / 1 ms) / 3, clipped | [-1, 1] |
-    | 13 | slowdown budget / 10 % | [0, 1] |
 
     Kernel features (``rlclock.workload.features.FEATURE_NAMES``) are log FLOPs and bytes, arithmetic
     intensity and roofline position on this GPU, the kernel's auto-clock time (absolute, against the
     switching latency and as a share of the step), its auto power against the power limit, write fraction,
-    tensor-core flag, category and phase one-hots — all normalised by fixed bounds.
+    tensor-core flag, category and phase one-hots — all normalised by fixed bounds. The clock response
+    (:func:`rlclock.workload.features.clock_response`) is the kernel's time and energy against auto at six
+    reference configurations of the action set, from the backend's tables (on a real GPU: the planning
+    model anchored on its auto-clock measurements).
 
     ## Rewards
     Per kernel: ``scale · [(E_auto,i − E_i − p·(t_i − t_auto,i)) / E_auto − overrun_penalty · Δoverrun_i /
-    T_auto]`` where ``overrun_i = max(0, T_≤i − (1 + budget) · T_auto,≤i)`` is the time over the budget line
-    so far and ``p`` the optional price of time (``reward.time_price``, J/s; ``"optimum"`` takes the Lagrange
-    multiplier of the exact optimum, which makes each kernel's reward the trade-off the optimum makes). The
+    T_auto]`` where ``p`` is the episode's price of time (J/s) and ``overrun_i = max(0, T_≤i − (1 + budget) ·
+    T_auto,≤i)`` the time over the budget line so far. ``p`` is drawn per episode around
+    ``reward.time_price`` (``"optimum"``: the Lagrange multiplier of the exact optimum at the budget, the
+    trade-off the optimum makes) with a log-uniform spread ``reward.price_spread``, and observed. The
     overrun terms telescope, so an episode's return is ``scale · (saving − p·ΔT/E_auto − overrun_penalty ·
-    final overrun)``: energy saved against auto, minus a steep price for finishing slower than the budget
-    allows.
+    final overrun)``. With a price of time the recipes set ``overrun_penalty: 0``: the reward is then the
+    Lagrangian ``energy + p·time`` the exact optimum minimises, and a planner meets a budget by choosing
+    ``p`` (:meth:`rlclock.deploy.ClockPolicy.plan`).
 
     ## Starting state
     Auto clocks, no switch in flight, at the first kernel of the step. A family of workloads (``specs`` with
-    several entries) draws one per episode with the env's ``np_random``.
+    several entries) draws one per episode with the env's ``np_random``, and so is the price of time.
+    ``reset(options={"workload": i, "time_price": p})`` picks both.
 
     ## Episode end
     Terminates after the last kernel of the step; never truncated.
@@ -166,7 +186,8 @@ class KernelClockEnv(gym.Env):
                     "must share its GPU, action grid and lookahead.")
         self.configs: tuple[ClockConfig, ...] = first.backend.configs
         self.lookahead = first.lookahead
-        self.action_space = gym.spaces.Discrete(len(self.configs))
+        self.keep_action = len(self.configs)
+        self.action_space = gym.spaces.Discrete(len(self.configs) + 1)
         self.observation_space = gym.spaces.Box(-1.0, 1.5, (obs_size(self.lookahead),), np.float32)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise SpecError(f"render_mode {render_mode!r} is not supported; use 'ansi' or None.")
@@ -186,19 +207,26 @@ class KernelClockEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
+        options = options or {}
         idx = 0
-        if options and "workload" in options:
+        if "workload" in options:
             idx = int(options["workload"])
+            if not 0 <= idx < len(self.episodes):
+                raise SpecError(f"workload {idx} is outside this env's {len(self.episodes)} workloads.")
         elif len(self.episodes) > 1:
             idx = int(self.np_random.integers(len(self.episodes)))
         self._ep = self.episodes[idx]
-        self._core.start(np.array([0]), [self._ep])
-        return self._core.observation()[0], {"workload": self.specs[idx].name}
+        price = float(options["time_price"]) if "time_price" in options else self._ep.draw_price(self.np_random)
+        if not np.isfinite(price) or price < 0:
+            raise SpecError(f"time_price {price!r} J/s is not a finite, non-negative number.")
+        self._core.start(np.array([0]), [self._ep], np.array([price]))
+        return self._core.observation()[0], {"workload": self.specs[idx].name, "time_price": price}
 
     def step(self, action):
         a = int(action)
-        if not 0 <= a < len(self.configs):
-            raise SpecError(f"action {action!r} is outside the action set of {len(self.configs)} configurations.")
+        if not 0 <= a <= len(self.configs):
+            raise SpecError(f"action {action!r} is outside the action set of {len(self.configs)} configurations "
+                            "and keep.")
         reward, done, info = self._core.step(np.array([a]))
         obs = self._core.observation()[0]
         return obs, float(reward[0]), bool(done[0]), False, info[0]
@@ -216,6 +244,7 @@ def _with(spec: EnvSpec, overrides: Mapping[str, Any]) -> EnvSpec:
 
 
 _EPISODE_CACHE: dict[tuple[Any, ...], Episode] = {}
+_EPISODE_CACHE_SIZE = 512  # episodes of a few MB each; training families have a few hundred workloads
 
 
 def make_episode(spec: EnvSpec) -> Episode:
@@ -223,12 +252,12 @@ def make_episode(spec: EnvSpec) -> Episode:
     import yaml
 
     key = (spec.source, yaml.safe_dump(dict(spec.raw), sort_keys=True))
-    ep = _EPISODE_CACHE.get(key)
+    ep = _EPISODE_CACHE.pop(key, None)
     if ep is None:
         ep = Episode.build(spec.build_backend(), spec.reward, spec.lookahead)
-        if len(_EPISODE_CACHE) > 64:
-            _EPISODE_CACHE.clear()
-        _EPISODE_CACHE[key] = ep
+        while len(_EPISODE_CACHE) >= _EPISODE_CACHE_SIZE:  # drop the least recently used
+            _EPISODE_CACHE.pop(next(iter(_EPISODE_CACHE)))
+    _EPISODE_CACHE[key] = ep
     return ep
 
 
@@ -244,15 +273,18 @@ class BatchCore:
         self.overrun_s = np.zeros(n)
         self.switches = np.zeros(n, dtype=np.int64)
         self.off_plan_s = np.zeros(n)
+        self.price = np.zeros(n)
         self.eps: list[Episode] = []
         self._rows = np.arange(n)
 
-    def start(self, which: np.ndarray, episodes: Sequence[Episode]) -> None:
-        """(Re)start runs ``which`` on ``episodes`` (one per entry of ``which``)."""
+    def start(self, which: np.ndarray, episodes: Sequence[Episode], prices: np.ndarray | None = None) -> None:
+        """(Re)start runs ``which`` on ``episodes`` at prices of time ``prices`` (J/s; default: each
+        episode's ``time_price``), one per entry of ``which``."""
         if not self.eps:
             self.eps = [episodes[0]] * self.n
-        for j, ep in zip(which, episodes):
+        for i, (j, ep) in enumerate(zip(which, episodes)):
             self.eps[int(j)] = ep
+            self.price[int(j)] = ep.time_price if prices is None else float(prices[i])
         mask = np.zeros(self.n, dtype=bool)
         mask[which] = True
         self.state.reset(mask)
@@ -271,7 +303,10 @@ class BatchCore:
         """Run the current kernel of every run at the requested configurations."""
         t_row, e_row = self._gather()
         lat = np.array([ep.backend.latency_s for ep in self.eps])
-        out = SwitchEngine.step(t_row, e_row, actions.astype(np.int64), self.state, lat)
+        st = self.state
+        keep = actions >= t_row.shape[1]  # the keep action: the last request stands
+        actions = np.where(keep, np.where(st.pending >= 0, st.pending, st.current), actions).astype(np.int64)
+        out = SwitchEngine.step(t_row, e_row, actions, st, lat)
         k = self.k
         self.time_s += out.time_s
         self.energy_j += out.energy_j
@@ -285,7 +320,7 @@ class BatchCore:
             r = ep.reward
             line = (1.0 + r.budget) * ep.auto_prefix_s[kj + 1]
             over = max(0.0, self.time_s[j] - line)
-            saved = ep.auto_energy_j[kj] - out.energy_j[j] - ep.time_price * (out.time_s[j] - ep.auto_time_s[kj])
+            saved = ep.auto_energy_j[kj] - out.energy_j[j] - self.price[j] * (out.time_s[j] - ep.auto_time_s[kj])
             rewards[j] = r.scale * (saved / ep.auto_total_j
                                     - r.overrun_penalty * (over - self.overrun_s[j]) / ep.auto_total_s)
             self.overrun_s[j] = over
@@ -310,7 +345,7 @@ class BatchCore:
     def observation(self) -> np.ndarray:
         """``(N, obs_size)`` observations at the current kernels."""
         ep0 = self.eps[0]
-        width = (ep0.lookahead + 1) * (N_FEATURES + 1)
+        width = (ep0.lookahead + 1) * N_KERNEL_INPUTS
         obs = np.empty((self.n, width + N_STATE), dtype=np.float32)
         st = self.state
         for j, ep in enumerate(self.eps):
@@ -326,12 +361,9 @@ class BatchCore:
                 obs[j, width + 9] = min(1.0, st.land_in_s[j] / lat) if lat > 0 else 0.0
             else:
                 obs[j, width + 4 : width + 10] = 0.0
-            r = ep.reward
-            slack = ((1.0 + r.budget) * ep.auto_prefix_s[kj] - self.time_s[j]) / (max(r.budget, 0.01) * ep.auto_total_s)
-            obs[j, width + 10] = np.clip(slack, -1.0, 1.0)
-            obs[j, width + 11] = kj / ep.n
             lat = ep.backend.latency_s
-            obs[j, width + 12] = np.clip(np.log10(max(lat, 1e-6) / 1e-3) / 3.0, -1.0, 1.0)
-            obs[j, width + 13] = min(1.0, r.budget / 0.1)
+            obs[j, width + 10] = float(price_feature(self.price[j] / ep.mean_power_w))
+            obs[j, width + 11] = float(remaining_feature(ep.auto_total_s - ep.auto_prefix_s[kj], lat))
+            obs[j, width + 12] = latency_feature(lat)
         return obs
 

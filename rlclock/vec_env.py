@@ -2,7 +2,8 @@
 
 Same dynamics, observations, rewards and infos as :class:`~rlclock.env.KernelClockEnv` (both drive
 :class:`~rlclock.env.BatchCore`), without ``N`` Python environments and their per-step overhead. Finished
-runs reset automatically, with ``terminal_observation`` in their info, as SB3 expects.
+runs reset automatically (a new workload of a family and a new price of time, each drawn), with
+``terminal_observation`` in their info, as SB3 expects.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class KernelClockVecEnv(VecEnv):
     def _draw(self, which: np.ndarray) -> None:
         if len(self.episodes) > 1:
             self._workload[which] = self._rng.integers(len(self.episodes), size=len(which))
-        self._core.start(which, [self.episodes[int(i)] for i in self._workload[which]])
+        eps = [self.episodes[int(i)] for i in self._workload[which]]
+        self._core.start(which, eps, np.array([ep.draw_price(self._rng) for ep in eps]))
 
     def seed(self, seed: int | None = None) -> Sequence[int | None]:
         self._rng = np.random.default_rng(seed)

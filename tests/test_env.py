@@ -95,6 +95,31 @@ def test_vec_env_matches_single_env():
             assert np.array_equal(o, vobs[j])
 
 
+def test_price_of_time_is_drawn_observed_and_charged():
+    from rlclock.env import N_STATE
+    from rlclock.workload.features import price_feature
+
+    spec = dict(SMALL, reward={"budget": 0.01, "overrun_penalty": 0.0, "time_price": 500.0, "price_spread": 0.7})
+    env = KernelClockEnv(spec)
+    prices = {env.reset(seed=s)[1]["time_price"] for s in range(8)}
+    assert len(prices) == 8 and all(500 * np.exp(-0.7) <= p <= 500 * np.exp(0.7) for p in prices)
+    ep = env._ep
+    for p in (100.0, 1000.0):
+        obs, info = env.reset(seed=0, options={"time_price": p})
+        assert info["time_price"] == p
+        assert obs[-N_STATE + 10] == pytest.approx(price_feature(p / ep.mean_power_w))
+        ret, done = 0.0, False
+        while not done:
+            _, r, done, _, info = env.step(env.action_space.n - 2)  # the slowest configuration (the last one is keep)
+            ret += r
+        dt = info["time_s"] - info["auto_time_s"]
+        assert ret == pytest.approx(100 * (info["saving"] - p * dt / info["auto_energy_j"]), rel=1e-9)
+    with pytest.raises(SpecError, match="time_price"):
+        env.reset(options={"time_price": -1.0})
+    with pytest.raises(SpecError, match="price_spread"):
+        KernelClockEnv(dict(SMALL, reward={"price_spread": 9}))
+
+
 def test_family_of_workloads():
     other = dict(SMALL, name="other", workload=dict(SMALL["workload"], batch=4))
     env = KernelClockEnv([SMALL, other])

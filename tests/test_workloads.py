@@ -93,3 +93,18 @@ def test_build_workload_forms(tmp_path):
         build_workload({"generator": "resnet"})
     with pytest.raises(SpecError):
         build_workload({"generator": "llmc", "bogus": 1})
+
+
+def test_random_training_family_never_draws_a_held_out_workload():
+    """Generalisation is judged on shapes the policy never saw: no random training workload may share its
+    generator, style, width, sequence, batch and grouped-query layout with a held-out one."""
+    from rlclock.config import load_env_specs
+
+    def key(spec):
+        w = spec.workload
+        return (w.get("generator"), w.get("style"), w.get("hidden"), w.get("seq"), w.get("batch"), w.get("kv_heads"))
+
+    held = {key(s) for s in load_env_specs("heldout-rtx3080ti")}
+    train = load_env_specs(["family-rtx3080ti", "family-rtx3080ti-random"])
+    assert len(train) > 100
+    assert not held & {key(s) for s in train}

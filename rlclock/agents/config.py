@@ -48,13 +48,15 @@ class EvalParams:
 
 @dataclass(frozen=True)
 class ImitationParams:
-    """Warm start by DAgger from the exact optimum before PPO (``iterations: 0`` disables it)."""
+    """Warm start by DAgger from the Lagrangian optimum before PPO (``iterations: 0`` disables it)."""
 
     iterations: int = 8
     epochs: int = 30
     batch_size: int = 512
     learning_rate: float = 1e-3
     beta_decay: float = 0.5
+    prices_per_round: int = 2
+    min_updates: int = 500
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
-"""Warm-start a PPO policy by imitating the exact optimum (DAgger with a Lagrangian expert).
+"""Warm-start a PPO policy by imitating the Lagrangian optimum (DAgger).
 
-On a simulated GPU the exact latency-aware optimum of a training workload costs seconds
-(:mod:`rlclock.optimum`), so the policy can learn from it before reinforcement learning refines it. The
-expert at a decision state (kernel ``i``, configuration ``c`` in effect, nothing in flight, time spent so
-far) picks the request that minimises ``energy + λ·time`` to the end of the step — stay at ``c`` or
-switch to ``b``, counting the switch's landing — on the switching DAG
-(:class:`~rlclock.optimum.SwitchDag`), with the lowest price of time ``λ`` whose remainder still fits
-the budget left. DAgger (Ross et al., AISTATS 2011) rolls out a mix of
-the expert and the learner, labels every decision state the learner visits with the expert's choice, and
+On a simulated GPU the best schedule for ``energy + p·time`` at a price of time ``p`` is exact and cheap:
+dynamic programming over the switching DAG (:class:`~rlclock.optimum.SwitchDag`) gives, at every decision
+state (kernel ``i``, configuration ``c`` in effect, nothing in flight), the request that minimises the rest of
+the step — stay at ``c`` or switch to ``b``, counting the switch's landing. The exact budget-constrained
+optimum is such a schedule at its multiplier ``λ*`` (:mod:`rlclock.optimum`). The policy observes the
+episode's price (relative to the step's mean auto power), so it learns the whole trade-off curve; a planner
+then meets any budget by choosing the price. DAgger (Ross et al., AISTATS 2011) rolls out a mix of the
+expert and the learner, labels every decision state the learner visits with the expert's choice, and
 trains the policy network on everything gathered so far with cross-entropy.
 """
 
@@ -18,48 +18,35 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlclock.agents.evaluate import optimum_for
 from rlclock.env import Episode, KernelClockEnv
 from rlclock.optimum import SwitchDag
 
+PRICE_LADDER = (0.5, 0.65, 0.8, 0.9, 1.0, 1.1, 1.2, 1.35, 1.5, 1.75, 2.1, 2.6)
+"""Prices of time the expert teaches, relative to a step's mean auto power (the exact optima of the
+simulated RTX 3080 Ti family price time at 1.0-1.5 of it at a 1 % budget)."""
+
 
 class LagrangianExpert:
-    """The optimum's choice at any decision state of one workload, aware of the budget left.
-
-    For a ladder of prices of time around the optimum's multiplier ``λ*`` the expert knows, at every node,
-    the Lagrangian-optimal request and how long the rest of the step takes following it. At a state it
-    takes the lowest price whose remainder still fits the time left in the budget — so behind schedule it
-    buys time back, ahead of schedule it spends the slack on energy.
-    """
-
-    LADDER = (0.25, 0.4, 0.55, 0.7, 0.85, 1.0, 1.15, 1.35, 1.7, 2.2, 3.0, 4.5, 7.0, 12.0, 25.0)
+    """The ``energy + p·time`` optimum's choice at any decision state of one workload, for prices ``p``
+    relative to the step's mean auto power (solved lazily, once per price)."""
 
     def __init__(self, episode: Episode) -> None:
-        t, e = episode.time_s, episode.energy_j
-        backend = episode.backend
-        self.budget_s = episode.auto_total_s * (1.0 + episode.reward.budget)
-        opt = optimum_for(backend, episode.reward.budget)
-        self.optimum = opt
-        self.dag = SwitchDag(t, e, backend.latency_s)
-        base = opt.lam_j_per_s if opt.lam_j_per_s > 0 else float(e.sum() / t.sum()) * 0.05
-        self.lams = [base * f for f in self.LADDER]
-        self.choices = []
-        self.times = []
-        for lam in self.lams:
-            _, ch = self.dag.backward(lam, want_path=True)
-            self.choices.append(ch)
-            self.times.append(self.dag.time_to_go(ch))
+        self.mean_power_w = episode.mean_power_w
+        self.dag = SwitchDag(episode.time_s, episode.energy_j, episode.backend.latency_s)
+        self._choices: dict[float, np.ndarray] = {}
 
-    def action(self, i: int, current: int, elapsed_s: float = 0.0) -> int:
-        """Request at kernel ``i`` with ``current`` in effect, nothing in flight and ``elapsed_s`` spent so far."""
-        left = self.budget_s - elapsed_s
-        pick = len(self.lams) - 1
-        for k in range(len(self.lams)):
-            if self.times[k][i, current] <= left:
-                pick = k
-                break
-        b = int(self.choices[pick][i, current])
-        return current if b < 0 else b
+    def choices(self, price_rel: float) -> np.ndarray:
+        """``(n, C)`` table: the request at node ``(i, c)`` (``-1``: stay) at price ``price_rel``."""
+        if price_rel not in self._choices:
+            _, ch = self.dag.backward(price_rel * self.mean_power_w, want_path=True)
+            self._choices[price_rel] = ch
+        return self._choices[price_rel]
+
+    def action(self, i: int, current: int, price_rel: float, keep: int | None = None) -> int:
+        """Request at kernel ``i`` with ``current`` in effect and nothing in flight: a configuration index,
+        or ``keep`` (default: ``current``) where the optimum stays."""
+        b = int(self.choices(price_rel)[i, current])
+        return (current if keep is None else keep) if b < 0 else b
 
 
 @dataclass
@@ -71,7 +58,8 @@ class DaggerReport:
 
 
 def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, batch_size: int = 512,
-           learning_rate: float = 1e-3, beta_decay: float = 0.5, seed: int = 0,
+           learning_rate: float = 1e-3, beta_decay: float = 0.5, prices_per_round: int = 2, min_updates: int = 500,
+           seed: int = 0,
            log: Callable[[str], None] | None = None) -> DaggerReport:
     """Train ``model``'s policy network to imitate the expert on every workload of ``env``.
 
@@ -79,7 +67,11 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
         model: A stable-baselines3 PPO whose policy acts on ``env``'s observations.
         env: The (single) env; its workloads are all visited every iteration.
         iterations: DAgger rounds (the first rolls out the expert alone).
-        epochs: Passes over the aggregated data per round.
+        prices_per_round: Prices of time (drawn from :data:`PRICE_LADDER`) each workload is rolled out at
+            per round.
+        epochs: Gradient steps per round, in passes over the round's new data (minibatches are drawn from
+            everything gathered so far).
+        min_updates: At least this many gradient steps per round (one workload gives little data).
         batch_size: Minibatch size.
         learning_rate: Adam learning rate.
         beta_decay: Probability of following the expert in round ``m`` is ``beta_decay ** m``.
@@ -88,6 +80,8 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
     """
     import torch
 
+    from rlclock.agents.export import weights_from_sb3
+
     rng = np.random.default_rng(seed)
     experts = [LagrangianExpert(ep) for ep in env.episodes]
     obs_data: list[np.ndarray] = []
@@ -95,38 +89,30 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
     report = DaggerReport([], [])
     policy = model.policy
     opt = torch.optim.Adam(policy.parameters(), lr=learning_rate)
+    k_prices = min(prices_per_round, len(PRICE_LADDER))
     for m in range(iterations):
         beta = beta_decay**m
+        learner = weights_from_sb3(model)
         agree = total = 0
         for w, expert in enumerate(experts):
-            obs, _ = env.reset(options={"workload": w})
-            core = env._core
-            done = False
-            while not done:
-                k = int(core.k[0])
-                free = core.state.pending[0] < 0
-                if free:
-                    a_exp = expert.action(k, int(core.state.current[0]), float(core.time_s[0]))
-                    a_learn = int(model.predict(obs, deterministic=True)[0])
-                    obs_data.append(obs.copy())
-                    act_data.append(a_exp)
-                    agree += int(a_learn == a_exp)
-                    total += 1
-                    a = a_exp if rng.random() < beta else a_learn
-                else:
-                    a = int(core.state.pending[0])
-                obs, _, done, _, _ = env.step(a)
+            for rel in rng.choice(PRICE_LADDER, size=k_prices, replace=False):
+                a, t = _visit(env, w, expert, float(rel), learner, beta, rng, obs_data, act_data)
+                agree, total = agree + a, total + t
         report.samples.append(len(act_data))
         report.agreement.append(agree / max(total, 1))
         X = torch.as_tensor(np.asarray(obs_data), dtype=torch.float32)
         Y = torch.as_tensor(np.asarray(act_data), dtype=torch.long)
         n = X.shape[0]
-        for _ in range(epochs):
+        new = n - (report.samples[-2] if len(report.samples) > 1 else 0)
+        updates, target = 0, max(epochs * -(-new // batch_size), min_updates)
+        while updates < target:
             perm = torch.randperm(n)
             for s in range(0, n, batch_size):
+                if updates >= target:
+                    break
+                updates += 1
                 idx = perm[s : s + batch_size]
-                dist = policy.get_distribution(X[idx])
-                loss = -dist.log_prob(Y[idx]).mean()
+                loss = torch.nn.functional.cross_entropy(_logits(policy, X[idx]), Y[idx])
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
@@ -136,3 +122,35 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
     return report
 
 
+
+
+def _logits(policy, obs):
+    """The action logits of an SB3 ``ActorCriticPolicy`` (what its categorical distribution is built on)."""
+    return policy.action_net(policy.mlp_extractor.forward_actor(policy.extract_features(obs)))
+
+
+def _visit(env: KernelClockEnv, workload: int, expert: LagrangianExpert, price_rel: float, learner,
+           beta: float, rng: np.random.Generator, obs_data: list[np.ndarray], act_data: list[int]) -> tuple[int, int]:
+    """One episode of ``workload`` at ``price_rel``, following the expert with probability ``beta`` per
+    decision and the learner otherwise; every decision state is labelled with the expert's choice.
+    Returns (decisions where the learner agreed, decisions)."""
+    obs, _ = env.reset(options={"workload": workload, "time_price": price_rel * expert.mean_power_w})
+    core = env._core
+    agree = total = 0
+    done = False
+    while not done:
+        if core.state.pending[0] < 0:
+            cur = int(core.state.current[0])
+            a_exp = expert.action(int(core.k[0]), cur, price_rel, keep=env.keep_action)
+            a_learn = int(learner.act(obs[None])[0])
+            if a_learn == cur:  # requesting what is in effect is keeping it
+                a_learn = env.keep_action
+            obs_data.append(obs.copy())
+            act_data.append(a_exp)
+            agree += int(a_learn == a_exp)
+            total += 1
+            a = a_exp if rng.random() < beta else a_learn
+        else:
+            a = int(core.state.pending[0])
+        obs, _, done, _, _ = env.step(a)
+    return agree, total

@@ -35,7 +35,7 @@ from rlclock.agents.config import AgentConfig
 from rlclock.agents.evaluate import PolicyEvaluation, evaluate_policy
 from rlclock.config import REPO_ROOT, EnvSpec
 from rlclock.deploy.policy import ClockPolicy, policy_meta, save_checkpoint
-from rlclock.env import obs_size
+from rlclock.env import Episode, obs_size
 from rlclock.tracking import Tracker, sb3_writer
 
 
@@ -62,12 +62,23 @@ def git_revision() -> str:
         return "unknown"
 
 
+def typical_price_rel(episodes: Sequence[Episode]) -> float:
+    """Median price of time of the episodes' rewards over their steps' mean auto power (1.15 if none prices
+    time): where an uncalibrated plan starts."""
+    rel = [ep.time_price / ep.mean_power_w for ep in episodes if ep.time_price > 0]
+    return float(np.median(rel)) if rel else 1.15
+
+
 def _policy(model, specs: Sequence[EnvSpec], configs, lookahead: int, extra: dict[str, Any]) -> ClockPolicy:
     from rlclock.agents.export import weights_from_sb3
 
     s0 = specs[0]
     meta = policy_meta(s0.gpu, configs, lookahead, obs_size(lookahead), s0.latency_s, s0.reward.budget, extra)
     meta.update(format="rlclock.policy", version=1)
+    if "price_rel" not in meta:
+        from rlclock.env import make_episode
+
+        meta["price_rel"] = typical_price_rel([make_episode(s) for s in specs])
     w = weights_from_sb3(model)
     meta["activation"] = w.activation
     return ClockPolicy(w, meta)
@@ -127,18 +138,19 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
         formats.append(sb3_writer(tracker))
     model.set_logger(Logger(str(run_dir), formats))
     lookahead = specs[0].lookahead
+    price_rel = typical_price_rel(proto.episodes)
     history: list[dict[str, Any]] = []
     started = time.perf_counter()
 
     def run_eval(step: int) -> list[PolicyEvaluation]:
-        pol = _policy(model, specs, proto.configs, lookahead, {})
+        pol = _policy(model, specs, proto.configs, lookahead, {"price_rel": price_rel})
         evs = [evaluate_policy(pol, s) for s in eval_specs]
         row: dict[str, Any] = {"step": step, "wall_s": time.perf_counter() - started}
         for ev in evs:
             for k, v in ev.metrics(f"energy/{ev.env}/" if len(evs) > 1 else "energy/").items():
                 row[k] = v
         if len(evs) > 1:
-            row["energy/mean_fraction_of_optimum"] = float(np.mean([ev.fraction_of_optimum for ev in evs]))
+            row["energy/mean_fraction_of_optimum"] = _mean_fraction(evs)
             row["energy/mean_slowdown_pct"] = float(np.mean([ev.slowdown_pct for ev in evs]))
         history.append(row)
         tracker.log(row, step=step)
@@ -165,7 +177,8 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
         from rlclock.env import KernelClockEnv
 
         dagger(model, KernelClockEnv(specs), iterations=im.iterations, epochs=im.epochs, batch_size=im.batch_size,
-               learning_rate=im.learning_rate, beta_decay=im.beta_decay, seed=agent.seed,
+               learning_rate=im.learning_rate, beta_decay=im.beta_decay,
+               prices_per_round=im.prices_per_round, min_updates=im.min_updates, seed=agent.seed,
                log=print if progress else None)
         best = _Best(run_eval(0), model)
     else:
@@ -184,6 +197,7 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
     extra = {"training": {"timesteps": int(model.num_timesteps), "wall_s": wall, "seed": agent.seed,
                           "envs": [s.name for s in specs], "figures": figures, "git": config["git"],
                           "agent": agent.as_dict()},
+             "price_rel": price_rel,
              "env_spec": dict(specs[0].raw)}
     pol = _policy(model, specs, proto.configs, lookahead, extra)
     ckpt = save_checkpoint(run_dir / "policy", pol.weights, {k: v for k, v in pol.meta.items()
@@ -209,9 +223,16 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
 def score(evs: Sequence[PolicyEvaluation]) -> float:
     """How good a policy is on its evaluation workloads: the mean fraction of the optimum's saving, minus 20 ×
     the mean slowdown over the budget (0.5 pp over costs 0.1, i.e. ten points of the optimum's saving)."""
-    frac = float(np.mean([ev.fraction_of_optimum for ev in evs]))
+    frac = _mean_fraction(evs)
     over = float(np.mean([max(0.0, ev.evaluation.slowdown - ev.budget) for ev in evs]))
     return frac - 20.0 * over
+
+
+def _mean_fraction(evs: Sequence[PolicyEvaluation]) -> float:
+    """Mean fraction of the optimum's saving over the workloads where the optimum saves anything (a workload
+    whose optimum is auto has no fraction to average; 0 if none has)."""
+    fr = [ev.fraction_of_optimum for ev in evs if np.isfinite(ev.fraction_of_optimum)]
+    return float(np.mean(fr)) if fr else 0.0
 
 
 class _Best:

@@ -26,12 +26,21 @@ import numpy as np
 from rlclock.errors import CheckpointError
 from rlclock.gpu.spec import GpuSpec, get_spec
 from rlclock.schedule import ClockConfig, ClockSchedule
-from rlclock.workload.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, N_FEATURES, kernel_features
+from rlclock.workload.features import (
+    FEATURE_NAMES,
+    FEATURE_SCHEMA_VERSION,
+    N_KERNEL_INPUTS,
+    kernel_window,
+    latency_feature,
+    price_feature,
+    remaining_feature,
+)
 from rlclock.workload.trace import KernelTrace, Measurement
 
 CHECKPOINT_FORMAT = "rlclock.policy"
 CHECKPOINT_VERSION = 1
-N_STATE = 14  # observation entries after the kernel window (rlclock.env)
+N_STATE = 13  # observation entries after the kernel window (rlclock.env)
+PRICE_MIN, PRICE_MAX = 0.25, 4.0  # prices of time (relative to mean auto power) the policy can see apart
 
 
 def clock_table_digest(spec: GpuSpec) -> str:
@@ -155,14 +164,14 @@ class ClockPolicy:
         return cls(weights, meta)
 
     def _check_shapes(self) -> None:
-        expect = (self.lookahead + 1) * (N_FEATURES + 1) + N_STATE
+        expect = (self.lookahead + 1) * N_KERNEL_INPUTS + N_STATE
         w0 = self.weights.hidden[0][0] if self.weights.hidden else self.weights.head[0]
         if w0.shape[1] != expect or int(self.meta["obs_size"]) != expect:
             raise CheckpointError(f"policy expects {w0.shape[1]} observation entries, this rlclock builds {expect}.",
                                   "retrain the policy with this version of rlclock.")
-        if self.weights.head[0].shape[0] != len(self.configs):
+        if self.weights.head[0].shape[0] != len(self.configs) + 1:
             raise CheckpointError(f"policy has {self.weights.head[0].shape[0]} actions but lists "
-                                  f"{len(self.configs)} configurations.")
+                                  f"{len(self.configs)} configurations (+ keep).")
 
     def check_gpu(self, gpu: GpuSpec | str) -> None:
         """Raise :class:`CheckpointError` unless ``gpu`` (a spec, preset key or NVML name) is the policy's GPU."""
@@ -204,7 +213,8 @@ class ClockPolicy:
             latency_s: Switching latency to plan for (default: the one trained for).
             backend: Plan on this backend instead (its configurations must be the policy's).
             budget: Slowdown budget (default: the one trained for).
-            calibrate: Tune the policy's budget input so the plan fits the budget (see :meth:`plan`).
+            calibrate: Choose the price of time the policy plans at so the plan fits the budget (see
+                :meth:`plan`).
         """
         if backend is None:
             backend = self.backend_for(trace, auto_time_s, auto_energy_j, latency_s)
@@ -216,90 +226,122 @@ class ClockPolicy:
         req = self.plan(backend, self.budget if budget is None else budget, calibrate)
         return ClockSchedule(self.configs, req, name="policy")
 
-    def plan(self, backend, budget: float, calibrate: bool = True, tries: int = 7) -> np.ndarray:
+    def plan(self, backend, budget: float, calibrate: bool = True, tries: int = 8, mix_tries: int = 8) -> np.ndarray:
         """Requested configuration index per kernel, by rolling the step through the switching rules.
 
-        With ``calibrate`` the policy's budget input is tuned on the planning model so the plan uses the
-        budget without exceeding it: if the planned slowdown is over the budget the input is lowered, if it is
-        well under it is raised, by bisection over at most ``tries`` rollouts; the cheapest plan within the
-        budget wins. If no input brings the plan within the budget, the schedule leaves every kernel to the
+        The policy plans at a price of time (relative to the step's mean auto power; see
+        :func:`~rlclock.workload.features.price_feature`). Without ``calibrate`` it uses the price it was
+        trained around (``meta["price_rel"]``). With ``calibrate`` the planner meets the budget on the
+        planning model in two stages:
+
+        1. *Price*: starting there, the price is halved while the plan fits and doubled while it does not,
+           then bisected (log scale) between the last fitting and the first failing price (``tries``
+           rollouts in all).
+        2. *Mix*: one price per step is a Lagrangian plan, and the best of those can leave much of the budget
+           unused (the trade-off curve of a discrete schedule has gaps). The policy runs the first ``K``
+           kernels at the failing price and the rest at the fitting one, with ``K`` bisected (``mix_tries``
+           rollouts) — time-sharing between two neighbouring Lagrangian plans, which closes most of the gap
+           to the exact optimum.
+
+        The cheapest plan within the budget wins. If none fits, the schedule leaves every kernel to the
         driver (auto). Nothing but the policy decides the clocks.
         """
         t_tab, e_tab = backend.tables
         auto = backend.auto_run()
-        args = (backend.trace, t_tab, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s)
+        args = (backend.trace, t_tab, e_tab, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s)
+        start = float(self.meta.get("price_rel", 1.15))
         if not calibrate:
-            return self.rollout(*args, budget)
+            return self.rollout(*args, start)
         limit = auto.time_s * (1.0 + budget) * (1 + 1e-12)
+        best: list[Any] = [np.inf, None]
 
-        def attempt(b: float) -> tuple[bool, float, np.ndarray]:
-            r = self.rollout(*args, b, e_tab=e_tab)
-            return self.last_time_s <= limit, self.last_energy_j, r
+        def attempt(price: float | np.ndarray) -> bool:
+            req = self.rollout(*args, price)
+            fits = self.last_time_s <= limit
+            if fits and self.last_energy_j < best[0]:
+                best[:] = [self.last_energy_j, req]
+            return fits
 
-        fits, en, first = attempt(budget)
-        best = (en, first) if fits else None
-        lo, hi = (budget, None) if fits else (0.0, budget)
-        if best is None:
-            fits0, en0, r0 = attempt(0.0)
-            if not fits0:  # the policy cannot meet this budget here: leave the clocks to the driver
-                return np.zeros_like(first)
-            best = (en0, r0)
+        fit_p: float | None = None  # the lowest price whose plan fits
+        fail_p: float | None = None  # the highest lower price whose plan does not
+        p = start
         for _ in range(tries):
-            b = 0.5 * (lo + hi) if hi is not None else max(2.0 * lo, lo + 0.005)
-            fits, en, r = attempt(b)
-            if fits:
-                if en < best[0]:
-                    best = (en, r)
-                lo = b
+            if attempt(p):
+                fit_p = p if fit_p is None else min(fit_p, p)
             else:
-                hi = b
+                fail_p = p if fail_p is None else max(fail_p, p)
+            if fit_p is not None and fail_p is not None and fail_p < fit_p:
+                p = float(np.sqrt(fit_p * fail_p))
+            elif fit_p is None:
+                if p >= PRICE_MAX:
+                    break
+                p = min(PRICE_MAX, 2.0 * p)
+            else:
+                if p <= PRICE_MIN:
+                    break
+                p = max(PRICE_MIN, 0.5 * p)
+        if fit_p is not None and fail_p is not None and fail_p < fit_p:
+            n = t_tab.shape[0]
+            lo, hi = 0, n
+            prices = np.empty(n)
+            for _ in range(mix_tries):
+                k = (lo + hi) // 2
+                if k in (lo, hi):
+                    break
+                prices[:k], prices[k:] = fail_p, fit_p
+                if attempt(prices):
+                    lo = k
+                else:
+                    hi = k
+        if best[1] is None:  # the policy cannot meet this budget here: leave the clocks to the driver
+            return np.zeros(t_tab.shape[0], dtype=np.int64)
         return best[1]
 
-    def rollout(self, trace: KernelTrace, t_tab: np.ndarray, auto_t: np.ndarray, auto_e: np.ndarray,
-                latency_s: float, budget: float, timings: list[float] | None = None,
-                e_tab: np.ndarray | None = None) -> np.ndarray:
-        """The decision loop (numpy only). ``timings`` receives the seconds spent per decision if given;
-        afterwards ``self.last_time_s`` (and with ``e_tab`` ``self.last_energy_j``) hold the planned step."""
+    def rollout(self, trace: KernelTrace, t_tab: np.ndarray, e_tab: np.ndarray, auto_t: np.ndarray,
+                auto_e: np.ndarray, latency_s: float, price_rel: float | np.ndarray,
+                timings: list[float] | None = None) -> np.ndarray:
+        """The decision loop (numpy only) at a price of time ``price_rel`` (J/s per watt of mean auto power;
+        one for the step or one per kernel).
+
+        ``t_tab``/``e_tab`` are the planning model's ``(n, C)`` time and energy tables (they give the kernels'
+        clock response and the plan's accounting). ``timings`` receives the seconds spent per decision if
+        given; afterwards ``self.last_time_s`` and ``self.last_energy_j`` hold the planned step."""
         n = t_tab.shape[0]
         K = self.lookahead
         H = self.weights.hidden
         w1, b1 = H[0]
-        width = (K + 1) * (N_FEATURES + 1)
-        feats = kernel_features(trace, self.gpu, auto_t, auto_e, latency_s)
-        window = np.zeros((n + K, N_FEATURES + 1))
-        window[:n, :N_FEATURES] = feats
-        window[:n, N_FEATURES] = 1.0
-        rows = np.lib.stride_tricks.sliding_window_view(window, (K + 1, N_FEATURES + 1))[:, 0].reshape(n, width)
+        width = (K + 1) * N_KERNEL_INPUTS
+        window = kernel_window(trace, self.gpu, auto_t, auto_e, latency_s, t_tab, e_tab, self.configs, K)
+        rows = np.lib.stride_tricks.sliding_window_view(window.astype(np.float64), (K + 1, N_KERNEL_INPUTS))
+        rows = rows[:, 0].reshape(n, width)
         ws = w1[:, width:]  # state columns (see rlclock.env observation table)
-        lat_feat = float(np.clip(np.log10(max(latency_s, 1e-6) / 1e-3) / 3.0, -1.0, 1.0))
-        pre = rows @ w1[:, :width].T + b1 + np.outer(np.arange(n) / n, ws[:, 11]) + lat_feat * ws[:, 12] \
-            + min(1.0, budget / 0.1) * ws[:, 13]
-        cf = self._config_features()
-        cur_part = cf @ ws[:, 0:4].T  # (C, H)
-        w_slack = ws[:, 10]
+        prefix = np.concatenate([[0.0], np.cumsum(auto_t)])
+        total = float(prefix[-1])
+        remaining = remaining_feature(total - prefix[:-1], latency_s)
+        price_in = np.broadcast_to(price_feature(price_rel), (n,))
+        pre = rows @ w1[:, :width].T + b1 + np.outer(remaining, ws[:, 11]) + latency_feature(latency_s) * ws[:, 12] \
+            + np.outer(price_in, ws[:, 10])
+        cur_part = self._config_features() @ ws[:, 0:4].T  # (C, H)
         later = H[1:]
         head_w, head_b = self.weights.head
         tanh = self.weights.activation == "tanh"
-        prefix = np.concatenate([[0.0], np.cumsum(auto_t)])
-        total = float(prefix[-1])
-        slack_scale = 1.0 / (max(budget, 0.01) * total)
-        line = 1.0 + budget
         req = np.empty(n, dtype=np.int64)
+        keep = len(self.configs)  # the action that issues nothing
         cur, pend, land, T, E = 0, -1, 0.0, 0.0, 0.0
         t_at = t_tab.item
-        e_at = (lambda i, c: 0.0) if e_tab is None else e_tab.item
+        e_at = e_tab.item
         clock = time.perf_counter
         for k in range(n):
             if pend < 0:
                 t0 = clock() if timings is not None else 0.0
-                slack = (line * prefix[k] - T) * slack_scale
-                slack = -1.0 if slack < -1.0 else (1.0 if slack > 1.0 else slack)
-                h = pre[k] + cur_part[cur] + slack * w_slack
+                h = pre[k] + cur_part[cur]
                 h = np.tanh(h) if tanh else np.maximum(h, 0.0)
                 for w, b in later:
                     h = w @ h + b
                     h = np.tanh(h) if tanh else np.maximum(h, 0.0)
                 a = int(np.argmax(head_w @ h + head_b))
+                if a == keep:
+                    a = cur
                 if timings is not None:
                     timings.append(clock() - t0)
                 if a != cur:

@@ -3,18 +3,19 @@
 The features use only what is known before any clock is changed: the kernel's shapes (FLOPs, bytes,
 category, phase) and its auto-clock time and power (from a profile on a real GPU, or from the simulator).
 Bounds are fixed, not fitted to a data set, so a policy sees a new workload on the same scale.
-``FEATURE_SCHEMA_VERSION`` changes whenever the list or its normalisation changes; checkpoints record it.
+``FEATURE_SCHEMA_VERSION`` changes whenever the list, its normalisation or the policy's state entries
+(:func:`price_feature`, :func:`remaining_feature`) change; checkpoints record it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from rlclock.errors import TraceError
+from rlclock.errors import SpecError, TraceError
 from rlclock.gpu.spec import GpuSpec
 from rlclock.workload.trace import CATEGORIES, DTYPES, PHASES, KernelTrace
 
-FEATURE_SCHEMA_VERSION = 1
+FEATURE_SCHEMA_VERSION = 3
 
 _SCALAR = (
     "log_flops",  # log10(FLOPs + 1) / 14
@@ -92,3 +93,83 @@ def kernel_features(trace: KernelTrace, spec: GpuSpec, auto_time_s: np.ndarray, 
     if not np.all(np.isfinite(out)):  # pragma: no cover - guarded by the input checks above
         raise TraceError("kernel features contain NaN or infinity.")
     return out
+
+
+def price_feature(price_rel: float | np.ndarray) -> np.ndarray:
+    """The price of time a policy plans with, as seen by the policy: ``log2(price_rel) / 2`` in [-1, 1].
+
+    ``price_rel`` is the price in J/s over the step's mean auto-clock power (W), so it means the same on any
+    workload: 1 values a second of slowdown at what the GPU spends in a second. Exact optima of simulated
+    RTX 3080 Ti workloads at a 1 % budget price time at 1.0-1.5 of the mean power. Element-wise on arrays;
+    prices of 0 or below read as -1.
+    """
+    p = np.asarray(price_rel, dtype=float)
+    return np.clip(0.5 * np.log2(np.maximum(p, 1e-12)), -1.0, 1.0)
+
+
+def remaining_feature(remaining_s: float | np.ndarray, latency_s: float) -> np.ndarray:
+    """Auto-clock time left in the step over eight switching latencies, in [0, 1] (1 without latency):
+    near the end of a step a switch has no time to pay for itself. Element-wise on arrays."""
+    rem = np.asarray(remaining_s, dtype=float)
+    if latency_s <= 0.0:
+        return np.ones_like(rem)
+    return np.clip(rem / (8.0 * latency_s), 0.0, 1.0)
+
+
+def latency_feature(latency_s: float) -> float:
+    """The switching latency as the policy sees it: log10(latency / 1 ms) / 3, clipped to [-1, 1]."""
+    return float(min(1.0, max(-1.0, np.log10(max(latency_s, 1e-6) / 1e-3) / 3.0)))
+
+
+REFERENCE_CORE_FRACTIONS = (1.0, 0.7, 0.45)
+"""Locked core clocks (fractions of the highest in the action set) at which a kernel's clock response is
+shown to the policy, at the highest and the lowest memory clock of the action set."""
+N_RESPONSE = 4 * len(REFERENCE_CORE_FRACTIONS)
+"""Clock-response features per kernel: time and energy ratios at the reference configurations."""
+N_KERNEL_INPUTS = N_FEATURES + N_RESPONSE + 1
+"""Entries per kernel in a policy's window: shape features, clock response, a valid flag."""
+
+
+def reference_configs(configs) -> list[int]:
+    """Indices into ``configs`` (``ClockConfig``s) of the reference configurations: for the highest and the
+    lowest locked memory clock, the locked core clocks nearest :data:`REFERENCE_CORE_FRACTIONS` of the
+    highest locked core clock there."""
+    locked = [(i, c) for i, c in enumerate(configs) if c.core_mhz is not None and c.mem_mhz is not None]
+    if not locked:
+        raise SpecError("the action set has no locked core@memory configuration, so a policy has nothing to "
+                        "choose between.", "add locked pairs to the env spec's actions.")
+    mems = sorted({c.mem_mhz for _, c in locked})
+    out = []
+    for mem in (mems[-1], mems[0]):
+        at = [(i, c.core_mhz) for i, c in locked if c.mem_mhz == mem]
+        top = max(core for _, core in at)
+        for f in REFERENCE_CORE_FRACTIONS:
+            out.append(min(at, key=lambda ic: abs(ic[1] - f * top))[0])
+    return out
+
+
+def clock_response(t_tab: np.ndarray, e_tab: np.ndarray, configs, auto_time_s: np.ndarray,
+                   auto_energy_j: np.ndarray) -> np.ndarray:
+    """``(n, N_RESPONSE)``: how each kernel answers to clocks on the planning model — at every reference
+    configuration, log2 of time over auto time (clipped to [-1, 2], halved) and log2 of energy over auto
+    energy (clipped to [-1, 1]). Memory-bound kernels show flat time and falling energy at a lower core
+    clock, compute-bound ones the opposite; the network need not learn the GPU's DVFS physics from shapes."""
+    idx = reference_configs(configs)
+    t_ref = np.asarray(t_tab, float)[:, idx] / np.maximum(np.asarray(auto_time_s, float)[:, None], 1e-12)
+    e_ref = np.asarray(e_tab, float)[:, idx] / np.maximum(np.asarray(auto_energy_j, float)[:, None], 1e-12)
+    dt = 0.5 * np.clip(np.log2(np.maximum(t_ref, 1e-6)), -1.0, 2.0)
+    de = np.clip(np.log2(np.maximum(e_ref, 1e-6)), -1.0, 1.0)
+    return np.concatenate([dt, de], axis=1).astype(np.float32)
+
+
+def kernel_window(trace: KernelTrace, spec: GpuSpec, auto_time_s: np.ndarray, auto_energy_j: np.ndarray,
+                  latency_s: float, t_tab: np.ndarray, e_tab: np.ndarray, configs, lookahead: int) -> np.ndarray:
+    """``(n + lookahead, N_KERNEL_INPUTS)``: per kernel its shape features, its clock response and a valid
+    flag, zero-padded past the end of the step; rows ``k .. k + lookahead`` are what a policy sees at ``k``."""
+    n = len(trace)
+    window = np.zeros((n + lookahead, N_KERNEL_INPUTS), dtype=np.float32)
+    window[:n, :N_FEATURES] = kernel_features(trace, spec, auto_time_s, auto_energy_j, latency_s)
+    window[:n, N_FEATURES : N_FEATURES + N_RESPONSE] = clock_response(t_tab, e_tab, configs, auto_time_s,
+                                                                      auto_energy_j)
+    window[:n, -1] = 1.0
+    return window
