@@ -110,7 +110,7 @@ def generalisation(seeds: list[int], runs: str) -> None:
 
 def expert_planning(spec) -> tuple[float, float]:
     """Fractions of the optimum's saving reached by the exact ``energy + p·time`` plans within the budget:
-    the best single price of a 25-point grid, and the best time-share of two neighbouring prices."""
+    the lowest fitting price of a 25-point grid, and the best time-share of it with the next lower one."""
     from rlclock.agents.evaluate import optimum_for
     from rlclock.agents.imitation import LagrangianExpert
 
@@ -118,6 +118,8 @@ def expert_planning(spec) -> tuple[float, float]:
     ex = LagrangianExpert(ep)
     dag = ex.dag
     best_saving = 1.0 - optimum_for(ep.backend, spec.reward.budget).energy_j / ep.auto_total_j
+    if best_saving <= 1e-9:
+        return float("nan"), float("nan")
     limit = ep.auto_total_s * (1.0 + spec.reward.budget)
     runs = [(rel, *dag.follow(ex.choices(rel), 0)[1:]) for rel in np.geomspace(0.25, 4.0, 25)]
     fits = [r for r in runs if r[1] <= limit]

@@ -10,7 +10,7 @@ validated on load with a one-line error naming the file, the field and the fix::
     switch_latency_s: null          # null: the GPU's default
     actions: {core_step_mhz: 105, mem_mhz: [405, 810, 5001, 9251, 9501], auto: true}
     observation: {lookahead: 8}
-    reward: {budget: 0.01, overrun_penalty: 10.0, scale: 100.0}
+    reward: {budget: 0.01, scale: 100.0, time_price: optimum, price_spread: 0.5}
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class RewardSpec:
     """
 
     budget: float = 0.01
-    overrun_penalty: float = 10.0
+    overrun_penalty: float = 0.0
     scale: float = 100.0
     time_price: float | str = 0.0
     price_spread: float = 0.0
@@ -189,7 +189,7 @@ def parse_env_spec(data: Any, source: str = "<dict>") -> EnvSpec:
         price = _num(rw, "time_price", where + " reward", 0.0, 0.0, 1e6)
     reward = RewardSpec(
         budget=_num(rw, "budget", where + " reward", 0.01, 0.0, 10.0),
-        overrun_penalty=_num(rw, "overrun_penalty", where + " reward", 10.0, 0.0, 1e6),
+        overrun_penalty=_num(rw, "overrun_penalty", where + " reward", 0.0, 0.0, 1e6),
         scale=_num(rw, "scale", where + " reward", 100.0, 1e-9, 1e9),
         time_price=price,
         price_spread=_num(rw, "price_spread", where + " reward", 0.0, 0.0, 3.0),

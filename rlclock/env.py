@@ -156,8 +156,8 @@ class KernelClockEnv(gym.Env):
     ## Info
     Every step: ``energy_j``, ``time_s`` (both so far), ``slowdown`` (time so far against the auto time of
     the same kernels), ``switches`` (issued so far), ``kernel_energy_j``, ``kernel_time_s``, ``config``
-    (requested) and ``in_effect`` (configuration the kernel started at). At the end also ``saving``,
-    ``auto_energy_j``, ``auto_time_s`` and ``off_plan_time_s``.
+    (the request made; keep resolves to the standing one) and ``in_effect`` (configuration the kernel
+    started at). At the end also ``saving``, ``auto_energy_j``, ``auto_time_s`` and ``off_plan_time_s``.
 
     ## Arguments
     ``gym.make("rlclock/KernelClock-v0", spec="gpt3xl-rtx3080ti", **overrides)``: ``spec`` is an env spec
@@ -166,7 +166,8 @@ class KernelClockEnv(gym.Env):
     (``switch_latency_s=0``, ``reward={"budget": 0.0}``, …).
 
     ## Version history
-    * v0: initial release.
+    * v0: initial release (observation and action layout of feature schema v3: price of time, keep action,
+      clock response).
     """
 
     metadata = {"render_modes": ["ansi"]}

@@ -18,6 +18,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnv
 
 from rlclock.config import DEFAULT_ENV, EnvSpec
 from rlclock.env import BatchCore, KernelClockEnv
+from rlclock.errors import SpecError
 
 
 class KernelClockVecEnv(VecEnv):
@@ -57,7 +58,11 @@ class KernelClockVecEnv(VecEnv):
         return self._core.observation()
 
     def step_async(self, actions: np.ndarray) -> None:
-        self._actions = np.asarray(actions, dtype=np.int64).reshape(self.num_envs)
+        acts = np.asarray(actions, dtype=np.int64).reshape(self.num_envs)
+        if acts.min() < 0 or acts.max() > len(self.configs):
+            raise SpecError(f"actions {acts.tolist()} are outside the action set of {len(self.configs)} "
+                            "configurations and keep.")
+        self._actions = acts
 
     def step_wait(self):
         rewards, done, infos = self._core.step(self._actions)

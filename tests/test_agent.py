@@ -49,6 +49,8 @@ def test_recipe_parsing_and_errors(tmp_path):
         parse_agent_config({"n_envs": 3, "ppo": {"n_steps": 100, "batch_size": 64}})
     with pytest.raises(SpecError, match="not found"):
         load_agent_config(tmp_path / "nope.yaml")
+    with pytest.raises(SpecError, match="prices_per_round"):
+        parse_agent_config({"imitation": {"prices_per_round": 0}})
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -210,3 +212,59 @@ def test_rollout_takes_one_price_or_one_per_kernel():
     mixed = np.where(np.arange(len(b.trace)) < len(b.trace) // 2, 0.3, 3.0)
     pol.rollout(*args, mixed)  # a per-kernel price is accepted and planned through
     assert np.isfinite(pol.last_time_s) and np.isfinite(pol.last_energy_j)
+
+
+@pytest.mark.parametrize("latency_s, price_rel", [(0.0005, 0.3), (0.0005, 1.0), (0.0, 5.0), (0.002, 1.7)])
+def test_numpy_rollout_sees_exactly_what_the_env_shows(latency_s, price_rel):
+    """At every decision the numpy rollout's first-layer input equals ``W1 · obs + b1`` of the env's
+    observation at the same state (features, clock response, price, time left, latency, keep)."""
+    spec = load_env_spec(dict(SMALL, switch_latency_s=latency_s))
+    env = KernelClockEnv(spec)
+    pol = _policy(_random_model(env, 7), [spec], env.configs, spec.lookahead, {})
+    keep = len(env.configs)
+    head_w, head_b = pol.weights.head
+    head_b = head_b.copy()
+    head_b[keep] += 6.0  # lean on keep so that path is exercised too
+    pol.weights.__dict__["head"] = (head_w, head_b)
+    b = env.backend
+    t, e = b.tables
+    auto = b.auto_run()
+    seen: list[np.ndarray] = []
+    req = pol.rollout(b.trace, t, e, auto.kernel_time_s, auto.kernel_energy_j, b.latency_s, price_rel,
+                      first_layer=seen)
+    ep = make_episode(spec)
+    obs, _ = env.reset(seed=0, options={"time_price": price_rel * ep.mean_power_w})
+    w1, b1 = pol.weights.hidden[0]
+    done, i, keeps = False, 0, 0
+    while not done:
+        core = env._core
+        k = int(core.k[0])
+        if core.state.pending[0] < 0:
+            np.testing.assert_allclose(seen[i], w1 @ obs.astype(np.float64) + b1, rtol=1e-5, atol=1e-5)
+            a = int(pol.weights.act(obs[None])[0])
+            keeps += a == keep
+            i += 1
+        else:
+            a = keep
+        obs, _, done, _, info = env.step(a)
+        assert info["config"] == req[k]
+    assert i == len(seen) and keeps > 0
+
+
+def test_bad_prices_and_actions_get_one_clear_error():
+    from rlclock.vec_env import KernelClockVecEnv
+
+    spec = load_env_spec(SMALL)
+    env = KernelClockEnv(spec)
+    pol = _policy(_random_model(env, 1), [spec], env.configs, spec.lookahead, {})
+    b = env.backend
+    t, e = b.tables
+    auto = b.auto_run()
+    args = (b.trace, t, e, auto.kernel_time_s, auto.kernel_energy_j, b.latency_s)
+    for bad in (float("nan"), -1.0, np.ones(3)):
+        with pytest.raises(CheckpointError, match="price of time"):
+            pol.rollout(*args, bad)
+    vec = KernelClockVecEnv(2, SMALL)
+    vec.reset()
+    with pytest.raises(SpecError, match="outside the action set"):
+        vec.step(np.array([0, len(env.configs) + 1]))

@@ -48,7 +48,12 @@ class EvalParams:
 
 @dataclass(frozen=True)
 class ImitationParams:
-    """Warm start by DAgger from the Lagrangian optimum before PPO (``iterations: 0`` disables it)."""
+    """Warm start by DAgger from the ``energy + p·time`` optimum before PPO (``iterations: 0`` disables it).
+
+    Per round every workload is rolled out at ``prices_per_round`` prices; the network then takes
+    ``epochs`` passes' worth of gradient steps over the round's new data (at least ``min_updates``), with
+    minibatches drawn from everything gathered so far.
+    """
 
     iterations: int = 8
     epochs: int = 30
@@ -71,7 +76,7 @@ class AgentConfig:
         policy: Network shape.
         ppo: PPO hyperparameters.
         eval: Evaluation cadence.
-        imitation: Warm start from the exact optimum (DAgger) before PPO.
+        imitation: Warm start from the Lagrangian optimum (DAgger) before PPO.
         source: Where the recipe came from.
     """
 
@@ -145,6 +150,10 @@ def parse_agent_config(data: Any, source: str = "<dict>") -> AgentConfig:
     )
     if cfg.timesteps < 0 or cfg.n_envs <= 0:
         raise SpecError(f"{source}: timesteps must be >= 0 and n_envs positive.")
+    im = cfg.imitation
+    if im.iterations < 0 or im.epochs < 0 or im.min_updates < 0 or im.prices_per_round < 1 or im.batch_size < 1:
+        raise SpecError(f"{source}: imitation needs iterations, epochs, min_updates >= 0, prices_per_round >= 1 "
+                        "and batch_size >= 1.")
     if cfg.policy.activation not in _ACTIVATIONS:
         raise SpecError(f"{source}: policy.activation {cfg.policy.activation!r} is unknown; use {list(_ACTIVATIONS)}.")
     if not cfg.policy.net_arch or any(w <= 0 for w in cfg.policy.net_arch):

@@ -103,6 +103,8 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
         X = torch.as_tensor(np.asarray(obs_data), dtype=torch.float32)
         Y = torch.as_tensor(np.asarray(act_data), dtype=torch.long)
         n = X.shape[0]
+        if n == 0:
+            continue
         new = n - (report.samples[-2] if len(report.samples) > 1 else 0)
         updates, target = 0, max(epochs * -(-new // batch_size), min_updates)
         while updates < target:

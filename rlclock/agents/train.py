@@ -34,7 +34,7 @@ from rlclock import __version__
 from rlclock.agents.config import AgentConfig
 from rlclock.agents.evaluate import PolicyEvaluation, evaluate_policy
 from rlclock.config import REPO_ROOT, EnvSpec
-from rlclock.deploy.policy import ClockPolicy, policy_meta, save_checkpoint
+from rlclock.deploy.policy import DEFAULT_PRICE_REL, ClockPolicy, policy_meta, save_checkpoint
 from rlclock.env import Episode, obs_size
 from rlclock.tracking import Tracker, sb3_writer
 
@@ -63,10 +63,10 @@ def git_revision() -> str:
 
 
 def typical_price_rel(episodes: Sequence[Episode]) -> float:
-    """Median price of time of the episodes' rewards over their steps' mean auto power (1.15 if none prices
-    time): where an uncalibrated plan starts."""
+    """Median price of time of the episodes' rewards over their steps' mean auto power
+    (``DEFAULT_PRICE_REL`` if none prices time): where an uncalibrated plan starts."""
     rel = [ep.time_price / ep.mean_power_w for ep in episodes if ep.time_price > 0]
-    return float(np.median(rel)) if rel else 1.15
+    return float(np.median(rel)) if rel else DEFAULT_PRICE_REL
 
 
 def _policy(model, specs: Sequence[EnvSpec], configs, lookahead: int, extra: dict[str, Any]) -> ClockPolicy:

@@ -41,6 +41,7 @@ CHECKPOINT_FORMAT = "rlclock.policy"
 CHECKPOINT_VERSION = 1
 N_STATE = 13  # observation entries after the kernel window (rlclock.env)
 PRICE_MIN, PRICE_MAX = 0.25, 4.0  # prices of time (relative to mean auto power) the policy can see apart
+DEFAULT_PRICE_REL = 1.15  # where plans start when a checkpoint does not say (exact optima price time at 1-1.5)
 
 
 def clock_table_digest(spec: GpuSpec) -> str:
@@ -111,6 +112,9 @@ class ClockPolicy:
         self.lookahead = int(meta["lookahead"])
         self.budget = float(meta.get("budget", 0.01))
         self._check_shapes()
+        if not any(c.core_mhz is not None and c.mem_mhz is not None for c in self.configs):
+            raise CheckpointError("the policy's action set has no locked core@memory pair; its kernel clock "
+                                  "response needs at least one.", "retrain with locked pairs in the env's actions.")
         self._cache: dict[str, Any] = {}
         self.last_time_s = float("nan")
         self.last_energy_j = float("nan")
@@ -218,11 +222,6 @@ class ClockPolicy:
         """
         if backend is None:
             backend = self.backend_for(trace, auto_time_s, auto_energy_j, latency_s)
-        else:
-            self.check_gpu(backend.spec)
-            if tuple(backend.configs) != self.configs:
-                raise CheckpointError("the backend's configuration set differs from the policy's action set.",
-                                      "build the backend with policy.configs (or use policy.schedule without one).")
         req = self.plan(backend, self.budget if budget is None else budget, calibrate)
         return ClockSchedule(self.configs, req, name="policy")
 
@@ -243,17 +242,21 @@ class ClockPolicy:
            rollouts) — time-sharing between two neighbouring Lagrangian plans, which closes most of the gap
            to the exact optimum.
 
-        The cheapest plan within the budget wins. If none fits, the schedule leaves every kernel to the
-        driver (auto). Nothing but the policy decides the clocks.
+        The cheapest plan within the budget wins; if none fits or saves energy, the schedule leaves every
+        kernel to the driver (auto). Nothing but the policy decides the clocks.
         """
+        self.check_gpu(backend.spec)
+        if tuple(backend.configs) != self.configs:
+            raise CheckpointError("the backend's configuration set differs from the policy's action set.",
+                                  "build the backend with policy.configs (or use policy.schedule without one).")
         t_tab, e_tab = backend.tables
         auto = backend.auto_run()
         args = (backend.trace, t_tab, e_tab, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s)
-        start = float(self.meta.get("price_rel", 1.15))
+        start = float(np.clip(self.meta.get("price_rel", DEFAULT_PRICE_REL), PRICE_MIN, PRICE_MAX))
         if not calibrate:
             return self.rollout(*args, start)
         limit = auto.time_s * (1.0 + budget) * (1 + 1e-12)
-        best: list[Any] = [np.inf, None]
+        best: list[Any] = [auto.energy_j, np.zeros(t_tab.shape[0], dtype=np.int64)]  # auto fits any budget
 
         def attempt(price: float | np.ndarray) -> bool:
             req = self.rollout(*args, price)
@@ -293,19 +296,19 @@ class ClockPolicy:
                     lo = k
                 else:
                     hi = k
-        if best[1] is None:  # the policy cannot meet this budget here: leave the clocks to the driver
-            return np.zeros(t_tab.shape[0], dtype=np.int64)
         return best[1]
 
     def rollout(self, trace: KernelTrace, t_tab: np.ndarray, e_tab: np.ndarray, auto_t: np.ndarray,
                 auto_e: np.ndarray, latency_s: float, price_rel: float | np.ndarray,
-                timings: list[float] | None = None) -> np.ndarray:
+                timings: list[float] | None = None, first_layer: list[np.ndarray] | None = None) -> np.ndarray:
         """The decision loop (numpy only) at a price of time ``price_rel`` (J/s per watt of mean auto power;
         one for the step or one per kernel).
 
         ``t_tab``/``e_tab`` are the planning model's ``(n, C)`` time and energy tables (they give the kernels'
         clock response and the plan's accounting). ``timings`` receives the seconds spent per decision if
-        given; afterwards ``self.last_time_s`` and ``self.last_energy_j`` hold the planned step."""
+        given, ``first_layer`` the first layer's input-side sum ``W1 · obs + b1`` at each decision (for
+        checking against the env's observations); afterwards ``self.last_time_s`` and ``self.last_energy_j``
+        hold the planned step."""
         n = t_tab.shape[0]
         K = self.lookahead
         H = self.weights.hidden
@@ -318,7 +321,11 @@ class ClockPolicy:
         prefix = np.concatenate([[0.0], np.cumsum(auto_t)])
         total = float(prefix[-1])
         remaining = remaining_feature(total - prefix[:-1], latency_s)
-        price_in = np.broadcast_to(price_feature(price_rel), (n,))
+        price = np.asarray(price_rel, dtype=float)
+        if price.shape not in ((), (n,)) or not np.all(np.isfinite(price)) or np.any(price < 0):
+            raise CheckpointError(f"price of time {price_rel!r}: need one finite price >= 0 or one per kernel "
+                                  f"({n}).")
+        price_in = np.broadcast_to(price_feature(price), (n,))
         pre = rows @ w1[:, :width].T + b1 + np.outer(remaining, ws[:, 11]) + latency_feature(latency_s) * ws[:, 12] \
             + np.outer(price_in, ws[:, 10])
         cur_part = self._config_features() @ ws[:, 0:4].T  # (C, H)
@@ -335,6 +342,8 @@ class ClockPolicy:
             if pend < 0:
                 t0 = clock() if timings is not None else 0.0
                 h = pre[k] + cur_part[cur]
+                if first_layer is not None:
+                    first_layer.append(h.copy())
                 h = np.tanh(h) if tanh else np.maximum(h, 0.0)
                 for w, b in later:
                     h = w @ h + b

@@ -1,7 +1,9 @@
 """Kernel features: what a policy sees of each kernel, normalised by fixed bounds.
 
-The features use only what is known before any clock is changed: the kernel's shapes (FLOPs, bytes,
+The shape features use only what is known before any clock is changed: the kernel's shapes (FLOPs, bytes,
 category, phase) and its auto-clock time and power (from a profile on a real GPU, or from the simulator).
+The clock response (:func:`clock_response`) comes from the planning model's tables at other clocks (the
+simulator, anchored on the measured auto points on a real GPU).
 Bounds are fixed, not fitted to a data set, so a policy sees a new workload on the same scale.
 ``FEATURE_SCHEMA_VERSION`` changes whenever the list, its normalisation or the policy's state entries
 (:func:`price_feature`, :func:`remaining_feature`) change; checkpoints record it.
@@ -122,8 +124,8 @@ def latency_feature(latency_s: float) -> float:
 
 
 REFERENCE_CORE_FRACTIONS = (1.0, 0.7, 0.45)
-"""Locked core clocks (fractions of the highest in the action set) at which a kernel's clock response is
-shown to the policy, at the highest and the lowest memory clock of the action set."""
+"""Locked core clocks (fractions of the highest locked core clock at that memory clock in the action set) at
+which a kernel's clock response is shown to the policy, at the highest and the lowest memory clock."""
 N_RESPONSE = 4 * len(REFERENCE_CORE_FRACTIONS)
 """Clock-response features per kernel: time and energy ratios at the reference configurations."""
 N_KERNEL_INPUTS = N_FEATURES + N_RESPONSE + 1
@@ -136,8 +138,8 @@ def reference_configs(configs) -> list[int]:
     highest locked core clock there."""
     locked = [(i, c) for i, c in enumerate(configs) if c.core_mhz is not None and c.mem_mhz is not None]
     if not locked:
-        raise SpecError("the action set has no locked core@memory configuration, so a policy has nothing to "
-                        "choose between.", "add locked pairs to the env spec's actions.")
+        raise SpecError("the kernels' clock response needs at least one locked core@memory pair in the action set.",
+                        "add locked pairs to the env spec's actions.")
     mems = sorted({c.mem_mhz for _, c in locked})
     out = []
     for mem in (mems[-1], mems[0]):
