@@ -258,8 +258,10 @@ class ClockPolicy:
         limit = auto.time_s * (1.0 + budget) * (1 + 1e-12)
         best: list[Any] = [auto.energy_j, np.zeros(t_tab.shape[0], dtype=np.int64)]  # auto fits any budget
 
+        base = self._first_layer_base(*args)
+
         def attempt(price: float | np.ndarray) -> bool:
-            req = self.rollout(*args, price)
+            req = self.rollout(*args, price, base=base)
             fits = self.last_time_s <= limit
             if fits and self.last_energy_j < best[0]:
                 best[:] = [self.last_energy_j, req]
@@ -300,34 +302,27 @@ class ClockPolicy:
 
     def rollout(self, trace: KernelTrace, t_tab: np.ndarray, e_tab: np.ndarray, auto_t: np.ndarray,
                 auto_e: np.ndarray, latency_s: float, price_rel: float | np.ndarray,
-                timings: list[float] | None = None, first_layer: list[np.ndarray] | None = None) -> np.ndarray:
+                timings: list[float] | None = None, first_layer: list[np.ndarray] | None = None,
+                base: np.ndarray | None = None) -> np.ndarray:
         """The decision loop (numpy only) at a price of time ``price_rel`` (J/s per watt of mean auto power;
         one for the step or one per kernel).
 
         ``t_tab``/``e_tab`` are the planning model's ``(n, C)`` time and energy tables (they give the kernels'
         clock response and the plan's accounting). ``timings`` receives the seconds spent per decision if
         given, ``first_layer`` the first layer's input-side sum ``W1 · obs + b1`` at each decision (for
-        checking against the env's observations); afterwards ``self.last_time_s`` and ``self.last_energy_j``
-        hold the planned step."""
+        checking against the env's observations). ``base`` is :meth:`_first_layer_base` for these inputs,
+        when the caller rolls the same step out at several prices; afterwards ``self.last_time_s`` and
+        ``self.last_energy_j`` hold the planned step."""
         n = t_tab.shape[0]
-        K = self.lookahead
         H = self.weights.hidden
-        w1, b1 = H[0]
-        width = (K + 1) * N_KERNEL_INPUTS
-        window = kernel_window(trace, self.gpu, auto_t, auto_e, latency_s, t_tab, e_tab, self.configs, K)
-        rows = np.lib.stride_tricks.sliding_window_view(window.astype(np.float64), (K + 1, N_KERNEL_INPUTS))
-        rows = rows[:, 0].reshape(n, width)
-        ws = w1[:, width:]  # state columns (see rlclock.env observation table)
-        prefix = np.concatenate([[0.0], np.cumsum(auto_t)])
-        total = float(prefix[-1])
-        remaining = remaining_feature(total - prefix[:-1], latency_s)
+        if base is None:
+            base = self._first_layer_base(trace, t_tab, e_tab, auto_t, auto_e, latency_s)
         price = np.asarray(price_rel, dtype=float)
         if price.shape not in ((), (n,)) or not np.all(np.isfinite(price)) or np.any(price < 0):
             raise CheckpointError(f"price of time {price_rel!r}: need one finite price >= 0 or one per kernel "
                                   f"({n}).")
-        price_in = np.broadcast_to(price_feature(price), (n,))
-        pre = rows @ w1[:, :width].T + b1 + np.outer(remaining, ws[:, 11]) + latency_feature(latency_s) * ws[:, 12] \
-            + np.outer(price_in, ws[:, 10])
+        ws = H[0][0][:, (self.lookahead + 1) * N_KERNEL_INPUTS :]  # state columns (rlclock.env observation table)
+        pre = base + np.outer(np.broadcast_to(price_feature(price), (n,)), ws[:, 10])
         cur_part = self._config_features() @ ws[:, 0:4].T  # (C, H)
         later = H[1:]
         head_w, head_b = self.weights.head
@@ -379,6 +374,24 @@ class ClockPolicy:
         self.last_time_s = T
         self.last_energy_j = E
         return req
+
+    def _first_layer_base(self, trace: KernelTrace, t_tab: np.ndarray, e_tab: np.ndarray, auto_t: np.ndarray,
+                          auto_e: np.ndarray, latency_s: float) -> np.ndarray:
+        """``(n, H)``: the first layer's sum over everything but the price and the configuration in effect
+        (kernel windows, time left, latency, bias) at every kernel of the step."""
+        n, K = t_tab.shape[0], self.lookahead
+        w1, b1 = self.weights.hidden[0]
+        width = (K + 1) * N_KERNEL_INPUTS
+        window = kernel_window(trace, self.gpu, auto_t, auto_e, latency_s, t_tab, e_tab, self.configs, K)
+        rows = np.lib.stride_tricks.sliding_window_view(window, (K + 1, N_KERNEL_INPUTS))[:, 0].reshape(n, width)
+        if self._cache.get("w1_window") is None:
+            self._cache["w1_window"] = np.ascontiguousarray(w1[:, :width].T, dtype=np.float32)
+        ws = w1[:, width:]
+        prefix = np.concatenate([[0.0], np.cumsum(auto_t)])
+        remaining = remaining_feature(float(prefix[-1]) - prefix[:-1], latency_s)
+        # the window product in float32, as the network was trained (the features are float32 already)
+        kernels = (rows @ self._cache["w1_window"]).astype(np.float64)
+        return kernels + b1 + np.outer(remaining, ws[:, 11]) + latency_feature(latency_s) * ws[:, 12]
 
     def _config_features(self) -> np.ndarray:
         if "cf" not in self._cache:
