@@ -198,19 +198,25 @@ def test_train_cli_writes_a_self_describing_run_and_tracks_offline(tmp_path, mon
     assert (tmp_path / "ev" / "small" / "timeline.png").exists()
 
 
-def test_rollout_takes_one_price_or_one_per_kernel():
+def _random_policy(seed: int):
+    """A random policy on SMALL and the arguments of its rollout over SMALL's step."""
     spec = load_env_spec(SMALL)
     env = KernelClockEnv(spec)
-    pol = _policy(_random_model(env, 3), [spec], env.configs, spec.lookahead, {})
+    pol = _policy(_random_model(env, seed), [spec], env.configs, spec.lookahead, {})
     b = env.backend
     t, e = b.tables
     auto = b.auto_run()
-    args = (b.trace, t, e, auto.kernel_time_s, auto.kernel_energy_j, b.latency_s)
-    one = pol.rollout(*args, 1.3)
-    per = pol.rollout(*args, np.full(len(b.trace), 1.3))
-    assert np.array_equal(one, per)
-    mixed = np.where(np.arange(len(b.trace)) < len(b.trace) // 2, 0.3, 3.0)
-    pol.rollout(*args, mixed)  # a per-kernel price is accepted and planned through
+    return pol, (b.trace, t, e, auto.kernel_time_s, auto.kernel_energy_j, b.latency_s)
+
+
+def test_rollout_takes_one_price_or_one_per_kernel():
+    pol, args = _random_policy(3)
+    n = len(args[0])
+    assert np.array_equal(pol.rollout(*args, 1.3), pol.rollout(*args, np.full(n, 1.3)))
+    half = n // 2
+    low = pol.rollout(*args, 0.3)
+    mixed = pol.rollout(*args, np.where(np.arange(n) < half, 0.3, 3.0))
+    assert np.array_equal(mixed[:half], low[:half])  # kernel k decides at price k
     assert np.isfinite(pol.last_time_s) and np.isfinite(pol.last_energy_j)
 
 
@@ -254,17 +260,11 @@ def test_numpy_rollout_sees_exactly_what_the_env_shows(latency_s, price_rel):
 def test_bad_prices_and_actions_get_one_clear_error():
     from rlclock.vec_env import KernelClockVecEnv
 
-    spec = load_env_spec(SMALL)
-    env = KernelClockEnv(spec)
-    pol = _policy(_random_model(env, 1), [spec], env.configs, spec.lookahead, {})
-    b = env.backend
-    t, e = b.tables
-    auto = b.auto_run()
-    args = (b.trace, t, e, auto.kernel_time_s, auto.kernel_energy_j, b.latency_s)
+    pol, args = _random_policy(1)
     for bad in (float("nan"), -1.0, np.ones(3)):
         with pytest.raises(CheckpointError, match="price of time"):
             pol.rollout(*args, bad)
     vec = KernelClockVecEnv(2, SMALL)
     vec.reset()
     with pytest.raises(SpecError, match="outside the action set"):
-        vec.step(np.array([0, len(env.configs) + 1]))
+        vec.step(np.array([0, len(pol.configs) + 1]))
