@@ -31,8 +31,9 @@ from rlclock.agents.config import load_agent_config
 from rlclock.agents.evaluate import evaluate_policy
 from rlclock.agents.train import train
 from rlclock.config import load_env_spec, load_env_specs
-from rlclock.deploy.policy import ClockPolicy
+from rlclock.deploy.policy import DEFAULT_PRICE_REL, ClockPolicy
 from rlclock.env import make_episode
+from rlclock.workload.features import PRICE_REL_MAX, PRICE_REL_MIN
 
 
 def spread(xs: list[float]) -> str:
@@ -121,7 +122,7 @@ def expert_planning(spec) -> tuple[float, float]:
     if best_saving <= 1e-9:
         return float("nan"), float("nan")
     limit = ep.auto_total_s * (1.0 + spec.reward.budget)
-    runs = [(rel, *dag.follow(ex.choices(rel), 0)[1:]) for rel in np.geomspace(0.25, 4.0, 25)]
+    runs = [(rel, *dag.follow(ex.choices(rel), 0)[1:]) for rel in np.geomspace(PRICE_REL_MIN, PRICE_REL_MAX, 25)]
     fits = [r for r in runs if r[1] <= limit]
     if not fits:
         return 0.0, 0.0
@@ -156,7 +157,7 @@ def cost(policy: ClockPolicy | None, checkpoint: str | None) -> None:
     t_tab, e_tab = backend.tables
     auto = backend.auto_run()
     args = (backend.trace, t_tab, e_tab, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s,
-            float(policy.meta.get("price_rel", 1.15)))
+            float(policy.meta.get("price_rel", DEFAULT_PRICE_REL)))
     for _ in range(5):
         policy.rollout(*args)
     per: list[float] = []

@@ -30,6 +30,8 @@ from rlclock.workload.features import (
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
     N_KERNEL_INPUTS,
+    PRICE_REL_MAX,
+    PRICE_REL_MIN,
     kernel_window,
     latency_feature,
     price_feature,
@@ -40,7 +42,6 @@ from rlclock.workload.trace import KernelTrace, Measurement
 CHECKPOINT_FORMAT = "rlclock.policy"
 CHECKPOINT_VERSION = 1
 N_STATE = 13  # observation entries after the kernel window (rlclock.env)
-PRICE_MIN, PRICE_MAX = 0.25, 4.0  # prices of time (relative to mean auto power) the policy can see apart
 DEFAULT_PRICE_REL = 1.15  # where plans start when a checkpoint does not say (exact optima price time at 1-1.5)
 
 
@@ -252,7 +253,7 @@ class ClockPolicy:
         t_tab, e_tab = backend.tables
         auto = backend.auto_run()
         args = (backend.trace, t_tab, e_tab, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s)
-        start = float(np.clip(self.meta.get("price_rel", DEFAULT_PRICE_REL), PRICE_MIN, PRICE_MAX))
+        start = float(np.clip(self.meta.get("price_rel", DEFAULT_PRICE_REL), PRICE_REL_MIN, PRICE_REL_MAX))
         if not calibrate:
             return self.rollout(*args, start)
         limit = auto.time_s * (1.0 + budget) * (1 + 1e-12)
@@ -278,13 +279,13 @@ class ClockPolicy:
             if fit_p is not None and fail_p is not None and fail_p < fit_p:
                 p = float(np.sqrt(fit_p * fail_p))
             elif fit_p is None:
-                if p >= PRICE_MAX:
+                if p >= PRICE_REL_MAX:
                     break
-                p = min(PRICE_MAX, 2.0 * p)
+                p = min(PRICE_REL_MAX, 2.0 * p)
             else:
-                if p <= PRICE_MIN:
+                if p <= PRICE_REL_MIN:
                     break
-                p = max(PRICE_MIN, 0.5 * p)
+                p = max(PRICE_REL_MIN, 0.5 * p)
         if fit_p is not None and fail_p is not None and fail_p < fit_p:
             n = t_tab.shape[0]
             lo, hi = 0, n

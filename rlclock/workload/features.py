@@ -97,6 +97,11 @@ def kernel_features(trace: KernelTrace, spec: GpuSpec, auto_time_s: np.ndarray, 
     return out
 
 
+PRICE_REL_MIN, PRICE_REL_MAX = 0.25, 4.0
+"""The prices of time (over the step's mean auto power) a policy can tell apart: :func:`price_feature` is
+-1 at the lowest and +1 at the highest."""
+
+
 def price_feature(price_rel: float | np.ndarray) -> np.ndarray:
     """The price of time a policy plans with, as seen by the policy: ``log2(price_rel) / 2`` in [-1, 1].
 
@@ -106,7 +111,8 @@ def price_feature(price_rel: float | np.ndarray) -> np.ndarray:
     prices of 0 or below read as -1.
     """
     p = np.asarray(price_rel, dtype=float)
-    return np.clip(0.5 * np.log2(np.maximum(p, 1e-12)), -1.0, 1.0)
+    p = np.clip(p, PRICE_REL_MIN, PRICE_REL_MAX)
+    return 0.5 * np.log2(p)
 
 
 def remaining_feature(remaining_s: float | np.ndarray, latency_s: float) -> np.ndarray:
