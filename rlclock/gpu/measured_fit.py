@@ -29,7 +29,7 @@ FIT_NAMES: tuple[str, ...] = (
     "v_min_v", "v_max_v", "f_ridge_mhz", "p_const_w", "k_leak_w_per_v", "c_clock_w", "c_tensor_w", "c_simt_w",
     "e_xbar_j_per_byte", "p_mem_bg_w", "e_dram_j_per_byte", "eta_gemm", "eta_attention", "eta_stream",
     "eta_reduce", "simt_ops_per_byte", "launch_s", "reduce_overhead_s",
-    "l2_hit_fraction", "l2_resident_bytes", "l2_bytes_per_cycle", "norm_ops_per_byte",
+    "l2_hit_fraction", "l2_resident_bytes", "l2_bytes_per_cycle", "norm_ops_per_written_byte",
 )
 """Parameters the measured fit adjusts. The DRAM latency (``lat_core_cycles``, ``lat_mem_cycles``) is left as the
 preset holds it: observe mode measures every kernel at one clock pair, where no kernel is latency-bound, so the
@@ -49,9 +49,9 @@ PRIORS: dict[str, tuple[float, float]] = {
 
 _BOUNDS = {**BOUNDS, "v_min_v": (0.55, 0.85), "v_max_v": (0.85, 1.15), "eta_attention": (0.3, 1.0),
            # L2 residency: at most the whole 60 MB L2, hits at most all of it; L2 bandwidth up to 10 kB per core
-           # cycle (~20 TB/s at 1980 MHz); norm kernels up to 50 extra SIMT operations per byte.
+           # cycle (~20 TB/s at 1980 MHz); norm kernels up to 50 extra SIMT operations per byte written.
            "l2_hit_fraction": (0.0, 1.0), "l2_resident_bytes": (0.0, 60e6), "l2_bytes_per_cycle": (0.0, 1e4),
-           "norm_ops_per_byte": (0.0, 50.0)}
+           "norm_ops_per_written_byte": (0.0, 50.0)}
 
 
 def measured_trace(spec: GpuSpec) -> KernelTrace:

@@ -45,6 +45,7 @@ class KernelArrays:
     access: np.ndarray  # index into ACCESS_CLASSES
     wave_eff: np.ndarray
     mlp_bytes: np.ndarray
+    occupancy: np.ndarray  # threads the launch keeps resident over the GPU's capacity, at most 1 (1 if unknown)
     work_scale: np.ndarray
     activity_scale: np.ndarray
     cap_scale: np.ndarray  # per-kernel power cap relative to the GPU's (above 1 where a measurement exceeded it)
@@ -81,10 +82,24 @@ def kernel_arrays(kernels: Sequence[Kernel], spec: GpuSpec) -> KernelArrays:
         access=col([ACCESS_CLASSES.index(k.access) for k in kernels], int),
         wave_eff=col([_wave_efficiency(k, spec.sm_count) for k in kernels]),
         mlp_bytes=col([16.0 if k.mlp_bytes is None else k.mlp_bytes for k in kernels]),
+        occupancy=col([launch_occupancy(k, spec) for k in kernels]),
         work_scale=np.ones((n, 1)),
         activity_scale=np.ones((n, 1)),
         cap_scale=np.ones((n, 1)),
     )
+
+
+def launch_occupancy(k: Kernel, spec: GpuSpec) -> float:
+    """Share of the GPU's resident-thread capacity (``sm_count · threads_per_sm``) a SIMT kernel's launch fills.
+
+    A grid smaller than the GPU (PyTorch's LayerNorm gamma/beta gradient: 64 blocks of 1024 threads on 132 SMs)
+    keeps fewer loads in flight, so its latency-bound bandwidth (Little's law) falls in proportion. 1 when the
+    launch shape is unknown (generated traces) and for tensor-core kernels (their efficiency is ``wave_eff``).
+    """
+    if k.launch_grid is None or k.launch_block is None or k.uses_tensor_cores:
+        return 1.0
+    threads = float(np.prod(k.launch_grid)) * float(np.prod(k.launch_block))
+    return float(min(1.0, threads / (spec.sm_count * spec.threads_per_sm)))
 
 
 def gemm_read_traffic(k: Kernel, spec: GpuSpec) -> float:
@@ -157,13 +172,13 @@ def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: n
     tensor_rate = np.maximum(ka.tensor_rate * spec.sm_count * eta_tensor, 1.0) * f_hz
     t_tensor = ka.work_scale * ka.tensor_flops / tensor_rate
     simt_ops = ka.simt_flops + p.simt_ops_per_byte * (ka.read_bytes + ka.write_bytes) * ~ka.is_tensor
-    if p.norm_ops_per_byte > 0:
-        simt_ops = simt_ops + p.norm_ops_per_byte * (ka.read_bytes + ka.write_bytes) * ka.is_norm
+    if p.norm_ops_per_written_byte > 0:
+        simt_ops = simt_ops + p.norm_ops_per_written_byte * ka.write_bytes * ka.is_norm  # per element produced
     t_simt = ka.work_scale * simt_ops / (spec.simt_flops_per_cycle_per_sm * spec.sm_count * f_hz)
     eta_bw = np.array([p.eta_stream, p.eta_gather, p.eta_reduce])[ka.access]
     bw_peak = 2.0 * m_hz * spec.mem_bus_bits / 8.0
     latency_s = p.lat_core_cycles / f_hz + p.lat_mem_cycles / m_hz
-    bw_mlp = spec.sm_count * spec.threads_per_sm * ka.mlp_bytes / latency_s
+    bw_mlp = ka.occupancy * spec.sm_count * spec.threads_per_sm * ka.mlp_bytes / latency_s
     bw = eta_bw / _smax(1.0 / bw_peak, 1.0 / bw_mlp, p.smooth_p)
     dram_share: np.ndarray | float = 1.0
     if p.l2_hit_fraction > 0:

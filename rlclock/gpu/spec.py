@@ -39,8 +39,10 @@ class DvfsParams:
     L2 residency — a SIMT kernel finds ``l2_resident_bytes`` of its data still in L2 and a fraction
     ``l2_hit_fraction`` of that hits, so a share ``φ = h·min(1, C/(B_r+B_w))`` of its bytes skips DRAM
     (no ``e_dram`` energy) and moves at ``l2_bytes_per_cycle``·f instead of the DRAM bandwidth;
-    ``norm_ops_per_byte`` — extra SIMT operations per byte of ``norm`` kernels (fp32 statistics,
-    normalisation and affine math), which add SM time and switching power.
+    ``norm_ops_per_written_byte`` — extra SIMT operations of ``norm`` kernels per byte they write, i.e. per
+    element they produce (fp32 statistics, normalisation and affine math), which add SM time and switching
+    power. Launch occupancy (always on, when the trace records launch shapes): a SIMT kernel whose grid
+    fills only a share of the GPU's resident-thread capacity keeps that share of the loads in flight.
     """
 
     v_min_v: float
@@ -68,7 +70,7 @@ class DvfsParams:
     l2_hit_fraction: float = 0.0
     l2_resident_bytes: float = 0.0
     l2_bytes_per_cycle: float = 0.0
-    norm_ops_per_byte: float = 0.0
+    norm_ops_per_written_byte: float = 0.0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str) -> DvfsParams:
