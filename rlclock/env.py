@@ -21,6 +21,7 @@ from rlclock.workload.features import (
     price_feature,
     remaining_feature,
 )
+from rlclock.workload.lookahead import CURRENT_WIDTH, N_BINS, SLOT_WIDTH, StepLookahead
 
 ENV_ID = "rlclock/KernelClock-v0"
 
@@ -28,9 +29,10 @@ N_STATE = 13
 """Observation entries after the kernel window (see the class docstring)."""
 
 
-def obs_size(lookahead: int) -> int:
-    """Length of the observation vector for a lookahead of ``lookahead`` kernels."""
-    return (lookahead + 1) * N_KERNEL_INPUTS + N_STATE
+def obs_size(lookahead: int, slots: int) -> int:
+    """Length of the observation vector for a lookahead of ``lookahead`` kernels and ``slots`` candidate
+    slots."""
+    return (lookahead + 1) * N_KERNEL_INPUTS + slots * SLOT_WIDTH + CURRENT_WIDTH + N_BINS + N_STATE
 
 
 def config_features(spec_gpu, configs: Sequence[ClockConfig]) -> np.ndarray:
@@ -60,6 +62,7 @@ class Episode:
     window: np.ndarray  # (n + lookahead, N_KERNEL_INPUTS): features, clock response, valid flag; zero-padded
     config_feat: np.ndarray  # (C, 4)
     time_price: float  # J/s charged on time changes against auto (the centre of the episode draws)
+    look: StepLookahead  # binned look-ahead in switching latencies and the candidate slots
 
     @property
     def mean_power_w(self) -> float:
@@ -83,9 +86,10 @@ class Episode:
             from rlclock.agents.evaluate import optimum_for
 
             price = optimum_for(backend, reward.budget).lam_j_per_s
+        look = StepLookahead(t, e, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s, backend.configs)
         return cls(backend, reward, lookahead, t, e, auto.kernel_time_s, auto.kernel_energy_j, prefix,
                    float(auto.time_s), float(auto.energy_j), window, config_features(backend.spec, backend.configs),
-                   float(price))
+                   float(price), look)
 
     @property
     def n(self) -> int:
@@ -187,9 +191,10 @@ class KernelClockEnv(gym.Env):
                     "must share its GPU, action grid and lookahead.")
         self.configs: tuple[ClockConfig, ...] = first.backend.configs
         self.lookahead = first.lookahead
-        self.keep_action = len(self.configs)
-        self.action_space = gym.spaces.Discrete(len(self.configs) + 1)
-        self.observation_space = gym.spaces.Box(-1.0, 1.5, (obs_size(self.lookahead),), np.float32)
+        self.n_slots = first.look.n_slots
+        self.keep_action = self.n_slots
+        self.action_space = gym.spaces.Discrete(self.n_slots + 1)
+        self.observation_space = gym.spaces.Box(-1.0, 2.0, (obs_size(self.lookahead, self.n_slots),), np.float32)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise SpecError(f"render_mode {render_mode!r} is not supported; use 'ansi' or None.")
         self.render_mode = render_mode
@@ -225,8 +230,8 @@ class KernelClockEnv(gym.Env):
 
     def step(self, action):
         a = int(action)
-        if not 0 <= a <= len(self.configs):
-            raise SpecError(f"action {action!r} is outside the action set of {len(self.configs)} configurations "
+        if not 0 <= a <= self.n_slots:
+            raise SpecError(f"action {action!r} is outside the action space of {self.n_slots} candidate slots "
                             "and keep.")
         reward, done, info = self._core.step(np.array([a]))
         obs = self._core.observation()[0]
@@ -276,6 +281,7 @@ class BatchCore:
         self.off_plan_s = np.zeros(n)
         self.price = np.zeros(n)
         self.eps: list[Episode] = []
+        self.candidates: list[np.ndarray] = []  # per run: (n_kernels, n_slots) configuration of every slot
         self._rows = np.arange(n)
 
     def start(self, which: np.ndarray, episodes: Sequence[Episode], prices: np.ndarray | None = None) -> None:
@@ -283,9 +289,11 @@ class BatchCore:
         episode's ``time_price``), one per entry of ``which``."""
         if not self.eps:
             self.eps = [episodes[0]] * self.n
+            self.candidates = [episodes[0].look.candidates(1.0)] * self.n
         for i, (j, ep) in enumerate(zip(which, episodes)):
             self.eps[int(j)] = ep
             self.price[int(j)] = ep.time_price if prices is None else float(prices[i])
+            self.candidates[int(j)] = ep.look.candidates(self.price[int(j)] / ep.mean_power_w)
         mask = np.zeros(self.n, dtype=bool)
         mask[which] = True
         self.state.reset(mask)
@@ -300,13 +308,23 @@ class BatchCore:
         e = np.stack([ep.energy_j[k] for ep, k in zip(self.eps, self.k)])
         return t, e
 
+    def resolve(self, actions: np.ndarray) -> np.ndarray:
+        """Configuration index each run's action asks for: its slot's candidate at the current kernel, or for
+        keep (any action past the slots) the standing request."""
+        st = self.state
+        out = np.where(st.pending >= 0, st.pending, st.current).astype(np.int64)
+        for j, a in enumerate(np.asarray(actions, dtype=np.int64)):
+            cand = self.candidates[j]
+            if a < cand.shape[1]:
+                out[j] = cand[min(int(self.k[j]), cand.shape[0] - 1), a]
+        return out
+
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
-        """Run the current kernel of every run at the requested configurations."""
+        """Run the current kernel of every run at the requested slots (``n_slots``: keep)."""
         t_row, e_row = self._gather()
         lat = np.array([ep.backend.latency_s for ep in self.eps])
         st = self.state
-        keep = actions >= t_row.shape[1]  # the keep action: the last request stands
-        actions = np.where(keep, np.where(st.pending >= 0, st.pending, st.current), actions).astype(np.int64)
+        actions = self.resolve(actions)
         out = SwitchEngine.step(t_row, e_row, actions, st, lat)
         k = self.k
         self.time_s += out.time_s
@@ -346,12 +364,20 @@ class BatchCore:
     def observation(self) -> np.ndarray:
         """``(N, obs_size)`` observations at the current kernels."""
         ep0 = self.eps[0]
-        width = (ep0.lookahead + 1) * N_KERNEL_INPUTS
+        S = ep0.look.n_slots
+        win = (ep0.lookahead + 1) * N_KERNEL_INPUTS
+        width = win + S * SLOT_WIDTH + CURRENT_WIDTH + N_BINS
         obs = np.empty((self.n, width + N_STATE), dtype=np.float32)
         st = self.state
         for j, ep in enumerate(self.eps):
             kj = min(int(self.k[j]), ep.n - 1)
-            obs[j, :width] = ep.window[kj : kj + ep.lookahead + 1].ravel()
+            obs[j, :win] = ep.window[kj : kj + ep.lookahead + 1].ravel()
+            rel = self.price[j] / ep.mean_power_w
+            cur = int(st.current[j])
+            at = win + S * SLOT_WIDTH
+            obs[j, win:at] = ep.look.slot_features(kj, self.candidates[j][kj], cur, rel, ep.config_feat).ravel()
+            obs[j, at : at + CURRENT_WIDTH] = ep.look.current_features(kj, cur, rel)
+            obs[j, at + CURRENT_WIDTH : width] = ep.look.occupancy[kj]
             cf = ep.config_feat
             obs[j, width : width + 4] = cf[st.current[j]]
             pend = st.pending[j]

@@ -226,17 +226,26 @@ class SwitchDag:
         de = (pre_e + f[:, 0] * self.e[j, cols])[:, None] + (1.0 - f) * self.e[j, :]
         return j, dt, de, self.valid[i]
 
-    def backward(self, lam: float, want_path: bool = False):
-        """Lagrangian cost-to-go ``V[i, c]`` of ``energy + lam·time`` (and the argmin arcs)."""
+    def backward(self, lam: float, want_path: bool = False, targets: np.ndarray | None = None):
+        """Lagrangian cost-to-go ``V[i, c]`` of ``energy + lam·time`` (and the argmin arcs).
+
+        ``targets`` (``(n, S)`` configuration indices), if given, restricts the switches issued at boundary
+        ``i`` to ``targets[i]`` (a policy's candidate slots); staying is always allowed."""
         n, C = self.n, self.C
         V = np.zeros((n + 1, C))
         choice = np.full((n, C), -1, dtype=np.int64) if want_path else None  # -1 stay, else target b
         eye = np.eye(C, dtype=bool)
+        barred = np.zeros(C, dtype=bool)
         for i in range(n - 1, -1, -1):
             stay = self.e[i] + lam * self.t[i] + V[i + 1]
             j, dt, de, valid = self.switch_costs(i)
             sw = de + lam * dt + V[j + 1]  # [c, b]: row c lands in kernel j[c], continues at b
-            sw = np.where(eye | ~valid[:, None], np.inf, sw)
+            if targets is not None:
+                barred[:] = True
+                barred[targets[i]] = False
+                sw = np.where(eye | ~valid[:, None] | barred[None, :], np.inf, sw)
+            else:
+                sw = np.where(eye | ~valid[:, None], np.inf, sw)
             best_b = np.argmin(sw, axis=1)
             best = sw[np.arange(C), best_b]
             use = best < stay

@@ -59,9 +59,9 @@ class KernelClockVecEnv(VecEnv):
 
     def step_async(self, actions: np.ndarray) -> None:
         acts = np.asarray(actions, dtype=np.int64).reshape(self.num_envs)
-        if acts.min() < 0 or acts.max() > len(self.configs):
-            raise SpecError(f"actions {acts.tolist()} are outside the action set of {len(self.configs)} "
-                            "configurations and keep.")
+        if acts.min() < 0 or acts.max() > self._proto.n_slots:
+            raise SpecError(f"actions {acts.tolist()} are outside the action space of {self._proto.n_slots} "
+                            "candidate slots and keep.")
         self._actions = acts
 
     def step_wait(self):

@@ -100,8 +100,8 @@ def test_expert_follows_the_lagrangian_optimum_and_prices_time():
         done = False
         while not done:
             core = env._core
-            a = ex.action(int(core.k[0]), int(core.state.current[0]), rel) \
-                if core.state.pending[0] < 0 else int(core.state.pending[0])
+            a = ex.action(int(core.k[0]), int(core.state.current[0]), rel, env.keep_action) \
+                if core.state.pending[0] < 0 else env.keep_action
             _, _, done, _, info = env.step(a)
         _, t_dag, e_dag = ex.dag.follow(ex.choices(rel), 0)
         assert info["time_s"] == pytest.approx(t_dag, rel=1e-9) and info["energy_j"] == pytest.approx(e_dag, rel=1e-9)
@@ -150,7 +150,8 @@ def test_checkpoint_roundtrip_without_pickle(tmp_path):
     (lambda m: m.update(clock_table="0000"), "clock table"),
     (lambda m: m.update(format="other"), "format"),
     (lambda m: m.update(lookahead=7), "observation entries"),
-    (lambda m: m.update(configs=m["configs"][:-1]), "actions"),
+    (lambda m: m.update(configs=[c for c in m["configs"] if not c.endswith("@" + m["configs"][-1].split("@")[1])]),
+     "candidate slots"),
 ])
 def test_mismatched_checkpoints_are_refused(tmp_path, edit, needle):
     ck = _checkpoint(tmp_path)
@@ -238,7 +239,7 @@ def test_numpy_rollout_sees_exactly_what_the_env_shows(latency_s, price_rel):
     spec = load_env_spec(dict(SMALL, switch_latency_s=latency_s))
     env = KernelClockEnv(spec)
     pol = _policy(_random_model(env, 7), [spec], env.configs, spec.lookahead, {})
-    keep = len(env.configs)
+    keep = env.keep_action
     head_w, head_b = pol.weights.head
     head_b = head_b.copy()
     head_b[keep] += 6.0  # lean on keep so that path is exercised too
@@ -277,5 +278,5 @@ def test_bad_prices_and_actions_get_one_clear_error():
             pol.rollout(*args, bad)
     vec = KernelClockVecEnv(2, SMALL)
     vec.reset()
-    with pytest.raises(SpecError, match="outside the action set"):
-        vec.step(np.array([0, len(pol.configs) + 1]))
+    with pytest.raises(SpecError, match="outside the action space"):
+        vec.step(np.array([0, vec.action_space.n]))

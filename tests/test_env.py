@@ -151,5 +151,5 @@ def test_env_files_load():
 def test_action_out_of_range():
     env = KernelClockEnv(SMALL)
     env.reset(seed=0)
-    with pytest.raises(SpecError, match="outside the action set"):
+    with pytest.raises(SpecError, match="outside the action space"):
         env.step(10_000)

@@ -28,25 +28,35 @@ simulated RTX 3080 Ti family price time at 1.0-1.5 of it at a 1 % budget)."""
 
 class LagrangianExpert:
     """The ``energy + p·time`` optimum's choice at any decision state of one workload, for prices ``p``
-    relative to the step's mean auto power (solved lazily, once per price)."""
+    relative to the step's mean auto power (solved lazily, once per price). With ``restricted`` (the
+    default) the optimum may switch only to the step's candidate slots at that price
+    (:class:`~rlclock.workload.lookahead.StepLookahead`) — what a policy can request."""
 
-    def __init__(self, episode: Episode) -> None:
+    def __init__(self, episode: Episode, restricted: bool = True) -> None:
         self.mean_power_w = episode.mean_power_w
+        self.look = episode.look
+        self.restricted = restricted
         self.dag = SwitchDag(episode.time_s, episode.energy_j, episode.backend.latency_s)
         self._choices: dict[float, np.ndarray] = {}
 
     def choices(self, price_rel: float) -> np.ndarray:
         """``(n, C)`` table: the request at node ``(i, c)`` (``-1``: stay) at price ``price_rel``."""
         if price_rel not in self._choices:
-            _, ch = self.dag.backward(price_rel * self.mean_power_w, want_path=True)
+            targets = self.look.candidates(price_rel) if self.restricted else None
+            _, ch = self.dag.backward(price_rel * self.mean_power_w, want_path=True, targets=targets)
             self._choices[price_rel] = ch
         return self._choices[price_rel]
 
-    def action(self, i: int, current: int, price_rel: float, keep: int | None = None) -> int:
-        """Request at kernel ``i`` with ``current`` in effect and nothing in flight: a configuration index,
-        or ``keep`` (default: ``current``) where the optimum stays."""
+    def action(self, i: int, current: int, price_rel: float, keep: int) -> int:
+        """The slot to request at kernel ``i`` with ``current`` in effect and nothing in flight (the first
+        slot holding the optimum's target), or ``keep`` where the optimum stays."""
         b = int(self.choices(price_rel)[i, current])
-        return (current if keep is None else keep) if b < 0 else b
+        if b < 0:
+            return keep
+        slots = np.flatnonzero(self.look.candidates(price_rel)[i] == b)
+        if len(slots) == 0:
+            raise ValueError(f"the expert's target {b} at kernel {i} is not a candidate (unrestricted expert).")
+        return int(slots[0])
 
 
 @dataclass
@@ -138,21 +148,21 @@ def _visit(env: KernelClockEnv, workload: int, expert: LagrangianExpert, price_r
     Returns (decisions where the learner agreed, decisions)."""
     obs, _ = env.reset(options={"workload": workload, "time_price": price_rel * expert.mean_power_w})
     core = env._core
+    keep = env.keep_action
     agree = total = 0
     done = False
     while not done:
         if core.state.pending[0] < 0:
             cur = int(core.state.current[0])
-            a_exp = expert.action(int(core.k[0]), cur, price_rel, keep=env.keep_action)
+            a_exp = expert.action(int(core.k[0]), cur, price_rel, keep)
             a_learn = int(learner.act(obs[None])[0])
-            if a_learn == cur:  # requesting what is in effect is keeping it
-                a_learn = env.keep_action
             obs_data.append(obs.copy())
             act_data.append(a_exp)
-            agree += int(a_learn == a_exp)
+            # the same request either way: the same configuration, or keeping what is in effect
+            agree += int(core.resolve(np.array([a_learn]))[0] == core.resolve(np.array([a_exp]))[0])
             total += 1
             a = a_exp if rng.random() < beta else a_learn
         else:
-            a = int(core.state.pending[0])
+            a = keep
         obs, _, done, _, _ = env.step(a)
     return agree, total

@@ -37,6 +37,7 @@ from rlclock.config import REPO_ROOT, EnvSpec
 from rlclock.deploy.policy import DEFAULT_PRICE_REL, ClockPolicy, policy_meta, save_checkpoint
 from rlclock.env import Episode, obs_size
 from rlclock.tracking import Tracker, sb3_writer
+from rlclock.workload.lookahead import n_slots
 
 
 @dataclass
@@ -73,7 +74,8 @@ def _policy(model, specs: Sequence[EnvSpec], configs, lookahead: int, extra: dic
     from rlclock.agents.export import weights_from_sb3
 
     s0 = specs[0]
-    meta = policy_meta(s0.gpu, configs, lookahead, obs_size(lookahead), s0.latency_s, s0.reward.budget, extra)
+    meta = policy_meta(s0.gpu, configs, lookahead, obs_size(lookahead, n_slots(configs)), s0.latency_s,
+                       s0.reward.budget, extra)
     meta.update(format="rlclock.policy", version=1)
     if "price_rel" not in meta:
         from rlclock.env import make_episode

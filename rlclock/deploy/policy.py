@@ -37,6 +37,7 @@ from rlclock.workload.features import (
     price_feature,
     remaining_feature,
 )
+from rlclock.workload.lookahead import CURRENT_WIDTH, N_BINS, SLOT_WIDTH, StepLookahead, n_slots
 from rlclock.workload.trace import KernelTrace, Measurement
 
 CHECKPOINT_FORMAT = "rlclock.policy"
@@ -151,7 +152,7 @@ class ClockPolicy:
             raise CheckpointError(
                 f"{folder}: feature schema v{meta.get('feature_schema_version')} does not match this rlclock's "
                 f"v{FEATURE_SCHEMA_VERSION}.", "retrain the policy with this version of rlclock.")
-        for key in ("gpu_key", "configs", "lookahead", "clock_table", "obs_size"):
+        for key in ("gpu_key", "configs", "lookahead", "clock_table", "obs_size", "candidate_slots"):
             if key not in meta:
                 raise CheckpointError(f"{meta_path}: missing {key!r}.")
         gpu = get_spec(meta["gpu_key"])
@@ -169,14 +170,22 @@ class ClockPolicy:
         return cls(weights, meta)
 
     def _check_shapes(self) -> None:
-        expect = (self.lookahead + 1) * N_KERNEL_INPUTS + N_STATE
-        w0 = self.weights.hidden[0][0] if self.weights.hidden else self.weights.head[0]
+        if not self.weights.hidden:
+            raise CheckpointError("the policy has no hidden layer; rlclock's policies have at least one.",
+                                  "retrain the policy with this version of rlclock.")
+        slots = n_slots(self.configs)
+        if int(self.meta.get("candidate_slots", slots)) != slots:
+            raise CheckpointError(f"the policy was trained with {self.meta['candidate_slots']} candidate slots; its "
+                                  f"listed action set gives {slots}.", "retrain the policy for this action set.")
+        expect = ((self.lookahead + 1) * N_KERNEL_INPUTS + slots * SLOT_WIDTH + CURRENT_WIDTH + N_BINS
+                  + N_STATE)
+        w0 = self.weights.hidden[0][0]
         if w0.shape[1] != expect or int(self.meta["obs_size"]) != expect:
             raise CheckpointError(f"policy expects {w0.shape[1]} observation entries, this rlclock builds {expect}.",
                                   "retrain the policy with this version of rlclock.")
-        if self.weights.head[0].shape[0] != len(self.configs) + 1:
-            raise CheckpointError(f"policy has {self.weights.head[0].shape[0]} actions but lists "
-                                  f"{len(self.configs)} configurations (+ keep).")
+        if self.weights.head[0].shape[0] != slots + 1:
+            raise CheckpointError(f"policy has {self.weights.head[0].shape[0]} actions but its action set gives "
+                                  f"{slots} candidate slots (+ keep).")
 
     def check_gpu(self, gpu: GpuSpec | str) -> None:
         """Raise :class:`CheckpointError` unless ``gpu`` (a spec, preset key or NVML name) is the policy's GPU."""
@@ -226,7 +235,8 @@ class ClockPolicy:
         req = self.plan(backend, self.budget if budget is None else budget, calibrate)
         return ClockSchedule(self.configs, req, name="policy")
 
-    def plan(self, backend, budget: float, calibrate: bool = True, tries: int = 8, mix_tries: int = 8) -> np.ndarray:
+    def plan(self, backend, budget: float, calibrate: bool = True, prices: int = 12, pairs: int = 2,
+             mix_tries: int = 8) -> np.ndarray:
         """Requested configuration index per kernel, by rolling the step through the switching rules.
 
         The policy plans at a price of time (relative to the step's mean auto power; see
@@ -234,14 +244,13 @@ class ClockPolicy:
         trained around (``meta["price_rel"]``). With ``calibrate`` the planner meets the budget on the
         planning model in two stages:
 
-        1. *Price*: starting there, the price is halved while the plan fits and doubled while it does not,
-           then bisected (log scale) between the last fitting and the first failing price (``tries``
-           rollouts in all).
-        2. *Mix*: one price per step is a Lagrangian plan, and the best of those can leave much of the budget
-           unused (the trade-off curve of a discrete schedule has gaps). The policy runs the first ``K``
-           kernels at the failing price and the rest at the fitting one, with ``K`` bisected (``mix_tries``
-           rollouts) — time-sharing between two neighbouring Lagrangian plans, which closes most of the gap
-           to the exact optimum.
+        1. *Prices*: the step is planned at ``prices`` prices, log-spaced over the range the policy knows
+           (0.25-4 × the mean auto power) — one Lagrangian plan each.
+        2. *Time-sharing*: the best of those within the budget can leave much of it unused (the trade-off
+           curve of a discrete schedule has gaps). For the ``pairs`` most promising pairs of a fitting and a
+           missing plan (by the saving their straight-line mix would reach at the budget), the policy runs the
+           first ``K`` kernels at one price and the rest at the other, both ways round, with ``K`` bisected
+           (``mix_tries`` rollouts each) — which closes most of the gap to the exact optimum.
 
         The cheapest plan within the budget wins; if none fits or saves energy, the schedule leaves every
         kernel to the driver (auto). Nothing but the policy decides the clocks.
@@ -253,83 +262,88 @@ class ClockPolicy:
         t_tab, e_tab = backend.tables
         auto = backend.auto_run()
         args = (backend.trace, t_tab, e_tab, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s)
-        start = float(np.clip(self.meta.get("price_rel", DEFAULT_PRICE_REL), PRICE_REL_MIN, PRICE_REL_MAX))
         if not calibrate:
+            start = float(np.clip(self.meta.get("price_rel", DEFAULT_PRICE_REL), PRICE_REL_MIN, PRICE_REL_MAX))
             return self.rollout(*args, start)
+        n = t_tab.shape[0]
         limit = auto.time_s * (1.0 + budget) * (1 + 1e-12)
-        best: list[Any] = [auto.energy_j, np.zeros(t_tab.shape[0], dtype=np.int64)]  # auto fits any budget
-
-        base = self._first_layer_base(*args)
+        best: list[Any] = [auto.energy_j, np.zeros(n, dtype=np.int64)]  # auto fits any budget
+        prepared = self.prepare(*args)
 
         def attempt(price: float | np.ndarray) -> bool:
-            req = self.rollout(*args, price, base=base)
+            req = self.rollout(*args, price, prepared=prepared)
             fits = self.last_time_s <= limit
             if fits and self.last_energy_j < best[0]:
                 best[:] = [self.last_energy_j, req]
             return fits
 
-        fit_p: float | None = None  # the lowest price whose plan fits
-        fail_p: float | None = None  # the highest lower price whose plan does not
-        p = start
-        for _ in range(tries):
-            if attempt(p):
-                fit_p = p if fit_p is None else min(fit_p, p)
-            else:
-                fail_p = p if fail_p is None else max(fail_p, p)
-            if fit_p is not None and fail_p is not None and fail_p < fit_p:
-                p = float(np.sqrt(fit_p * fail_p))
-            elif fit_p is None:
-                if p >= PRICE_REL_MAX:
-                    break
-                p = min(PRICE_REL_MAX, 2.0 * p)
-            else:
-                if p <= PRICE_REL_MIN:
-                    break
-                p = max(PRICE_REL_MIN, 0.5 * p)
-        if fit_p is not None and fail_p is not None and fail_p < fit_p:
-            n = t_tab.shape[0]
-            lo, hi = 0, n
-            prices = np.empty(n)
-            for _ in range(mix_tries):
-                k = (lo + hi) // 2
-                if k in (lo, hi):
-                    break
-                prices[:k], prices[k:] = fail_p, fit_p
-                if attempt(prices):
-                    lo = k
-                else:
-                    hi = k
+        points: list[tuple[float, float, float]] = []  # (price, time, energy) of each one-price plan
+        for p in np.geomspace(PRICE_REL_MIN, PRICE_REL_MAX, max(2, prices)):
+            attempt(float(p))
+            points.append((float(p), self.last_time_s, self.last_energy_j))
+        mixes = []
+        for pf, tf, ef in points:
+            for pm, tm, em in points:
+                if tf <= limit < tm:
+                    w = (limit - tf) / (tm - tf)
+                    mixes.append(((1.0 - w) * ef + w * em, pf, pm))
+        mixes.sort()
+        for estimate, p_fit, p_miss in mixes[:pairs]:
+            if estimate >= best[0]:
+                break
+            for first, second in ((p_miss, p_fit), (p_fit, p_miss)):
+                lo, hi = 0, n
+                split = np.empty(n)
+                for _ in range(mix_tries):
+                    k = (lo + hi) // 2
+                    if k in (lo, hi):
+                        break
+                    split[:k], split[k:] = first, second
+                    # more kernels at the missing price take longer: move K towards the fitting side
+                    if attempt(split) == (first == p_miss):
+                        lo = k
+                    else:
+                        hi = k
         return best[1]
 
     def rollout(self, trace: KernelTrace, t_tab: np.ndarray, e_tab: np.ndarray, auto_t: np.ndarray,
                 auto_e: np.ndarray, latency_s: float, price_rel: float | np.ndarray,
                 timings: list[float] | None = None, first_layer: list[np.ndarray] | None = None,
-                base: np.ndarray | None = None) -> np.ndarray:
+                prepared: tuple[np.ndarray, StepLookahead] | None = None) -> np.ndarray:
         """The decision loop (numpy only) at a price of time ``price_rel`` (J/s per watt of mean auto power;
         one for the step or one per kernel).
 
         ``t_tab``/``e_tab`` are the planning model's ``(n, C)`` time and energy tables (they give the kernels'
-        clock response and the plan's accounting). ``timings`` receives the seconds spent per decision if
-        given, ``first_layer`` the first layer's input-side sum ``W1 · obs + b1`` at each decision (for
-        checking against the env's observations). ``base`` is :meth:`_first_layer_base` for these inputs,
-        when the caller rolls the same step out at several prices; afterwards ``self.last_time_s`` and
-        ``self.last_energy_j`` hold the planned step."""
+        clock response, the look-ahead bins, the candidate slots and the plan's accounting). ``timings``
+        receives the seconds spent per decision if given, ``first_layer`` the first layer's input-side sum
+        ``W1 · obs + b1`` at each decision (for checking against the env's observations). ``prepared`` is
+        :meth:`prepare` for these inputs, when the caller rolls the same step out at several prices;
+        afterwards ``self.last_time_s`` and ``self.last_energy_j`` hold the planned step."""
         n = t_tab.shape[0]
         H = self.weights.hidden
-        if base is None:
-            base = self._first_layer_base(trace, t_tab, e_tab, auto_t, auto_e, latency_s)
+        base, look = prepared if prepared is not None else self.prepare(trace, t_tab, e_tab, auto_t, auto_e,
+                                                                        latency_s)
         price = np.asarray(price_rel, dtype=float)
         if price.shape not in ((), (n,)) or not np.all(np.isfinite(price)) or np.any(price < 0):
             raise CheckpointError(f"price of time {price_rel!r}: need one finite price >= 0 or one per kernel "
                                   f"({n}).")
-        ws = H[0][0][:, (self.lookahead + 1) * N_KERNEL_INPUTS :]  # state columns (rlclock.env observation table)
-        pre = base + np.outer(np.broadcast_to(price_feature(price), (n,)), ws[:, 10])
-        cur_part = self._config_features() @ ws[:, 0:4].T  # (C, H)
+        prices = np.broadcast_to(price, (n,))
+        cand = look.candidates(float(price)) if price.shape == () else look.candidates_per_kernel(prices)
+        w1 = H[0][0]
+        win = (self.lookahead + 1) * N_KERNEL_INPUTS
+        S = look.n_slots
+        at_cur = win + S * SLOT_WIDTH
+        w_slots = w1[:, win:at_cur]
+        w_now = w1[:, at_cur : at_cur + CURRENT_WIDTH]
+        ws = w1[:, at_cur + CURRENT_WIDTH + N_BINS :]  # state columns (rlclock.env observation table)
+        pre = base + np.outer(price_feature(prices), ws[:, 10])
+        cf = self._config_features()
+        cur_part = cf @ ws[:, 0:4].T  # (C, H)
         later = H[1:]
         head_w, head_b = self.weights.head
         tanh = self.weights.activation == "tanh"
         req = np.empty(n, dtype=np.int64)
-        keep = len(self.configs)  # the action that issues nothing
+        keep = S  # the action that issues nothing
         cur, pend, land, T, E = 0, -1, 0.0, 0.0, 0.0
         t_at = t_tab.item
         e_at = e_tab.item
@@ -337,7 +351,10 @@ class ClockPolicy:
         for k in range(n):
             if pend < 0:
                 t0 = clock() if timings is not None else 0.0
-                h = pre[k] + cur_part[cur]
+                rel = float(prices[k])
+                slots = cand[k]
+                h = (pre[k] + cur_part[cur] + w_slots @ look.slot_features(k, slots, cur, rel, cf).ravel()
+                     + w_now @ look.current_features(k, cur, rel))
                 if first_layer is not None:
                     first_layer.append(h.copy())
                 h = np.tanh(h) if tanh else np.maximum(h, 0.0)
@@ -345,8 +362,7 @@ class ClockPolicy:
                     h = w @ h + b
                     h = np.tanh(h) if tanh else np.maximum(h, 0.0)
                 a = int(np.argmax(head_w @ h + head_b))
-                if a == keep:
-                    a = cur
+                a = cur if a >= keep else int(slots[a])
                 if timings is not None:
                     timings.append(clock() - t0)
                 if a != cur:
@@ -376,23 +392,29 @@ class ClockPolicy:
         self.last_energy_j = E
         return req
 
-    def _first_layer_base(self, trace: KernelTrace, t_tab: np.ndarray, e_tab: np.ndarray, auto_t: np.ndarray,
-                          auto_e: np.ndarray, latency_s: float) -> np.ndarray:
-        """``(n, H)``: the first layer's sum over everything but the price and the configuration in effect
-        (kernel windows, time left, latency, bias) at every kernel of the step."""
+    def prepare(self, trace: KernelTrace, t_tab: np.ndarray, e_tab: np.ndarray, auto_t: np.ndarray,
+                auto_e: np.ndarray, latency_s: float) -> tuple[np.ndarray, StepLookahead]:
+        """What every rollout of one step shares: ``(n, H)`` — the first layer's sum over the parts of the
+        observation that depend on neither the price nor the state (kernel windows, occupancy of the bins
+        ahead, time left, latency, bias) — and the step's :class:`StepLookahead`."""
         n, K = t_tab.shape[0], self.lookahead
         w1, b1 = self.weights.hidden[0]
+        look = StepLookahead(t_tab, e_tab, auto_t, auto_e, latency_s, self.configs)
         width = (K + 1) * N_KERNEL_INPUTS
         window = kernel_window(trace, self.gpu, auto_t, auto_e, latency_s, t_tab, e_tab, self.configs, K)
         rows = np.lib.stride_tricks.sliding_window_view(window, (K + 1, N_KERNEL_INPUTS))[:, 0].reshape(n, width)
         if self._cache.get("w1_window") is None:
             self._cache["w1_window"] = np.ascontiguousarray(w1[:, :width].T, dtype=np.float32)
-        ws = w1[:, width:]
+        at_occ = width + look.n_slots * SLOT_WIDTH + CURRENT_WIDTH
+        w_occ = w1[:, at_occ : at_occ + N_BINS]
+        ws = w1[:, at_occ + N_BINS :]
         prefix = np.concatenate([[0.0], np.cumsum(auto_t)])
         remaining = remaining_feature(float(prefix[-1]) - prefix[:-1], latency_s)
         # the window product in float32, as the network was trained (the features are float32 already)
         kernels = (rows @ self._cache["w1_window"]).astype(np.float64)
-        return kernels + b1 + np.outer(remaining, ws[:, 11]) + latency_feature(latency_s) * ws[:, 12]
+        base = (kernels + b1 + look.occupancy.astype(np.float64) @ w_occ.T + np.outer(remaining, ws[:, 11])
+                + latency_feature(latency_s) * ws[:, 12])
+        return base, look
 
     def _config_features(self) -> np.ndarray:
         if "cf" not in self._cache:
@@ -413,6 +435,7 @@ def policy_meta(gpu: GpuSpec, configs: Sequence[ClockConfig], lookahead: int, ob
         "feature_schema_version": FEATURE_SCHEMA_VERSION,
         "feature_names": list(FEATURE_NAMES),
         "lookahead": lookahead,
+        "candidate_slots": n_slots(configs),
         "obs_size": obs_size,
         "latency_s": latency_s,
         "budget": budget,

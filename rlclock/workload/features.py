@@ -17,7 +17,7 @@ from rlclock.errors import SpecError, TraceError
 from rlclock.gpu.spec import GpuSpec
 from rlclock.workload.trace import CATEGORIES, DTYPES, PHASES, KernelTrace
 
-FEATURE_SCHEMA_VERSION = 3
+FEATURE_SCHEMA_VERSION = 4
 
 _SCALAR = (
     "log_flops",  # log10(FLOPs + 1) / 14

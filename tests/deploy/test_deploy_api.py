@@ -150,11 +150,13 @@ def test_a_real_policy_checkpoint_schedules_a_profiled_step(tmp_path):
     from rlclock.env import obs_size
     from rlclock.gpu.spec import get_spec
     from rlclock.schedule import ClockConfig
+    from rlclock.workload.lookahead import n_slots
 
     configs = [ClockConfig(), ClockConfig(None, 2201), ClockConfig(1380, 3201), ClockConfig(1980, 2201)]
-    n, rng = obs_size(4), np.random.default_rng(0)
+    slots = n_slots(configs)
+    n, rng = obs_size(4, slots), np.random.default_rng(0)
     weights = policy.PolicyWeights(((rng.normal(size=(16, n)) * 0.1, np.zeros(16)),),
-                                   (rng.normal(size=(5, 16)) * 0.1, np.zeros(5)), "tanh")  # 4 + keep
+                                   (rng.normal(size=(slots + 1, 16)) * 0.1, np.zeros(slots + 1)), "tanh")  # + keep
     policy.save_checkpoint(tmp_path, weights, policy.policy_meta(get_spec("h200-sxm"), configs, 4, n, 0.006, 0.01, {}))
     x = Export()
     for k in range(4):
