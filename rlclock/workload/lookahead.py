@@ -17,8 +17,9 @@ At a price of time ``p`` (over the mean auto power) the *gain* of ``c`` in a bin
 
 **Candidate slots.** The policy does not pick one of dozens of configurations by index — a choice that does
 not carry over between workloads, where the best core clock for a stretch differs. It picks a *slot*: slot 0
-is ``auto``; then, for every window of :data:`CANDIDATE_WINDOWS` (from the landing on) and every memory
-clock of the action set, the configuration with the largest gain over that window. The slots' meaning is
+is ``auto``; then, for the plan's price and half of it (:data:`CANDIDATE_PRICE_FACTORS`), every window of
+:data:`CANDIDATE_WINDOWS` (from the landing on) and every memory clock of the action set, the configuration
+with the largest gain over that window. The slots' meaning is
 the same on every workload; the exact ``energy + p·time`` optimum restricted to these candidates reaches the
 unrestricted one on the simulated RTX 3080 Ti's held-out workloads (docs/agent.md).
 """
@@ -39,6 +40,10 @@ MIN_BIN_UNIT_S = 1e-3
 CANDIDATE_WINDOWS = ((2, 3), (2, 4), (2, 6), (2, 8))
 """Bin ranges ``[a, b)`` over which candidates are ranked by gain: from the landing over 0.5, 1, 3 and 7
 units."""
+CANDIDATE_PRICE_FACTORS = (1.0, 0.5)
+"""Candidates are ranked at the plan's price of time and at these multiples of it: the exact optimum often
+holds a slower, more frugal configuration for a short stretch (typically just before a switch lands), which
+no window ranks first at the full price."""
 SLOT_WIDTH = 4 + 3 * N_BINS + 1
 """Observation entries per slot: configuration features (4), gain, time and energy per bin, is-in-effect."""
 CURRENT_WIDTH = 3 * N_BINS
@@ -59,8 +64,8 @@ def memory_groups(configs: Sequence) -> list[np.ndarray]:
 
 
 def n_slots(configs: Sequence) -> int:
-    """Candidate slots for an action set: ``auto`` plus one per window and memory clock."""
-    return 1 + len(CANDIDATE_WINDOWS) * len(memory_groups(configs))
+    """Candidate slots for an action set: ``auto`` plus one per price factor, window and memory clock."""
+    return 1 + len(CANDIDATE_PRICE_FACTORS) * len(CANDIDATE_WINDOWS) * len(memory_groups(configs))
 
 
 def bin_edges_s(latency_s: float) -> np.ndarray:
@@ -110,7 +115,7 @@ class StepLookahead:
         self._win_time = np.stack([at_t[:, b] - at_t[:, a] for a, b in CANDIDATE_WINDOWS], axis=1)
         self._win_energy = np.stack([at_e[:, b] - at_e[:, a] for a, b in CANDIDATE_WINDOWS], axis=1) / power
         self.groups = memory_groups(configs)
-        self.n_slots = 1 + len(CANDIDATE_WINDOWS) * len(self.groups)
+        self.n_slots = 1 + len(CANDIDATE_PRICE_FACTORS) * len(CANDIDATE_WINDOWS) * len(self.groups)
         self._candidates: dict[float, np.ndarray] = {}
 
     def candidates(self, price_rel: float) -> np.ndarray:
@@ -118,11 +123,12 @@ class StepLookahead:
         key = float(price_rel)
         got = self._candidates.get(key)
         if got is None:
-            gain = -(self._win_energy + key * self._win_time)  # (n, W, C)
             cols = [np.zeros(self.n, dtype=np.int64)]  # slot 0: auto
-            for w in range(len(CANDIDATE_WINDOWS)):
-                for grp in self.groups:
-                    cols.append(grp[np.argmax(gain[:, w, grp], axis=1)])
+            for factor in CANDIDATE_PRICE_FACTORS:
+                gain = -(self._win_energy + factor * key * self._win_time)  # (n, W, C)
+                for w in range(len(CANDIDATE_WINDOWS)):
+                    for grp in self.groups:
+                        cols.append(grp[np.argmax(gain[:, w, grp], axis=1)])
             got = np.stack(cols, axis=1)
             if len(self._candidates) > 64:
                 self._candidates.clear()
