@@ -63,6 +63,7 @@ def trained_spec(seeds: list[int], runs: str) -> ClockPolicy | None:
     ok = min(fr) >= 95 and max(sd) <= 100 * spec.reward.budget + 0.2
     print(f"   mean ± std over seeds: {spread(fr)} % of the optimum's saving, slowdown {spread(sd)} %, "
           f"training {spread(wall)} min  -> target (>= 95 %, <= +1.2 %): {'met' if ok else 'MISSED'}")
+    expert_table([spec])
     return last
 
 
@@ -103,20 +104,30 @@ def generalisation(seeds: list[int], runs: str) -> None:
         ok &= min(f) >= 85 and max(over) <= 0.5
         print(f"   {s.name:42s} {spread(f)} % of the optimum's saving, slowdown {spread(over)} pp over budget")
     print(f"   training {spread(wall)} min per seed -> target (>= 85 %, <= +0.5 pp): {'met' if ok else 'MISSED'}")
-    print("   the exact Lagrangian expert planned the same way (why the planner mixes two prices):")
-    for s in test_specs:
-        one, mix = expert_planning(s)
-        print(f"   {s.name:42s} one price {100 * one:5.1f} % of the optimum's saving, two-price mix {100 * mix:5.1f} %")
+    expert_table(test_specs)
 
 
-def expert_planning(spec) -> tuple[float, float]:
-    """Fractions of the optimum's saving reached by the exact ``energy + p·time`` plans within the budget:
-    the lowest fitting price of a 25-point grid, and the best time-share of it with the next lower one."""
+def expert_table(specs) -> None:
+    """The exact ``energy + p·time`` expert planned like the policy: over every configuration, and over the
+    candidate slots only (the expert the policy imitates)."""
+    print("   the exact Lagrangian expert planned the same way (why the planner mixes two prices), over all "
+          "configurations | over the candidate slots:")
+    for s in specs:
+        one, mix = expert_planning(s, restricted=False)
+        r_one, r_mix = expert_planning(s, restricted=True)
+        print(f"   {s.name:42s} one price {100 * one:5.1f} %, two-price mix {100 * mix:5.1f} % | one price "
+              f"{100 * r_one:5.1f} %, mix {100 * r_mix:5.1f} % of the optimum's saving")
+
+
+def expert_planning(spec, restricted: bool) -> tuple[float, float]:
+    """Fractions of the optimum's saving reached by the exact ``energy + p·time`` plans within the budget
+    (switching to any configuration, or only to the candidate slots): the lowest fitting price of a 25-point
+    grid, and the best time-share of it with the next lower one."""
     from rlclock.agents.evaluate import optimum_for
     from rlclock.agents.imitation import LagrangianExpert
 
     ep = make_episode(spec)
-    ex = LagrangianExpert(ep)
+    ex = LagrangianExpert(ep, restricted=restricted)
     dag = ex.dag
     best_saving = 1.0 - optimum_for(ep.backend, spec.reward.budget).energy_j / ep.auto_total_j
     if best_saving <= 1e-9:

@@ -1,0 +1,119 @@
+"""The binned look-ahead and the candidate slots (rlclock.workload.lookahead)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlclock.config import load_env_spec
+from rlclock.env import make_episode
+from rlclock.errors import SpecError
+from rlclock.optimum import SwitchDag
+from rlclock.schedule import ClockConfig
+from rlclock.workload.lookahead import (
+    CANDIDATE_PRICE_FACTORS,
+    CANDIDATE_WINDOWS,
+    N_BINS,
+    SLOT_WIDTH,
+    StepLookahead,
+    bin_edges_s,
+    memory_groups,
+    n_slots,
+)
+
+CONFIGS = (ClockConfig(), ClockConfig(None, 9501), ClockConfig(1800, 9501), ClockConfig(1200, 9501),
+           ClockConfig(1800, 5001), ClockConfig(1200, 5001))
+
+
+def _tables(n: int = 40, seed: int = 0):
+    """Kernels of 1 ms at auto; per configuration a fixed time and energy ratio per kernel kind."""
+    rng = np.random.default_rng(seed)
+    at = np.full(n, 1e-3)
+    ae = np.full(n, 0.3)
+    kind = rng.integers(0, 2, n)  # 0: compute-bound, 1: memory-bound
+    t_ratio = np.array([[1.0, 1.0, 1.0, 1.5, 1.05, 1.6], [1.0, 1.0, 1.0, 1.02, 1.8, 1.9]])
+    e_ratio = np.array([[1.0, 1.0, 0.98, 0.8, 0.9, 0.75], [1.0, 1.0, 0.99, 0.85, 0.95, 0.9]])
+    return at[:, None] * t_ratio[kind], ae[:, None] * e_ratio[kind], at, ae
+
+
+def test_bins_hold_the_added_time_and_energy_in_latency_units():
+    t, e, at, ae = _tables()
+    look = StepLookahead(t, e, at, ae, 0.004, CONFIGS)
+    edges = bin_edges_s(0.004)
+    assert edges.shape == (N_BINS + 1,) and edges[2] == pytest.approx(0.004)  # the landing
+    k, b = 3, 4  # bin 4 spans whole kernels: [L + 1 ms, L + 4 ms) from kernel 3's start
+    lo, hi = 3 + int(round(edges[b] / 1e-3)), 3 + int(round(edges[b + 1] / 1e-3))
+    width = edges[b + 1] - edges[b]
+    np.testing.assert_allclose(look.bin_time[k, b], (t[lo:hi] - at[lo:hi, None]).sum(0) / width, rtol=1e-5)
+    power = ae.sum() / at.sum()
+    np.testing.assert_allclose(look.bin_energy[k, b], (e[lo:hi] - ae[lo:hi, None]).sum(0) / (power * width),
+                               rtol=1e-5)
+    assert np.all(look.bin_time[:, :, 0] == 0) and np.all(look.bin_energy[:, :, 0] == 0)  # auto adds nothing
+    assert look.occupancy[0].tolist() == [1.0] * N_BINS
+    assert look.occupancy[-1, 0] == pytest.approx(0.5) and look.occupancy[-1, -1] == 0.0  # the last 1 ms kernel, then past the end
+
+
+def test_without_latency_the_bins_before_the_landing_are_empty():
+    t, e, at, ae = _tables()
+    look = StepLookahead(t, e, at, ae, 0.0, CONFIGS)
+    assert np.all(look.occupancy[:, :2] == 0) and np.all(look.bin_time[:, :2] == 0)
+    assert np.all(np.isfinite(look.bin_time)) and np.all(np.isfinite(look.bin_energy))
+
+
+def test_candidates_are_the_best_of_their_memory_clock_over_each_window():
+    t, e, at, ae = _tables()
+    look = StepLookahead(t, e, at, ae, 0.002, CONFIGS)
+    price = 1.3
+    cand = look.candidates(price)
+    groups = memory_groups(CONFIGS)
+    assert cand.shape == (len(t), n_slots(CONFIGS)) == (len(t), 1 + len(CANDIDATE_PRICE_FACTORS)
+                                                         * len(CANDIDATE_WINDOWS) * 2)
+    assert np.all(cand[:, 0] == 0)
+    edges = bin_edges_s(0.002)
+    power = ae.sum() / at.sum()
+    k, slot = 5, 1
+    for factor in CANDIDATE_PRICE_FACTORS:
+        for a, b in CANDIDATE_WINDOWS:
+            lo, hi = k + int(round(edges[a] / 1e-3)), k + int(round(edges[b] / 1e-3))
+            gain = -((e[lo:hi] - ae[lo:hi, None]).sum(0) / power + factor * price * (t[lo:hi] - at[lo:hi, None]).sum(0))
+            for grp in groups:
+                assert cand[k, slot] == grp[np.argmax(gain[grp])]
+                slot += 1
+    # per-kernel prices take each row from its kernel's price
+    mixed = look.candidates_per_kernel(np.where(np.arange(len(t)) < 20, 0.3, 3.0))
+    assert np.array_equal(mixed[:20], look.candidates(0.3)[:20]) and np.array_equal(mixed[20:], look.candidates(3.0)[20:])
+
+
+def test_slot_features_have_the_documented_width():
+    t, e, at, ae = _tables()
+    look = StepLookahead(t, e, at, ae, 0.002, CONFIGS)
+    cf = np.arange(len(CONFIGS) * 4, dtype=float).reshape(-1, 4)
+    slots = look.candidates(1.0)[7]
+    f = look.slot_features(7, slots, int(slots[1]), 1.0, cf)
+    assert f.shape == (len(slots), SLOT_WIDTH)
+    np.testing.assert_array_equal(f[:, :4], cf[slots])
+    assert f[1, -1] == 1.0 and f[0, -1] == float(slots[0] == slots[1])
+
+
+def test_a_restricted_optimum_never_beats_the_full_one_and_equals_it_with_every_target():
+    t, e, at, ae = _tables(30)
+    dag = SwitchDag(t, e, 0.002)
+    lam = 300.0
+    V, _ = dag.backward(lam)
+    everything = np.tile(np.arange(len(CONFIGS)), (len(t), 1))
+    V_all, _ = dag.backward(lam, targets=everything)
+    np.testing.assert_allclose(V_all, V)
+    look = StepLookahead(t, e, at, ae, 0.002, CONFIGS)
+    V_r, ch = dag.backward(lam, want_path=True, targets=look.candidates(lam / (ae.sum() / at.sum())))
+    assert np.all(V_r >= V - 1e-9)
+    assert set(np.unique(ch[ch >= 0])) <= set(np.unique(look.candidates(lam / (ae.sum() / at.sum()))))
+
+
+def test_the_rtx_3080_ti_action_set_has_25_slots():
+    ep = make_episode(load_env_spec("gpt3xl-rtx3080ti"))
+    assert ep.look.n_slots == 25 == n_slots(ep.backend.configs)
+
+
+def test_an_action_set_without_memory_clocks_is_refused():
+    with pytest.raises(SpecError, match="memory clock"):
+        memory_groups([ClockConfig()])
