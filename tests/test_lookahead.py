@@ -42,7 +42,7 @@ def test_bins_hold_the_added_time_and_energy_in_latency_units():
     edges = bin_edges_s(0.004)
     assert edges.shape == (N_BINS + 1,) and edges[2] == pytest.approx(0.004)  # the landing
     k, b = 3, 4  # bin 4 spans whole kernels: [L + 1 ms, L + 4 ms) from kernel 3's start
-    lo, hi = 3 + int(round(edges[b] / 1e-3)), 3 + int(round(edges[b + 1] / 1e-3))
+    lo, hi = 3 + round((edges[b] / 1e-3)), 3 + round((edges[b + 1] / 1e-3))
     width = edges[b + 1] - edges[b]
     np.testing.assert_allclose(look.bin_time[k, b], (t[lo:hi] - at[lo:hi, None]).sum(0) / width, rtol=1e-5)
     power = ae.sum() / at.sum()
@@ -50,7 +50,8 @@ def test_bins_hold_the_added_time_and_energy_in_latency_units():
                                rtol=1e-5)
     assert np.all(look.bin_time[:, :, 0] == 0) and np.all(look.bin_energy[:, :, 0] == 0)  # auto adds nothing
     assert look.occupancy[0].tolist() == [1.0] * N_BINS
-    assert look.occupancy[-1, 0] == pytest.approx(0.5) and look.occupancy[-1, -1] == 0.0  # the last 1 ms kernel, then past the end
+    # the last 1 ms kernel fills half the first bin; the bins after it are past the step's end
+    assert look.occupancy[-1, 0] == pytest.approx(0.5) and look.occupancy[-1, -1] == 0.0
 
 
 def test_without_latency_the_bins_before_the_landing_are_empty():
@@ -74,8 +75,9 @@ def test_candidates_are_the_best_of_their_memory_clock_over_each_window():
     k, slot = 5, 1
     for factor in CANDIDATE_PRICE_FACTORS:
         for a, b in CANDIDATE_WINDOWS:
-            lo, hi = k + int(round(edges[a] / 1e-3)), k + int(round(edges[b] / 1e-3))
-            gain = -((e[lo:hi] - ae[lo:hi, None]).sum(0) / power + factor * price * (t[lo:hi] - at[lo:hi, None]).sum(0))
+            lo, hi = k + round((edges[a] / 1e-3)), k + round((edges[b] / 1e-3))
+            added_t = (t[lo:hi] - at[lo:hi, None]).sum(0)
+            gain = -((e[lo:hi] - ae[lo:hi, None]).sum(0) / power + factor * price * added_t)
             for grp in groups:
                 assert cand[k, slot] == grp[np.argmax(gain[grp])]
                 slot += 1
