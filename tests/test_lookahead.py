@@ -42,7 +42,7 @@ def test_bins_hold_the_added_time_and_energy_in_latency_units():
     edges = bin_edges_s(0.004)
     assert edges.shape == (N_BINS + 1,) and edges[2] == pytest.approx(0.004)  # the landing
     k, b = 3, 4  # bin 4 spans whole kernels: [L + 1 ms, L + 4 ms) from kernel 3's start
-    lo, hi = 3 + round((edges[b] / 1e-3)), 3 + round((edges[b + 1] / 1e-3))
+    lo, hi = 3 + round(edges[b] / 1e-3), 3 + round(edges[b + 1] / 1e-3)
     width = edges[b + 1] - edges[b]
     np.testing.assert_allclose(look.bin_time[k, b], (t[lo:hi] - at[lo:hi, None]).sum(0) / width, rtol=1e-5)
     power = ae.sum() / at.sum()
@@ -75,7 +75,7 @@ def test_candidates_are_the_best_of_their_memory_clock_over_each_window():
     k, slot = 5, 1
     for factor in CANDIDATE_PRICE_FACTORS:
         for a, b in CANDIDATE_WINDOWS:
-            lo, hi = k + round((edges[a] / 1e-3)), k + round((edges[b] / 1e-3))
+            lo, hi = k + round(edges[a] / 1e-3), k + round(edges[b] / 1e-3)
             added_t = (t[lo:hi] - at[lo:hi, None]).sum(0)
             gain = -((e[lo:hi] - ae[lo:hi, None]).sum(0) / power + factor * price * added_t)
             for grp in groups:
@@ -83,7 +83,8 @@ def test_candidates_are_the_best_of_their_memory_clock_over_each_window():
                 slot += 1
     # per-kernel prices take each row from its kernel's price
     mixed = look.candidates_per_kernel(np.where(np.arange(len(t)) < 20, 0.3, 3.0))
-    assert np.array_equal(mixed[:20], look.candidates(0.3)[:20]) and np.array_equal(mixed[20:], look.candidates(3.0)[20:])
+    assert np.array_equal(mixed[:20], look.candidates(0.3)[:20])
+    assert np.array_equal(mixed[20:], look.candidates(3.0)[20:])
 
 
 def test_slot_features_have_the_documented_width():
