@@ -333,12 +333,20 @@ class ClockPolicy:
         win = (self.lookahead + 1) * N_KERNEL_INPUTS
         S = look.n_slots
         at_cur = win + S * SLOT_WIDTH
-        w_slots = w1[:, win:at_cur]
-        w_now = w1[:, at_cur : at_cur + CURRENT_WIDTH]
+        # the slot block's weights split by feature kind (layout: rlclock.workload.lookahead.slot_features)
+        w_slot = w1[:, win:at_cur].reshape(-1, S, SLOT_WIDTH)
+        w_cf = np.ascontiguousarray(w_slot[:, :, :4].reshape(w1.shape[0], -1))
+        w_gain = np.ascontiguousarray(w_slot[:, :, 4 : 4 + N_BINS].reshape(w1.shape[0], -1))
+        w_fixed = np.ascontiguousarray(w_slot[:, :, 4 + N_BINS : 4 + 3 * N_BINS].reshape(w1.shape[0], -1))
+        w_is = np.ascontiguousarray(w_slot[:, :, -1])
+        w_now_gain = w1[:, at_cur : at_cur + N_BINS]
+        w_now_fixed = w1[:, at_cur + N_BINS : at_cur + CURRENT_WIDTH]
         ws = w1[:, at_cur + CURRENT_WIDTH + N_BINS :]  # state columns (rlclock.env observation table)
         pre = base + np.outer(price_feature(prices), ws[:, 10])
         cf = self._config_features()
         cur_part = cf @ ws[:, 0:4].T  # (C, H)
+        # per configuration in effect, the price-independent part of its own bins (added time, energy)
+        bt_by, be_by, fixed_by = look.time_by_config, look.energy_by_config, look.clipped_by_config
         later = H[1:]
         head_w, head_b = self.weights.head
         tanh = self.weights.activation == "tanh"
@@ -348,13 +356,16 @@ class ClockPolicy:
         t_at = t_tab.item
         e_at = e_tab.item
         clock = time.perf_counter
+        clip = np.clip
         for k in range(n):
             if pend < 0:
                 t0 = clock() if timings is not None else 0.0
                 rel = float(prices[k])
                 slots = cand[k]
-                h = (pre[k] + cur_part[cur] + w_slots @ look.slot_features(k, slots, cur, rel, cf).ravel()
-                     + w_now @ look.current_features(k, cur, rel))
+                g = clip(-(be_by[k] + rel * bt_by[k]), -1.0, 1.0)  # (C, N_BINS) gain of every configuration
+                h = (pre[k] + cur_part[cur] + w_cf @ cf[slots].ravel() + w_gain @ g[slots].ravel()
+                     + w_fixed @ fixed_by[k][slots].ravel() + w_is @ (slots == cur)
+                     + w_now_gain @ g[cur] + w_now_fixed @ fixed_by[k, cur])
                 if first_layer is not None:
                     first_layer.append(h.copy())
                 h = np.tanh(h) if tanh else np.maximum(h, 0.0)

@@ -114,6 +114,11 @@ class StepLookahead:
         # window sums of the added time (s) and energy (J / mean power), for ranking candidates
         self._win_time = np.stack([at_t[:, b] - at_t[:, a] for a, b in CANDIDATE_WINDOWS], axis=1)
         self._win_energy = np.stack([at_e[:, b] - at_e[:, a] for a, b in CANDIDATE_WINDOWS], axis=1) / power
+        # per kernel and configuration, bins last: what a decision gathers for its slots (rollout fast path)
+        self.time_by_config = np.ascontiguousarray(self.bin_time.transpose(0, 2, 1), dtype=np.float64)
+        self.energy_by_config = np.ascontiguousarray(self.bin_energy.transpose(0, 2, 1), dtype=np.float64)
+        self.clipped_by_config = np.concatenate([np.clip(self.time_by_config, -1.0, 2.0),
+                                                 np.clip(self.energy_by_config, -1.0, 1.0)], axis=2)
         self.groups = memory_groups(configs)
         self.n_slots = 1 + len(CANDIDATE_PRICE_FACTORS) * len(CANDIDATE_WINDOWS) * len(self.groups)
         self._candidates: dict[float, np.ndarray] = {}
