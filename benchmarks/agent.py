@@ -2,6 +2,7 @@
 
     python benchmarks/agent.py [--seeds 0 1 2] [--skip-generalisation] [--checkpoint checkpoints/gpt3xl-rtx3080ti]
     python benchmarks/agent.py --only-cost --checkpoint checkpoints/gpt3xl-rtx3080ti
+    python benchmarks/agent.py --only-generalisation --generalisation-seeds 0 1
 
 1. Trained spec: for each seed, ``agents/ppo.yaml`` on ``envs/gpt3xl-rtx3080ti.yaml`` (simulated RTX 3080 Ti,
    30 ms switching latency, 1 % budget); the policy's saving as a fraction of the exact latency-aware
@@ -206,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--runs-dir", default="runs/benchmark-agent")
     p.add_argument("--skip-generalisation", action="store_true")
+    p.add_argument("--only-generalisation", action="store_true", help="only section 2")
+    p.add_argument("--generalisation-seeds", type=int, nargs="+", default=None,
+                   help="seeds of section 2 (default: --seeds)")
     p.add_argument("--checkpoint", default=None, help="time this checkpoint instead of the last trained")
     p.add_argument("--scratch", action="store_true", help="also train PPO from scratch once, for comparison")
     p.add_argument("--only-scratch", action="store_true", help="only the from-scratch comparison")
@@ -219,11 +223,14 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--only-cost needs --checkpoint")
         cost(None, args.checkpoint)
         return 0
+    if args.only_generalisation:
+        generalisation(args.generalisation_seeds or args.seeds, args.runs_dir)
+        return 0
     pol = trained_spec(args.seeds, args.runs_dir)
     if args.scratch:
         scratch(args.runs_dir)
     if not args.skip_generalisation:
-        generalisation(args.seeds, args.runs_dir)
+        generalisation(args.generalisation_seeds or args.seeds, args.runs_dir)
     cost(pol, args.checkpoint)
     return 0
 
