@@ -185,7 +185,8 @@ def cost(policy: ClockPolicy | None, checkpoint: str | None) -> None:
         cal.append(time.perf_counter() - s)
     n_dec = len(per) // 30
     widths = [w.shape[0] for w, _ in policy.weights.hidden]
-    print(f"   decision (numpy MLP {widths}, {len(policy.configs)} configurations + keep): "
+    print(f"   decision (numpy MLP {widths}, {len(policy.configs)} configurations in "
+          f"{policy.meta['candidate_slots']} candidate slots + keep): "
           f"median {1e6 * np.median(per):.1f} us, p99 {1e6 * np.percentile(per, 99):.1f} us (target <= 20 us)")
     print(f"   whole GPT-3 XL step ({backend.n_kernels} kernels, {n_dec} decisions; none while a switch is in flight): "
           f"median {1e3 * np.median(whole):.2f} ms (target <= 5 ms); with budget calibration "
