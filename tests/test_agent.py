@@ -122,7 +122,8 @@ def test_dagger_learns_to_agree_with_the_expert():
     env = KernelClockEnv(dict(SMALL, reward={"budget": 0.01, "time_price": "optimum"}))
     rep = dagger(_random_model(env, 0), env, iterations=3, epochs=5, min_updates=200, prices_per_round=2, seed=0)
     assert rep.samples[-1] > rep.samples[0] > 0
-    assert rep.agreement[-1] > max(0.6, rep.agreement[0] + 0.3), rep.agreement
+    # a random network already "agrees" where any slot it picks holds the configuration in effect
+    assert rep.agreement[-1] > 0.7 and np.mean(rep.agreement[1:]) > rep.agreement[0] + 0.15, rep.agreement
 
 
 def _checkpoint(tmp_path) -> Path:
