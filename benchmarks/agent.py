@@ -95,9 +95,13 @@ def generalisation(seeds: list[int], runs: str) -> None:
                     eval_specs=load_env_specs("family-rtx3080ti"), name=f"family-rtx3080ti-s{seed}")
         wall.append(res.wall_s / 60)
         pol = ClockPolicy.load(res.checkpoint)
+        line = []
         for s in test_specs:
             ev = evaluate_policy(pol, s)
             per[s.name].append((100 * ev.fraction_of_optimum, ev.slowdown_pct - 100 * s.reward.budget))
+            line.append(f"{100 * ev.fraction_of_optimum:.1f}")
+        print(f"   seed {seed}: {' / '.join(line)} % of the optimum's saving, trained in {res.wall_s / 60:.1f} min",
+              flush=True)
     ok = True
     for s in test_specs:
         f = [x[0] for x in per[s.name]]
