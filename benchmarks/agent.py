@@ -3,6 +3,7 @@
     python benchmarks/agent.py [--seeds 0 1 2] [--skip-generalisation] [--checkpoint checkpoints/gpt3xl-rtx3080ti]
     python benchmarks/agent.py --only-cost --checkpoint checkpoints/gpt3xl-rtx3080ti
     python benchmarks/agent.py --only-generalisation --generalisation-seeds 0 1
+    python benchmarks/agent.py --only-experts
 
 1. Trained spec: for each seed, ``agents/ppo.yaml`` on ``envs/gpt3xl-rtx3080ti.yaml`` (simulated RTX 3080 Ti,
    30 ms switching latency, 1 % budget); the policy's saving as a fraction of the exact latency-aware
@@ -219,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scratch", action="store_true", help="also train PPO from scratch once, for comparison")
     p.add_argument("--only-scratch", action="store_true", help="only the from-scratch comparison")
     p.add_argument("--only-cost", action="store_true", help="only section 3, timing --checkpoint")
+    p.add_argument("--only-experts", action="store_true",
+                   help="only the exact expert planned like the policy, on the trained spec and the held-out ones")
     args = p.parse_args(argv)
     if args.only_scratch:
         scratch(args.runs_dir)
@@ -227,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.checkpoint:
             p.error("--only-cost needs --checkpoint")
         cost(None, args.checkpoint)
+        return 0
+    if args.only_experts:
+        print("Exact expert planned like the policy (trained spec, then the held-out workloads)")
+        expert_table([load_env_spec("gpt3xl-rtx3080ti"), *load_env_specs("heldout-rtx3080ti")])
         return 0
     if args.only_generalisation:
         generalisation(args.generalisation_seeds or args.seeds, args.runs_dir)
