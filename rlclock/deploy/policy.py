@@ -46,6 +46,15 @@ N_STATE = 13  # observation entries after the kernel window (rlclock.env)
 DEFAULT_PRICE_REL = 1.15  # where plans start when a checkpoint does not say (exact optima price time at 1-1.5)
 
 
+@dataclass
+class PreparedStep:
+    """What :meth:`ClockPolicy.rollout` reuses across prices for one step (see :meth:`ClockPolicy.prepare`)."""
+
+    base: np.ndarray  # (n, H) first-layer sum over the price- and state-independent inputs
+    look: StepLookahead
+    per_price: dict[float, tuple[np.ndarray, np.ndarray]]  # ClockPolicy._price_tables
+
+
 def clock_table_digest(spec: GpuSpec) -> str:
     """A short digest of a GPU's clock table (memory clock → supported core clocks)."""
     text = json.dumps({str(m): list(spec.clocks[m]) for m in sorted(spec.clocks)})
@@ -309,7 +318,7 @@ class ClockPolicy:
     def rollout(self, trace: KernelTrace, t_tab: np.ndarray, e_tab: np.ndarray, auto_t: np.ndarray,
                 auto_e: np.ndarray, latency_s: float, price_rel: float | np.ndarray,
                 timings: list[float] | None = None, first_layer: list[np.ndarray] | None = None,
-                prepared: tuple[np.ndarray, StepLookahead] | None = None) -> np.ndarray:
+                prepared: PreparedStep | None = None) -> np.ndarray:
         """The decision loop (numpy only) at a price of time ``price_rel`` (J/s per watt of mean auto power;
         one for the step or one per kernel).
 
@@ -317,36 +326,36 @@ class ClockPolicy:
         clock response, the look-ahead bins, the candidate slots and the plan's accounting). ``timings``
         receives the seconds spent per decision if given, ``first_layer`` the first layer's input-side sum
         ``W1 · obs + b1`` at each decision (for checking against the env's observations). ``prepared`` is
-        :meth:`prepare` for these inputs, when the caller rolls the same step out at several prices;
-        afterwards ``self.last_time_s`` and ``self.last_energy_j`` hold the planned step."""
+        :meth:`prepare` for these inputs, when the caller rolls the same step out at several prices (it
+        keeps what each price needs); afterwards ``self.last_time_s`` and ``self.last_energy_j`` hold the
+        planned step."""
         n = t_tab.shape[0]
         H = self.weights.hidden
-        base, look = prepared if prepared is not None else self.prepare(trace, t_tab, e_tab, auto_t, auto_e,
-                                                                        latency_s)
+        if prepared is None:
+            prepared = self.prepare(trace, t_tab, e_tab, auto_t, auto_e, latency_s)
         price = np.asarray(price_rel, dtype=float)
         if price.shape not in ((), (n,)) or not np.all(np.isfinite(price)) or np.any(price < 0):
             raise CheckpointError(f"price of time {price_rel!r}: need one finite price >= 0 or one per kernel "
                                   f"({n}).")
         prices = np.broadcast_to(price, (n,))
-        cand = look.candidates(float(price)) if price.shape == () else look.candidates_per_kernel(prices)
+        look = prepared.look
+        levels, which = np.unique(prices, return_inverse=True)
+        tables = [self._price_tables(prepared, float(p)) for p in levels]
+        if len(tables) == 1:
+            cand, slot_part = tables[0]
+        else:
+            cand = np.stack([tables[w][0][k] for k, w in enumerate(which)])
+            slot_part = np.stack([tables[w][1][k] for k, w in enumerate(which)])
         w1 = H[0][0]
-        win = (self.lookahead + 1) * N_KERNEL_INPUTS
         S = look.n_slots
-        at_cur = win + S * SLOT_WIDTH
-        # the slot block's weights split by feature kind (layout: rlclock.workload.lookahead.slot_features)
-        w_slot = w1[:, win:at_cur].reshape(-1, S, SLOT_WIDTH)
-        w_cf = np.ascontiguousarray(w_slot[:, :, :4].reshape(w1.shape[0], -1))
-        w_gain = np.ascontiguousarray(w_slot[:, :, 4 : 4 + N_BINS].reshape(w1.shape[0], -1))
-        w_fixed = np.ascontiguousarray(w_slot[:, :, 4 + N_BINS : 4 + 3 * N_BINS].reshape(w1.shape[0], -1))
-        w_is = np.ascontiguousarray(w_slot[:, :, -1])
+        at_cur = (self.lookahead + 1) * N_KERNEL_INPUTS + S * SLOT_WIDTH
+        w_is = self._cache["w_is"]
         w_now_gain = w1[:, at_cur : at_cur + N_BINS]
         w_now_fixed = w1[:, at_cur + N_BINS : at_cur + CURRENT_WIDTH]
         ws = w1[:, at_cur + CURRENT_WIDTH + N_BINS :]  # state columns (rlclock.env observation table)
-        pre = base + np.outer(price_feature(prices), ws[:, 10])
-        cf = self._config_features()
-        cur_part = cf @ ws[:, 0:4].T  # (C, H)
-        # per configuration in effect, the price-independent part of its own bins (added time, energy)
-        bt_by, be_by, fixed_by = look.time_by_config, look.energy_by_config, look.clipped_by_config
+        pre = prepared.base + slot_part + np.outer(price_feature(prices), ws[:, 10])
+        cur_part = self._config_features() @ ws[:, 0:4].T  # (C, H)
+        fixed_by, bt_by, be_by = look.clipped_by_config, look.time_by_config, look.energy_by_config
         later = H[1:]
         head_w, head_b = self.weights.head
         tanh = self.weights.activation == "tanh"
@@ -356,16 +365,13 @@ class ClockPolicy:
         t_at = t_tab.item
         e_at = e_tab.item
         clock = time.perf_counter
-        clip = np.clip
         for k in range(n):
             if pend < 0:
                 t0 = clock() if timings is not None else 0.0
-                rel = float(prices[k])
                 slots = cand[k]
-                g = clip(-(be_by[k] + rel * bt_by[k]), -1.0, 1.0)  # (C, N_BINS) gain of every configuration
-                h = (pre[k] + cur_part[cur] + w_cf @ cf[slots].ravel() + w_gain @ g[slots].ravel()
-                     + w_fixed @ fixed_by[k][slots].ravel() + w_is @ (slots == cur)
-                     + w_now_gain @ g[cur] + w_now_fixed @ fixed_by[k, cur])
+                gain = -(be_by[k, cur] + prices[k] * bt_by[k, cur])  # the configuration in effect, per bin
+                h = (pre[k] + cur_part[cur] + w_is @ (slots == cur) + w_now_gain @ np.clip(gain, -1.0, 1.0)
+                     + w_now_fixed @ fixed_by[k, cur])
                 if first_layer is not None:
                     first_layer.append(h.copy())
                 h = np.tanh(h) if tanh else np.maximum(h, 0.0)
@@ -404,10 +410,10 @@ class ClockPolicy:
         return req
 
     def prepare(self, trace: KernelTrace, t_tab: np.ndarray, e_tab: np.ndarray, auto_t: np.ndarray,
-                auto_e: np.ndarray, latency_s: float) -> tuple[np.ndarray, StepLookahead]:
-        """What every rollout of one step shares: ``(n, H)`` — the first layer's sum over the parts of the
-        observation that depend on neither the price nor the state (kernel windows, occupancy of the bins
-        ahead, time left, latency, bias) — and the step's :class:`StepLookahead`."""
+                auto_e: np.ndarray, latency_s: float) -> PreparedStep:
+        """What every rollout of one step shares: the first layer's sum over the parts of the observation that
+        depend on neither the price nor the state (kernel windows, occupancy of the bins ahead, time left,
+        latency, bias) at every kernel, and the step's :class:`StepLookahead`."""
         n, K = t_tab.shape[0], self.lookahead
         w1, b1 = self.weights.hidden[0]
         look = StepLookahead(t_tab, e_tab, auto_t, auto_e, latency_s, self.configs)
@@ -416,6 +422,10 @@ class ClockPolicy:
         rows = np.lib.stride_tricks.sliding_window_view(window, (K + 1, N_KERNEL_INPUTS))[:, 0].reshape(n, width)
         if self._cache.get("w1_window") is None:
             self._cache["w1_window"] = np.ascontiguousarray(w1[:, :width].T, dtype=np.float32)
+            w_slot = w1[:, width : width + look.n_slots * SLOT_WIDTH].reshape(-1, look.n_slots, SLOT_WIDTH)
+            self._cache["w_is"] = np.ascontiguousarray(w_slot[:, :, -1])
+            self._cache["w_slots"] = np.ascontiguousarray(w_slot[:, :, :-1].reshape(w1.shape[0], -1).T,
+                                                          dtype=np.float32)
         at_occ = width + look.n_slots * SLOT_WIDTH + CURRENT_WIDTH
         w_occ = w1[:, at_occ : at_occ + N_BINS]
         ws = w1[:, at_occ + N_BINS :]
@@ -425,7 +435,25 @@ class ClockPolicy:
         kernels = (rows @ self._cache["w1_window"]).astype(np.float64)
         base = (kernels + b1 + look.occupancy.astype(np.float64) @ w_occ.T + np.outer(remaining, ws[:, 11])
                 + latency_feature(latency_s) * ws[:, 12])
-        return base, look
+        return PreparedStep(base, look, {})
+
+    def _price_tables(self, prepared: PreparedStep, price_rel: float) -> tuple[np.ndarray, np.ndarray]:
+        """For one price of time, at every kernel: the candidate slots ``(n, S)`` and the first layer's sum
+        over the slots' features but their in-effect flags ``(n, H)`` (computed once per price and step)."""
+        got = prepared.per_price.get(price_rel)
+        if got is None:
+            look = prepared.look
+            n = look.n
+            cand = look.candidates(price_rel)
+            k = np.arange(n)[:, None]
+            gain = np.clip(-(look.energy_by_config[k, cand] + price_rel * look.time_by_config[k, cand]), -1.0, 1.0)
+            feats = np.concatenate([self._config_features()[cand], gain, look.clipped_by_config[k, cand]],
+                                   axis=2)  # (n, S, SLOT_WIDTH - 1): the slot layout without the flag
+            got = (cand, (feats.reshape(n, -1).astype(np.float32) @ self._cache["w_slots"]).astype(np.float64))
+            if len(prepared.per_price) >= 32:
+                prepared.per_price.clear()
+            prepared.per_price[price_rel] = got
+        return got
 
     def _config_features(self) -> np.ndarray:
         if "cf" not in self._cache:
