@@ -52,7 +52,7 @@ class PreparedStep:
 
     base: np.ndarray  # (n, H) first-layer sum over the price- and state-independent inputs
     look: StepLookahead
-    per_price: dict[float, tuple[np.ndarray, np.ndarray]]  # ClockPolicy._price_tables
+    per_price: dict[float, tuple[np.ndarray, np.ndarray, np.ndarray]]  # ClockPolicy._price_tables
 
 
 def clock_table_digest(spec: GpuSpec) -> str:
@@ -342,10 +342,11 @@ class ClockPolicy:
         levels, which = np.unique(prices, return_inverse=True)
         tables = [self._price_tables(prepared, float(p)) for p in levels]
         if len(tables) == 1:
-            cand, slot_part = tables[0]
+            cand, slot_part = tables[0][0], tables[0][2]
         else:
             cand = np.stack([tables[w][0][k] for k, w in enumerate(which)])
-            slot_part = np.stack([tables[w][1][k] for k, w in enumerate(which)])
+            slot_part = np.stack([tables[w][2][k] for k, w in enumerate(which)])
+        gains = [g for _, g, _ in tables]  # per price level: (n, C, N_BINS) gain of every configuration
         w1 = H[0][0]
         S = look.n_slots
         at_cur = (self.lookahead + 1) * N_KERNEL_INPUTS + S * SLOT_WIDTH
@@ -355,7 +356,7 @@ class ClockPolicy:
         ws = w1[:, at_cur + CURRENT_WIDTH + N_BINS :]  # state columns (rlclock.env observation table)
         pre = prepared.base + slot_part + np.outer(price_feature(prices), ws[:, 10])
         cur_part = self._config_features() @ ws[:, 0:4].T  # (C, H)
-        fixed_by, bt_by, be_by = look.clipped_by_config, look.time_by_config, look.energy_by_config
+        fixed_by = look.clipped_by_config
         later = H[1:]
         head_w, head_b = self.weights.head
         tanh = self.weights.activation == "tanh"
@@ -369,8 +370,7 @@ class ClockPolicy:
             if pend < 0:
                 t0 = clock() if timings is not None else 0.0
                 slots = cand[k]
-                gain = -(be_by[k, cur] + prices[k] * bt_by[k, cur])  # the configuration in effect, per bin
-                h = (pre[k] + cur_part[cur] + w_is @ (slots == cur) + w_now_gain @ np.clip(gain, -1.0, 1.0)
+                h = (pre[k] + cur_part[cur] + w_is @ (slots == cur) + w_now_gain @ gains[which[k]][k, cur]
                      + w_now_fixed @ fixed_by[k, cur])
                 if first_layer is not None:
                     first_layer.append(h.copy())
@@ -437,19 +437,20 @@ class ClockPolicy:
                 + latency_feature(latency_s) * ws[:, 12])
         return PreparedStep(base, look, {})
 
-    def _price_tables(self, prepared: PreparedStep, price_rel: float) -> tuple[np.ndarray, np.ndarray]:
-        """For one price of time, at every kernel: the candidate slots ``(n, S)`` and the first layer's sum
-        over the slots' features but their in-effect flags ``(n, H)`` (computed once per price and step)."""
+    def _price_tables(self, prepared: PreparedStep, price_rel: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For one price of time, at every kernel: the candidate slots ``(n, S)``, every configuration's gain
+        per bin ``(n, C, N_BINS)`` and the first layer's sum over the slots' features but their in-effect
+        flags ``(n, H)`` (computed once per price and step)."""
         got = prepared.per_price.get(price_rel)
         if got is None:
             look = prepared.look
             n = look.n
             cand = look.candidates(price_rel)
             k = np.arange(n)[:, None]
-            gain = np.clip(-(look.energy_by_config[k, cand] + price_rel * look.time_by_config[k, cand]), -1.0, 1.0)
-            feats = np.concatenate([self._config_features()[cand], gain, look.clipped_by_config[k, cand]],
+            gain = np.clip(-(look.energy_by_config + price_rel * look.time_by_config), -1.0, 1.0)
+            feats = np.concatenate([self._config_features()[cand], gain[k, cand], look.clipped_by_config[k, cand]],
                                    axis=2)  # (n, S, SLOT_WIDTH - 1): the slot layout without the flag
-            got = (cand, (feats.reshape(n, -1).astype(np.float32) @ self._cache["w_slots"]).astype(np.float64))
+            got = (cand, gain, (feats.reshape(n, -1).astype(np.float32) @ self._cache["w_slots"]).astype(np.float64))
             if len(prepared.per_price) >= 32:
                 prepared.per_price.clear()
             prepared.per_price[price_rel] = got
