@@ -383,31 +383,44 @@ class BatchCore:
         ep0 = self.eps[0]
         S = ep0.look.n_slots
         win = (ep0.lookahead + 1) * N_KERNEL_INPUTS
-        width = win + S * SLOT_WIDTH + CURRENT_WIDTH + N_BINS
+        at = win + S * SLOT_WIDTH
+        width = at + CURRENT_WIDTH + N_BINS
         obs = np.empty((self.n, width + N_STATE), dtype=np.float32)
         st = self.state
+        rows_of: dict[int, list[int]] = {}  # runs on the same episode are filled together
         for j, ep in enumerate(self.eps):
-            kj = min(int(self.k[j]), ep.n - 1)
-            obs[j, :win] = ep.window[kj : kj + ep.lookahead + 1].ravel()
-            rel = self.price[j] / ep.mean_power_w
-            cur = int(st.current[j])
-            at = win + S * SLOT_WIDTH
-            obs[j, win:at] = ep.look.slot_features(kj, self.candidates[j][kj], cur, rel, ep.config_feat).ravel()
-            obs[j, at : at + CURRENT_WIDTH] = ep.look.current_features(kj, cur, rel)
-            obs[j, at + CURRENT_WIDTH : width] = ep.look.occupancy[kj]
+            rows_of.setdefault(id(ep), []).append(j)
+        for rows in rows_of.values():
+            ep = self.eps[rows[0]]
+            r = np.asarray(rows)
+            k = np.minimum(self.k[r], ep.n - 1)
+            cur = st.current[r]
+            rel = self.price[r] / ep.mean_power_w
+            obs[r, :win] = ep.window[k[:, None] + np.arange(ep.lookahead + 1)].reshape(len(r), win)
+            look = ep.look
+            slots = np.stack([self.candidates[j][kj] for j, kj in zip(rows, k)])  # (R, S)
+            kk = k[:, None]
+            gain = -(look.energy_by_config[kk, slots] + rel[:, None, None] * look.time_by_config[kk, slots])
+            block = obs[r, win:at].reshape(len(r), S, SLOT_WIDTH)
+            block[:, :, :4] = ep.config_feat[slots]
+            block[:, :, 4 : 4 + N_BINS] = np.clip(gain, -1.0, 1.0)
+            block[:, :, 4 + N_BINS : 4 + 3 * N_BINS] = look.clipped_by_config[kk, slots]
+            block[:, :, -1] = slots == cur[:, None]
+            obs[r, win:at] = block.reshape(len(r), -1)
+            gain_now = -(look.energy_by_config[k, cur] + rel[:, None] * look.time_by_config[k, cur])
+            obs[r, at : at + N_BINS] = np.clip(gain_now, -1.0, 1.0)
+            obs[r, at + N_BINS : at + CURRENT_WIDTH] = look.clipped_by_config[k, cur]
+            obs[r, at + CURRENT_WIDTH : width] = look.occupancy[k]
             cf = ep.config_feat
-            obs[j, width : width + 4] = cf[st.current[j]]
-            pend = st.pending[j]
-            if pend >= 0:
-                obs[j, width + 4 : width + 8] = cf[pend]
-                obs[j, width + 8] = 1.0
-                lat = ep.backend.latency_s
-                obs[j, width + 9] = min(1.0, st.land_in_s[j] / lat) if lat > 0 else 0.0
-            else:
-                obs[j, width + 4 : width + 10] = 0.0
+            obs[r, width : width + 4] = cf[cur]
+            pend = st.pending[r]
+            flying = pend >= 0
+            obs[r, width + 4 : width + 8] = np.where(flying[:, None], cf[np.maximum(pend, 0)], 0.0)
+            obs[r, width + 8] = flying
             lat = ep.backend.latency_s
-            obs[j, width + 10] = float(price_feature(self.price[j] / ep.mean_power_w))
-            obs[j, width + 11] = float(remaining_feature(ep.auto_total_s - ep.auto_prefix_s[kj], lat))
-            obs[j, width + 12] = latency_feature(lat)
+            obs[r, width + 9] = np.where(flying, np.minimum(1.0, st.land_in_s[r] / lat), 0.0) if lat > 0 else 0.0
+            obs[r, width + 10] = price_feature(rel)
+            obs[r, width + 11] = remaining_feature(ep.auto_total_s - ep.auto_prefix_s[k], lat)
+            obs[r, width + 12] = latency_feature(lat)
         return obs
 

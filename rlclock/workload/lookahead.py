@@ -150,18 +150,27 @@ class StepLookahead:
         return out
 
     def slot_features(self, k: int, slots: np.ndarray, current: int, price_rel: float,
-                      config_feat: np.ndarray) -> np.ndarray:
+                      config_feat: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """``(n_slots, SLOT_WIDTH)``: per slot its configuration's features, then per bin its gain, added
-        time and added energy (clipped), and whether it is the configuration in effect."""
-        bt = self.bin_time[k][:, slots].T  # (S, N_BINS)
-        be = self.bin_energy[k][:, slots].T
-        gain = -(be + price_rel * bt)
-        return np.concatenate([config_feat[slots], np.clip(gain, -1.0, 1.0), np.clip(bt, -1.0, 2.0),
-                               np.clip(be, -1.0, 1.0), (slots == current)[:, None]], axis=1)
+        time and added energy (clipped), and whether it is the configuration in effect (written into
+        ``out`` if given)."""
+        if out is None:
+            out = np.empty((len(slots), SLOT_WIDTH))
+        gain = self.energy_by_config[k][slots]
+        gain += price_rel * self.time_by_config[k][slots]
+        np.negative(gain, out=gain)
+        out[:, :4] = config_feat[slots]
+        out[:, 4 : 4 + N_BINS] = np.clip(gain, -1.0, 1.0, out=gain)
+        out[:, 4 + N_BINS : 4 + 3 * N_BINS] = self.clipped_by_config[k][slots]
+        out[:, -1] = slots == current
+        return out
 
-    def current_features(self, k: int, current: int, price_rel: float) -> np.ndarray:
-        """``(CURRENT_WIDTH,)``: gain, added time and added energy per bin of the configuration in effect."""
-        bt = self.bin_time[k][:, current]
-        be = self.bin_energy[k][:, current]
-        return np.concatenate([np.clip(-(be + price_rel * bt), -1.0, 1.0), np.clip(bt, -1.0, 2.0),
-                               np.clip(be, -1.0, 1.0)])
+    def current_features(self, k: int, current: int, price_rel: float, out: np.ndarray | None = None) -> np.ndarray:
+        """``(CURRENT_WIDTH,)``: gain, added time and added energy per bin of the configuration in effect
+        (written into ``out`` if given)."""
+        if out is None:
+            out = np.empty(CURRENT_WIDTH)
+        gain = -(self.energy_by_config[k, current] + price_rel * self.time_by_config[k, current])
+        out[:N_BINS] = np.clip(gain, -1.0, 1.0, out=gain)
+        out[N_BINS:] = self.clipped_by_config[k, current]
+        return out
