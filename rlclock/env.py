@@ -399,17 +399,8 @@ class BatchCore:
             obs[r, :win] = ep.window[k[:, None] + np.arange(ep.lookahead + 1)].reshape(len(r), win)
             look = ep.look
             slots = np.stack([self.candidates[j][kj] for j, kj in zip(rows, k)])  # (R, S)
-            kk = k[:, None]
-            gain = -(look.energy_by_config[kk, slots] + rel[:, None, None] * look.time_by_config[kk, slots])
-            block = obs[r, win:at].reshape(len(r), S, SLOT_WIDTH)
-            block[:, :, :4] = ep.config_feat[slots]
-            block[:, :, 4 : 4 + N_BINS] = np.clip(gain, -1.0, 1.0)
-            block[:, :, 4 + N_BINS : 4 + 3 * N_BINS] = look.clipped_by_config[kk, slots]
-            block[:, :, -1] = slots == cur[:, None]
-            obs[r, win:at] = block.reshape(len(r), -1)
-            gain_now = -(look.energy_by_config[k, cur] + rel[:, None] * look.time_by_config[k, cur])
-            obs[r, at : at + N_BINS] = np.clip(gain_now, -1.0, 1.0)
-            obs[r, at + N_BINS : at + CURRENT_WIDTH] = look.clipped_by_config[k, cur]
+            obs[r, win:at] = look.slot_features(k, slots, cur, rel, ep.config_feat).reshape(len(r), -1)
+            obs[r, at : at + CURRENT_WIDTH] = look.current_features(k, cur, rel)
             obs[r, at + CURRENT_WIDTH : width] = look.occupancy[k]
             cf = ep.config_feat
             obs[r, width : width + 4] = cf[cur]

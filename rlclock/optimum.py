@@ -240,12 +240,12 @@ class SwitchDag:
             stay = self.e[i] + lam * self.t[i] + V[i + 1]
             j, dt, de, valid = self.switch_costs(i)
             sw = de + lam * dt + V[j + 1]  # [c, b]: row c lands in kernel j[c], continues at b
+            blocked = eye | ~valid[:, None]
             if targets is not None:
                 barred[:] = True
                 barred[targets[i]] = False
-                sw = np.where(eye | ~valid[:, None] | barred[None, :], np.inf, sw)
-            else:
-                sw = np.where(eye | ~valid[:, None], np.inf, sw)
+                blocked |= barred[None, :]
+            sw = np.where(blocked, np.inf, sw)
             best_b = np.argmin(sw, axis=1)
             best = sw[np.arange(C), best_b]
             use = best < stay

@@ -87,15 +87,21 @@ def test_candidates_are_the_best_of_their_memory_clock_over_each_window():
     assert np.array_equal(mixed[20:], look.candidates(3.0)[20:])
 
 
-def test_slot_features_have_the_documented_width():
+def test_slot_features_have_the_documented_layout():
     t, e, at, ae = _tables()
     look = StepLookahead(t, e, at, ae, 0.002, CONFIGS)
     cf = np.arange(len(CONFIGS) * 4, dtype=float).reshape(-1, 4)
-    slots = look.candidates(1.0)[7]
-    f = look.slot_features(7, slots, int(slots[1]), 1.0, cf)
-    assert f.shape == (len(slots), SLOT_WIDTH)
-    np.testing.assert_array_equal(f[:, :4], cf[slots])
-    assert f[1, -1] == 1.0 and f[0, -1] == float(slots[0] == slots[1])
+    k = np.array([7, 9])
+    slots = look.candidates(1.0)[k]
+    cur = np.array([slots[0, 1], -1])
+    f = look.slot_features(k, slots, cur, np.array([1.0, 1.0]), cf)
+    assert f.shape == (2, slots.shape[1], SLOT_WIDTH)
+    np.testing.assert_array_equal(f[:, :, :4], cf[slots])
+    assert f[0, 1, -1] == 1.0 and not f[1, :, -1].any()  # -1: nothing flagged
+    gain = look.gains(1.0)[9, slots[1]]
+    np.testing.assert_allclose(f[1, :, 4 : 4 + N_BINS], gain)
+    now = look.current_features(k, slots[:, 1], np.array([1.0, 1.0]))
+    np.testing.assert_allclose(now, f[:, 1, 4:-1])
 
 
 def test_a_restricted_optimum_never_beats_the_full_one_and_equals_it_with_every_target():

@@ -6,9 +6,11 @@ state (kernel ``i``, configuration ``c`` in effect, nothing in flight), the requ
 the step — stay at ``c`` or switch to ``b``, counting the switch's landing. The exact budget-constrained
 optimum is such a schedule at its multiplier ``λ*`` (:mod:`rlclock.optimum`). The policy observes the
 episode's price (relative to the step's mean auto power), so it learns the whole trade-off curve; a planner
-then meets any budget by choosing the price. DAgger (Ross et al., AISTATS 2011) rolls out a mix of the
-expert and the learner, labels every decision state the learner visits with the expert's choice, and
-trains the policy network on everything gathered so far with cross-entropy.
+then meets any budget by choosing the price. The expert may switch only to the step's candidate slots (what
+the policy can request; :mod:`rlclock.workload.lookahead`), and its choice is labelled as the first slot
+holding its target, or keep. DAgger (Ross et al., AISTATS 2011) rolls out a mix of the expert and the
+learner, labels every decision state the learner visits with the expert's choice, and trains the policy
+network on everything gathered so far with cross-entropy.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ class LagrangianExpert:
             return keep
         slots = np.flatnonzero(self.look.candidates(price_rel)[i] == b)
         if len(slots) == 0:
-            raise ValueError(f"the expert's target {b} at kernel {i} is not a candidate (unrestricted expert).")
+            raise ValueError(f"the expert's target {b} at kernel {i} is no candidate slot; label a slot policy with "
+                             "LagrangianExpert(episode, restricted=True).")
         return int(slots[0])
 
 

@@ -424,8 +424,7 @@ class ClockPolicy:
             self._cache["w1_window"] = np.ascontiguousarray(w1[:, :width].T, dtype=np.float32)
             w_slot = w1[:, width : width + look.n_slots * SLOT_WIDTH].reshape(-1, look.n_slots, SLOT_WIDTH)
             self._cache["w_is"] = np.ascontiguousarray(w_slot[:, :, -1])
-            self._cache["w_slots"] = np.ascontiguousarray(w_slot[:, :, :-1].reshape(w1.shape[0], -1).T,
-                                                          dtype=np.float32)
+            self._cache["w_slots"] = np.ascontiguousarray(w_slot.reshape(w1.shape[0], -1).T, dtype=np.float32)
         at_occ = width + look.n_slots * SLOT_WIDTH + CURRENT_WIDTH
         w_occ = w1[:, at_occ : at_occ + N_BINS]
         ws = w1[:, at_occ + N_BINS :]
@@ -446,11 +445,10 @@ class ClockPolicy:
             look = prepared.look
             n = look.n
             cand = look.candidates(price_rel)
-            k = np.arange(n)[:, None]
-            gain = np.clip(-(look.energy_by_config + price_rel * look.time_by_config), -1.0, 1.0)
-            feats = np.concatenate([self._config_features()[cand], gain[k, cand], look.clipped_by_config[k, cand]],
-                                   axis=2)  # (n, S, SLOT_WIDTH - 1): the slot layout without the flag
-            got = (cand, gain, (feats.reshape(n, -1).astype(np.float32) @ self._cache["w_slots"]).astype(np.float64))
+            feats = look.slot_features(np.arange(n), cand, np.full(n, -1), np.full(n, price_rel),
+                                       self._config_features())  # no slot flagged: added per decision
+            got = (cand, look.gains(price_rel),
+                   (feats.reshape(n, -1).astype(np.float32) @ self._cache["w_slots"]).astype(np.float64))
             if len(prepared.per_price) >= 32:
                 prepared.per_price.clear()
             prepared.per_price[price_rel] = got

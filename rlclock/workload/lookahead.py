@@ -149,28 +149,32 @@ class StepLookahead:
             out[rows] = self.candidates(float(p))[rows]
         return out
 
-    def slot_features(self, k: int, slots: np.ndarray, current: int, price_rel: float,
-                      config_feat: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """``(n_slots, SLOT_WIDTH)``: per slot its configuration's features, then per bin its gain, added
-        time and added energy (clipped), and whether it is the configuration in effect (written into
-        ``out`` if given)."""
-        if out is None:
-            out = np.empty((len(slots), SLOT_WIDTH))
-        gain = self.energy_by_config[k][slots]
-        gain += price_rel * self.time_by_config[k][slots]
-        np.negative(gain, out=gain)
-        out[:, :4] = config_feat[slots]
-        out[:, 4 : 4 + N_BINS] = np.clip(gain, -1.0, 1.0, out=gain)
-        out[:, 4 + N_BINS : 4 + 3 * N_BINS] = self.clipped_by_config[k][slots]
-        out[:, -1] = slots == current
+    def _gain(self, k: np.ndarray, configs: np.ndarray, price_rel: np.ndarray) -> np.ndarray:
+        """Clipped gain per bin of ``configs`` at kernels ``k`` (broadcast together) at ``price_rel``."""
+        gain = -(self.energy_by_config[k, configs] + price_rel * self.time_by_config[k, configs])
+        return np.clip(gain, -1.0, 1.0, out=gain)
+
+    def gains(self, price_rel: float) -> np.ndarray:
+        """``(n, C, N_BINS)``: the clipped gain per bin of every configuration at every kernel."""
+        return np.clip(-(self.energy_by_config + price_rel * self.time_by_config), -1.0, 1.0)
+
+    def slot_features(self, k: np.ndarray, slots: np.ndarray, current: np.ndarray, price_rel: np.ndarray,
+                      config_feat: np.ndarray) -> np.ndarray:
+        """``(R, n_slots, SLOT_WIDTH)`` for ``R`` decisions (kernels ``k``, slot configurations ``slots``
+        ``(R, n_slots)``, configurations in effect ``current`` — ``-1`` flags none — and prices): per slot
+        its configuration's features, then per bin its gain, added time and added energy (clipped), and
+        whether it is the configuration in effect."""
+        kk = np.asarray(k)[:, None]
+        out = np.empty((*slots.shape, SLOT_WIDTH))
+        out[..., :4] = config_feat[slots]
+        out[..., 4 : 4 + N_BINS] = self._gain(kk, slots, np.asarray(price_rel, float)[:, None, None])
+        out[..., 4 + N_BINS : 4 + 3 * N_BINS] = self.clipped_by_config[kk, slots]
+        out[..., -1] = slots == np.asarray(current)[:, None]
         return out
 
-    def current_features(self, k: int, current: int, price_rel: float, out: np.ndarray | None = None) -> np.ndarray:
-        """``(CURRENT_WIDTH,)``: gain, added time and added energy per bin of the configuration in effect
-        (written into ``out`` if given)."""
-        if out is None:
-            out = np.empty(CURRENT_WIDTH)
-        gain = -(self.energy_by_config[k, current] + price_rel * self.time_by_config[k, current])
-        out[:N_BINS] = np.clip(gain, -1.0, 1.0, out=gain)
-        out[N_BINS:] = self.clipped_by_config[k, current]
+    def current_features(self, k: np.ndarray, current: np.ndarray, price_rel: np.ndarray) -> np.ndarray:
+        """``(R, CURRENT_WIDTH)``: gain, added time and added energy per bin of the configurations in effect."""
+        out = np.empty((len(current), CURRENT_WIDTH))
+        out[:, :N_BINS] = self._gain(k, current, np.asarray(price_rel, float)[:, None])
+        out[:, N_BINS:] = self.clipped_by_config[k, current]
         return out
