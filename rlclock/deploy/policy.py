@@ -341,11 +341,8 @@ class ClockPolicy:
         look = prepared.look
         levels, which = np.unique(prices, return_inverse=True)
         tables = [self._price_tables(prepared, float(p)) for p in levels]
-        if len(tables) == 1:
-            cand, slot_part = tables[0][0], tables[0][2]
-        else:
-            cand = np.stack([tables[w][0][k] for k, w in enumerate(which)])
-            slot_part = np.stack([tables[w][2][k] for k, w in enumerate(which)])
+        cand = look.candidates_per_kernel(prices)  # each kernel's row at its own price
+        slot_part = np.stack([part for _, _, part in tables])[which, np.arange(n)]
         gains = [g for _, g, _ in tables]  # per price level: (n, C, N_BINS) gain of every configuration
         w1 = H[0][0]
         S = look.n_slots
