@@ -17,6 +17,7 @@ from rlclock.workload.lookahead import (
     SLOT_WIDTH,
     StepLookahead,
     bin_edges_s,
+    kernel_contexts,
     memory_groups,
     n_slots,
 )
@@ -126,3 +127,33 @@ def test_the_rtx_3080_ti_action_set_has_25_slots():
 def test_an_action_set_without_memory_clocks_is_refused():
     with pytest.raises(SpecError, match="memory clock"):
         memory_groups([ClockConfig()])
+
+
+def test_kernels_with_the_same_steps_ahead_share_a_context():
+    t, e, at, ae = _tables(12)
+    t = t * (1 + 1e-3 * np.arange(12))[:, None]  # every kernel of a layer differs from the others
+    reps = 6
+    t, e, at, ae = np.tile(t, (reps, 1)), np.tile(e, (reps, 1)), np.tile(at, reps), np.tile(ae, reps)
+    context, first = kernel_contexts(t, e, at, ae, horizon_s=0.0045)  # five 1 ms kernels ahead
+    assert np.array_equal(context[first], np.arange(len(first)))
+    # every layer repeats the first one's contexts, until the step's end comes within the horizon
+    assert np.array_equal(context[12:24], context[:12]) and np.array_equal(context[48:55], context[:7])
+    assert context[-5] == context[7]  # its five kernels are the layer's last ones
+    assert len(set(context[-4:])) == 4 and not set(context[-4:]) & set(context[:-4])  # these reach the end
+    assert len(first) == 12 + 4
+    t[30, 2] *= 1.01  # one kernel differs: the contexts that see it are new
+    changed, _ = kernel_contexts(t, e, at, ae, horizon_s=0.0045)
+    assert len(set(changed[26:31])) == 5 and not set(changed[26:31]) & set(changed[:26])
+
+
+def test_shared_contexts_change_nothing_on_a_gpt3_xl_step():
+    ep = make_episode(load_env_spec("gpt3xl-rtx3080ti"))
+    b = ep.backend
+    args = (ep.time_s, ep.energy_j, ep.auto_time_s, ep.auto_energy_j, b.latency_s, b.configs)
+    shared, alone = StepLookahead(*args), StepLookahead(*args, share_contexts=False)
+    assert shared.n_contexts < len(ep.time_s) / 4 and alone.n_contexts == len(ep.time_s)
+    np.testing.assert_allclose(shared.bin_time, alone.bin_time, atol=1e-12)
+    np.testing.assert_allclose(shared.bin_energy, alone.bin_energy, atol=1e-12)
+    np.testing.assert_allclose(shared.occupancy, alone.occupancy, atol=1e-12)
+    for price in (0.5, 1.2, 3.0):
+        assert np.array_equal(shared.candidates(price), alone.candidates(price))

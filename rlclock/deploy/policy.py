@@ -52,7 +52,23 @@ class PreparedStep:
 
     base: np.ndarray  # (n, H) first-layer sum over the price- and state-independent inputs
     look: StepLookahead
-    per_price: dict[float, tuple[np.ndarray, np.ndarray, np.ndarray]]  # ClockPolicy._price_tables
+    per_price: dict[float, PriceTables]  # ClockPolicy._price_tables
+
+
+@dataclass
+class PriceTables:
+    """What a decision reads at one price of time, per look-ahead context ``u`` (``U`` of them).
+
+    ``now`` holds the first layer's sum over everything that depends on the configuration in effect — its
+    gain, added time and energy per bin, its features, the in-effect flags of the slots holding it — for the
+    configurations any slot holds at this price (``column`` maps a configuration to its column, ``-1`` for
+    the others, whose rows :meth:`ClockPolicy._now_rows` computes when needed)."""
+
+    price_rel: float
+    candidates: np.ndarray  # (U, S) configuration of every slot
+    slot_part: np.ndarray  # (U, H) first-layer sum over the slots' features but their in-effect flags
+    column: np.ndarray  # (C,) column of each configuration in ``now``, or -1
+    now: np.ndarray  # (U, C', H)
 
 
 def clock_table_digest(spec: GpuSpec) -> str:
@@ -339,69 +355,63 @@ class ClockPolicy:
                                   f"({n}).")
         prices = np.broadcast_to(price, (n,))
         look = prepared.look
+        context = look.context.tolist()
         levels, which = np.unique(prices, return_inverse=True)
         tables = [self._price_tables(prepared, float(p)) for p in levels]
-        cand = look.candidates_per_kernel(prices)  # each kernel's row at its own price
-        slot_part = np.stack([part for _, _, part in tables])[which, np.arange(n)]
-        gains = [g for _, g, _ in tables]  # per price level: (n, C, N_BINS) gain of every configuration
-        w1 = H[0][0]
-        S = look.n_slots
-        at_cur = (self.lookahead + 1) * N_KERNEL_INPUTS + S * SLOT_WIDTH
-        w_is = self._cache["w_is"]
-        w_now_gain = w1[:, at_cur : at_cur + N_BINS]
-        w_now_fixed = w1[:, at_cur + N_BINS : at_cur + CURRENT_WIDTH]
-        ws = w1[:, at_cur + CURRENT_WIDTH + N_BINS :]  # state columns (rlclock.env observation table)
-        pre = prepared.base + slot_part + np.outer(price_feature(prices), ws[:, 10])
-        cur_part = self._config_features() @ ws[:, 0:4].T  # (C, H)
-        fixed_by = look.clipped_by_config
+        if len(tables) == 1:
+            pre = prepared.base + tables[0].slot_part[look.context]
+        else:  # each kernel's rows at its own price
+            pre = prepared.base + np.stack([tab.slot_part for tab in tables])[which, look.context]
+        pre += np.outer(price_feature(prices), self._cache["w_price"])
+        which = which.tolist()
         later = H[1:]
         head_w, head_b = self.weights.head
         tanh = self.weights.activation == "tanh"
-        req = np.empty(n, dtype=np.int64)
-        keep = S  # the action that issues nothing
-        cur, pend, land, T, E = 0, -1, 0.0, 0.0, 0.0
-        t_at = t_tab.item
-        e_at = e_tab.item
+        keep = look.n_slots  # the action that issues nothing
+        t_at, e_at = t_tab.item, e_tab.item
         clock = time.perf_counter
-        for k in range(n):
-            if pend < 0:
-                t0 = clock() if timings is not None else 0.0
-                slots = cand[k]
-                h = (pre[k] + cur_part[cur] + w_is @ (slots == cur) + w_now_gain @ gains[which[k]][k, cur]
-                     + w_now_fixed @ fixed_by[k, cur])
-                if first_layer is not None:
-                    first_layer.append(h.copy())
+        req = np.empty(n, dtype=np.int64)
+        cur, k, T, E = 0, 0, 0.0, 0.0
+        while k < n:  # one pass per decision
+            t0 = clock() if timings is not None else 0.0
+            tab = tables[which[k]]
+            u = context[k]
+            col = int(tab.column[cur])
+            h = pre[k] + (tab.now[u, col] if col >= 0 else self._now_row(prepared, tab, u, cur))
+            if first_layer is not None:
+                first_layer.append(h.copy())
+            h = np.tanh(h) if tanh else np.maximum(h, 0.0)
+            for w, b in later:
+                h = w @ h + b
                 h = np.tanh(h) if tanh else np.maximum(h, 0.0)
-                for w, b in later:
-                    h = w @ h + b
-                    h = np.tanh(h) if tanh else np.maximum(h, 0.0)
-                a = int(np.argmax(head_w @ h + head_b))
-                a = cur if a >= keep else int(slots[a])
-                if timings is not None:
-                    timings.append(clock() - t0)
-                if a != cur:
-                    pend, land = a, latency_s
-                    if land <= 0.0:
-                        cur, pend = a, -1
-            else:
-                a = pend
-            req[k] = a
-            tc = t_at(k, cur)
-            if pend >= 0:
-                if land < tc:
+            a = int((head_w @ h + head_b).argmax())
+            a = cur if a >= keep else int(tab.candidates[u, a])
+            if timings is not None:
+                timings.append(clock() - t0)
+            if a == cur or latency_s <= 0.0:  # nothing in flight: the kernel runs at what is in effect
+                req[k] = cur = a
+                T += t_at(k, cur)
+                E += e_at(k, cur)
+                k += 1
+                continue
+            # the switch lands latency_s of time at `cur` later (nothing is decided while it is in flight)
+            land, landed = latency_s, False
+            j = k
+            while j < n and not landed:
+                tc = t_at(j, cur)
+                if land < tc:  # lands inside kernel j
                     frac = land / tc
-                    T += land + (1.0 - frac) * t_at(k, pend)
-                    E += frac * e_at(k, cur) + (1.0 - frac) * e_at(k, pend)
-                    cur, pend, land = pend, -1, 0.0
+                    T += land + (1.0 - frac) * t_at(j, a)
+                    E += frac * e_at(j, cur) + (1.0 - frac) * e_at(j, a)
+                    landed = True
                 else:
                     T += tc
-                    E += e_at(k, cur)
+                    E += e_at(j, cur)
                     land -= tc
-                    if land <= 0.0:
-                        cur, pend, land = pend, -1, 0.0
-            else:
-                T += tc
-                E += e_at(k, cur)
+                    landed = land <= 0.0
+                j += 1
+            req[k:j] = a
+            cur, k = a, j
         self.last_time_s = T
         self.last_energy_j = E
         return req
@@ -412,44 +422,82 @@ class ClockPolicy:
         depend on neither the price nor the state (kernel windows, occupancy of the bins ahead, time left,
         latency, bias) at every kernel, and the step's :class:`StepLookahead`."""
         n, K = t_tab.shape[0], self.lookahead
-        w1, b1 = self.weights.hidden[0]
+        b1 = self.weights.hidden[0][1]
         look = StepLookahead(t_tab, e_tab, auto_t, auto_e, latency_s, self.configs)
         width = (K + 1) * N_KERNEL_INPUTS
         window = kernel_window(trace, self.gpu, auto_t, auto_e, latency_s, t_tab, e_tab, self.configs, K)
-        rows = np.lib.stride_tricks.sliding_window_view(window, (K + 1, N_KERNEL_INPUTS))[:, 0].reshape(n, width)
-        if self._cache.get("w1_window") is None:
-            self._cache["w1_window"] = np.ascontiguousarray(w1[:, :width].T, dtype=np.float32)
-            w_slot = w1[:, width : width + look.n_slots * SLOT_WIDTH].reshape(-1, look.n_slots, SLOT_WIDTH)
-            self._cache["w_is"] = np.ascontiguousarray(w_slot[:, :, -1])
-            self._cache["w_slots"] = np.ascontiguousarray(w_slot.reshape(w1.shape[0], -1).T, dtype=np.float32)
-        at_occ = width + look.n_slots * SLOT_WIDTH + CURRENT_WIDTH
-        w_occ = w1[:, at_occ : at_occ + N_BINS]
-        ws = w1[:, at_occ + N_BINS :]
+        if "w1_window" not in self._cache:
+            self._split_first_layer(width, look.n_slots)
+        c = self._cache
         prefix = np.concatenate([[0.0], np.cumsum(auto_t)])
         remaining = remaining_feature(float(prefix[-1]) - prefix[:-1], latency_s)
-        # the window product in float32, as the network was trained (the features are float32 already)
-        kernels = (rows @ self._cache["w1_window"]).astype(np.float64)
-        base = (kernels + b1 + look.occupancy.astype(np.float64) @ w_occ.T + np.outer(remaining, ws[:, 11])
-                + latency_feature(latency_s) * ws[:, 12])
+        # the window product in float32, as the network was trained (the features are float32 already): every
+        # kernel's features times the weights of each window position, summed along the shifted positions
+        per_position = window @ c["w1_window"]  # (n + K, (K + 1) · H)
+        hidden = b1.shape[0]
+        kernels = per_position[:n, :hidden].copy()
+        for j in range(1, K + 1):
+            kernels += per_position[j : j + n, j * hidden : (j + 1) * hidden]
+        base = (kernels + b1 + look.occupancy @ c["w_occupancy"] + np.outer(remaining, c["w_remaining"])
+                + latency_feature(latency_s) * c["w_latency"])
         return PreparedStep(base, look, {})
 
-    def _price_tables(self, prepared: PreparedStep, price_rel: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For one price of time, at every kernel: the candidate slots ``(n, S)``, every configuration's gain
-        per bin ``(n, C, N_BINS)`` and the first layer's sum over the slots' features but their in-effect
-        flags ``(n, H)`` (computed once per price and step)."""
+    def _split_first_layer(self, width: int, slots: int) -> None:
+        """Cache the first layer's columns per part of the observation (rlclock.env's layout)."""
+        w1 = self.weights.hidden[0][0]
+        c = self._cache
+        per_position = w1[:, :width].reshape(w1.shape[0], -1, N_KERNEL_INPUTS)  # (H, K + 1, inputs)
+        c["w1_window"] = np.ascontiguousarray(per_position.transpose(2, 1, 0).reshape(N_KERNEL_INPUTS, -1),
+                                              dtype=np.float32)
+        w_slot = w1[:, width : width + slots * SLOT_WIDTH].reshape(-1, slots, SLOT_WIDTH)
+        # (S, H): a slot holds the configuration in effect
+        c["w_is"] = np.ascontiguousarray(w_slot[:, :, -1].T, dtype=np.float32)
+        c["w_slots"] = np.ascontiguousarray(w_slot.reshape(w1.shape[0], -1).T, dtype=np.float32)
+        at = width + slots * SLOT_WIDTH
+        # gain, added time and energy per bin (tables in float32, as the look-ahead)
+        c["w_now"] = np.ascontiguousarray(w1[:, at : at + CURRENT_WIDTH].T, dtype=np.float32)
+        c["w_occupancy"] = np.ascontiguousarray(w1[:, at + CURRENT_WIDTH : at + CURRENT_WIDTH + N_BINS].T)
+        ws = w1[:, at + CURRENT_WIDTH + N_BINS :]  # state columns (rlclock.env observation table)
+        # (C, H): the configuration in effect's features
+        c["now_config"] = (self._config_features() @ ws[:, 0:4].T).astype(np.float32)
+        c["w_price"], c["w_remaining"], c["w_latency"] = ws[:, 10].copy(), ws[:, 11].copy(), ws[:, 12].copy()
+
+    def _price_tables(self, prepared: PreparedStep, price_rel: float) -> PriceTables:
+        """The :class:`PriceTables` of one price (computed once per price and step)."""
         got = prepared.per_price.get(price_rel)
         if got is None:
             look = prepared.look
-            n = look.n
-            cand = look.candidates(price_rel)
-            feats = look.slot_features(np.arange(n), cand, np.full(n, -1), np.full(n, price_rel),
-                                       self._config_features())  # no slot flagged: added per decision
-            got = (cand, look.gains(price_rel),
-                   (feats.reshape(n, -1).astype(np.float32) @ self._cache["w_slots"]).astype(np.float64))
+            U, S = look.n_contexts, look.n_slots
+            c = self._cache
+            cand = look.context_candidates(price_rel)
+            gain = look.gains(price_rel)  # (U, C, N_BINS)
+            rows = np.arange(U)[:, None]
+            feats = np.concatenate([self._config_features()[cand], gain[rows, cand],
+                                    look.clipped_by_context[rows, cand], np.zeros((U, S, 1))],
+                                   axis=2)  # no slot is flagged as in effect: that is in `now`
+            slot_part = (feats.reshape(U, -1).astype(np.float32) @ c["w_slots"]).astype(np.float64)
+            held = np.unique(cand)  # includes auto (slot 0)
+            column = np.full(look.C, -1, dtype=np.int64)
+            column[held] = np.arange(len(held))
+            now = gain[:, held] @ c["w_now"][:N_BINS]
+            now += look.clipped_by_context[:, held] @ c["w_now"][N_BINS:]
+            now += c["now_config"][held]
+            for s in range(S):  # the in-effect flag of every slot holding the configuration
+                now[rows[:, 0], column[cand[:, s]]] += c["w_is"][s]
+            got = PriceTables(price_rel, cand, slot_part, column, now)
             if len(prepared.per_price) >= 32:
                 prepared.per_price.clear()
             prepared.per_price[price_rel] = got
         return got
+
+    def _now_row(self, prepared: PreparedStep, tables: PriceTables, u: int, config: int) -> np.ndarray:
+        """``(H,)``: :attr:`PriceTables.now`'s row for context ``u`` and a configuration no slot holds at the
+        tables' price (in effect from a rollout's kernels at another price)."""
+        look = prepared.look
+        c = self._cache
+        now = look.gains_of(u, config, tables.price_rel) @ c["w_now"][:N_BINS]
+        now += look.clipped_by_context[u, config] @ c["w_now"][N_BINS:] + c["now_config"][config]
+        return now  # no slot holds it: no in-effect flag
 
     def _config_features(self) -> np.ndarray:
         if "cf" not in self._cache:

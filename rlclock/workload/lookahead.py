@@ -75,8 +75,50 @@ def bin_edges_s(latency_s: float) -> np.ndarray:
     return np.concatenate([[0.0, 0.5 * lat], lat + unit * np.asarray(POST_LANDING_EDGES)])
 
 
+def kernel_contexts(t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarray, auto_energy_j: np.ndarray,
+                    horizon_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(context, first)``: per kernel the index of its *context*, and the first kernel of each context.
+
+    Two kernels share a context when the kernels from each over ``horizon_s`` of auto time ahead (or to the
+    step's end, if that comes first) are the same sequence of identical table rows: everything the look-ahead
+    shows of them is then equal. A training step repeats its layers, so the ~900 kernels of a GPT-3 XL step
+    on the simulated RTX 3080 Ti fall into ~130 contexts, and the look-ahead is computed once per context.
+    Identical rows are found by a projection on fixed weights, checked exactly (``np.unique`` on the rows if the check
+    fails); sequences are compared by a 64-bit polynomial hash mixed with their length and whether they reach
+    the step's end (a collision between two different sequences has a chance of about ``n² / 2⁶⁴``).
+    """
+    n = len(auto_time_s)
+    rows = np.column_stack([t_tab, e_tab, auto_time_s, auto_energy_j])
+    probe = 1.0 + (np.arange(rows.shape[1]) * 0.6180339887498949) % 1.0  # golden-ratio weights in [1, 2)
+    _, rep, ids = np.unique(rows @ probe, return_index=True, return_inverse=True)
+    if not np.array_equal(rows[rep[ids.ravel()]], rows):
+        _, ids = np.unique(rows, axis=0, return_inverse=True)
+    start = np.concatenate([[0.0], np.cumsum(auto_time_s)])
+    end = np.searchsorted(start, start[:n] + horizon_s, side="left")  # kernels k .. end - 1 (n + 1: past the end)
+    reaches_end = end > n
+    end = np.minimum(end, n)
+    # hash of ids[k:end] in wrapping uint64 arithmetic: (P[end] - P[k]) · B^-k with P[i] = Σ_{j<i} h_j · B^j
+    mult = np.uint64(0x9E3779B97F4A7C15)
+    powers = np.cumprod(np.concatenate([[np.uint64(1)], np.full(n, mult)]))
+    inverse = np.cumprod(np.concatenate([[np.uint64(1)], np.full(n, np.uint64(pow(int(mult), -1, 2**64)))]))
+    h = ids.ravel().astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9) + np.uint64(1)
+    prefix = np.concatenate([[np.uint64(0)], np.cumsum(h * powers[:n])])
+    with np.errstate(over="ignore"):
+        length = (end - np.arange(n)).astype(np.uint64)
+        key = ((prefix[end] - prefix[:n]) * inverse[:n] + length * np.uint64(0xD6E8FEB86659FD93)
+               + reaches_end.astype(np.uint64) * np.uint64(0xA0761D6478BD642F))
+    _, first, context = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first)  # contexts numbered in step order
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return rank[context.ravel()], first[order]
+
+
 class StepLookahead:
     """Binned look-ahead of one step on a planning model (see the module docstring).
+
+    Computed once per kernel context (:func:`kernel_contexts`); the per-kernel views index through
+    ``context``. Arrays named ``*_by_context`` and :meth:`gains` have a row per context.
 
     Args:
         t_tab: ``(n, C)`` seconds per kernel and configuration.
@@ -85,60 +127,99 @@ class StepLookahead:
         auto_energy_j: ``(n,)`` auto-clock joules per kernel.
         latency_s: Switching latency.
         configs: The action set (``ClockConfig`` per column).
+        share_contexts: Compute once per context (default); ``False`` computes every kernel on its own.
     """
 
     def __init__(self, t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarray, auto_energy_j: np.ndarray,
-                 latency_s: float, configs: Sequence) -> None:
+                 latency_s: float, configs: Sequence, share_contexts: bool = True) -> None:
         t = np.asarray(t_tab, float)
         e = np.asarray(e_tab, float)
         at = np.asarray(auto_time_s, float)
         ae = np.asarray(auto_energy_j, float)
         n, C = t.shape
         self.n, self.C = n, C
+        edges = bin_edges_s(latency_s)
+        if share_contexts:
+            self.context, self.first = kernel_contexts(t, e, at, ae, float(edges[-1]))
+        else:
+            self.context, self.first = np.arange(n), np.arange(n)
         power = float(ae.sum() / max(at.sum(), 1e-12))
         start = np.concatenate([[0.0], np.cumsum(at)])
-        cum_t = np.vstack([np.zeros(C), np.cumsum(t - at[:, None], axis=0)])
-        cum_e = np.vstack([np.zeros(C), np.cumsum(e - ae[:, None], axis=0)])
-        edges = bin_edges_s(latency_s)
-        q = np.minimum(start[:n, None] + edges[None, :], start[n])  # (n, N_BINS + 1) auto-time points
+        added = np.empty((n, 2 * C))  # seconds and joules / mean power added over auto, per configuration
+        np.subtract(t, at[:, None], out=added[:, :C])
+        np.subtract(e, ae[:, None], out=added[:, C:])
+        added[:, C:] /= power
+        cum = np.empty((n + 1, 2 * C))
+        cum[0] = 0.0
+        np.cumsum(added, axis=0, out=cum[1:])
+        q = np.minimum(start[self.first, None] + edges[None, :], start[n])  # (U, N_BINS + 1) auto-time points
         pos = np.interp(q, start, np.arange(n + 1.0))  # fractional kernel index of each point
         i0 = np.minimum(np.floor(pos).astype(np.int64), n - 1)
-        f = (pos - i0)[..., None]
-        at_t = cum_t[i0] + f * (cum_t[i0 + 1] - cum_t[i0])  # (n, N_BINS + 1, C) cumulative added time
-        at_e = cum_e[i0] + f * (cum_e[i0 + 1] - cum_e[i0])
+        upto = cum[i0]  # (U, N_BINS + 1, 2C): cumulative added time and energy up to each point
+        part = added[i0]
+        part *= (pos - i0)[..., None]  # (in place: a broadcast operand first is several times slower)
+        upto += part
         width_s = np.diff(edges)
         inv = np.divide(1.0, width_s, out=np.zeros_like(width_s), where=width_s > 0)  # empty bins read 0
-        self.bin_time = (np.diff(at_t, axis=1) * inv[None, :, None]).astype(np.float32)
-        self.bin_energy = (np.diff(at_e, axis=1) * (inv / power)[None, :, None]).astype(np.float32)
-        self.occupancy = (np.diff(q, axis=1) * inv[None, :]).astype(np.float32)
-        # window sums of the added time (s) and energy (J / mean power), for ranking candidates
-        self._win_time = np.stack([at_t[:, b] - at_t[:, a] for a, b in CANDIDATE_WINDOWS], axis=1)
-        self._win_energy = np.stack([at_e[:, b] - at_e[:, a] for a, b in CANDIDATE_WINDOWS], axis=1) / power
-        # per kernel and configuration, bins last: what a decision gathers for its slots (rollout fast path)
-        self.time_by_config = np.ascontiguousarray(self.bin_time.transpose(0, 2, 1), dtype=np.float64)
-        self.energy_by_config = np.ascontiguousarray(self.bin_energy.transpose(0, 2, 1), dtype=np.float64)
-        self.clipped_by_config = np.concatenate([np.clip(self.time_by_config, -1.0, 2.0),
-                                                 np.clip(self.energy_by_config, -1.0, 1.0)], axis=2)
+        # differences of the cumulative sums in float64; the (small) bin values from here on in float32
+        U = len(self.first)
+        bins = np.empty((U, N_BINS, 2 * C), dtype=np.float32)
+        np.subtract(upto[:, 1:], upto[:, :-1], out=bins, casting="same_kind")
+        bins *= inv.astype(np.float32)[None, :, None]
+        by_context = np.ascontiguousarray(bins.transpose(0, 2, 1))  # (U, 2C, N_BINS): bins last, as gathered
+        self.time_by_context = by_context[:, :C]
+        self.energy_by_context = by_context[:, C:]
+        self.clipped_by_context = np.empty((U, C, 2 * N_BINS), dtype=np.float32)
+        np.clip(self.time_by_context, -1.0, 2.0, out=self.clipped_by_context[..., :N_BINS])
+        np.clip(self.energy_by_context, -1.0, 1.0, out=self.clipped_by_context[..., N_BINS:])
+        self.occupancy = (np.diff(q, axis=1) * inv[None, :]).astype(np.float32)[self.context]
+        # window sums per context, configurations grouped by memory clock, for ranking candidates
         self.groups = memory_groups(configs)
+        self._grouped = np.concatenate(self.groups)
+        ends = np.cumsum([len(g) for g in self.groups])
+        self._group_slices = [slice(int(lo), int(hi)) for lo, hi in zip(np.concatenate([[0], ends[:-1]]), ends)]
+        a, b = np.array(CANDIDATE_WINDOWS).T
+        win = np.empty((U, len(CANDIDATE_WINDOWS), 2 * C), dtype=np.float32)
+        np.subtract(upto[:, b], upto[:, a], out=win, casting="same_kind")
+        self._win_time = np.ascontiguousarray(win[..., self._grouped])
+        self._win_energy = np.ascontiguousarray(win[..., C + self._grouped])
         self.n_slots = 1 + len(CANDIDATE_PRICE_FACTORS) * len(CANDIDATE_WINDOWS) * len(self.groups)
         self._candidates: dict[float, np.ndarray] = {}
 
-    def candidates(self, price_rel: float) -> np.ndarray:
-        """``(n, n_slots)`` configuration index of every slot at every kernel, at price ``price_rel``."""
+    @property
+    def n_contexts(self) -> int:
+        return len(self.first)
+
+    @property
+    def bin_time(self) -> np.ndarray:
+        """``(n, N_BINS, C)`` seconds added (over auto) per second of each bin, per kernel."""
+        return self.time_by_context[self.context].transpose(0, 2, 1)
+
+    @property
+    def bin_energy(self) -> np.ndarray:
+        """``(n, N_BINS, C)`` joules added per (mean auto power × second) of each bin, per kernel."""
+        return self.energy_by_context[self.context].transpose(0, 2, 1)
+
+    def context_candidates(self, price_rel: float) -> np.ndarray:
+        """``(U, n_slots)`` configuration index of every slot in every context, at price ``price_rel``."""
         key = float(price_rel)
         got = self._candidates.get(key)
         if got is None:
-            cols = [np.zeros(self.n, dtype=np.int64)]  # slot 0: auto
+            cols = [np.zeros((self.n_contexts, 1), dtype=np.int64)]  # slot 0: auto
             for factor in CANDIDATE_PRICE_FACTORS:
-                gain = -(self._win_energy + factor * key * self._win_time)  # (n, W, C)
-                for w in range(len(CANDIDATE_WINDOWS)):
-                    for grp in self.groups:
-                        cols.append(grp[np.argmax(gain[:, w, grp], axis=1)])
-            got = np.stack(cols, axis=1)
+                gain = self._win_time * (factor * key)
+                gain += self._win_energy  # minus the gain: (U, W, C) with columns grouped by memory clock
+                best = np.stack([gain[..., sl].argmin(axis=2) + sl.start for sl in self._group_slices], axis=2)
+                cols.append(self._grouped[best].reshape(self.n_contexts, -1))  # window-major, then memory clock
+            got = np.concatenate(cols, axis=1)
             if len(self._candidates) > 64:
                 self._candidates.clear()
             self._candidates[key] = got
         return got
+
+    def candidates(self, price_rel: float) -> np.ndarray:
+        """``(n, n_slots)`` configuration index of every slot at every kernel, at price ``price_rel``."""
+        return self.context_candidates(price_rel)[self.context]
 
     def candidates_per_kernel(self, price_rel: np.ndarray) -> np.ndarray:
         """``(n, n_slots)`` candidates with one price per kernel (each row from its kernel's price)."""
@@ -146,35 +227,36 @@ class StepLookahead:
         out = np.empty((self.n, self.n_slots), dtype=np.int64)
         for p in np.unique(prices):
             rows = prices == p
-            out[rows] = self.candidates(float(p))[rows]
+            out[rows] = self.context_candidates(float(p))[self.context[rows]]
         return out
 
-    def _gain(self, k: np.ndarray, configs: np.ndarray, price_rel: np.ndarray) -> np.ndarray:
-        """Clipped gain per bin of ``configs`` at kernels ``k`` (broadcast together) at ``price_rel``."""
-        gain = -(self.energy_by_config[k, configs] + price_rel * self.time_by_config[k, configs])
+    def gains_of(self, u: np.ndarray, configs: np.ndarray, price_rel: np.ndarray | float) -> np.ndarray:
+        """Clipped gain per bin of ``configs`` in contexts ``u`` (broadcast together) at ``price_rel``."""
+        gain = -(self.energy_by_context[u, configs] + price_rel * self.time_by_context[u, configs])
         return np.clip(gain, -1.0, 1.0, out=gain)
 
     def gains(self, price_rel: float) -> np.ndarray:
-        """``(n, C, N_BINS)``: the clipped gain per bin of every configuration at every kernel."""
-        return np.clip(-(self.energy_by_config + price_rel * self.time_by_config), -1.0, 1.0)
+        """``(U, C, N_BINS)``: the clipped gain per bin of every configuration in every context."""
+        return np.clip(-(self.energy_by_context + price_rel * self.time_by_context), -1.0, 1.0)
 
     def slot_features(self, k: np.ndarray, slots: np.ndarray, current: np.ndarray, price_rel: np.ndarray,
-                      config_feat: np.ndarray) -> np.ndarray:
-        """``(R, n_slots, SLOT_WIDTH)`` for ``R`` decisions (kernels ``k``, slot configurations ``slots``
-        ``(R, n_slots)``, configurations in effect ``current`` — ``-1`` flags none — and prices): per slot
-        its configuration's features, then per bin its gain, added time and added energy (clipped), and
-        whether it is the configuration in effect."""
-        kk = np.asarray(k)[:, None]
+                      config_feat: np.ndarray, contexts: bool = False) -> np.ndarray:
+        """``(R, n_slots, SLOT_WIDTH)`` for ``R`` decisions (kernels ``k`` — contexts, with ``contexts`` —,
+        slot configurations ``slots`` ``(R, n_slots)``, configurations in effect ``current`` — ``-1`` flags
+        none — and prices): per slot its configuration's features, then per bin its gain, added time and
+        added energy (clipped), and whether it is the configuration in effect."""
+        uu = (np.asarray(k) if contexts else self.context[k])[:, None]
         out = np.empty((*slots.shape, SLOT_WIDTH))
         out[..., :4] = config_feat[slots]
-        out[..., 4 : 4 + N_BINS] = self._gain(kk, slots, np.asarray(price_rel, float)[:, None, None])
-        out[..., 4 + N_BINS : 4 + 3 * N_BINS] = self.clipped_by_config[kk, slots]
+        out[..., 4 : 4 + N_BINS] = self.gains_of(uu, slots, np.asarray(price_rel, float)[:, None, None])
+        out[..., 4 + N_BINS : 4 + 3 * N_BINS] = self.clipped_by_context[uu, slots]
         out[..., -1] = slots == np.asarray(current)[:, None]
         return out
 
     def current_features(self, k: np.ndarray, current: np.ndarray, price_rel: np.ndarray) -> np.ndarray:
         """``(R, CURRENT_WIDTH)``: gain, added time and added energy per bin of the configurations in effect."""
+        u = self.context[k]
         out = np.empty((len(current), CURRENT_WIDTH))
-        out[:, :N_BINS] = self._gain(k, current, np.asarray(price_rel, float)[:, None])
-        out[:, N_BINS:] = self.clipped_by_config[k, current]
+        out[:, :N_BINS] = self.gains_of(u, current, np.asarray(price_rel, float)[:, None])
+        out[:, N_BINS:] = self.clipped_by_context[u, current]
         return out
