@@ -4,6 +4,7 @@
     python benchmarks/agent.py --only-cost --checkpoint checkpoints/gpt3xl-rtx3080ti
     python benchmarks/agent.py --only-generalisation --generalisation-seeds 0 1
     python benchmarks/agent.py --only-experts
+    python benchmarks/agent.py --reevaluate runs/benchmark-agent/gpt3xl-rtx3080ti-s0-* ...
 
 1. Trained spec: for each seed, ``agents/ppo.yaml`` on ``envs/gpt3xl-rtx3080ti.yaml`` (simulated RTX 3080 Ti,
    30 ms switching latency, 1 % budget); the policy's saving as a fraction of the exact latency-aware
@@ -13,6 +14,10 @@
    ``envs/family-rtx3080ti-random.yaml`` (the hand-picked 16 judge progress during training), evaluated on
    ``envs/heldout-rtx3080ti.yaml`` (shapes, batches, sequences and latencies it never saw). Target: >= 85 %
    of each optimum's saving within budget + 0.5 pp.
+``--reevaluate`` judges policies already trained (run folders or checkpoints) with this version's inference
+and planner: one trained for a single spec on that spec (section 1), one trained on a family on the held-out
+workloads (section 2).
+
 3. Cost: training wall time on this machine; the policy's decision time (numpy only; target <= 20 us per
    decision and <= 5 ms per GPT-3 XL step); and the real-GPU measurements each method needs to produce a
    schedule for a new workload.
@@ -26,6 +31,7 @@ import platform
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -193,7 +199,9 @@ def cost(policy: ClockPolicy | None, checkpoint: str | None) -> None:
     print(f"   decision (numpy MLP {widths}, {len(policy.configs)} configurations in "
           f"{policy.meta['candidate_slots']} candidate slots + keep): "
           f"median {1e6 * np.median(per):.1f} us, p99 {1e6 * np.percentile(per, 99):.1f} us (target <= 20 us)")
-    print(f"   whole GPT-3 XL step ({backend.n_kernels} kernels, {n_dec} decisions; none while a switch is in flight): "
+    contexts = policy.prepare(*args[:-1]).look.n_contexts
+    print(f"   whole GPT-3 XL step ({backend.n_kernels} kernels in {contexts} look-ahead contexts, {n_dec} decisions; "
+          "none while a switch is in flight): "
           f"median {1e3 * np.median(whole):.2f} ms (target <= 5 ms); with budget calibration "
           f"{1e3 * np.median(cal):.1f} ms")
     first, _ = backend.trace.unique_index
@@ -206,6 +214,43 @@ def cost(policy: ClockPolicy | None, checkpoint: str | None) -> None:
           f"(the paper: ~3 GPU-days with 30 s each)")
     print(f"     the policy: {types} auto-clock measurements ({types * per_meas_s / 60:.1f} min) to anchor its "
           f"planning model, or 0 from shapes alone plus one profile of the step")
+
+
+def reevaluate(folders: list[str]) -> None:
+    """Sections 1 and 2 for policies trained earlier (see the module docstring)."""
+    spec = load_env_spec("gpt3xl-rtx3080ti")
+    held = load_env_specs("heldout-rtx3080ti")
+    own: list[tuple[float, float]] = []
+    per: dict[str, list[tuple[float, float]]] = {s.name: [] for s in held}
+    print("Policies trained earlier, judged with this version's inference and planner")
+    for folder in folders:
+        path = Path(folder)
+        pol = ClockPolicy.load(path / "policy" if (path / "policy").is_dir() else path)
+        training = pol.meta.get("training", {})
+        tag = f"{folder} (seed {training.get('seed', '?')}, git {training.get('git', '?')})"
+        if len(training.get("envs", [])) > 1:
+            line = []
+            for s in held:
+                ev = evaluate_policy(pol, s)
+                per[s.name].append((100 * ev.fraction_of_optimum, ev.slowdown_pct - 100 * s.reward.budget))
+                line.append(f"{100 * ev.fraction_of_optimum:.1f}")
+            print(f"   {tag}: held-out {' / '.join(line)} % of the optimum's saving")
+        else:
+            ev = evaluate_policy(pol, spec)
+            own.append((100 * ev.fraction_of_optimum, ev.slowdown_pct))
+            print(f"   {tag}: {spec.name} {100 * ev.fraction_of_optimum:.1f} % of the optimum's saving, slowdown "
+                  f"{ev.slowdown_pct:+.2f} %, {ev.evaluation.switches} switches")
+    if own:
+        ok = min(f for f, _ in own) >= 95 and max(s for _, s in own) <= 100 * spec.reward.budget + 0.2
+        print(f"   trained spec over {len(own)} policies: {spread([f for f, _ in own])} % of the optimum's saving, "
+              f"slowdown {spread([s for _, s in own])} % -> target (>= 95 %, <= +1.2 %): {'met' if ok else 'MISSED'}")
+    if any(per.values()):
+        ok = True
+        for s in held:
+            f, over = [x[0] for x in per[s.name]], [x[1] for x in per[s.name]]
+            ok &= min(f) >= 85 and max(over) <= 0.5
+            print(f"   {s.name:42s} {spread(f)} % of the optimum's saving, slowdown {spread(over)} pp over budget")
+        print(f"   held-out -> target (>= 85 %, <= +0.5 pp): {'met' if ok else 'MISSED'}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,7 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only-cost", action="store_true", help="only section 3, timing --checkpoint")
     p.add_argument("--only-experts", action="store_true",
                    help="only the exact expert planned like the policy, on the trained spec and the held-out ones")
+    p.add_argument("--reevaluate", nargs="+", metavar="RUN", default=None,
+                   help="judge these trained policies (run folders or checkpoints) instead of training")
     args = p.parse_args(argv)
+    if args.reevaluate:
+        reevaluate(args.reevaluate)
+        return 0
     if args.only_scratch:
         scratch(args.runs_dir)
         return 0

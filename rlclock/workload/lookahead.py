@@ -179,8 +179,7 @@ class StepLookahead:
         ends = np.cumsum([len(g) for g in self.groups])
         self._group_slices = [slice(int(lo), int(hi)) for lo, hi in zip(np.concatenate([[0], ends[:-1]]), ends)]
         a, b = np.array(CANDIDATE_WINDOWS).T
-        win = np.empty((U, len(CANDIDATE_WINDOWS), 2 * C), dtype=np.float32)
-        np.subtract(upto[:, b], upto[:, a], out=win, casting="same_kind")
+        win = upto[:, b] - upto[:, a]  # (U, W, 2C), in float64: near-ties between candidates stay resolved
         self._win_time = np.ascontiguousarray(win[..., self._grouped])
         self._win_energy = np.ascontiguousarray(win[..., C + self._grouped])
         self.n_slots = 1 + len(CANDIDATE_PRICE_FACTORS) * len(CANDIDATE_WINDOWS) * len(self.groups)
