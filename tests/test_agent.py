@@ -19,6 +19,7 @@ from rlclock.config import load_env_spec
 from rlclock.deploy.policy import ClockPolicy, save_checkpoint
 from rlclock.env import KernelClockEnv, make_episode
 from rlclock.errors import CheckpointError, SpecError
+from rlclock.schedule import ClockSchedule
 from rlclock.tracking import wandb_mode
 
 SMALL = {
@@ -231,6 +232,22 @@ def test_rollout_takes_one_price_or_one_per_kernel():
     mixed = pol.rollout(*args, np.where(np.arange(n) < half, 0.3, 3.0))
     assert np.array_equal(mixed[:half], low[:half])  # kernel k decides at price k
     assert np.isfinite(pol.last_time_s) and np.isfinite(pol.last_energy_j)
+
+
+@pytest.mark.parametrize("latency_s", [0.0, 0.0005, 0.004, 10.0])
+def test_the_rollout_accounts_its_plan_as_the_backend_runs_it(latency_s):
+    """The planned step's time and energy are the backend's for the returned requests: switches landing
+    inside a kernel, at once (no latency) and never (still in flight when the step ends)."""
+    pol, args = _random_policy(5)
+    args = (*args[:5], latency_s)
+    spec = load_env_spec(dict(SMALL, switch_latency_s=latency_s))
+    backend = spec.build_backend()
+    for price in (0.3, 3.0):
+        req = pol.rollout(*args, price)
+        run = backend.run(ClockSchedule(pol.configs, req))
+        assert run.switches > 0
+        assert pol.last_time_s == pytest.approx(run.time_s, rel=1e-9)
+        assert pol.last_energy_j == pytest.approx(run.energy_j, rel=1e-9)
 
 
 @pytest.mark.parametrize("latency_s, price_rel", [(0.0005, 0.3), (0.0005, 1.0), (0.0, 5.0), (0.002, 1.7)])

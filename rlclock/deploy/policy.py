@@ -364,9 +364,15 @@ class ClockPolicy:
             pre = prepared.base + np.stack([tab.slot_part for tab in tables])[which, look.context]
         pre += np.outer(price_feature(prices), self._cache["w_price"])
         which = which.tolist()
+        columns = [tab.column.tolist() for tab in tables]  # configuration -> row of `now` (lists: fast lookups)
         later = H[1:]
         head_w, head_b = self.weights.head
-        tanh = self.weights.activation == "tanh"
+        if self.weights.activation == "tanh":
+            def act(x: np.ndarray) -> None:
+                np.tanh(x, out=x)
+        else:
+            def act(x: np.ndarray) -> None:
+                np.maximum(x, 0.0, out=x)
         keep = look.n_slots  # the action that issues nothing
         t_at, e_at = t_tab.item, e_tab.item
         clock = time.perf_counter
@@ -374,17 +380,21 @@ class ClockPolicy:
         cur, k, T, E = 0, 0, 0.0, 0.0
         while k < n:  # one pass per decision
             t0 = clock() if timings is not None else 0.0
-            tab = tables[which[k]]
+            level = which[k]
+            tab = tables[level]
             u = context[k]
-            col = int(tab.column[cur])
+            col = columns[level][cur]
             h = pre[k] + (tab.now[u, col] if col >= 0 else self._now_row(prepared, tab, u, cur))
             if first_layer is not None:
                 first_layer.append(h.copy())
-            h = np.tanh(h) if tanh else np.maximum(h, 0.0)
             for w, b in later:
-                h = w @ h + b
-                h = np.tanh(h) if tanh else np.maximum(h, 0.0)
-            a = int((head_w @ h + head_b).argmax())
+                act(h)
+                h = w @ h
+                h += b
+            act(h)
+            z = head_w @ h
+            z += head_b
+            a = int(z.argmax())
             a = cur if a >= keep else int(tab.candidates[u, a])
             if timings is not None:
                 timings.append(clock() - t0)

@@ -12,6 +12,10 @@ in bins of auto-clock time from where ``k`` starts: two before a switch requeste
 * ``bin_energy[k, b, c]``: joules added per (mean auto power × second of bin ``b``);
 * ``occupancy[k, b]``: the share of bin ``b`` inside the step (bins past its end are empty).
 
+A training step repeats its layers, so most kernels see the same steps ahead as a kernel of another layer:
+the bins are computed once per *context* (:func:`kernel_contexts`) and read through ``context[k]``. The bins
+are kept in float32 (differences of float64 running sums); candidates are ranked on float64 window sums.
+
 At a price of time ``p`` (over the mean auto power) the *gain* of ``c`` in a bin is
 ``−(bin_energy + p · bin_time)``: the Lagrangian ``energy + p·time`` saved per unit of bin.
 
