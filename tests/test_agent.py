@@ -234,6 +234,21 @@ def test_rollout_takes_one_price_or_one_per_kernel():
     assert np.isfinite(pol.last_time_s) and np.isfinite(pol.last_energy_j)
 
 
+def test_rows_for_a_configuration_no_slot_holds_match_the_price_tables():
+    """A rollout mixing prices can hold a configuration no slot holds at the next price; its first-layer row
+    is computed on the spot, and must equal the tables' rows but for the slots' in-effect flags."""
+    pol, args = _random_policy(4)
+    prepared = pol.prepare(*args)
+    tab = pol._price_tables(prepared, 1.1)
+    w_is = pol._cache["w_is"]
+    held = np.flatnonzero(tab.column >= 0)
+    for u in range(0, prepared.look.n_contexts, 3):
+        for c in held[:4]:
+            flags = w_is[tab.candidates[u] == c].sum(axis=0)
+            np.testing.assert_allclose(pol._now_row(prepared, tab, u, int(c)) + flags, tab.now[u, tab.column[c]],
+                                       rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("latency_s", [0.0, 0.0005, 0.004, 10.0])
 def test_the_rollout_accounts_its_plan_as_the_backend_runs_it(latency_s):
     """The planned step's time and energy are the backend's for the returned requests: switches landing

@@ -62,7 +62,7 @@ class PriceTables:
     ``now`` holds the first layer's sum over everything that depends on the configuration in effect — its
     gain, added time and energy per bin, its features, the in-effect flags of the slots holding it — for the
     configurations any slot holds at this price (``column`` maps a configuration to its column, ``-1`` for
-    the others, whose rows :meth:`ClockPolicy._now_rows` computes when needed)."""
+    the others, whose rows :meth:`ClockPolicy._now_row` computes when needed)."""
 
     price_rel: float
     candidates: np.ndarray  # (U, S) configuration of every slot
