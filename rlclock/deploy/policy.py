@@ -260,7 +260,7 @@ class ClockPolicy:
         req = self.plan(backend, self.budget if budget is None else budget, calibrate)
         return ClockSchedule(self.configs, req, name="policy")
 
-    def plan(self, backend, budget: float, calibrate: bool = True, prices: int = 12, pairs: int = 2,
+    def plan(self, backend, budget: float, calibrate: bool = True, prices: int = 24, pairs: int = 2,
              mix_tries: int = 8) -> np.ndarray:
         """Requested configuration index per kernel, by rolling the step through the switching rules.
 
