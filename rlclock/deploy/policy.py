@@ -37,7 +37,7 @@ from rlclock.workload.features import (
     price_feature,
     remaining_feature,
 )
-from rlclock.workload.lookahead import CURRENT_WIDTH, N_BINS, SLOT_WIDTH, StepLookahead, n_slots
+from rlclock.workload.lookahead import CURRENT_WIDTH, N_BINS, SLOT_WIDTH, StepLookahead, identical_rows, n_slots
 from rlclock.workload.trace import KernelTrace, Measurement
 
 CHECKPOINT_FORMAT = "rlclock.policy"
@@ -50,9 +50,10 @@ DEFAULT_PRICE_REL = 1.15  # where plans start when a checkpoint does not say (ex
 class PreparedStep:
     """What :meth:`ClockPolicy.rollout` reuses across prices for one step (see :meth:`ClockPolicy.prepare`)."""
 
-    base: np.ndarray  # (n, H) first-layer sum over the price- and state-independent inputs
+    base: np.ndarray  # (situations, H) first-layer sum over the price- and state-independent inputs
     look: StepLookahead
     per_price: dict[float, PriceTables]  # ClockPolicy._price_tables
+    situation: list[int]  # per kernel its row of `base` (see _situations)
 
 
 @dataclass
@@ -358,12 +359,13 @@ class ClockPolicy:
         context = look.context.tolist()
         levels, which = np.unique(prices, return_inverse=True)
         tables = [self._price_tables(prepared, float(p)) for p in levels]
-        if len(tables) == 1:
-            pre = prepared.base + tables[0].slot_part[look.context]
-        else:  # each kernel's rows at its own price
-            pre = prepared.base + np.stack([tab.slot_part for tab in tables])[which, look.context]
-        pre += np.outer(price_feature(prices), self._cache["w_price"])
+        price_part = [float(price_feature(p)) * self._cache["w_price"] for p in levels]
+        base = prepared.base
         which = which.tolist()
+        situation = prepared.situation
+        # a decision depends on the kernel's inputs, the price and the configuration in effect only: kernels
+        # of repeated layers reuse it (exact: the same inputs give the same numbers)
+        memo: dict[tuple[int, int, int], int] = {} if first_layer is None and timings is None else _NoMemo()
         columns = [tab.column.tolist() for tab in tables]  # configuration -> row of `now` (lists: fast lookups)
         later = H[1:]
         head_w, head_b = self.weights.head
@@ -383,18 +385,23 @@ class ClockPolicy:
             level = which[k]
             tab = tables[level]
             u = context[k]
-            col = columns[level][cur]
-            h = pre[k] + (tab.now[u, col] if col >= 0 else self._now_row(prepared, tab, u, cur))
-            if first_layer is not None:
-                first_layer.append(h.copy())
-            for w, b in later:
+            key = (situation[k], cur, level)
+            a = memo.get(key, -1)
+            if a < 0:
+                col = columns[level][cur]
+                h = base[situation[k]] + tab.slot_part[u]
+                h += price_part[level]
+                h += tab.now[u, col] if col >= 0 else self._now_row(prepared, tab, u, cur)
+                if first_layer is not None:
+                    first_layer.append(h.copy())
+                for w, b in later:
+                    act(h)
+                    h = w @ h
+                    h += b
                 act(h)
-                h = w @ h
-                h += b
-            act(h)
-            z = head_w @ h
-            z += head_b
-            a = int(z.argmax())
+                z = head_w @ h
+                z += head_b
+                a = memo[key] = int(z.argmax())
             a = cur if a >= keep else int(tab.candidates[u, a])
             if timings is not None:
                 timings.append(clock() - t0)
@@ -431,7 +438,7 @@ class ClockPolicy:
         """What every rollout of one step shares: the first layer's sum over the parts of the observation that
         depend on neither the price nor the state (kernel windows, occupancy of the bins ahead, time left,
         latency, bias) at every kernel, and the step's :class:`StepLookahead`."""
-        n, K = t_tab.shape[0], self.lookahead
+        K = self.lookahead
         b1 = self.weights.hidden[0][1]
         look = StepLookahead(t_tab, e_tab, auto_t, auto_e, latency_s, self.configs)
         width = (K + 1) * N_KERNEL_INPUTS
@@ -441,24 +448,19 @@ class ClockPolicy:
         c = self._cache
         prefix = np.concatenate([[0.0], np.cumsum(auto_t)])
         remaining = remaining_feature(float(prefix[-1]) - prefix[:-1], latency_s)
-        # the window product in float32, as the network was trained (the features are float32 already): every
-        # kernel's features times the weights of each window position, summed along the shifted positions
-        per_position = window @ c["w1_window"]  # (n + K, (K + 1) · H)
-        hidden = b1.shape[0]
-        kernels = per_position[:n, :hidden].copy()
-        for j in range(1, K + 1):
-            kernels += per_position[j : j + n, j * hidden : (j + 1) * hidden]
-        base = (kernels + b1 + look.occupancy @ c["w_occupancy"] + np.outer(remaining, c["w_remaining"])
-                + latency_feature(latency_s) * c["w_latency"])
-        return PreparedStep(base, look, {})
+        situation, first = _situations(window, look.context, remaining, K)
+        # once per situation; the window product in float32, as the network was trained
+        rows = window[first[:, None] + np.arange(K + 1)].reshape(len(first), width)
+        base = (rows @ c["w1_window"]).astype(np.float64)
+        base += b1 + look.occupancy[first] @ c["w_occupancy"] + np.outer(remaining[first], c["w_remaining"])
+        base += latency_feature(latency_s) * c["w_latency"]
+        return PreparedStep(base, look, {}, situation.tolist())
 
     def _split_first_layer(self, width: int, slots: int) -> None:
         """Cache the first layer's columns per part of the observation (rlclock.env's layout)."""
         w1 = self.weights.hidden[0][0]
         c = self._cache
-        per_position = w1[:, :width].reshape(w1.shape[0], -1, N_KERNEL_INPUTS)  # (H, K + 1, inputs)
-        c["w1_window"] = np.ascontiguousarray(per_position.transpose(2, 1, 0).reshape(N_KERNEL_INPUTS, -1),
-                                              dtype=np.float32)
+        c["w1_window"] = np.ascontiguousarray(w1[:, :width].T, dtype=np.float32)
         w_slot = w1[:, width : width + slots * SLOT_WIDTH].reshape(-1, slots, SLOT_WIDTH)
         # (S, H): a slot holds the configuration in effect
         c["w_is"] = np.ascontiguousarray(w_slot[:, :, -1].T, dtype=np.float32)
@@ -515,6 +517,35 @@ class ClockPolicy:
 
             self._cache["cf"] = config_features(self.gpu, self.configs).astype(np.float64)
         return self._cache["cf"]
+
+
+class _NoMemo(dict):
+    """A decision memo that keeps nothing (when every decision's inputs or time are being recorded)."""
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
+def _situations(window: np.ndarray, context: np.ndarray, remaining: np.ndarray, lookahead: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``(situation, first)``: per kernel a number shared by the kernels that see the same inputs but for the
+    state and the price — the same kernel window, look-ahead context and time left (which saturates eight
+    latencies before the end) —, and the first kernel of each. Repeated layers share them, so their
+    decisions are computed once per state (exact: the groups are checked element by element)."""
+    n = len(context)
+    ids = identical_rows(window).astype(np.uint64)
+    # independent odd 64-bit multipliers (structured ones let small integer combinations collide)
+    mults = np.random.default_rng(0x51A7).integers(1, 2**63, size=lookahead + 3, dtype=np.uint64) | np.uint64(1)
+    with np.errstate(over="ignore"):
+        key = context.astype(np.uint64) * mults[0] + remaining.view(np.uint64) * mults[1]
+        for j in range(lookahead + 1):
+            key += ids[j : j + n] * mults[j + 2]
+    _, first, situation = np.unique(key, return_index=True, return_inverse=True)
+    situation = situation.ravel()
+    same = [context, remaining, *(ids[j : j + n] for j in range(lookahead + 1))]
+    if not all(np.array_equal(x[first[situation]], x) for x in same):
+        return np.arange(n), np.arange(n)
+    return situation, first
 
 
 def policy_meta(gpu: GpuSpec, configs: Sequence[ClockConfig], lookahead: int, obs_size: int, latency_s: float,

@@ -79,6 +79,17 @@ def bin_edges_s(latency_s: float) -> np.ndarray:
     return np.concatenate([[0.0, 0.5 * lat], lat + unit * np.asarray(POST_LANDING_EDGES)])
 
 
+def identical_rows(rows: np.ndarray) -> np.ndarray:
+    """``(m,)`` int64: equal numbers for equal rows of a 2-D array (a projection on fixed weights, checked
+    exactly; ``np.unique`` on the rows if two different rows project alike)."""
+    probe = 1.0 + (np.arange(rows.shape[1]) * 0.6180339887498949) % 1.0  # golden-ratio weights in [1, 2)
+    _, rep, ids = np.unique(rows.astype(np.float64, copy=False) @ probe, return_index=True, return_inverse=True)
+    ids = ids.ravel()
+    if not np.array_equal(rows[rep[ids]], rows):
+        ids = np.unique(rows, axis=0, return_inverse=True)[1].ravel()
+    return ids.astype(np.int64)
+
+
 def kernel_contexts(t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarray, auto_energy_j: np.ndarray,
                     horizon_s: float) -> tuple[np.ndarray, np.ndarray]:
     """``(context, first)``: per kernel the index of its *context*, and the first kernel of each context.
@@ -87,16 +98,12 @@ def kernel_contexts(t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarra
     step's end, if that comes first) are the same sequence of identical table rows: everything the look-ahead
     shows of them is then equal. A training step repeats its layers, so the ~900 kernels of a GPT-3 XL step
     on the simulated RTX 3080 Ti fall into ~130 contexts, and the look-ahead is computed once per context.
-    Identical rows are found by a projection on fixed weights, checked exactly (``np.unique`` on the rows if the check
-    fails); sequences are compared by a 64-bit polynomial hash mixed with their length and whether they reach
-    the step's end (a collision between two different sequences has a chance of about ``n² / 2⁶⁴``).
+    Identical rows are found by :func:`identical_rows`; sequences are compared by a 64-bit polynomial hash
+    mixed with their length and whether they reach the step's end (a collision between two different
+    sequences has a chance of about ``n² / 2⁶⁴``).
     """
     n = len(auto_time_s)
-    rows = np.column_stack([t_tab, e_tab, auto_time_s, auto_energy_j])
-    probe = 1.0 + (np.arange(rows.shape[1]) * 0.6180339887498949) % 1.0  # golden-ratio weights in [1, 2)
-    _, rep, ids = np.unique(rows @ probe, return_index=True, return_inverse=True)
-    if not np.array_equal(rows[rep[ids.ravel()]], rows):
-        _, ids = np.unique(rows, axis=0, return_inverse=True)
+    ids = identical_rows(np.column_stack([t_tab, e_tab, auto_time_s, auto_energy_j]))
     start = np.concatenate([[0.0], np.cumsum(auto_time_s)])
     end = np.searchsorted(start, start[:n] + horizon_s, side="left")  # kernels k .. end - 1 (n + 1: past the end)
     reaches_end = end > n
@@ -105,7 +112,7 @@ def kernel_contexts(t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarra
     mult = np.uint64(0x9E3779B97F4A7C15)
     powers = np.cumprod(np.concatenate([[np.uint64(1)], np.full(n, mult)]))
     inverse = np.cumprod(np.concatenate([[np.uint64(1)], np.full(n, np.uint64(pow(int(mult), -1, 2**64)))]))
-    h = ids.ravel().astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9) + np.uint64(1)
+    h = ids.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9) + np.uint64(1)
     prefix = np.concatenate([[np.uint64(0)], np.cumsum(h * powers[:n])])
     with np.errstate(over="ignore"):
         length = (end - np.arange(n)).astype(np.uint64)
