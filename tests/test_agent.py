@@ -313,3 +313,21 @@ def test_bad_prices_and_actions_get_one_clear_error():
     vec.reset()
     with pytest.raises(SpecError, match="outside the action space"):
         vec.step(np.array([0, vec.action_space.n]))
+
+
+def test_repeated_layers_share_decisions_and_the_plan_is_unchanged():
+    """Kernels of repeated layers that see the same inputs reuse a decision per state: the plan equals the
+    one computed decision by decision (timings asked for: no reuse)."""
+    pol = ClockPolicy.load("checkpoints/gpt3xl-rtx3080ti")
+    backend = make_episode(load_env_spec("gpt3xl-rtx3080ti")).backend
+    t, e = backend.tables
+    auto = backend.auto_run()
+    args = (backend.trace, t, e, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s)
+    prepared = pol.prepare(*args)
+    assert len(set(prepared.situation)) < len(t) / 4
+    for price in (0.7, 1.3, np.where(np.arange(len(t)) < 300, 0.7, 1.3)):
+        shared = pol.rollout(*args, price, prepared=prepared)
+        time_s, energy_j = pol.last_time_s, pol.last_energy_j
+        each = pol.rollout(*args, price, prepared=prepared, timings=[])
+        assert np.array_equal(shared, each)
+        assert (time_s, energy_j) == (pol.last_time_s, pol.last_energy_j)
