@@ -54,6 +54,7 @@ class PreparedStep:
     look: StepLookahead
     per_price: dict[float, PriceTables]  # ClockPolicy._price_tables
     situation: list[int]  # per kernel its row of `base` (see _situations)
+    situation_context: np.ndarray  # (situations,) the look-ahead context of each
 
 
 @dataclass
@@ -146,6 +147,7 @@ class ClockPolicy:
         self._cache: dict[str, Any] = {}
         self.last_time_s = float("nan")
         self.last_energy_j = float("nan")
+        self.last_computed = 0  # decisions the last rollout computed (the others reused a repeated layer's)
 
     @property
     def gpu_key(self) -> str:
@@ -359,8 +361,10 @@ class ClockPolicy:
         context = look.context.tolist()
         levels, which = np.unique(prices, return_inverse=True)
         tables = [self._price_tables(prepared, float(p)) for p in levels]
-        price_part = [float(price_feature(p)) * self._cache["w_price"] for p in levels]
-        base = prepared.base
+        # per price level and situation, the first layer's sum over everything but the configuration in effect
+        w_price = self._cache["w_price"]
+        pre = [prepared.base + tab.slot_part[prepared.situation_context] + float(price_feature(p)) * w_price
+               for tab, p in zip(tables, levels)]
         which = which.tolist()
         situation = prepared.situation
         # a decision depends on the kernel's inputs, the price and the configuration in effect only: kernels
@@ -379,7 +383,7 @@ class ClockPolicy:
         t_at, e_at = t_tab.item, e_tab.item
         clock = time.perf_counter
         req = np.empty(n, dtype=np.int64)
-        cur, k, T, E = 0, 0, 0.0, 0.0
+        cur, k, T, E, computed = 0, 0, 0.0, 0.0, 0
         while k < n:  # one pass per decision
             t0 = clock() if timings is not None else 0.0
             level = which[k]
@@ -389,9 +393,7 @@ class ClockPolicy:
             a = memo.get(key, -1)
             if a < 0:
                 col = columns[level][cur]
-                h = base[situation[k]] + tab.slot_part[u]
-                h += price_part[level]
-                h += tab.now[u, col] if col >= 0 else self._now_row(prepared, tab, u, cur)
+                h = pre[level][situation[k]] + (tab.now[u, col] if col >= 0 else self._now_row(prepared, tab, u, cur))
                 if first_layer is not None:
                     first_layer.append(h.copy())
                 for w, b in later:
@@ -402,6 +404,7 @@ class ClockPolicy:
                 z = head_w @ h
                 z += head_b
                 a = memo[key] = int(z.argmax())
+                computed += 1
             a = cur if a >= keep else int(tab.candidates[u, a])
             if timings is not None:
                 timings.append(clock() - t0)
@@ -431,6 +434,7 @@ class ClockPolicy:
             cur, k = a, j
         self.last_time_s = T
         self.last_energy_j = E
+        self.last_computed = computed
         return req
 
     def prepare(self, trace: KernelTrace, t_tab: np.ndarray, e_tab: np.ndarray, auto_t: np.ndarray,
@@ -454,7 +458,7 @@ class ClockPolicy:
         base = (rows @ c["w1_window"]).astype(np.float64)
         base += b1 + look.occupancy[first] @ c["w_occupancy"] + np.outer(remaining[first], c["w_remaining"])
         base += latency_feature(latency_s) * c["w_latency"]
-        return PreparedStep(base, look, {}, situation.tolist())
+        return PreparedStep(base, look, {}, situation.tolist(), look.context[first])
 
     def _split_first_layer(self, width: int, slots: int) -> None:
         """Cache the first layer's columns per part of the observation (rlclock.env's layout)."""
@@ -526,6 +530,11 @@ class _NoMemo(dict):
         pass
 
 
+_HASH_MULTIPLIERS = np.random.default_rng(0x51A7).integers(1, 2**63, size=64, dtype=np.uint64) | np.uint64(1)
+"""Independent odd 64-bit multipliers for hashing situations (structured ones let small integer combinations
+of the ids collide)."""
+
+
 def _situations(window: np.ndarray, context: np.ndarray, remaining: np.ndarray, lookahead: int
                 ) -> tuple[np.ndarray, np.ndarray]:
     """``(situation, first)``: per kernel a number shared by the kernels that see the same inputs but for the
@@ -534,8 +543,7 @@ def _situations(window: np.ndarray, context: np.ndarray, remaining: np.ndarray, 
     decisions are computed once per state (exact: the groups are checked element by element)."""
     n = len(context)
     ids = identical_rows(window).astype(np.uint64)
-    # independent odd 64-bit multipliers (structured ones let small integer combinations collide)
-    mults = np.random.default_rng(0x51A7).integers(1, 2**63, size=lookahead + 3, dtype=np.uint64) | np.uint64(1)
+    mults = _HASH_MULTIPLIERS[: lookahead + 3]
     with np.errstate(over="ignore"):
         key = context.astype(np.uint64) * mults[0] + remaining.view(np.uint64) * mults[1]
         for j in range(lookahead + 1):
