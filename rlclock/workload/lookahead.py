@@ -242,7 +242,8 @@ class StepLookahead:
 
     def gains_of(self, u: np.ndarray, configs: np.ndarray, price_rel: np.ndarray | float) -> np.ndarray:
         """Clipped gain per bin of ``configs`` in contexts ``u`` (broadcast together) at ``price_rel``."""
-        gain = -(self.energy_by_context[u, configs] + price_rel * self.time_by_context[u, configs])
+        gain = self.time_by_context[u, configs] * -np.asarray(price_rel, float)
+        gain -= self.energy_by_context[u, configs]
         np.minimum(gain, 1.0, out=gain)  # clip to [-1, 1] (two ufuncs: np.clip's wrapper costs more per call)
         return np.maximum(gain, -1.0, out=gain)
 
