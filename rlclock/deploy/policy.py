@@ -349,7 +349,6 @@ class ClockPolicy:
         keeps what each price needs); afterwards ``self.last_time_s`` and ``self.last_energy_j`` hold the
         planned step."""
         n = t_tab.shape[0]
-        H = self.weights.hidden
         if prepared is None:
             prepared = self.prepare(trace, t_tab, e_tab, auto_t, auto_e, latency_s)
         price = np.asarray(price_rel, dtype=float)
@@ -368,17 +367,10 @@ class ClockPolicy:
         which = which.tolist()
         situation = prepared.situation
         # a decision depends on the kernel's inputs, the price and the configuration in effect only: kernels
-        # of repeated layers reuse it (exact: the same inputs give the same numbers)
-        memo: dict[tuple[int, int, int], int] = {} if first_layer is None and timings is None else _NoMemo()
+        # of repeated layers reuse it (exact: the same inputs give the same numbers) unless each is recorded
+        reuse = first_layer is None and timings is None
+        memo: dict[tuple[int, int, int], int] = {}
         columns = [tab.column.tolist() for tab in tables]  # configuration -> row of `now` (lists: fast lookups)
-        later = H[1:]
-        head_w, head_b = self.weights.head
-        if self.weights.activation == "tanh":
-            def act(x: np.ndarray) -> None:
-                np.tanh(x, out=x)
-        else:
-            def act(x: np.ndarray) -> None:
-                np.maximum(x, 0.0, out=x)
         keep = look.n_slots  # the action that issues nothing
         t_at, e_at = t_tab.item, e_tab.item
         clock = time.perf_counter
@@ -390,20 +382,13 @@ class ClockPolicy:
             tab = tables[level]
             u = context[k]
             key = (situation[k], cur, level)
-            a = memo.get(key, -1)
+            a = memo.get(key, -1) if reuse else -1
             if a < 0:
                 col = columns[level][cur]
                 h = pre[level][situation[k]] + (tab.now[u, col] if col >= 0 else self._now_row(prepared, tab, u, cur))
                 if first_layer is not None:
                     first_layer.append(h.copy())
-                for w, b in later:
-                    act(h)
-                    h = w @ h
-                    h += b
-                act(h)
-                z = head_w @ h
-                z += head_b
-                a = memo[key] = int(z.argmax())
+                a = memo[key] = self._after_first_layer(h)
                 computed += 1
             a = cur if a >= keep else int(tab.candidates[u, a])
             if timings is not None:
@@ -414,28 +399,32 @@ class ClockPolicy:
                 E += e_at(k, cur)
                 k += 1
                 continue
-            # the switch lands latency_s of time at `cur` later (nothing is decided while it is in flight)
-            land, landed = latency_s, False
-            j = k
-            while j < n and not landed:
-                tc = t_at(j, cur)
-                if land < tc:  # lands inside kernel j
-                    frac = land / tc
-                    T += land + (1.0 - frac) * t_at(j, a)
-                    E += frac * e_at(j, cur) + (1.0 - frac) * e_at(j, a)
-                    landed = True
-                else:
-                    T += tc
-                    E += e_at(j, cur)
-                    land -= tc
-                    landed = land <= 0.0
-                j += 1
+            j, dt, de = _flight(t_at, e_at, n, k, cur, a, latency_s)
+            T, E = T + dt, E + de
             req[k:j] = a
             cur, k = a, j
         self.last_time_s = T
         self.last_energy_j = E
         self.last_computed = computed
         return req
+
+    def _after_first_layer(self, h: np.ndarray) -> int:
+        """The action of a decision from its first layer's pre-activation ``h`` (overwritten): the remaining
+        layers, the head, argmax."""
+        self._activate(h)
+        for w, b in self.weights.hidden[1:]:
+            h = w @ h
+            h += b
+            self._activate(h)
+        z = self.weights.head[0] @ h
+        z += self.weights.head[1]
+        return int(z.argmax())
+
+    def _activate(self, h: np.ndarray) -> None:
+        if self.weights.activation == "tanh":
+            np.tanh(h, out=h)
+        else:
+            np.maximum(h, 0.0, out=h)
 
     def prepare(self, trace: KernelTrace, t_tab: np.ndarray, e_tab: np.ndarray, auto_t: np.ndarray,
                 auto_e: np.ndarray, latency_s: float) -> PreparedStep:
@@ -523,11 +512,27 @@ class ClockPolicy:
         return self._cache["cf"]
 
 
-class _NoMemo(dict):
-    """A decision memo that keeps nothing (when every decision's inputs or time are being recorded)."""
-
-    def __setitem__(self, key, value) -> None:
-        pass
+def _flight(t_at, e_at, n: int, k: int, cur: int, target: int, latency_s: float) -> tuple[int, float, float]:
+    """A switch from ``cur`` to ``target`` requested at kernel ``k``: it lands ``latency_s`` of time at ``cur``
+    later (nothing is decided while it is in flight). Returns the first kernel after the landing (``n`` if it
+    does not land within the step) and the seconds and joules of kernels ``k`` up to it (``t_at(i, c)``,
+    ``e_at(i, c)``: a kernel's time and energy at a configuration; the landing kernel runs partly at each)."""
+    land, T, E = latency_s, 0.0, 0.0
+    j = k
+    while j < n:
+        tc = t_at(j, cur)
+        if land < tc:  # lands inside kernel j
+            frac = land / tc
+            T += land + (1.0 - frac) * t_at(j, target)
+            E += frac * e_at(j, cur) + (1.0 - frac) * e_at(j, target)
+            return j + 1, T, E
+        T += tc
+        E += e_at(j, cur)
+        land -= tc
+        j += 1
+        if land <= 0.0:
+            break
+    return j, T, E
 
 
 _HASH_MULTIPLIERS = np.random.default_rng(0x51A7).integers(1, 2**63, size=64, dtype=np.uint64) | np.uint64(1)
