@@ -82,10 +82,8 @@ def test_candidates_are_the_best_of_their_memory_clock_over_each_window():
             for grp in groups:
                 assert cand[k, slot] == grp[np.argmax(gain[grp])]
                 slot += 1
-    # per-kernel prices take each row from its kernel's price
-    mixed = look.candidates_per_kernel(np.where(np.arange(len(t)) < 20, 0.3, 3.0))
-    assert np.array_equal(mixed[:20], look.candidates(0.3)[:20])
-    assert np.array_equal(mixed[20:], look.candidates(3.0)[20:])
+    # per context: every kernel reads its context's row
+    assert np.array_equal(cand, look.context_candidates(price)[look.context])
 
 
 def test_slot_features_have_the_documented_layout():
@@ -99,7 +97,7 @@ def test_slot_features_have_the_documented_layout():
     assert f.shape == (2, slots.shape[1], SLOT_WIDTH)
     np.testing.assert_array_equal(f[:, :, :4], cf[slots])
     assert f[0, 1, -1] == 1.0 and not f[1, :, -1].any()  # -1: nothing flagged
-    gain = look.gains(1.0)[9, slots[1]]
+    gain = look.gains_of(look.context[9], slots[1], 1.0)
     np.testing.assert_allclose(f[1, :, 4 : 4 + N_BINS], gain)
     now = look.current_features(k, slots[:, 1], np.array([1.0, 1.0]))
     np.testing.assert_allclose(now, f[:, 1, 4:-1])

@@ -428,9 +428,10 @@ class ClockPolicy:
 
     def prepare(self, trace: KernelTrace, t_tab: np.ndarray, e_tab: np.ndarray, auto_t: np.ndarray,
                 auto_e: np.ndarray, latency_s: float) -> PreparedStep:
-        """What every rollout of one step shares: the first layer's sum over the parts of the observation that
-        depend on neither the price nor the state (kernel windows, occupancy of the bins ahead, time left,
-        latency, bias) at every kernel, and the step's :class:`StepLookahead`."""
+        """What every rollout of one step shares: the step's :class:`StepLookahead`, its situations
+        (:func:`_situations`) and per situation the first layer's sum over the parts of the observation that
+        depend on neither the price nor the state (kernel window, occupancy of the bins ahead, time left,
+        latency, bias)."""
         K = self.lookahead
         b1 = self.weights.hidden[0][1]
         look = StepLookahead(t_tab, e_tab, auto_t, auto_e, latency_s, self.configs)
@@ -475,18 +476,15 @@ class ClockPolicy:
             U, S = look.n_contexts, look.n_slots
             c = self._cache
             cand = look.context_candidates(price_rel)
-            gain = look.gains(price_rel)  # (U, C, N_BINS)
             rows = np.arange(U)[:, None]
-            feats = np.concatenate([self._config_features()[cand], gain[rows, cand],
+            feats = np.concatenate([self._config_features()[cand], look.gains_of(rows, cand, price_rel),
                                     look.clipped_by_context[rows, cand], np.zeros((U, S, 1))],
                                    axis=2)  # no slot is flagged as in effect: that is in `now`
             slot_part = (feats.reshape(U, -1).astype(np.float32) @ c["w_slots"]).astype(np.float64)
             held = np.unique(cand)  # includes auto (slot 0)
             column = np.full(look.C, -1, dtype=np.int64)
             column[held] = np.arange(len(held))
-            now = gain[:, held] @ c["w_now"][:N_BINS]
-            now += look.clipped_by_context[:, held] @ c["w_now"][N_BINS:]
-            now += c["now_config"][held]
+            now = self._now_part(look, rows, held[None, :], price_rel)
             for s in range(S):  # the in-effect flag of every slot holding the configuration
                 now[rows[:, 0], column[cand[:, s]]] += c["w_is"][s]
             got = PriceTables(price_rel, cand, slot_part, column, now)
@@ -497,12 +495,18 @@ class ClockPolicy:
 
     def _now_row(self, prepared: PreparedStep, tables: PriceTables, u: int, config: int) -> np.ndarray:
         """``(H,)``: :attr:`PriceTables.now`'s row for context ``u`` and a configuration no slot holds at the
-        tables' price (in effect from a rollout's kernels at another price)."""
-        look = prepared.look
+        tables' price (in effect from a rollout's kernels at another price): no in-effect flag."""
+        return self._now_part(prepared.look, u, config, tables.price_rel)
+
+    def _now_part(self, look: StepLookahead, u: np.ndarray | int, configs: np.ndarray | int,
+                  price_rel: float) -> np.ndarray:
+        """The first layer's sum over the bins and features of configurations in effect ``configs`` in
+        contexts ``u`` (broadcast together) at ``price_rel``: ``(*shape, H)``, without the slots' flags."""
         c = self._cache
-        now = look.gains_of(u, config, tables.price_rel) @ c["w_now"][:N_BINS]
-        now += look.clipped_by_context[u, config] @ c["w_now"][N_BINS:] + c["now_config"][config]
-        return now  # no slot holds it: no in-effect flag
+        now = look.gains_of(u, configs, price_rel) @ c["w_now"][:N_BINS]
+        now += look.clipped_by_context[u, configs] @ c["w_now"][N_BINS:]
+        now += c["now_config"][configs]
+        return now
 
     def _config_features(self) -> np.ndarray:
         if "cf" not in self._cache:

@@ -129,7 +129,7 @@ class StepLookahead:
     """Binned look-ahead of one step on a planning model (see the module docstring).
 
     Computed once per kernel context (:func:`kernel_contexts`); the per-kernel views index through
-    ``context``. Arrays named ``*_by_context`` and :meth:`gains` have a row per context.
+    ``context``. Arrays named ``*_by_context`` have a row per context.
 
     Args:
         t_tab: ``(n, C)`` seconds per kernel and configuration.
@@ -231,25 +231,12 @@ class StepLookahead:
         """``(n, n_slots)`` configuration index of every slot at every kernel, at price ``price_rel``."""
         return self.context_candidates(price_rel)[self.context]
 
-    def candidates_per_kernel(self, price_rel: np.ndarray) -> np.ndarray:
-        """``(n, n_slots)`` candidates with one price per kernel (each row from its kernel's price)."""
-        prices = np.asarray(price_rel, float)
-        out = np.empty((self.n, self.n_slots), dtype=np.int64)
-        for p in np.unique(prices):
-            rows = prices == p
-            out[rows] = self.context_candidates(float(p))[self.context[rows]]
-        return out
-
     def gains_of(self, u: np.ndarray, configs: np.ndarray, price_rel: np.ndarray | float) -> np.ndarray:
         """Clipped gain per bin of ``configs`` in contexts ``u`` (broadcast together) at ``price_rel``."""
         gain = self.time_by_context[u, configs] * -np.asarray(price_rel, float)
         gain -= self.energy_by_context[u, configs]
         np.minimum(gain, 1.0, out=gain)  # clip to [-1, 1] (two ufuncs: np.clip's wrapper costs more per call)
         return np.maximum(gain, -1.0, out=gain)
-
-    def gains(self, price_rel: float) -> np.ndarray:
-        """``(U, C, N_BINS)``: the clipped gain per bin of every configuration in every context."""
-        return np.clip(-(self.energy_by_context + price_rel * self.time_by_context), -1.0, 1.0)
 
     def slot_features(self, k: np.ndarray, slots: np.ndarray, current: np.ndarray, price_rel: np.ndarray,
                       config_feat: np.ndarray, contexts: bool = False) -> np.ndarray:
