@@ -21,6 +21,7 @@ from rlclock.env import KernelClockEnv, make_episode
 from rlclock.errors import CheckpointError, SpecError
 from rlclock.schedule import ClockSchedule
 from rlclock.tracking import wandb_mode
+from rlclock.workload.lookahead import CURRENT_WIDTH
 
 SMALL = {
     "name": "small", "gpu": "rtx3080ti",
@@ -240,7 +241,7 @@ def test_rows_for_a_configuration_no_slot_holds_match_the_price_tables():
     pol, args = _random_policy(4)
     prepared = pol.prepare(*args)
     tab = pol._price_tables(prepared, 1.1)
-    w_is = pol._cache["w_is"]
+    w_is = pol._cache["w_now"][CURRENT_WIDTH:]  # the slots' in-effect flags
     held = np.flatnonzero(tab.column >= 0)
     for u in range(0, prepared.look.n_contexts, 3):
         for c in held[:4]:

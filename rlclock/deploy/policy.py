@@ -32,12 +32,13 @@ from rlclock.workload.features import (
     N_KERNEL_INPUTS,
     PRICE_REL_MAX,
     PRICE_REL_MIN,
+    distinct_kernels,
     kernel_window,
     latency_feature,
     price_feature,
     remaining_feature,
 )
-from rlclock.workload.lookahead import CURRENT_WIDTH, N_BINS, SLOT_WIDTH, StepLookahead, identical_rows, n_slots
+from rlclock.workload.lookahead import CURRENT_WIDTH, N_BINS, SLOT_WIDTH, StepLookahead, distinct, n_slots
 from rlclock.workload.trace import KernelTrace, Measurement
 
 CHECKPOINT_FORMAT = "rlclock.policy"
@@ -366,10 +367,14 @@ class ClockPolicy:
                for tab, p in zip(tables, levels)]
         which = which.tolist()
         situation = prepared.situation
-        # a decision depends on the kernel's inputs, the price and the configuration in effect only: kernels
-        # of repeated layers reuse it (exact: the same inputs give the same numbers) unless each is recorded
+        # a decision depends on the kernel's inputs, the price and the configuration in effect only, and so
+        # does the move it makes (the kernels it covers, their time and energy) while those kernels lie within
+        # the look-ahead context's span: kernels of repeated layers reuse both (exact: the same inputs give the
+        # same numbers) unless each decision is recorded
         reuse = first_layer is None and timings is None
         memo: dict[tuple[int, int, int], int] = {}
+        moves: dict[tuple[int, int, int], tuple[int, int, float, float]] = {}
+        span = look.span.tolist()
         columns = [tab.column.tolist() for tab in tables]  # configuration -> row of `now` (lists: fast lookups)
         keep = look.n_slots  # the action that issues nothing
         t_at, e_at = t_tab.item, e_tab.item
@@ -379,30 +384,37 @@ class ClockPolicy:
         while k < n:  # one pass per decision
             t0 = clock() if timings is not None else 0.0
             level = which[k]
-            tab = tables[level]
-            u = context[k]
             key = (situation[k], cur, level)
-            a = memo.get(key, -1) if reuse else -1
-            if a < 0:
-                col = columns[level][cur]
-                h = pre[level][situation[k]] + (tab.now[u, col] if col >= 0 else self._now_row(prepared, tab, u, cur))
-                if first_layer is not None:
-                    first_layer.append(h.copy())
-                a = memo[key] = self._after_first_layer(h)
-                computed += 1
-            a = cur if a >= keep else int(tab.candidates[u, a])
-            if timings is not None:
-                timings.append(clock() - t0)
-            if a == cur or latency_s <= 0.0:  # nothing in flight: the kernel runs at what is in effect
-                req[k] = cur = a
-                T += t_at(k, cur)
-                E += e_at(k, cur)
-                k += 1
-                continue
-            j, dt, de = _flight(t_at, e_at, n, k, cur, a, latency_s)
-            T, E = T + dt, E + de
-            req[k:j] = a
-            cur, k = a, j
+            move = moves.get(key) if reuse else None
+            if move is not None:
+                cur, j, dt, de = move
+                j += k
+            else:
+                tab = tables[level]
+                u = context[k]
+                a = memo.get(key, -1) if reuse else -1
+                if a < 0:
+                    col = columns[level][cur]
+                    h = pre[level][situation[k]] + (tab.now[u, col] if col >= 0 else
+                                                    self._now_row(prepared, tab, u, cur))
+                    if first_layer is not None:
+                        first_layer.append(h.copy())
+                    a = memo[key] = self._after_first_layer(h)
+                    computed += 1
+                a = cur if a >= keep else int(tab.candidates[u, a])
+                if timings is not None:
+                    timings.append(clock() - t0)
+                if a == cur or latency_s <= 0.0:  # nothing in flight: the kernel runs at what is in effect
+                    j, dt, de = k + 1, t_at(k, a), e_at(k, a)
+                else:
+                    j, dt, de = _flight(t_at, e_at, n, k, cur, a, latency_s)
+                if reuse and j - k <= span[u]:
+                    moves[key] = (a, j - k, dt, de)
+                cur = a
+            T += dt
+            E += de
+            req[k:j] = cur
+            k = j
         self.last_time_s = T
         self.last_energy_j = E
         self.last_computed = computed
@@ -436,17 +448,19 @@ class ClockPolicy:
         b1 = self.weights.hidden[0][1]
         look = StepLookahead(t_tab, e_tab, auto_t, auto_e, latency_s, self.configs)
         width = (K + 1) * N_KERNEL_INPUTS
-        window = kernel_window(trace, self.gpu, auto_t, auto_e, latency_s, t_tab, e_tab, self.configs, K)
+        kernels = distinct_kernels(trace, look.row_ids)
+        window = kernel_window(trace, self.gpu, auto_t, auto_e, latency_s, t_tab, e_tab, self.configs, K, kernels)
         if "w1_window" not in self._cache:
             self._split_first_layer(width, look.n_slots)
         c = self._cache
         prefix = np.concatenate([[0.0], np.cumsum(auto_t)])
         remaining = remaining_feature(float(prefix[-1]) - prefix[:-1], latency_s)
-        situation, first = _situations(window, look.context, remaining, K)
+        situation, first = _situations(kernels[0], look.context, remaining, K)
         # once per situation; the window product in float32, as the network was trained
         rows = window[first[:, None] + np.arange(K + 1)].reshape(len(first), width)
         base = (rows @ c["w1_window"]).astype(np.float64)
-        base += b1 + look.occupancy[first] @ c["w_occupancy"] + np.outer(remaining[first], c["w_remaining"])
+        base += b1 + look.occupancy_by_context[look.context[first]] @ c["w_occupancy"]
+        base += np.outer(remaining[first], c["w_remaining"])
         base += latency_feature(latency_s) * c["w_latency"]
         return PreparedStep(base, look, {}, situation.tolist(), look.context[first])
 
@@ -456,12 +470,12 @@ class ClockPolicy:
         c = self._cache
         c["w1_window"] = np.ascontiguousarray(w1[:, :width].T, dtype=np.float32)
         w_slot = w1[:, width : width + slots * SLOT_WIDTH].reshape(-1, slots, SLOT_WIDTH)
-        # (S, H): a slot holds the configuration in effect
-        c["w_is"] = np.ascontiguousarray(w_slot[:, :, -1].T, dtype=np.float32)
         c["w_slots"] = np.ascontiguousarray(w_slot.reshape(w1.shape[0], -1).T, dtype=np.float32)
         at = width + slots * SLOT_WIDTH
-        # gain, added time and energy per bin (tables in float32, as the look-ahead)
-        c["w_now"] = np.ascontiguousarray(w1[:, at : at + CURRENT_WIDTH].T, dtype=np.float32)
+        # the configuration in effect: its gain, added time and energy per bin (tables in float32, as the
+        # look-ahead), then the in-effect flags of the slots that hold it
+        c["w_now"] = np.ascontiguousarray(np.vstack([w1[:, at : at + CURRENT_WIDTH].T, w_slot[:, :, -1].T]),
+                                          dtype=np.float32)
         c["w_occupancy"] = np.ascontiguousarray(w1[:, at + CURRENT_WIDTH : at + CURRENT_WIDTH + N_BINS].T)
         ws = w1[:, at + CURRENT_WIDTH + N_BINS :]  # state columns (rlclock.env observation table)
         # (C, H): the configuration in effect's features
@@ -476,17 +490,20 @@ class ClockPolicy:
             U, S = look.n_contexts, look.n_slots
             c = self._cache
             cand = look.context_candidates(price_rel)
-            rows = np.arange(U)[:, None]
-            feats = np.concatenate([self._config_features()[cand], look.gains_of(rows, cand, price_rel),
-                                    look.clipped_by_context[rows, cand], np.zeros((U, S, 1))],
-                                   axis=2)  # no slot is flagged as in effect: that is in `now`
-            slot_part = (feats.reshape(U, -1).astype(np.float32) @ c["w_slots"]).astype(np.float64)
-            held = np.unique(cand)  # includes auto (slot 0)
+            held = np.flatnonzero(np.bincount(cand.ravel(), minlength=look.C))  # includes auto (slot 0)
             column = np.full(look.C, -1, dtype=np.int64)
             column[held] = np.arange(len(held))
-            now = self._now_part(look, rows, held[None, :], price_rel)
-            for s in range(S):  # the in-effect flag of every slot holding the configuration
-                now[rows[:, 0], column[cand[:, s]]] += c["w_is"][s]
+            rows = np.arange(U)[:, None]
+            # per context and held configuration: its bins, then whether each slot holds it
+            bins = look.bin_features(rows, held[None, :], price_rel, extra=S)  # (U, C', 3 N_BINS + S)
+            slot_column = column[cand]  # (U, S)
+            bins[rows, slot_column, CURRENT_WIDTH + np.arange(S)] = 1.0
+            feats = np.empty((U, S, SLOT_WIDTH), dtype=np.float32)
+            feats[..., :4] = c["cf32"][cand]
+            feats[..., 4:-1] = bins[rows, slot_column, :CURRENT_WIDTH]
+            feats[..., -1] = 0.0  # no slot is flagged as in effect: that is in `now`
+            slot_part = (feats.reshape(U, -1) @ c["w_slots"]).astype(np.float64)
+            now = self._now_part(bins, held)
             got = PriceTables(price_rel, cand, slot_part, column, now)
             if len(prepared.per_price) >= 32:
                 prepared.per_price.clear()
@@ -496,15 +513,16 @@ class ClockPolicy:
     def _now_row(self, prepared: PreparedStep, tables: PriceTables, u: int, config: int) -> np.ndarray:
         """``(H,)``: :attr:`PriceTables.now`'s row for context ``u`` and a configuration no slot holds at the
         tables' price (in effect from a rollout's kernels at another price): no in-effect flag."""
-        return self._now_part(prepared.look, u, config, tables.price_rel)
+        configs = np.array([config])
+        return self._now_part(prepared.look.bin_features(u, configs, tables.price_rel, extra=prepared.look.n_slots),
+                              configs)[0]
 
-    def _now_part(self, look: StepLookahead, u: np.ndarray | int, configs: np.ndarray | int,
-                  price_rel: float) -> np.ndarray:
-        """The first layer's sum over the bins and features of configurations in effect ``configs`` in
-        contexts ``u`` (broadcast together) at ``price_rel``: ``(*shape, H)``, without the slots' flags."""
+    def _now_part(self, bins: np.ndarray, configs: np.ndarray) -> np.ndarray:
+        """The first layer's sum over everything that depends on configurations in effect ``configs``
+        ``(C',)``: their bins and in-effect flags (:meth:`StepLookahead.bin_features` with a column per slot,
+        ``(..., C', 3 N_BINS + S)``) and their features. Returns ``(..., C', H)``."""
         c = self._cache
-        now = look.gains_of(u, configs, price_rel) @ c["w_now"][:N_BINS]
-        now += look.clipped_by_context[u, configs] @ c["w_now"][N_BINS:]
+        now = (bins.reshape(-1, bins.shape[-1]) @ c["w_now"]).reshape(*bins.shape[:-1], -1)
         now += c["now_config"][configs]
         return now
 
@@ -513,6 +531,7 @@ class ClockPolicy:
             from rlclock.env import config_features
 
             self._cache["cf"] = config_features(self.gpu, self.configs).astype(np.float64)
+            self._cache["cf32"] = self._cache["cf"].astype(np.float32)
         return self._cache["cf"]
 
 
@@ -544,21 +563,21 @@ _HASH_MULTIPLIERS = np.random.default_rng(0x51A7).integers(1, 2**63, size=64, dt
 of the ids collide)."""
 
 
-def _situations(window: np.ndarray, context: np.ndarray, remaining: np.ndarray, lookahead: int
+def _situations(kernel_ids: np.ndarray, context: np.ndarray, remaining: np.ndarray, lookahead: int
                 ) -> tuple[np.ndarray, np.ndarray]:
     """``(situation, first)``: per kernel a number shared by the kernels that see the same inputs but for the
-    state and the price — the same kernel window, look-ahead context and time left (which saturates eight
-    latencies before the end) —, and the first kernel of each. Repeated layers share them, so their
+    state and the price — the same kernel window (``kernel_ids``: equal numbers for equal rows of the window,
+    :func:`~rlclock.workload.features.distinct_kernels`), look-ahead context and time left (which saturates
+    eight latencies before the end) —, and the first kernel of each. Repeated layers share them, so their
     decisions are computed once per state (exact: the groups are checked element by element)."""
     n = len(context)
-    ids = identical_rows(window).astype(np.uint64)
+    ids = np.concatenate([kernel_ids, np.full(lookahead, -1)]).astype(np.uint64)  # the padding past the end
     mults = _HASH_MULTIPLIERS[: lookahead + 3]
     with np.errstate(over="ignore"):
         key = context.astype(np.uint64) * mults[0] + remaining.view(np.uint64) * mults[1]
         for j in range(lookahead + 1):
             key += ids[j : j + n] * mults[j + 2]
-    _, first, situation = np.unique(key, return_index=True, return_inverse=True)
-    situation = situation.ravel()
+    situation, first = distinct(key)
     same = [context, remaining, *(ids[j : j + n] for j in range(lookahead + 1))]
     if not all(np.array_equal(x[first[situation]], x) for x in same):
         return np.arange(n), np.arange(n)

@@ -11,10 +11,13 @@ Bounds are fixed, not fitted to a data set, so a policy sees a new workload on t
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from rlclock.errors import SpecError, TraceError
 from rlclock.gpu.spec import GpuSpec
+from rlclock.workload.lookahead import distinct
 from rlclock.workload.trace import CATEGORIES, DTYPES, PHASES, KernelTrace
 
 FEATURE_SCHEMA_VERSION = 4
@@ -41,7 +44,7 @@ N_FEATURES = len(FEATURE_NAMES)
 
 
 def kernel_features(trace: KernelTrace, spec: GpuSpec, auto_time_s: np.ndarray, auto_energy_j: np.ndarray,
-                    latency_s: float) -> np.ndarray:
+                    latency_s: float, rows: np.ndarray | None = None) -> np.ndarray:
     """Feature matrix ``(len(trace), N_FEATURES)`` (float32).
 
     Args:
@@ -50,6 +53,7 @@ def kernel_features(trace: KernelTrace, spec: GpuSpec, auto_time_s: np.ndarray, 
         auto_time_s: Each invocation's auto-clock duration.
         auto_energy_j: Each invocation's auto-clock energy.
         latency_s: Switching latency the policy plans around.
+        rows: Only these invocations (``(len(rows), N_FEATURES)``; the step's total time still counts all).
 
     Raises:
         TraceError: If any input is NaN or infinite (named, with the kernel).
@@ -66,6 +70,10 @@ def kernel_features(trace: KernelTrace, spec: GpuSpec, auto_time_s: np.ndarray, 
             f"kernel #{i} ({trace[i].name!r}) has auto time {t[i]!r} s and energy {e[i]!r} J; features need "
             "finite values (time > 0).", "re-measure or re-simulate the trace.")
     c = trace.columns
+    total_s = t.sum()
+    if rows is not None:
+        c = {name: col[rows] for name, col in c.items()}
+        t, e, n = t[rows], e[rows], len(rows)
     flops, rd, wr = c["flops"], c["read_bytes"], c["write_bytes"]
     tensor = c["tensor"].astype(float)
     nbytes = rd + wr
@@ -84,7 +92,7 @@ def kernel_features(trace: KernelTrace, spec: GpuSpec, auto_time_s: np.ndarray, 
         np.clip(np.log10(intensity / ridge) / 3.0, -1.0, 1.0),
         np.clip((np.log10(t) + 6.0) / 6.0, 0.0, 1.0),
         np.ones(n) if latency_s <= 0 else np.clip(np.log10(t / lat) / 3.0, -1.0, 1.0),
-        np.sqrt(t / t.sum()),
+        np.sqrt(t / total_s),
         wr / np.maximum(nbytes, 1.0),
         np.clip(e / t / spec.power_limit_w, 0.0, 1.5),
         tensor,
@@ -142,6 +150,12 @@ def reference_configs(configs) -> list[int]:
     """Indices into ``configs`` (``ClockConfig``s) of the reference configurations: for the highest and the
     lowest locked memory clock, the locked core clocks nearest :data:`REFERENCE_CORE_FRACTIONS` of the
     highest locked core clock there."""
+    return list(_reference_configs(tuple(configs)))
+
+
+@lru_cache(maxsize=64)
+def _reference_configs(configs: tuple) -> tuple[int, ...]:
+    """Cached :func:`reference_configs` of a tuple of configurations."""
     locked = [(i, c) for i, c in enumerate(configs) if c.core_mhz is not None and c.mem_mhz is not None]
     if not locked:
         raise SpecError("the kernels' clock response needs at least one locked core@memory pair in the action set.",
@@ -153,7 +167,7 @@ def reference_configs(configs) -> list[int]:
         top = max(core for _, core in at)
         for f in REFERENCE_CORE_FRACTIONS:
             out.append(min(at, key=lambda ic: abs(ic[1] - f * top))[0])
-    return out
+    return tuple(out)
 
 
 def clock_response(t_tab: np.ndarray, e_tab: np.ndarray, configs, auto_time_s: np.ndarray,
@@ -170,14 +184,28 @@ def clock_response(t_tab: np.ndarray, e_tab: np.ndarray, configs, auto_time_s: n
     return np.concatenate([dt, de], axis=1).astype(np.float32)
 
 
+def distinct_kernels(trace: KernelTrace, row_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, first)``: per kernel a number shared by the kernels whose inputs (:func:`kernel_window`'s rows)
+    are equal by construction — the same distinct kernel (``trace.unique_index``), phase and planning-model row
+    (``row_ids``, :func:`~rlclock.workload.lookahead.table_rows`) —, and the first kernel of each."""
+    kernel = trace.unique_index[1] * len(PHASES) + trace.columns["phase"]
+    return distinct(kernel * (int(row_ids.max()) + 1) + row_ids)
+
+
 def kernel_window(trace: KernelTrace, spec: GpuSpec, auto_time_s: np.ndarray, auto_energy_j: np.ndarray,
-                  latency_s: float, t_tab: np.ndarray, e_tab: np.ndarray, configs, lookahead: int) -> np.ndarray:
+                  latency_s: float, t_tab: np.ndarray, e_tab: np.ndarray, configs, lookahead: int,
+                  kernels: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """``(n + lookahead, N_KERNEL_INPUTS)``: per kernel its shape features, its clock response and a valid
-    flag, zero-padded past the end of the step; rows ``k .. k + lookahead`` are what a policy sees at ``k``."""
+    flag, zero-padded past the end of the step; rows ``k .. k + lookahead`` are what a policy sees at ``k``.
+    ``kernels``: :func:`distinct_kernels` of the step, to compute each distinct kernel's row once."""
     n = len(trace)
+    ids, rows = kernels if kernels is not None else (np.arange(n), np.arange(n))
+    at, ae = np.asarray(auto_time_s, float), np.asarray(auto_energy_j, float)
+    distinct_rows = np.empty((len(rows), N_KERNEL_INPUTS), dtype=np.float32)
+    distinct_rows[:, :N_FEATURES] = kernel_features(trace, spec, at, ae, latency_s, rows)
+    distinct_rows[:, N_FEATURES : N_FEATURES + N_RESPONSE] = clock_response(
+        np.asarray(t_tab, float)[rows], np.asarray(e_tab, float)[rows], configs, at[rows], ae[rows])
+    distinct_rows[:, -1] = 1.0
     window = np.zeros((n + lookahead, N_KERNEL_INPUTS), dtype=np.float32)
-    window[:n, :N_FEATURES] = kernel_features(trace, spec, auto_time_s, auto_energy_j, latency_s)
-    window[:n, N_FEATURES : N_FEATURES + N_RESPONSE] = clock_response(t_tab, e_tab, configs, auto_time_s,
-                                                                      auto_energy_j)
-    window[:n, -1] = 1.0
+    window[:n] = distinct_rows[ids]
     return window

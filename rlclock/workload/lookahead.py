@@ -31,6 +31,7 @@ unrestricted one on the simulated RTX 3080 Ti's held-out workloads (docs/agent.m
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -44,6 +45,9 @@ MIN_BIN_UNIT_S = 1e-3
 CANDIDATE_WINDOWS = ((2, 3), (2, 4), (2, 6), (2, 8))
 """Bin ranges ``[a, b)`` over which candidates are ranked by gain: from the landing over 0.5, 1, 3 and 7
 units."""
+assert len({a for a, _ in CANDIDATE_WINDOWS}) == 1  # all from the landing on (StepLookahead relies on it)
+_WINDOW_START = CANDIDATE_WINDOWS[0][0]
+_WINDOW_ENDS = np.array([b for _, b in CANDIDATE_WINDOWS])
 CANDIDATE_PRICE_FACTORS = (1.0, 0.5)
 """Candidates are ranked at the plan's price of time and at these multiples of it: the exact optimum often
 holds a slower, more frugal configuration for a short stretch (typically just before a switch lands), which
@@ -57,14 +61,31 @@ CURRENT_WIDTH = 3 * N_BINS
 def memory_groups(configs: Sequence) -> list[np.ndarray]:
     """Indices of the configurations (``ClockConfig``) at each requested memory clock, lowest first
     (``auto@<mem>`` belongs to its memory clock); full ``auto`` is in none."""
+    return _memory_groups([c.mem_mhz for c in configs])
+
+
+def _memory_groups(mem_mhz: Sequence[int | None]) -> list[np.ndarray]:
+    """:func:`memory_groups` of configurations at memory clocks ``mem_mhz`` (``None``: auto)."""
     groups: dict[int, list[int]] = {}
-    for i, c in enumerate(configs):
-        if c.mem_mhz is not None:
-            groups.setdefault(int(c.mem_mhz), []).append(i)
+    for i, m in enumerate(mem_mhz):
+        if m is not None:
+            groups.setdefault(int(m), []).append(i)
     if not groups:
         raise SpecError("the action set has no configuration with a memory clock; candidate slots need one.",
                         "add locked core@memory pairs to the env spec's actions.")
     return [np.asarray(groups[m], dtype=np.int64) for m in sorted(groups)]
+
+
+@lru_cache(maxsize=64)
+def _group_indexers(mem_mhz: tuple[int | None, ...]) -> tuple[slice | np.ndarray, ...]:
+    """:func:`memory_groups` of configurations at memory clocks ``mem_mhz`` (``None``: auto) as indexers over
+    them: a slice where a group is a contiguous run (as in the presets' action sets), its index array
+    otherwise."""
+    out: list[slice | np.ndarray] = []
+    for g in _memory_groups(mem_mhz):
+        contiguous = np.array_equal(g, np.arange(g[0], g[0] + len(g)))
+        out.append(slice(int(g[0]), int(g[0]) + len(g)) if contiguous else g)
+    return tuple(out)
 
 
 def n_slots(configs: Sequence) -> int:
@@ -79,19 +100,72 @@ def bin_edges_s(latency_s: float) -> np.ndarray:
     return np.concatenate([[0.0, 0.5 * lat], lat + unit * np.asarray(POST_LANDING_EDGES)])
 
 
+@lru_cache(maxsize=64)
+def _bin_geometry(latency_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`bin_edges_s` and the float32 inverse width of each bin (0 for an empty one), read-only."""
+    edges = bin_edges_s(latency_s)
+    width_s = np.diff(edges)
+    inv = np.divide(1.0, width_s, out=np.zeros_like(width_s), where=width_s > 0).astype(np.float32)
+    edges.flags.writeable = inv.flags.writeable = False  # shared by every call
+    return edges, inv
+
+
+def distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, first)`` of a 1-D array: per entry the rank of its value among the distinct values, and the index
+    of each distinct value's first entry — ``np.unique``'s inverse and index, in fewer passes."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    new = np.empty(len(values), dtype=bool)
+    new[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    ids = np.empty(len(values), dtype=np.int64)
+    ids[order] = np.cumsum(new) - 1
+    return ids, order[new]
+
+
 def identical_rows(rows: np.ndarray) -> np.ndarray:
     """``(m,)`` int64: equal numbers for equal rows of a 2-D array (a projection on fixed weights, checked
     exactly; ``np.unique`` on the rows if two different rows project alike)."""
-    probe = 1.0 + (np.arange(rows.shape[1]) * 0.6180339887498949) % 1.0  # golden-ratio weights in [1, 2)
-    _, rep, ids = np.unique(rows.astype(np.float64, copy=False) @ probe, return_index=True, return_inverse=True)
-    ids = ids.ravel()
+    probe = _probe(rows.shape[1])
+    ids, rep = distinct(rows.astype(np.float64, copy=False) @ probe)
     if not np.array_equal(rows[rep[ids]], rows):
-        ids = np.unique(rows, axis=0, return_inverse=True)[1].ravel()
-    return ids.astype(np.int64)
+        ids = np.unique(rows, axis=0, return_inverse=True)[1].ravel().astype(np.int64)
+    return ids
+
+
+@lru_cache(maxsize=16)
+def _probe(width: int) -> np.ndarray:
+    probe = 1.0 + (np.arange(width) * 0.6180339887498949) % 1.0  # golden-ratio weights in [1, 2)
+    probe.flags.writeable = False  # shared by every call
+    return probe
+
+
+@lru_cache(maxsize=16)
+def _hash_powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``B^i`` and ``B^-i`` for ``i = 0 .. n`` in wrapping uint64 arithmetic (:func:`kernel_contexts`' base)."""
+    mult = np.uint64(0x9E3779B97F4A7C15)
+    powers = np.cumprod(np.concatenate([[np.uint64(1)], np.full(n, mult)]))
+    inverse = np.cumprod(np.concatenate([[np.uint64(1)], np.full(n, np.uint64(pow(int(mult), -1, 2**64)))]))
+    powers.flags.writeable = inverse.flags.writeable = False  # shared by every call
+    return powers, inverse
+
+
+def table_rows(t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarray, auto_energy_j: np.ndarray
+               ) -> np.ndarray:
+    """:func:`identical_rows` of a step's planning-model rows: per kernel its time and energy at every
+    configuration and at auto."""
+    C = t_tab.shape[1]
+    probe = _probe(2 * C + 2)
+    projection = t_tab @ probe[:C] + e_tab @ probe[C : 2 * C] + auto_time_s * probe[-2] + auto_energy_j * probe[-1]
+    ids, first = distinct(projection)
+    same = first[ids]
+    if all(np.array_equal(x[same], x) for x in (t_tab, e_tab, auto_time_s, auto_energy_j)):
+        return ids
+    return identical_rows(np.column_stack([t_tab, e_tab, auto_time_s, auto_energy_j]))  # projections collided
 
 
 def kernel_contexts(t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarray, auto_energy_j: np.ndarray,
-                    horizon_s: float) -> tuple[np.ndarray, np.ndarray]:
+                    horizon_s: float, row_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(context, first)``: per kernel the index of its *context*, and the first kernel of each context.
 
     Two kernels share a context when the kernels from each over ``horizon_s`` of auto time ahead (or to the
@@ -100,29 +174,27 @@ def kernel_contexts(t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarra
     on the simulated RTX 3080 Ti fall into ~130 contexts, and the look-ahead is computed once per context.
     Identical rows are found by :func:`identical_rows`; sequences are compared by a 64-bit polynomial hash
     mixed with their length and whether they reach the step's end (a collision between two different
-    sequences has a chance of about ``n² / 2⁶⁴``).
+    sequences has a chance of about ``n² / 2⁶⁴``). ``row_ids``: :func:`table_rows` of these tables, if known.
     """
     n = len(auto_time_s)
-    ids = identical_rows(np.column_stack([t_tab, e_tab, auto_time_s, auto_energy_j]))
+    ids = table_rows(t_tab, e_tab, auto_time_s, auto_energy_j) if row_ids is None else row_ids
     start = np.concatenate([[0.0], np.cumsum(auto_time_s)])
     end = np.searchsorted(start, start[:n] + horizon_s, side="left")  # kernels k .. end - 1 (n + 1: past the end)
     reaches_end = end > n
     end = np.minimum(end, n)
     # hash of ids[k:end] in wrapping uint64 arithmetic: (P[end] - P[k]) · B^-k with P[i] = Σ_{j<i} h_j · B^j
-    mult = np.uint64(0x9E3779B97F4A7C15)
-    powers = np.cumprod(np.concatenate([[np.uint64(1)], np.full(n, mult)]))
-    inverse = np.cumprod(np.concatenate([[np.uint64(1)], np.full(n, np.uint64(pow(int(mult), -1, 2**64)))]))
+    powers, inverse = _hash_powers(n)
     h = ids.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9) + np.uint64(1)
     prefix = np.concatenate([[np.uint64(0)], np.cumsum(h * powers[:n])])
     with np.errstate(over="ignore"):
         length = (end - np.arange(n)).astype(np.uint64)
         key = ((prefix[end] - prefix[:n]) * inverse[:n] + length * np.uint64(0xD6E8FEB86659FD93)
                + reaches_end.astype(np.uint64) * np.uint64(0xA0761D6478BD642F))
-    _, first, context = np.unique(key, return_index=True, return_inverse=True)
+    context, first = distinct(key)
     order = np.argsort(first)  # contexts numbered in step order
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
-    return rank[context.ravel()], first[order]
+    return rank[context], first[order]
 
 
 class StepLookahead:
@@ -149,13 +221,17 @@ class StepLookahead:
         ae = np.asarray(auto_energy_j, float)
         n, C = t.shape
         self.n, self.C = n, C
-        edges = bin_edges_s(latency_s)
+        edges, inv = _bin_geometry(float(latency_s))
+        self.row_ids = table_rows(t, e, at, ae)
+        """Per kernel the number of its row of the planning model (equal rows, equal numbers)."""
         if share_contexts:
-            self.context, self.first = kernel_contexts(t, e, at, ae, float(edges[-1]))
+            self.context, self.first = kernel_contexts(t, e, at, ae, float(edges[-1]), self.row_ids)
         else:
             self.context, self.first = np.arange(n), np.arange(n)
         power = float(ae.sum() / max(at.sum(), 1e-12))
         start = np.concatenate([[0.0], np.cumsum(at)])
+        # kernels over the horizon from each context's first one: what the context's kernels share
+        self.span = np.minimum(np.searchsorted(start, start[self.first] + edges[-1], side="left"), n) - self.first
         added = np.empty((n, 2 * C))  # seconds and joules / mean power added over auto, per configuration
         np.subtract(t, at[:, None], out=added[:, :C])
         np.subtract(e, ae[:, None], out=added[:, C:])
@@ -170,35 +246,36 @@ class StepLookahead:
         part = added[i0]
         part *= (pos - i0)[..., None]  # (in place: a broadcast operand first is several times slower)
         upto += part
-        width_s = np.diff(edges)
-        inv = np.divide(1.0, width_s, out=np.zeros_like(width_s), where=width_s > 0)  # empty bins read 0
         # differences of the cumulative sums in float64; the (small) bin values from here on in float32
         U = len(self.first)
-        bins = np.empty((U, N_BINS, 2 * C), dtype=np.float32)
-        np.subtract(upto[:, 1:], upto[:, :-1], out=bins, casting="same_kind")
-        bins *= inv.astype(np.float32)[None, :, None]
-        by_context = np.ascontiguousarray(bins.transpose(0, 2, 1))  # (U, 2C, N_BINS): bins last, as gathered
-        self.time_by_context = by_context[:, :C]
-        self.energy_by_context = by_context[:, C:]
-        self.clipped_by_context = np.empty((U, C, 2 * N_BINS), dtype=np.float32)
-        np.clip(self.time_by_context, -1.0, 2.0, out=self.clipped_by_context[..., :N_BINS])
-        np.clip(self.energy_by_context, -1.0, 1.0, out=self.clipped_by_context[..., N_BINS:])
-        self.occupancy = (np.diff(q, axis=1) * inv[None, :]).astype(np.float32)[self.context]
-        # window sums per context, configurations grouped by memory clock, for ranking candidates
-        self.groups = memory_groups(configs)
-        self._grouped = np.concatenate(self.groups)
-        ends = np.cumsum([len(g) for g in self.groups])
-        self._group_slices = [slice(int(lo), int(hi)) for lo, hi in zip(np.concatenate([[0], ends[:-1]]), ends)]
-        a, b = np.array(CANDIDATE_WINDOWS).T
-        win = upto[:, b] - upto[:, a]  # (U, W, 2C), in float64: near-ties between candidates stay resolved
-        self._win_time = np.ascontiguousarray(win[..., self._grouped])
-        self._win_energy = np.ascontiguousarray(win[..., C + self._grouped])
-        self.n_slots = 1 + len(CANDIDATE_PRICE_FACTORS) * len(CANDIDATE_WINDOWS) * len(self.groups)
+        stage = np.empty((U, N_BINS, 4, C), dtype=np.float32)  # added time, energy, clipped time, energy
+        ends = upto.reshape(U, N_BINS + 1, 2, C)
+        np.subtract(ends[:, 1:], ends[:, :-1], out=stage[:, :, :2], casting="same_kind")
+        stage[:, :, :2] *= inv[None, :, None, None]
+        for src, dst, hi in ((0, 2, 2.0), (1, 3, 1.0)):  # time to [-1, 2], energy to [-1, 1] (ufuncs: cheaper)
+            np.maximum(np.minimum(stage[:, :, src], hi, out=stage[:, :, dst]), -1.0, out=stage[:, :, dst])
+        # per context and configuration: added time, added energy, clipped time, clipped energy per bin
+        self.by_context = np.empty((U, C, 4 * N_BINS), dtype=np.float32)
+        parts = self.by_context.reshape(U, C, 4, N_BINS)
+        np.copyto(parts, stage.transpose(0, 3, 2, 1))
+        self.time_by_context, self.energy_by_context = parts[:, :, 0], parts[:, :, 1]
+        self.clipped_by_context = self.by_context[..., 2 * N_BINS :]
+        self.occupancy_by_context = (np.diff(q, axis=1) * inv[None, :]).astype(np.float32)
+        # window sums per context, for ranking candidates within each memory clock's group of configurations
+        self._groups = _group_indexers(tuple(c.mem_mhz for c in configs))
+        # (U, W, 2C), in float64: near-ties between candidates stay resolved
+        self._win = upto[:, _WINDOW_ENDS] - upto[:, _WINDOW_START, None]
+        self.n_slots = 1 + len(CANDIDATE_PRICE_FACTORS) * len(CANDIDATE_WINDOWS) * len(self._groups)
         self._candidates: dict[float, np.ndarray] = {}
 
     @property
     def n_contexts(self) -> int:
         return len(self.first)
+
+    @cached_property
+    def occupancy(self) -> np.ndarray:
+        """``(n, N_BINS)`` the share of each bin inside the step, per kernel."""
+        return self.occupancy_by_context[self.context]
 
     @property
     def bin_time(self) -> np.ndarray:
@@ -216,11 +293,13 @@ class StepLookahead:
         got = self._candidates.get(key)
         if got is None:
             cols = [np.zeros((self.n_contexts, 1), dtype=np.int64)]  # slot 0: auto
+            C = self.C
             for factor in CANDIDATE_PRICE_FACTORS:
-                gain = self._win_time * (factor * key)
-                gain += self._win_energy  # minus the gain: (U, W, C) with columns grouped by memory clock
-                best = np.stack([gain[..., sl].argmin(axis=2) + sl.start for sl in self._group_slices], axis=2)
-                cols.append(self._grouped[best].reshape(self.n_contexts, -1))  # window-major, then memory clock
+                gain = self._win[..., :C] * (factor * key)
+                gain += self._win[..., C:]  # minus the gain: (U, W, C)
+                best = np.stack([gain[..., g].argmin(axis=2) + g.start if isinstance(g, slice)
+                                 else g[gain[..., g].argmin(axis=2)] for g in self._groups], axis=2)
+                cols.append(best.reshape(self.n_contexts, -1))  # window-major, then memory clock
             got = np.concatenate(cols, axis=1)
             if len(self._candidates) > 64:
                 self._candidates.clear()
@@ -237,6 +316,21 @@ class StepLookahead:
         gain -= self.energy_by_context[u, configs]
         np.minimum(gain, 1.0, out=gain)  # clip to [-1, 1] (two ufuncs: np.clip's wrapper costs more per call)
         return np.maximum(gain, -1.0, out=gain)
+
+    def bin_features(self, u: np.ndarray | int, configs: np.ndarray | int, price_rel: float,
+                     extra: int = 0) -> np.ndarray:
+        """``(..., 3 N_BINS + extra)`` float32 per context ``u`` and configuration (broadcast together): the
+        clipped gain per bin at ``price_rel``, the clipped added time and energy per bin, then ``extra``
+        zeros (for the caller to fill)."""
+        got = self.by_context[u, configs]  # (..., 4 N_BINS)
+        out = np.zeros((*got.shape[:-1], 3 * N_BINS + extra), dtype=np.float32)
+        gain = out[..., :N_BINS]
+        np.multiply(got[..., :N_BINS], np.float32(-price_rel), out=gain)
+        gain -= got[..., N_BINS : 2 * N_BINS]
+        np.minimum(gain, 1.0, out=gain)
+        np.maximum(gain, -1.0, out=gain)
+        out[..., N_BINS : 3 * N_BINS] = got[..., 2 * N_BINS :]
+        return out
 
     def slot_features(self, k: np.ndarray, slots: np.ndarray, current: np.ndarray, price_rel: np.ndarray,
                       config_feat: np.ndarray, contexts: bool = False) -> np.ndarray:
