@@ -235,19 +235,21 @@ def test_rollout_takes_one_price_or_one_per_kernel():
     assert np.isfinite(pol.last_time_s) and np.isfinite(pol.last_energy_j)
 
 
-def test_rows_for_a_configuration_no_slot_holds_match_the_price_tables():
-    """A rollout mixing prices can hold a configuration no slot holds at the next price; its first-layer row
-    is computed on the spot, and must equal the tables' rows but for the slots' in-effect flags."""
+def test_the_in_effect_part_is_computed_only_for_configurations_a_rollout_holds():
+    """A step's rollout holds a handful of the configurations: the first layer's part for the configuration
+    in effect is computed per configuration held (in every context at once), not for all of them."""
     pol, args = _random_policy(4)
     prepared = pol.prepare(*args)
+    req = pol.rollout(*args, 1.1, prepared=prepared)
     tab = pol._price_tables(prepared, 1.1)
-    w_is = pol._cache["w_now"][CURRENT_WIDTH:]  # the slots' in-effect flags
-    held = np.flatnonzero(tab.column >= 0)
-    for u in range(0, prepared.look.n_contexts, 3):
-        for c in held[:4]:
-            flags = w_is[tab.candidates[u] == c].sum(axis=0)
-            np.testing.assert_allclose(pol._now_row(prepared, tab, u, int(c)) + flags, tab.now[u, tab.column[c]],
-                                       rtol=1e-5, atol=1e-5)
+    assert set(tab.now) <= set(req.tolist()) | {0}
+    assert 0 in tab.now and len(tab.now) < len(pol.configs)
+    u = prepared.look.n_contexts - 1
+    for c in tab.now:  # each equals its parts: bins and in-effect flags, then the configuration's features
+        bins = prepared.look.bin_features(u, c, 1.1, extra=prepared.look.n_slots)
+        bins[CURRENT_WIDTH:] = tab.candidates[u] == c
+        np.testing.assert_allclose(tab.now[c][u], bins @ pol._cache["w_now"] + pol._cache["now_config"][c],
+                                   rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("latency_s", [0.0, 0.0005, 0.004, 10.0])

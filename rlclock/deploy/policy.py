@@ -62,16 +62,15 @@ class PreparedStep:
 class PriceTables:
     """What a decision reads at one price of time, per look-ahead context ``u`` (``U`` of them).
 
-    ``now`` holds the first layer's sum over everything that depends on the configuration in effect — its
-    gain, added time and energy per bin, its features, the in-effect flags of the slots holding it — for the
-    configurations any slot holds at this price (``column`` maps a configuration to its column, ``-1`` for
-    the others, whose rows :meth:`ClockPolicy._now_row` computes when needed)."""
+    ``now[c]`` holds, for configuration ``c`` in effect, the first layer's sum over everything that depends
+    on it — its gain, added time and energy per bin, its features, the in-effect flags of the slots holding
+    it — in every context; :meth:`ClockPolicy._now_column` fills it the first time a rollout holds ``c``
+    (a rollout holds a handful of the configurations)."""
 
     price_rel: float
     candidates: np.ndarray  # (U, S) configuration of every slot
     slot_part: np.ndarray  # (U, H) first-layer sum over the slots' features but their in-effect flags
-    column: np.ndarray  # (C,) column of each configuration in ``now``, or -1
-    now: np.ndarray  # (U, C', H)
+    now: dict[int, np.ndarray]  # configuration -> (U, H)
 
 
 def clock_table_digest(spec: GpuSpec) -> str:
@@ -375,7 +374,6 @@ class ClockPolicy:
         memo: dict[tuple[int, int, int], int] = {}
         moves: dict[tuple[int, int, int], tuple[int, int, float, float]] = {}
         span = look.span.tolist()
-        columns = [tab.column.tolist() for tab in tables]  # configuration -> row of `now` (lists: fast lookups)
         keep = look.n_slots  # the action that issues nothing
         t_at, e_at = t_tab.item, e_tab.item
         clock = time.perf_counter
@@ -394,9 +392,10 @@ class ClockPolicy:
                 u = context[k]
                 a = memo.get(key, -1) if reuse else -1
                 if a < 0:
-                    col = columns[level][cur]
-                    h = pre[level][situation[k]] + (tab.now[u, col] if col >= 0 else
-                                                    self._now_row(prepared, tab, u, cur))
+                    now = tab.now.get(cur)
+                    if now is None:
+                        now = self._now_column(prepared.look, tab, cur)
+                    h = pre[level][situation[k]] + now[u]
                     if first_layer is not None:
                         first_layer.append(h.copy())
                     a = memo[key] = self._after_first_layer(h)
@@ -490,40 +489,27 @@ class ClockPolicy:
             U, S = look.n_contexts, look.n_slots
             c = self._cache
             cand = look.context_candidates(price_rel)
-            held = np.flatnonzero(np.bincount(cand.ravel(), minlength=look.C))  # includes auto (slot 0)
-            column = np.full(look.C, -1, dtype=np.int64)
-            column[held] = np.arange(len(held))
-            rows = np.arange(U)[:, None]
-            # per context and held configuration: its bins, then whether each slot holds it
-            bins = look.bin_features(rows, held[None, :], price_rel, extra=S)  # (U, C', 3 N_BINS + S)
-            slot_column = column[cand]  # (U, S)
-            bins[rows, slot_column, CURRENT_WIDTH + np.arange(S)] = 1.0
             feats = np.empty((U, S, SLOT_WIDTH), dtype=np.float32)
             feats[..., :4] = c["cf32"][cand]
-            feats[..., 4:-1] = bins[rows, slot_column, :CURRENT_WIDTH]
+            feats[..., 4:-1] = look.bin_features(np.arange(U)[:, None], cand, price_rel)
             feats[..., -1] = 0.0  # no slot is flagged as in effect: that is in `now`
             slot_part = (feats.reshape(U, -1) @ c["w_slots"]).astype(np.float64)
-            now = self._now_part(bins, held)
-            got = PriceTables(price_rel, cand, slot_part, column, now)
+            got = PriceTables(price_rel, cand, slot_part, {})
             if len(prepared.per_price) >= 32:
                 prepared.per_price.clear()
             prepared.per_price[price_rel] = got
         return got
 
-    def _now_row(self, prepared: PreparedStep, tables: PriceTables, u: int, config: int) -> np.ndarray:
-        """``(H,)``: :attr:`PriceTables.now`'s row for context ``u`` and a configuration no slot holds at the
-        tables' price (in effect from a rollout's kernels at another price): no in-effect flag."""
-        configs = np.array([config])
-        return self._now_part(prepared.look.bin_features(u, configs, tables.price_rel, extra=prepared.look.n_slots),
-                              configs)[0]
-
-    def _now_part(self, bins: np.ndarray, configs: np.ndarray) -> np.ndarray:
-        """The first layer's sum over everything that depends on configurations in effect ``configs``
-        ``(C',)``: their bins and in-effect flags (:meth:`StepLookahead.bin_features` with a column per slot,
-        ``(..., C', 3 N_BINS + S)``) and their features. Returns ``(..., C', H)``."""
-        c = self._cache
-        now = (bins.reshape(-1, bins.shape[-1]) @ c["w_now"]).reshape(*bins.shape[:-1], -1)
-        now += c["now_config"][configs]
+    def _now_column(self, look: StepLookahead, tables: PriceTables, config: int) -> np.ndarray:
+        """``(U, H)``: the first layer's sum over everything that depends on configuration ``config`` in effect,
+        in every context, at the tables' price — its bins, the in-effect flags of the slots holding it, its
+        features (stored in ``tables.now``)."""
+        S = look.n_slots
+        bins = look.bin_features(np.arange(look.n_contexts), config, tables.price_rel, extra=S)
+        bins[:, CURRENT_WIDTH:] = tables.candidates == config
+        now = bins @ self._cache["w_now"]
+        now += self._cache["now_config"][config]
+        tables.now[config] = now
         return now
 
     def _config_features(self) -> np.ndarray:
