@@ -377,7 +377,8 @@ class ClockPolicy:
         keep = look.n_slots  # the action that issues nothing
         t_at, e_at = t_tab.item, e_tab.item
         clock = time.perf_counter
-        req = np.empty(n, dtype=np.int64)
+        held: list[int] = []  # the configuration requested over each move, and the kernels it covers
+        covers: list[int] = []
         cur, k, T, E, computed = 0, 0, 0.0, 0.0, 0
         while k < n:  # one pass per decision
             t0 = clock() if timings is not None else 0.0
@@ -412,12 +413,13 @@ class ClockPolicy:
                 cur = a
             T += dt
             E += de
-            req[k:j] = cur
+            held.append(cur)
+            covers.append(j - k)
             k = j
         self.last_time_s = T
         self.last_energy_j = E
         self.last_computed = computed
-        return req
+        return np.repeat(np.asarray(held, dtype=np.int64), covers)
 
     def _after_first_layer(self, h: np.ndarray) -> int:
         """The action of a decision from its first layer's pre-activation ``h`` (overwritten): the remaining
@@ -445,7 +447,7 @@ class ClockPolicy:
         latency, bias)."""
         K = self.lookahead
         b1 = self.weights.hidden[0][1]
-        look = StepLookahead(t_tab, e_tab, auto_t, auto_e, latency_s, self.configs)
+        look = StepLookahead(t_tab, e_tab, auto_t, auto_e, latency_s, self.configs, kernel_groups=trace.unique_index)
         width = (K + 1) * N_KERNEL_INPUTS
         kernels = distinct_kernels(trace, look.row_ids)
         window = kernel_window(trace, self.gpu, auto_t, auto_e, latency_s, t_tab, e_tab, self.configs, K, kernels)

@@ -48,6 +48,8 @@ units."""
 assert len({a for a, _ in CANDIDATE_WINDOWS}) == 1  # all from the landing on (StepLookahead relies on it)
 _WINDOW_START = CANDIDATE_WINDOWS[0][0]
 _WINDOW_ENDS = np.array([b for _, b in CANDIDATE_WINDOWS])
+_CLIP_HIGH = np.array([2.0] * N_BINS + [1.0] * N_BINS, dtype=np.float32)
+"""Upper clips of the added time and energy per bin (both are clipped below at -1)."""
 CANDIDATE_PRICE_FACTORS = (1.0, 0.5)
 """Candidates are ranked at the plan's price of time and at these multiples of it: the exact optimum often
 holds a slower, more frugal configuration for a short stretch (typically just before a switch lands), which
@@ -150,16 +152,23 @@ def _hash_powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     return powers, inverse
 
 
-def table_rows(t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarray, auto_energy_j: np.ndarray
-               ) -> np.ndarray:
+def table_rows(t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarray, auto_energy_j: np.ndarray,
+               hint: tuple[Sequence[int], np.ndarray] | None = None) -> np.ndarray:
     """:func:`identical_rows` of a step's planning-model rows: per kernel its time and energy at every
-    configuration and at auto."""
+    configuration and at auto. ``hint``: a proposed grouping ``(first, group)`` — the first kernel of each
+    group and every kernel's group, as ``KernelTrace.unique_index`` —, taken if every kernel's row equals its
+    group's first (equal numbers then still mean equal rows; equal rows in two groups keep two numbers)."""
+    cols = (t_tab, e_tab, auto_time_s, auto_energy_j)
+    if hint is not None:
+        same = np.asarray(hint[0], dtype=np.int64)[hint[1]]
+        if all(np.array_equal(x[same], x) for x in cols):
+            return np.asarray(hint[1], dtype=np.int64)
     C = t_tab.shape[1]
     probe = _probe(2 * C + 2)
     projection = t_tab @ probe[:C] + e_tab @ probe[C : 2 * C] + auto_time_s * probe[-2] + auto_energy_j * probe[-1]
     ids, first = distinct(projection)
     same = first[ids]
-    if all(np.array_equal(x[same], x) for x in (t_tab, e_tab, auto_time_s, auto_energy_j)):
+    if all(np.array_equal(x[same], x) for x in cols):
         return ids
     return identical_rows(np.column_stack([t_tab, e_tab, auto_time_s, auto_energy_j]))  # projections collided
 
@@ -211,10 +220,12 @@ class StepLookahead:
         latency_s: Switching latency.
         configs: The action set (``ClockConfig`` per column).
         share_contexts: Compute once per context (default); ``False`` computes every kernel on its own.
+        kernel_groups: ``KernelTrace.unique_index`` of the step, if known (see :func:`table_rows`).
     """
 
     def __init__(self, t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarray, auto_energy_j: np.ndarray,
-                 latency_s: float, configs: Sequence, share_contexts: bool = True) -> None:
+                 latency_s: float, configs: Sequence, share_contexts: bool = True,
+                 kernel_groups: tuple[Sequence[int], np.ndarray] | None = None) -> None:
         t = np.asarray(t_tab, float)
         e = np.asarray(e_tab, float)
         at = np.asarray(auto_time_s, float)
@@ -222,7 +233,7 @@ class StepLookahead:
         n, C = t.shape
         self.n, self.C = n, C
         edges, inv = _bin_geometry(float(latency_s))
-        self.row_ids = table_rows(t, e, at, ae)
+        self.row_ids = table_rows(t, e, at, ae, kernel_groups)
         """Per kernel the number of its row of the planning model (equal rows, equal numbers)."""
         if share_contexts:
             self.context, self.first = kernel_contexts(t, e, at, ae, float(edges[-1]), self.row_ids)
@@ -248,18 +259,14 @@ class StepLookahead:
         upto += part
         # differences of the cumulative sums in float64; the (small) bin values from here on in float32
         U = len(self.first)
-        stage = np.empty((U, N_BINS, 4, C), dtype=np.float32)  # added time, energy, clipped time, energy
-        ends = upto.reshape(U, N_BINS + 1, 2, C)
-        np.subtract(ends[:, 1:], ends[:, :-1], out=stage[:, :, :2], casting="same_kind")
-        stage[:, :, :2] *= inv[None, :, None, None]
-        for src, dst, hi in ((0, 2, 2.0), (1, 3, 1.0)):  # time to [-1, 2], energy to [-1, 1] (ufuncs: cheaper)
-            np.maximum(np.minimum(stage[:, :, src], hi, out=stage[:, :, dst]), -1.0, out=stage[:, :, dst])
-        # per context and configuration: added time, added energy, clipped time, clipped energy per bin
-        self.by_context = np.empty((U, C, 4 * N_BINS), dtype=np.float32)
-        parts = self.by_context.reshape(U, C, 4, N_BINS)
-        np.copyto(parts, stage.transpose(0, 3, 2, 1))
+        bins = np.empty((U, N_BINS, 2 * C), dtype=np.float32)
+        np.subtract(upto[:, 1:], upto[:, :-1], out=bins, casting="same_kind")
+        bins *= inv[None, :, None]
+        # per context and configuration: added time, then added energy, per bin
+        self.by_context = np.empty((U, C, 2 * N_BINS), dtype=np.float32)
+        parts = self.by_context.reshape(U, C, 2, N_BINS)
+        np.copyto(parts, bins.reshape(U, N_BINS, 2, C).transpose(0, 3, 2, 1))
         self.time_by_context, self.energy_by_context = parts[:, :, 0], parts[:, :, 1]
-        self.clipped_by_context = self.by_context[..., 2 * N_BINS :]
         self.occupancy_by_context = (np.diff(q, axis=1) * inv[None, :]).astype(np.float32)
         # window sums per context, for ranking candidates within each memory clock's group of configurations
         self._groups = _group_indexers(tuple(c.mem_mhz for c in configs))
@@ -317,19 +324,28 @@ class StepLookahead:
         np.minimum(gain, 1.0, out=gain)  # clip to [-1, 1] (two ufuncs: np.clip's wrapper costs more per call)
         return np.maximum(gain, -1.0, out=gain)
 
+    def clipped(self, u: np.ndarray | int, configs: np.ndarray | int) -> np.ndarray:
+        """``(..., 2 N_BINS)`` float32 per context ``u`` and configuration (broadcast together): the added time
+        per bin clipped to [-1, 2], then the added energy per bin clipped to [-1, 1]."""
+        got = self.by_context[u, configs]
+        np.minimum(got, _CLIP_HIGH, out=got)
+        return np.maximum(got, -1.0, out=got)
+
     def bin_features(self, u: np.ndarray | int, configs: np.ndarray | int, price_rel: float,
                      extra: int = 0) -> np.ndarray:
         """``(..., 3 N_BINS + extra)`` float32 per context ``u`` and configuration (broadcast together): the
-        clipped gain per bin at ``price_rel``, the clipped added time and energy per bin, then ``extra``
-        zeros (for the caller to fill)."""
-        got = self.by_context[u, configs]  # (..., 4 N_BINS)
+        clipped gain per bin at ``price_rel``, the clipped added time and energy per bin (:meth:`clipped`), then
+        ``extra`` zeros (for the caller to fill)."""
+        got = self.by_context[u, configs]  # (..., 2 N_BINS)
         out = np.zeros((*got.shape[:-1], 3 * N_BINS + extra), dtype=np.float32)
         gain = out[..., :N_BINS]
         np.multiply(got[..., :N_BINS], np.float32(-price_rel), out=gain)
-        gain -= got[..., N_BINS : 2 * N_BINS]
+        gain -= got[..., N_BINS:]
         np.minimum(gain, 1.0, out=gain)
         np.maximum(gain, -1.0, out=gain)
-        out[..., N_BINS : 3 * N_BINS] = got[..., 2 * N_BINS :]
+        clipped = out[..., N_BINS : 3 * N_BINS]
+        np.minimum(got, _CLIP_HIGH, out=clipped)
+        np.maximum(clipped, -1.0, out=clipped)
         return out
 
     def slot_features(self, k: np.ndarray, slots: np.ndarray, current: np.ndarray, price_rel: np.ndarray,
@@ -342,7 +358,7 @@ class StepLookahead:
         out = np.empty((*slots.shape, SLOT_WIDTH))
         out[..., :4] = config_feat[slots]
         out[..., 4 : 4 + N_BINS] = self.gains_of(uu, slots, np.asarray(price_rel, float)[:, None, None])
-        out[..., 4 + N_BINS : 4 + 3 * N_BINS] = self.clipped_by_context[uu, slots]
+        out[..., 4 + N_BINS : 4 + 3 * N_BINS] = self.clipped(uu, slots)
         out[..., -1] = slots == np.asarray(current)[:, None]
         return out
 
@@ -351,5 +367,5 @@ class StepLookahead:
         u = self.context[k]
         out = np.empty((len(current), CURRENT_WIDTH))
         out[:, :N_BINS] = self.gains_of(u, current, np.asarray(price_rel, float)[:, None])
-        out[:, N_BINS:] = self.clipped_by_context[u, current]
+        out[:, N_BINS:] = self.clipped(u, current)
         return out
