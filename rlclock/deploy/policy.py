@@ -559,7 +559,8 @@ def _situations(kernel_ids: np.ndarray, context: np.ndarray, remaining: np.ndarr
     eight latencies before the end) —, and the first kernel of each. Repeated layers share them, so their
     decisions are computed once per state (exact: the groups are checked element by element)."""
     n = len(context)
-    ids = np.concatenate([kernel_ids, np.full(lookahead, -1)]).astype(np.uint64)  # the padding past the end
+    padding = np.full(lookahead, int(kernel_ids.max()) + 1)  # the rows past the step's end: one more kind
+    ids = np.concatenate([kernel_ids, padding]).astype(np.uint64)
     mults = _HASH_MULTIPLIERS[: lookahead + 3]
     with np.errstate(over="ignore"):
         key = context.astype(np.uint64) * mults[0] + remaining.view(np.uint64) * mults[1]
