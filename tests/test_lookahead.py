@@ -10,6 +10,7 @@ from rlclock.env import make_episode
 from rlclock.errors import SpecError
 from rlclock.optimum import SwitchDag
 from rlclock.schedule import ClockConfig
+from rlclock.workload.features import distinct_kernels, kernel_window
 from rlclock.workload.lookahead import (
     CANDIDATE_PRICE_FACTORS,
     CANDIDATE_WINDOWS,
@@ -17,9 +18,11 @@ from rlclock.workload.lookahead import (
     SLOT_WIDTH,
     StepLookahead,
     bin_edges_s,
+    distinct,
     kernel_contexts,
     memory_groups,
     n_slots,
+    table_rows,
 )
 
 CONFIGS = (ClockConfig(), ClockConfig(None, 9501), ClockConfig(1800, 9501), ClockConfig(1200, 9501),
@@ -155,3 +158,34 @@ def test_shared_contexts_change_nothing_on_a_gpt3_xl_step():
     np.testing.assert_allclose(shared.occupancy, alone.occupancy, atol=1e-12)
     for price in (0.5, 1.2, 3.0):
         assert np.array_equal(shared.candidates(price), alone.candidates(price))
+
+
+def test_distinct_numbers_values_as_numpy_unique_does():
+    rng = np.random.default_rng(3)
+    for values in (rng.integers(0, 7, 200), rng.random(50), np.zeros(5), np.arange(9)[::-1]):
+        ids, first = distinct(values)
+        _, np_first, np_ids = np.unique(values, return_index=True, return_inverse=True)
+        assert np.array_equal(ids, np_ids.ravel()) and np.array_equal(first, np_first)
+
+
+def test_table_rows_take_a_grouping_hint_only_where_the_rows_agree():
+    t, e, at, ae = _tables(12)
+    t, e, at, ae = np.tile(t, (3, 1)), np.tile(e, (3, 1)), np.tile(at, 3), np.tile(ae, 3)
+    exact = table_rows(t, e, at, ae)
+    assert np.array_equal(exact[:12], exact[12:24]) and len(set(exact)) == 2  # two kinds of kernel
+    by_position = (list(range(12)), np.tile(np.arange(12), 3))  # finer than the rows: taken as it is
+    assert np.array_equal(table_rows(t, e, at, ae, by_position), by_position[1])
+    lumped = ([0], np.zeros(36, dtype=np.int64))  # one group, but the rows differ: not taken
+    assert np.array_equal(table_rows(t, e, at, ae, lumped), exact)
+    e2 = e.copy()
+    e2[30, 3] *= 1.001  # one row differs from its group's first
+    assert len(set(table_rows(t, e2, at, ae, by_position))) == 3
+
+
+def test_a_kernel_window_built_once_per_distinct_kernel_equals_the_full_one():
+    ep = make_episode(load_env_spec("gpt3xl-rtx3080ti"))
+    b = ep.backend
+    args = (b.trace, b.spec, ep.auto_time_s, ep.auto_energy_j, b.latency_s, ep.time_s, ep.energy_j, b.configs, 4)
+    kernels = distinct_kernels(b.trace, table_rows(ep.time_s, ep.energy_j, ep.auto_time_s, ep.auto_energy_j))
+    assert len(kernels[1]) < len(b.trace) // 10  # the layers repeat
+    np.testing.assert_array_equal(kernel_window(*args, kernels), kernel_window(*args))
