@@ -334,3 +334,29 @@ def test_repeated_layers_share_decisions_and_the_plan_is_unchanged():
         each = pol.rollout(*args, price, prepared=prepared, timings=[])
         assert np.array_equal(shared, each)
         assert (time_s, energy_j) == (pol.last_time_s, pol.last_energy_j)
+
+
+def test_the_search_over_second_choices_only_lowers_the_objective_and_keeps_the_budget():
+    """refine replaces first choices by second ones only where the planned step's energy + price·time drops;
+    the rollout honours the replacements; a plan with the search fits the budget and uses no more energy
+    than the plan without it."""
+    pol, args = _random_policy(6)
+    prepared = pol.prepare(*args)
+    price = 1.2
+    weight = price * args[4].sum() / args[3].sum()
+    seen: dict = {}
+    plain = pol.rollout(*args, price, prepared=prepared, choices=seen)
+    before = pol.last_energy_j + weight * pol.last_time_s
+    assert seen and all(m >= 0 and 0 <= a <= prepared.look.n_slots for m, a in seen.values())
+    chosen = pol.refine(prepared, args, price)
+    assert set(chosen) <= set(seen) and all(chosen[s] == seen[s][1] for s in chosen)  # second choices only
+    assert np.array_equal(pol.rollout(*args, price, prepared=prepared, overrides={price: {}}), plain)
+    searched = pol.rollout(*args, price, prepared=prepared, overrides={price: chosen})
+    after = pol.last_energy_j + weight * pol.last_time_s
+    assert after <= before and (after < before) == (not np.array_equal(searched, plain))
+    spec = load_env_spec(SMALL)
+    backend = KernelClockEnv(spec).backend
+    auto = backend.auto_run()
+    runs = [backend.run(ClockSchedule(pol.configs, pol.plan(backend, 0.01, search=s))) for s in (False, True)]
+    assert all(r.time_s <= auto.time_s * 1.01 * (1 + 1e-9) for r in runs)
+    assert runs[1].energy_j <= runs[0].energy_j * (1 + 1e-12)

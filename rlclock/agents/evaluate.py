@@ -64,14 +64,16 @@ def optimum_for(backend: GpuBackend, budget: float) -> Optimum:
     return memo[budget]
 
 
-def evaluate_policy(policy: ClockPolicy, spec: EnvSpec, backend: GpuBackend | None = None) -> PolicyEvaluation:
-    """Run the policy's schedule for ``spec``'s workload on its backend, beside the exact optimum."""
+def evaluate_policy(policy: ClockPolicy, spec: EnvSpec, backend: GpuBackend | None = None,
+                    search: bool = False) -> PolicyEvaluation:
+    """Run the policy's schedule for ``spec``'s workload on its backend, beside the exact optimum (``search``:
+    planned with the search over the policy's second choices, :meth:`ClockPolicy.plan`)."""
     if backend is None:
         from rlclock.env import make_episode
 
         backend = make_episode(spec).backend
     budget = spec.reward.budget
-    sched = policy.schedule(backend.trace, backend=backend, budget=budget)
+    sched = policy.schedule(backend.trace, backend=backend, budget=budget, search=search)
     ev = evaluate(sched, backend)
     opt = optimum_for(backend, budget)
     auto = backend.auto_run()

@@ -290,6 +290,9 @@ def _plots(run_dir: Path, policy: ClockPolicy, spec: EnvSpec, tracker: Tracker) 
     points = {r.name: (100 * r.evaluation.slowdown, -100 * r.evaluation.saving)
               for r in run_baselines(backend, spec.reward.budget) if r.name != "auto"}
     points["PPO policy"] = (100 * ev.slowdown, -100 * ev.saving)
+    searched = evaluate(policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget, search=True),
+                        backend)
+    points["PPO policy + search"] = (100 * searched.slowdown, -100 * searched.saving)
     pareto = pareto_plot(run_dir / "pareto.png", points, budget_pct=100 * spec.reward.budget,
                          title=f"{spec.name}: policy vs baselines (latency {1e3 * backend.latency_s:g} ms)")
     timeline = clock_timeline(run_dir / "timeline.png", ev.run, backend.spec, title=f"{spec.name}: policy clocks")

@@ -17,7 +17,7 @@ import hashlib
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,8 @@ class PreparedStep:
     per_price: dict[float, PriceTables]  # ClockPolicy._price_tables
     situation: list[int]  # per kernel its row of `base` (see _situations)
     situation_context: np.ndarray  # (situations,) the look-ahead context of each
+    # (context, configuration in effect, configuration requested) -> (kernels, seconds, joules) of the move
+    moves: dict[tuple[int, int, int], tuple[int, float, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -71,6 +73,10 @@ class PriceTables:
     candidates: np.ndarray  # (U, S) configuration of every slot
     slot_part: np.ndarray  # (U, H) first-layer sum over the slots' features but their in-effect flags
     now: dict[int, np.ndarray]  # configuration -> (U, H)
+    pre: np.ndarray  # (situations, H) the first layer's sum over everything but the configuration in effect
+    slots: list[list[int]] = field(default_factory=list)  # `candidates` as lists (fast lookups)
+    # (situation, configuration in effect) -> (the policy's action, its logits)
+    decided: dict[tuple[int, int], tuple[int, np.ndarray]] = field(default_factory=dict)
 
 
 def clock_table_digest(spec: GpuSpec) -> str:
@@ -245,7 +251,7 @@ class ClockPolicy:
 
     def schedule(self, trace: KernelTrace, auto_time_s: np.ndarray | None = None,
                  auto_energy_j: np.ndarray | None = None, latency_s: float | None = None, backend=None,
-                 budget: float | None = None, calibrate: bool = True) -> ClockSchedule:
+                 budget: float | None = None, calibrate: bool = True, search: bool = False) -> ClockSchedule:
         """The policy's clock schedule for one step of ``trace``.
 
         Args:
@@ -257,14 +263,16 @@ class ClockPolicy:
             budget: Slowdown budget (default: the one trained for).
             calibrate: Choose the price of time the policy plans at so the plan fits the budget (see
                 :meth:`plan`).
+            search: Let the planner weigh the policy's second choices on the planning model (see :meth:`plan`;
+                seconds instead of tens of milliseconds).
         """
         if backend is None:
             backend = self.backend_for(trace, auto_time_s, auto_energy_j, latency_s)
-        req = self.plan(backend, self.budget if budget is None else budget, calibrate)
+        req = self.plan(backend, self.budget if budget is None else budget, calibrate, search=search)
         return ClockSchedule(self.configs, req, name="policy")
 
     def plan(self, backend, budget: float, calibrate: bool = True, prices: int = 24, pairs: int = 2,
-             mix_tries: int = 8) -> np.ndarray:
+             mix_tries: int = 8, search: bool = False) -> np.ndarray:
         """Requested configuration index per kernel, by rolling the step through the switching rules.
 
         The policy plans at a price of time (relative to the step's mean auto power; see
@@ -280,8 +288,15 @@ class ClockPolicy:
            first ``K`` kernels at one price and the rest at the other, both ways round, with ``K`` bisected
            (``mix_tries`` rollouts each) — which closes most of the gap to the exact optimum.
 
+        With ``search``, then, at the prices of those pairs and of the best plan that fits on its own
+        (:meth:`refine`): wherever the policy's second choice lowers the plan's ``energy + price·time`` on the
+        planning model, it replaces the first, for every kernel that decides in the same situation; and the
+        time-sharing again. Every request still comes from the policy (its first or its second choice), and
+        the plan is never worse than without the search; the search takes seconds where the rest takes tens
+        of milliseconds.
+
         The cheapest plan within the budget wins; if none fits or saves energy, the schedule leaves every
-        kernel to the driver (auto). Nothing but the policy decides the clocks.
+        kernel to the driver (auto).
         """
         self.check_gpu(backend.spec)
         if tuple(backend.configs) != self.configs:
@@ -297,47 +312,67 @@ class ClockPolicy:
         limit = auto.time_s * (1.0 + budget) * (1 + 1e-12)
         best: list[Any] = [auto.energy_j, np.zeros(n, dtype=np.int64)]  # auto fits any budget
         prepared = self.prepare(*args)
+        overrides: dict[float, dict[tuple[int, int], int]] = {}
 
         def attempt(price: float | np.ndarray) -> bool:
-            req = self.rollout(*args, price, prepared=prepared)
+            req = self.rollout(*args, price, prepared=prepared, overrides=overrides)
             fits = self.last_time_s <= limit
             if fits and self.last_energy_j < best[0]:
                 best[:] = [self.last_energy_j, req]
             return fits
 
-        points: list[tuple[float, float, float]] = []  # (price, time, energy) of each one-price plan
+        points: dict[float, tuple[float, float]] = {}  # (time, energy) of each one-price plan
+
+        def mixes() -> list[tuple[float, float, float]]:
+            """(estimated energy at the budget, fitting price, missing price) of every straddling pair."""
+            out = []
+            for pf, (tf, ef) in points.items():
+                for pm, (tm, em) in points.items():
+                    if tf <= limit < tm:
+                        w = (limit - tf) / (tm - tf)
+                        out.append(((1.0 - w) * ef + w * em, pf, pm))
+            return sorted(out)
+
+        def time_share() -> None:
+            for estimate, p_fit, p_miss in mixes()[:pairs]:
+                if estimate >= best[0]:
+                    break
+                for first, second in ((p_miss, p_fit), (p_fit, p_miss)):
+                    lo, hi = 0, n
+                    split = np.empty(n)
+                    for _ in range(mix_tries):
+                        k = (lo + hi) // 2
+                        if k in (lo, hi):
+                            break
+                        split[:k], split[k:] = first, second
+                        # more kernels at the missing price take longer: move K towards the fitting side
+                        if attempt(split) == (first == p_miss):
+                            lo = k
+                        else:
+                            hi = k
+
         for p in np.geomspace(PRICE_REL_MIN, PRICE_REL_MAX, max(2, prices)):
             attempt(float(p))
-            points.append((float(p), self.last_time_s, self.last_energy_j))
-        mixes = []
-        for pf, tf, ef in points:
-            for pm, tm, em in points:
-                if tf <= limit < tm:
-                    w = (limit - tf) / (tm - tf)
-                    mixes.append(((1.0 - w) * ef + w * em, pf, pm))
-        mixes.sort()
-        for estimate, p_fit, p_miss in mixes[:pairs]:
-            if estimate >= best[0]:
-                break
-            for first, second in ((p_miss, p_fit), (p_fit, p_miss)):
-                lo, hi = 0, n
-                split = np.empty(n)
-                for _ in range(mix_tries):
-                    k = (lo + hi) // 2
-                    if k in (lo, hi):
-                        break
-                    split[:k], split[k:] = first, second
-                    # more kernels at the missing price take longer: move K towards the fitting side
-                    if attempt(split) == (first == p_miss):
-                        lo = k
-                    else:
-                        hi = k
+            points[float(p)] = (self.last_time_s, self.last_energy_j)
+        time_share()
+        if search:  # then again with the second choices that help at the prices that matter
+            chosen = {p for _, pf, pm in mixes()[:pairs] for p in (pf, pm)}
+            fitting = [p for p, (tp, _) in points.items() if tp <= limit]
+            if fitting:  # and the best plan that fits on its own
+                chosen.add(min(fitting, key=lambda p: points[p][1]))
+            for p in sorted(chosen):
+                overrides[p] = self.refine(prepared, args, p)
+                attempt(p)
+                points[p] = (self.last_time_s, self.last_energy_j)
+            time_share()
         return best[1]
 
     def rollout(self, trace: KernelTrace, t_tab: np.ndarray, e_tab: np.ndarray, auto_t: np.ndarray,
                 auto_e: np.ndarray, latency_s: float, price_rel: float | np.ndarray,
                 timings: list[float] | None = None, first_layer: list[np.ndarray] | None = None,
-                prepared: PreparedStep | None = None) -> np.ndarray:
+                prepared: PreparedStep | None = None,
+                overrides: dict[float, dict[tuple[int, int], int]] | None = None,
+                choices: dict[tuple[int, int], tuple[float, int]] | None = None) -> np.ndarray:
         """The decision loop (numpy only) at a price of time ``price_rel`` (J/s per watt of mean auto power;
         one for the step or one per kernel).
 
@@ -346,7 +381,10 @@ class ClockPolicy:
         receives the seconds spent per decision if given, ``first_layer`` the first layer's input-side sum
         ``W1 · obs + b1`` at each decision (for checking against the env's observations). ``prepared`` is
         :meth:`prepare` for these inputs, when the caller rolls the same step out at several prices (it
-        keeps what each price needs); afterwards ``self.last_time_s`` and ``self.last_energy_j`` hold the
+        keeps what each price needs). ``overrides`` maps a price to the actions that replace the policy's at
+        some ``(situation, configuration in effect)`` states (:meth:`refine`); ``choices``, if given, receives
+        at every state computed (at a single price) the policy's logit margin between its first and its second
+        choice, and that second action. Afterwards ``self.last_time_s`` and ``self.last_energy_j`` hold the
         planned step."""
         n = t_tab.shape[0]
         if prepared is None:
@@ -360,19 +398,16 @@ class ClockPolicy:
         context = look.context.tolist()
         levels, which = np.unique(prices, return_inverse=True)
         tables = [self._price_tables(prepared, float(p)) for p in levels]
-        # per price level and situation, the first layer's sum over everything but the configuration in effect
-        w_price = self._cache["w_price"]
-        pre = [prepared.base + tab.slot_part[prepared.situation_context] + float(price_feature(p)) * w_price
-               for tab, p in zip(tables, levels)]
+        replaced = [(overrides or {}).get(float(p), {}) for p in levels]
         which = which.tolist()
         situation = prepared.situation
-        # a decision depends on the kernel's inputs, the price and the configuration in effect only, and so
-        # does the move it makes (the kernels it covers, their time and energy) while those kernels lie within
-        # the look-ahead context's span: kernels of repeated layers reuse both (exact: the same inputs give the
-        # same numbers) unless each decision is recorded
+        # a decision depends on the kernel's inputs, the price and the configuration in effect only, and the
+        # move it makes (the kernels it covers, their time and energy) on its context, the configuration in
+        # effect and the one requested, while those kernels lie within the context's span: kernels of repeated
+        # layers, and later rollouts of the step, reuse both (exact: the same inputs give the same numbers)
+        # unless each decision is recorded
         reuse = first_layer is None and timings is None
-        memo: dict[tuple[int, int, int], int] = {}
-        moves: dict[tuple[int, int, int], tuple[int, int, float, float]] = {}
+        moves = prepared.moves if reuse else {}
         span = look.span.tolist()
         keep = look.n_slots  # the action that issues nothing
         t_at, e_at = t_tab.item, e_tab.item
@@ -383,34 +418,40 @@ class ClockPolicy:
         while k < n:  # one pass per decision
             t0 = clock() if timings is not None else 0.0
             level = which[k]
-            key = (situation[k], cur, level)
-            move = moves.get(key) if reuse else None
-            if move is not None:
-                cur, j, dt, de = move
-                j += k
-            else:
-                tab = tables[level]
-                u = context[k]
-                a = memo.get(key, -1) if reuse else -1
-                if a < 0:
-                    now = tab.now.get(cur)
-                    if now is None:
-                        now = self._now_column(prepared.look, tab, cur)
-                    h = pre[level][situation[k]] + now[u]
-                    if first_layer is not None:
-                        first_layer.append(h.copy())
-                    a = memo[key] = self._after_first_layer(h)
-                    computed += 1
-                a = cur if a >= keep else int(tab.candidates[u, a])
-                if timings is not None:
-                    timings.append(clock() - t0)
+            tab = tables[level]
+            s, u = situation[k], context[k]
+            key = (s, cur)
+            got = tab.decided.get(key) if reuse else None
+            if got is None:
+                now = tab.now.get(cur)
+                if now is None:
+                    now = self._now_column(look, tab, cur)
+                h = tab.pre[s] + now[u]
+                if first_layer is not None:
+                    first_layer.append(h.copy())
+                z = self._logits(h)
+                got = (int(z.argmax()), z)
+                if reuse:
+                    tab.decided[key] = got
+                computed += 1
+            if choices is not None and key not in choices:
+                choices[key] = _runner_up(*got)
+            a = replaced[level].get(key, got[0])
+            a = cur if a >= keep else tab.slots[u][a]
+            if timings is not None:
+                timings.append(clock() - t0)
+            move = moves.get((u, cur, a))
+            if move is None:
                 if a == cur or latency_s <= 0.0:  # nothing in flight: the kernel runs at what is in effect
                     j, dt, de = k + 1, t_at(k, a), e_at(k, a)
                 else:
                     j, dt, de = _flight(t_at, e_at, n, k, cur, a, latency_s)
                 if reuse and j - k <= span[u]:
-                    moves[key] = (a, j - k, dt, de)
-                cur = a
+                    moves[(u, cur, a)] = (j - k, dt, de)
+            else:
+                j, dt, de = move
+                j += k
+            cur = a
             T += dt
             E += de
             held.append(cur)
@@ -421,9 +462,9 @@ class ClockPolicy:
         self.last_computed = computed
         return np.repeat(np.asarray(held, dtype=np.int64), covers)
 
-    def _after_first_layer(self, h: np.ndarray) -> int:
-        """The action of a decision from its first layer's pre-activation ``h`` (overwritten): the remaining
-        layers, the head, argmax."""
+    def _logits(self, h: np.ndarray) -> np.ndarray:
+        """The action logits of a decision from its first layer's pre-activation ``h`` (overwritten): the
+        remaining layers and the head."""
         self._activate(h)
         for w, b in self.weights.hidden[1:]:
             h = w @ h
@@ -431,7 +472,40 @@ class ClockPolicy:
             self._activate(h)
         z = self.weights.head[0] @ h
         z += self.weights.head[1]
-        return int(z.argmax())
+        return z
+
+    def refine(self, prepared: PreparedStep, args: tuple, price_rel: float, passes: int = 3
+               ) -> dict[tuple[int, int], int]:
+        """Search over the policy's second choices at one price: the ``(situation, configuration in effect)``
+        states whose first choice the second replaces, because that lowers the planned step's
+        ``energy + price·time`` (the objective the policy was trained on at this price).
+
+        States are tried in order of the policy's margin between the two (least sure first), one rollout
+        each, a replacement kept when it lowers the objective; ``passes`` rounds, stopping early when a round
+        keeps none. Replacing a state's action changes it at every kernel that decides in that state — in
+        every repeat of a layer at once. ``args``: :meth:`rollout`'s leading arguments.
+        """
+        price = float(price_rel)
+        weight = price * float(args[4].sum() / max(args[3].sum(), 1e-12))  # J per s: price × mean auto power
+        chosen: dict[tuple[int, int], int] = {}
+        seen: dict[tuple[int, int], tuple[float, int]] = {}
+        self.rollout(*args, price, prepared=prepared, choices=seen)
+        best = self.last_energy_j + weight * self.last_time_s
+        for _ in range(passes):
+            kept = False
+            for state, (_, second) in sorted(seen.items(), key=lambda kv: kv[1][0]):
+                if state in chosen:
+                    continue
+                chosen[state] = second
+                self.rollout(*args, price, prepared=prepared, overrides={price: chosen}, choices=seen)
+                objective = self.last_energy_j + weight * self.last_time_s
+                if objective < best * (1.0 - 1e-12):
+                    best, kept = objective, True
+                else:
+                    del chosen[state]
+            if not kept:
+                break
+        return chosen
 
     def _activate(self, h: np.ndarray) -> None:
         if self.weights.activation == "tanh":
@@ -496,7 +570,9 @@ class ClockPolicy:
             feats[..., 4:-1] = look.bin_features(np.arange(U)[:, None], cand, price_rel)
             feats[..., -1] = 0.0  # no slot is flagged as in effect: that is in `now`
             slot_part = (feats.reshape(U, -1) @ c["w_slots"]).astype(np.float64)
-            got = PriceTables(price_rel, cand, slot_part, {})
+            pre = prepared.base + slot_part[prepared.situation_context]
+            pre += float(price_feature(price_rel)) * c["w_price"]
+            got = PriceTables(price_rel, cand, slot_part, {}, pre, cand.tolist())
             if len(prepared.per_price) >= 32:
                 prepared.per_price.clear()
             prepared.per_price[price_rel] = got
@@ -521,6 +597,12 @@ class ClockPolicy:
             self._cache["cf"] = config_features(self.gpu, self.configs).astype(np.float64)
             self._cache["cf32"] = self._cache["cf"].astype(np.float32)
         return self._cache["cf"]
+
+
+def _runner_up(action: int, logits: np.ndarray) -> tuple[float, int]:
+    """The policy's margin between its choice ``action`` and its second choice, and that second action."""
+    second = int(np.argmax(np.where(np.arange(len(logits)) == action, -np.inf, logits)))
+    return float(logits[action] - logits[second]), second
 
 
 def _flight(t_at, e_at, n: int, k: int, cur: int, target: int, latency_s: float) -> tuple[int, float, float]:
