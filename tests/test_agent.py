@@ -16,7 +16,7 @@ from rlclock.agents.imitation import LagrangianExpert
 from rlclock.agents.train import _policy
 from rlclock.cli import main
 from rlclock.config import load_env_spec
-from rlclock.deploy.policy import ClockPolicy, save_checkpoint
+from rlclock.deploy.policy import DEFAULT_PRICE_REL, ClockPolicy, save_checkpoint
 from rlclock.env import KernelClockEnv, make_episode
 from rlclock.errors import CheckpointError, SpecError
 from rlclock.schedule import ClockSchedule
@@ -360,3 +360,9 @@ def test_the_search_over_second_choices_only_lowers_the_objective_and_keeps_the_
     runs = [backend.run(ClockSchedule(pol.configs, pol.plan(backend, 0.01, search=s))) for s in (False, True)]
     assert all(r.time_s <= auto.time_s * 1.01 * (1 + 1e-9) for r in runs)
     assert runs[1].energy_j <= runs[0].energy_j * (1 + 1e-12)
+    # without calibration: the search at the trained price, judged by that price's objective
+    start = DEFAULT_PRICE_REL
+    w = start * auto.energy_j / auto.time_s
+    fixed = [backend.run(ClockSchedule(pol.configs, pol.plan(backend, 0.01, calibrate=False, search=s)))
+             for s in (False, True)]
+    assert fixed[1].energy_j + w * fixed[1].time_s <= (fixed[0].energy_j + w * fixed[0].time_s) * (1 + 1e-12)

@@ -61,6 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write the controller's report here (JSON; default: a temporary file, summarised at the end)")
     p.add_argument("--save", type=Path, default=None,
                    help="write the profiled trace, the timeline and the schedule to this folder")
+    p.add_argument("--search", action="store_true",
+                   help="plan the checkpoint's schedule with the search over the policy's second choices (about a "
+                        "second more, once)")
     p.add_argument("--quiet", action="store_true", help="no progress lines from the deployment")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                    help="the training command, after '--' (e.g. -- python train.py ...)")
@@ -106,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device, latency_s=args.latency, lookahead_s=args.lookahead, min_dwell_s=args.min_dwell,
         warmup_steps=args.warmup_steps, profile_steps=args.profile_steps, worker=args.worker,
         report=str(Path(report).resolve()), save=None if args.save is None else str(args.save.resolve()),
-        verbose=not args.quiet)
+        verbose=not args.quiet, search=args.search)
     env = {**os.environ, **settings.to_env()}
     try:
         proc = subprocess.Popen(cmd, env=env)

@@ -26,22 +26,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def comparison_rows(policy, spec) -> tuple[list[str], list[list[str]]]:
-    """Table rows: baselines, the policy and the optimum on ``spec`` (same backend, same accounting)."""
-    from rlclock.agents.evaluate import evaluate_policy
+def comparison_rows(policy, spec, schedules: dict | None = None) -> tuple[list[str], list[list[str]]]:
+    """Table rows: baselines, the policy (planned from its first choices, and with the search over its
+    second choices) and the optimum on ``spec`` (same backend, same accounting). ``schedules``, if given,
+    receives the policy's two schedules (``"policy"``, ``"search"``)."""
+    from rlclock.agents.evaluate import optimum_for
     from rlclock.baselines import run_baselines
     from rlclock.env import make_episode
+    from rlclock.schedule import evaluate
 
     backend = make_episode(spec).backend
     policy.check_gpu(backend.spec)
     results = run_baselines(backend, spec.reward.budget)
-    pe = evaluate_policy(policy, spec, backend)
-    searched = evaluate_policy(policy, spec, backend, search=True)
     budget = spec.reward.budget
+    planned = {"policy": policy.schedule(backend.trace, backend=backend, budget=budget),
+               "search": policy.schedule(backend.trace, backend=backend, budget=budget, search=True)}
+    if schedules is not None:
+        schedules.update(planned)
+    optimum_saving = 1.0 - optimum_for(backend, budget).energy_j / backend.auto_run().energy_j
     rows = []
-    for name, ev in [*((r.name, r.evaluation) for r in results), ("PPO policy", pe.evaluation),
-                     ("PPO policy + search", searched.evaluation)]:
-        share = f"{100 * ev.saving / pe.optimum_saving:.0f}" if pe.optimum_saving > 1e-9 else "-"
+    for name, ev in [*((r.name, r.evaluation) for r in results),
+                     ("PPO policy", evaluate(planned["policy"], backend)),
+                     ("PPO policy + search", evaluate(planned["search"], backend))]:
+        share = f"{100 * ev.saving / optimum_saving:.0f}" if optimum_saving > 1e-9 else "-"
         rows.append([name, f"{100 * ev.slowdown:+.2f}", f"{-100 * ev.saving:+.2f}", str(ev.switches), share,
                      "yes" if ev.slowdown <= budget + 1e-9 else "no"])
     return ["schedule", "time %", "energy %", "switches", "% of optimum saving", "within budget"], rows
@@ -60,11 +67,11 @@ def run(args: argparse.Namespace) -> int:
     for spec in specs:
         backend = make_episode(spec).backend
         print(f"{spec.name}: {backend.describe()}; budget {100 * spec.reward.budget:g} %")
-        header, rows = comparison_rows(policy, spec)
+        planned: dict = {}
+        header, rows = comparison_rows(policy, spec, planned)
         print_table(header, rows)
         folder = Path(args.out) / spec.name
-        sched = policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget)
-        searched = policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget, search=True)
+        sched, searched = planned["policy"], planned["search"]
         ev = evaluate(searched, backend)
         png = clock_timeline(folder / "timeline.png", ev.run, backend.spec,
                              title=f"{spec.name}: policy clocks (with the search)")

@@ -152,7 +152,7 @@ class Clocked:
         self._say(reason)
 
     def _policy_schedule(self, trace: KernelTrace, auto_time_s: np.ndarray, latency_s: float) -> ClockSchedule:
-        return self._policy.schedule(trace, auto_time_s, None, latency_s)
+        return self._policy.schedule(trace, auto_time_s, None, latency_s, search=self.settings.search)
 
     def _device(self) -> int:
         if self.settings.device is not None:
@@ -365,7 +365,7 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
             profile_steps: int | None = None, worker: str | None = None, read_back: bool | None = None,
             report: str | Path | None = None, save: str | Path | None = None,
             verbose: bool | None = None, anchor_every: int | None = None,
-            time_all_steps: bool | None = None) -> Clocked:
+            time_all_steps: bool | None = None, search: bool | None = None) -> Clocked:
     """Deploy a clock schedule around a training loop (see :class:`Clocked` and the module docstring).
 
     Args:
@@ -390,6 +390,8 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
             switches are timed from the last anchor, less exactly.
         time_all_steps: Time every step on the GPU for the report, so that the switch-time error of sparse anchors
             is measured rather than interpolated (costs the loop a mark per step; default off).
+        search: Plan ``checkpoint``'s schedule with the search over the policy's second choices (default off;
+            see :meth:`~rlclock.deploy.policy.ClockPolicy.plan`).
 
     Returns:
         The deployment; use it as a context manager.
@@ -405,7 +407,7 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
                             "min_dwell_s": min_dwell_s, "warmup_steps": warmup_steps, "profile_steps": profile_steps,
                             "worker": worker, "read_back": read_back, "report": None if report is None else str(report),
                             "save": None if save is None else str(save), "verbose": verbose,
-                            "anchor_every": anchor_every, "time_all_steps": time_all_steps}
+                            "anchor_every": anchor_every, "time_all_steps": time_all_steps, "search": search}
     sched_obj: ClockSchedule | None = None
     builder: ScheduleBuilder | None = None
     if isinstance(schedule, (str, Path)):

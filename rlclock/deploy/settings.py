@@ -43,6 +43,8 @@ class DeploySettings:
             every 40 ms when it has none (:func:`~rlclock.deploy.controller.default_anchor_every`).
         time_all_steps: Time every step on the GPU for the report (measures the switch-time error of sparse
             anchors; costs the loop a mark per step).
+        search: Plan a checkpoint's schedule with the search over the policy's second choices
+            (:meth:`~rlclock.deploy.policy.ClockPolicy.plan`; about a second more, once).
         report: Where to write the controller's report (JSON); ``.rankN`` is added under torch.distributed.
         save: Folder to write the profiled trace, the timeline and the schedule to.
         verbose: Print what the deployment does (one line each) and the report at the end.
@@ -62,6 +64,7 @@ class DeploySettings:
     read_back: bool = True
     anchor_every: int | None = None
     time_all_steps: bool = False
+    search: bool = False
     report: str | None = None
     save: str | None = None
     verbose: bool = True

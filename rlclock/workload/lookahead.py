@@ -327,9 +327,8 @@ class StepLookahead:
     def clipped(self, u: np.ndarray | int, configs: np.ndarray | int) -> np.ndarray:
         """``(..., 2 N_BINS)`` float32 per context ``u`` and configuration (broadcast together): the added time
         per bin clipped to [-1, 2], then the added energy per bin clipped to [-1, 1]."""
-        got = self.by_context[u, configs]
-        np.minimum(got, _CLIP_HIGH, out=got)
-        return np.maximum(got, -1.0, out=got)
+        out = np.minimum(self.by_context[u, configs], _CLIP_HIGH)  # a new array (scalar indices give a view)
+        return np.maximum(out, -1.0, out=out)
 
     def bin_features(self, u: np.ndarray | int, configs: np.ndarray | int, price_rel: float,
                      extra: int = 0) -> np.ndarray:
@@ -338,11 +337,10 @@ class StepLookahead:
         ``extra`` zeros (for the caller to fill)."""
         got = self.by_context[u, configs]  # (..., 2 N_BINS)
         out = np.zeros((*got.shape[:-1], 3 * N_BINS + extra), dtype=np.float32)
-        gain = out[..., :N_BINS]
-        np.multiply(got[..., :N_BINS], np.float32(-price_rel), out=gain)
+        gain = got[..., :N_BINS] * -np.asarray(price_rel, float)  # float64 (a 0-d array), as gains_of
         gain -= got[..., N_BINS:]
         np.minimum(gain, 1.0, out=gain)
-        np.maximum(gain, -1.0, out=gain)
+        np.maximum(gain, -1.0, out=out[..., :N_BINS])
         clipped = out[..., N_BINS : 3 * N_BINS]
         np.minimum(got, _CLIP_HIGH, out=clipped)
         np.maximum(clipped, -1.0, out=clipped)

@@ -122,8 +122,8 @@ def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path)
             calls.append(("load", str(checkpoint_dir)))
             return cls()
 
-        def schedule(self, trace, auto_time_s, auto_energy_j=None, latency_s=None):
-            calls.append(("schedule", len(trace), auto_time_s.shape, auto_energy_j, latency_s))
+        def schedule(self, trace, auto_time_s, auto_energy_j=None, latency_s=None, search=False):
+            calls.append(("schedule", len(trace), auto_time_s.shape, auto_energy_j, latency_s, search))
             return ClockSchedule.constant("auto", len(trace))
 
     module = types.ModuleType("rlclock.deploy.policy")
@@ -137,9 +137,14 @@ def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path)
 
     trace = gpt3xl_step()
     sched = clk._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
-    assert len(sched) == len(trace) and calls[-1] == ("schedule", len(trace), (len(trace),), None, 0.006)
+    assert len(sched) == len(trace) and calls[-1] == ("schedule", len(trace), (len(trace),), None, 0.006, False)
     assert clk._latency_s() in (None, 0.006)  # the H200 preset's latency when NVML cannot name the GPU
     clk.close()
+    searching = clocked(checkpoint=tmp_path, verbose=False, search=True)
+    searching.start()
+    searching._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
+    assert calls[-1][-1] is True  # the search asked for is passed on to the policy
+    searching.close()
 
 
 def test_a_real_policy_checkpoint_schedules_a_profiled_step(tmp_path):
@@ -175,9 +180,10 @@ def test_anchor_spacing_reaches_the_controller_and_rlclock_apply_can_set_it(no_n
         assert clk.controller.anchor_every == 3 and clk.controller.time_all_steps
         loop(clk, 7, 0.01)
     assert clk.report.anchored == 3 and clk.report.timed == 7
-    env = DeploySettings(anchor_every=5, time_all_steps=True).to_env()
+    env = DeploySettings(anchor_every=5, time_all_steps=True, search=True).to_env()
     assert env["RLCLOCK_DEPLOY_ANCHOR_EVERY"] == "5" and env["RLCLOCK_DEPLOY_TIME_ALL_STEPS"] == "1"
-    assert DeploySettings(**DeploySettings.from_env(env)) == DeploySettings(anchor_every=5, time_all_steps=True)
+    assert DeploySettings(**DeploySettings.from_env(env)) == DeploySettings(anchor_every=5, time_all_steps=True,
+                                                                            search=True)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert clocked(schedule, timeline=timeline, anchor_every=2).settings.anchor_every == 5
