@@ -163,14 +163,7 @@ def table_rows(t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarray, au
         same = np.asarray(hint[0], dtype=np.int64)[hint[1]]
         if all(np.array_equal(x[same], x) for x in cols):
             return np.asarray(hint[1], dtype=np.int64)
-    C = t_tab.shape[1]
-    probe = _probe(2 * C + 2)
-    projection = t_tab @ probe[:C] + e_tab @ probe[C : 2 * C] + auto_time_s * probe[-2] + auto_energy_j * probe[-1]
-    ids, first = distinct(projection)
-    same = first[ids]
-    if all(np.array_equal(x[same], x) for x in cols):
-        return ids
-    return identical_rows(np.column_stack([t_tab, e_tab, auto_time_s, auto_energy_j]))  # projections collided
+    return identical_rows(np.column_stack(cols))
 
 
 def kernel_contexts(t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarray, auto_energy_j: np.ndarray,
