@@ -97,10 +97,12 @@ def judge_own(pol: ClockPolicy, spec, rows: dict) -> str:
     parts = []
     for search, label in PLANNERS:
         ev = evaluate_policy(pol, spec, search=search)
+        if not parts:
+            parts.append(f"(optimum's saving {100 * ev.optimum_saving:.2f} %)")
         rows.setdefault(search, []).append((100 * ev.fraction_of_optimum, ev.slowdown_pct))
         parts.append(f"planned {label} {100 * ev.fraction_of_optimum:.1f} % (slowdown {ev.slowdown_pct:+.2f} %, "
                      f"{ev.evaluation.switches} switches, planning {plan_seconds(pol, spec, search):.2f} s)")
-    return "; ".join(parts)
+    return parts[0] + " " + "; ".join(parts[1:])
 
 
 def own_summary(name: str, budget_pct: float, rows: dict, extra: str = "") -> None:
@@ -293,9 +295,7 @@ def reevaluate(folders: list[str]) -> None:
         else:
             spec = load_env_spec(pol.meta.get("env_spec", "gpt3xl-rtx3080ti"))
             budget_pct, rows = own.setdefault(spec.name, (100 * spec.reward.budget, {}))
-            ev = evaluate_policy(pol, spec)
-            print(f"   {tag}: {spec.name} (optimum's saving {100 * ev.optimum_saving:.2f} %) "
-                  f"{judge_own(pol, spec, rows)}", flush=True)
+            print(f"   {tag}: {spec.name} {judge_own(pol, spec, rows)}", flush=True)
     for name, (budget_pct, rows) in own.items():
         own_summary(name, budget_pct, rows)
     if per:

@@ -112,6 +112,22 @@ def _bin_geometry(latency_s: float) -> tuple[np.ndarray, np.ndarray]:
     return edges, inv
 
 
+def _gain(bins: np.ndarray, price_rel: np.ndarray | float, out: np.ndarray | None = None) -> np.ndarray:
+    """The gain per bin, ``−(energy + p·time)`` clipped to [-1, 1], from ``(..., 2 N_BINS)`` bins (added time,
+    then added energy): computed in float64 (``price_rel`` as an array), written to ``out`` if given."""
+    gain = bins[..., :N_BINS] * -np.asarray(price_rel, float)
+    gain -= bins[..., N_BINS:]
+    np.minimum(gain, 1.0, out=gain)  # two ufuncs: np.clip's wrapper costs more per call
+    return np.maximum(gain, -1.0, out=gain if out is None else out)
+
+
+def _clip(bins: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``(..., 2 N_BINS)`` bins clipped: added time to [-1, 2], added energy to [-1, 1] (a new array unless
+    ``out``; never written into ``bins``)."""
+    out = np.minimum(bins, _CLIP_HIGH, out=out)
+    return np.maximum(out, -1.0, out=out)
+
+
 def distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(ids, first)`` of a 1-D array: per entry the rank of its value among the distinct values, and the index
     of each distinct value's first entry — ``np.unique``'s inverse and index, in fewer passes."""
@@ -312,31 +328,22 @@ class StepLookahead:
 
     def gains_of(self, u: np.ndarray, configs: np.ndarray, price_rel: np.ndarray | float) -> np.ndarray:
         """Clipped gain per bin of ``configs`` in contexts ``u`` (broadcast together) at ``price_rel``."""
-        gain = self.time_by_context[u, configs] * -np.asarray(price_rel, float)
-        gain -= self.energy_by_context[u, configs]
-        np.minimum(gain, 1.0, out=gain)  # clip to [-1, 1] (two ufuncs: np.clip's wrapper costs more per call)
-        return np.maximum(gain, -1.0, out=gain)
+        return _gain(self.by_context[u, configs], price_rel)
 
     def clipped(self, u: np.ndarray | int, configs: np.ndarray | int) -> np.ndarray:
         """``(..., 2 N_BINS)`` float32 per context ``u`` and configuration (broadcast together): the added time
         per bin clipped to [-1, 2], then the added energy per bin clipped to [-1, 1]."""
-        out = np.minimum(self.by_context[u, configs], _CLIP_HIGH)  # a new array (scalar indices give a view)
-        return np.maximum(out, -1.0, out=out)
+        return _clip(self.by_context[u, configs])
 
     def bin_features(self, u: np.ndarray | int, configs: np.ndarray | int, price_rel: float,
                      extra: int = 0) -> np.ndarray:
         """``(..., 3 N_BINS + extra)`` float32 per context ``u`` and configuration (broadcast together): the
-        clipped gain per bin at ``price_rel``, the clipped added time and energy per bin (:meth:`clipped`), then
-        ``extra`` zeros (for the caller to fill)."""
+        clipped gain per bin at ``price_rel`` (:meth:`gains_of`), the clipped added time and energy per bin
+        (:meth:`clipped`), then ``extra`` zeros (for the caller to fill)."""
         got = self.by_context[u, configs]  # (..., 2 N_BINS)
         out = np.zeros((*got.shape[:-1], 3 * N_BINS + extra), dtype=np.float32)
-        gain = got[..., :N_BINS] * -np.asarray(price_rel, float)  # float64 (a 0-d array), as gains_of
-        gain -= got[..., N_BINS:]
-        np.minimum(gain, 1.0, out=gain)
-        np.maximum(gain, -1.0, out=out[..., :N_BINS])
-        clipped = out[..., N_BINS : 3 * N_BINS]
-        np.minimum(got, _CLIP_HIGH, out=clipped)
-        np.maximum(clipped, -1.0, out=clipped)
+        _gain(got, price_rel, out=out[..., :N_BINS])
+        _clip(got, out=out[..., N_BINS : 3 * N_BINS])
         return out
 
     def slot_features(self, k: np.ndarray, slots: np.ndarray, current: np.ndarray, price_rel: np.ndarray,
