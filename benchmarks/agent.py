@@ -32,18 +32,17 @@ import os
 import platform
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from rlclock.agents.config import load_agent_config
 from rlclock.agents.evaluate import evaluate_policy
 from rlclock.agents.train import train
 from rlclock.config import load_env_spec, load_env_specs
-from rlclock.deploy.policy import DEFAULT_PRICE_REL, ClockPolicy
+from rlclock.config.recipe import load_agent_config
 from rlclock.env import make_episode
-from rlclock.workload.features import PRICE_REL_MAX, PRICE_REL_MIN
+from rlclock.observation.features import PRICE_REL_MAX, PRICE_REL_MIN
+from rlclock.policy import DEFAULT_PRICE_REL, ClockPolicy
 from rlclock.workload.trace import KernelTrace
 
 PLANNERS = ((False, "from its first choices"), (True, "with the search"))
@@ -123,7 +122,7 @@ def trained_spec(seeds: list[int], runs: str) -> ClockPolicy | None:
     wall = []
     last = None
     for seed in seeds:
-        res = train([spec], replace(agent, seed=seed), runs_dir=runs, progress=False)
+        res = train([spec], agent.with_(seed=seed), runs_dir=runs, progress=False)
         wall.append(res.wall_s / 60)
         last = ClockPolicy.load(res.checkpoint)
         print(f"   seed {seed}: {judge_own(last, spec, rows)}; trained in {res.wall_s / 60:.1f} min")
@@ -155,7 +154,7 @@ def generalisation(seeds: list[int], runs: str) -> None:
     per: dict = {}
     wall = []
     for seed in seeds:
-        res = train(train_specs, replace(agent, seed=seed), runs_dir=runs, progress=False,
+        res = train(train_specs, agent.with_(seed=seed), runs_dir=runs, progress=False,
                     eval_specs=load_env_specs("family-rtx3080ti"), name=f"family-rtx3080ti-s{seed}")
         wall.append(res.wall_s / 60)
         pol = ClockPolicy.load(res.checkpoint)
@@ -181,8 +180,8 @@ def expert_planning(spec, restricted: bool) -> tuple[float, float]:
     """Fractions of the optimum's saving reached by the exact ``energy + p·time`` plans within the budget
     (switching to any configuration, or only to the candidate slots): the lowest fitting price of a 25-point
     grid, and the best time-share of it with the next lower one."""
-    from rlclock.agents.evaluate import optimum_for
     from rlclock.agents.imitation import LagrangianExpert
+    from rlclock.solve.evaluation import optimum_for
 
     ep = make_episode(spec)
     ex = LagrangianExpert(ep, restricted=restricted)

@@ -16,8 +16,8 @@ import sys
 import numpy as np
 
 from rlclock import paper
-from rlclock.gpu.calibrate import paper_kernel_types, paper_metrics
-from rlclock.gpu.spec import get_spec
+from rlclock.calibration.paper import paper_kernel_types, paper_metrics
+from rlclock.dvfs.spec import get_spec
 from rlclock.workload.llmc import paper_table
 
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if get_spec(args.gpu).key == "rtx3080ti":
         return rtx3080ti()
-    from rlclock.gpu.measured_fit import report
+    from rlclock.calibration.measured import report
 
     return report(get_spec(args.gpu))
 

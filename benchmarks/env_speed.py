@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
+from rlclock.agents.vec_env import KernelClockVecEnv
 from rlclock.env import KernelClockEnv
-from rlclock.vec_env import KernelClockVecEnv
 
 
 def plain(env_name: str, seconds: float) -> float:

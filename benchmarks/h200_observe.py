@@ -78,8 +78,8 @@ def doctor(out: Path) -> None:
 
 @stage("profile")
 def profile(replays: int):
+    from rlclock.gpu.profile import profile_layer
     from rlclock.workload.kernel_names import short_name
-    from rlclock.workload.profile import profile_layer
 
     res = profile_layer(GPT3XL_LAYER, replays=replays, name="gpt3xl-h200-layer")
     tr = res.trace

@@ -21,10 +21,10 @@ import time
 import numpy as np
 
 from rlclock import paper
-from rlclock.baselines import kernel_edp, run_baselines
+from rlclock.backends.simulated import SimulatedGpu
 from rlclock.config import load_env_spec
-from rlclock.gpu.simulated import SimulatedGpu
-from rlclock.optimum import knapsack_optimum, latency_aware_optimum
+from rlclock.solve.baselines import kernel_edp, run_baselines
+from rlclock.solve.optimum import knapsack_optimum, latency_aware_optimum
 
 
 def pct(x: float) -> str:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rlclock.gpu.backend import RunResult
-from rlclock.gpu.spec import GpuSpec
+from rlclock.backends.base import RunResult
+from rlclock.dvfs.spec import GpuSpec
 
 
 def _plt():

@@ -1,10 +1,9 @@
-"""Clock configurations, schedules, and the one way a schedule is judged.
+"""Clock configurations and schedules: the values every layer of rlclock passes around.
 
 A :class:`ClockConfig` is what rlclock asks the driver for: a locked core clock and/or a locked memory
 clock, each ``None`` for "let the driver decide" (auto). A :class:`ClockSchedule` requests one
-configuration per kernel invocation of a trace. Every judge — the environment, the baselines, the optimum,
-the deployed policy's evaluation — runs a schedule through ``GpuBackend.run`` and compares the result with
-the same backend's auto run through :func:`evaluate`, so numbers are comparable by construction.
+configuration per kernel invocation of a trace. How a schedule is judged — run through
+``GpuBackend.run`` beside the same backend's auto run — is :func:`rlclock.solve.evaluation.evaluate`.
 """
 
 from __future__ import annotations
@@ -14,14 +13,11 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from rlclock.errors import ClockError, ScheduleError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from rlclock.gpu.backend import GpuBackend, RunResult
 
 _CONFIG_RE = re.compile(r"^\s*(auto|\d+)\s*(?:@\s*(auto|\d+))?\s*$")
 
@@ -188,71 +184,3 @@ class ClockSchedule:
             return cls.from_dict(json.loads(Path(path).read_text()))
         except (OSError, json.JSONDecodeError) as exc:
             raise ScheduleError(f"cannot read schedule {str(path)!r}: {exc}.") from None
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """A schedule's run next to the same backend's auto run.
-
-    Attributes:
-        name: The schedule's name.
-        time_s: Step time, seconds.
-        energy_j: Step energy, joules.
-        auto_time_s: Step time at auto clocks on the same backend.
-        auto_energy_j: Step energy at auto clocks.
-        switches: Clock changes issued.
-        off_plan_time_s: Time run at a clock other than the requested one (a switch had not landed yet).
-        run: The full per-kernel result.
-    """
-
-    name: str
-    time_s: float
-    energy_j: float
-    auto_time_s: float
-    auto_energy_j: float
-    switches: int
-    off_plan_time_s: float
-    run: RunResult
-
-    @property
-    def slowdown(self) -> float:
-        """Relative time change against auto (0.01 = 1 % slower)."""
-        return self.time_s / self.auto_time_s - 1.0
-
-    @property
-    def saving(self) -> float:
-        """Relative energy saved against auto (0.1 = 10 % less energy)."""
-        return 1.0 - self.energy_j / self.auto_energy_j
-
-    @property
-    def edp_change(self) -> float:
-        """Relative change of the energy-delay product against auto."""
-        return (self.time_s * self.energy_j) / (self.auto_time_s * self.auto_energy_j) - 1.0
-
-    def row(self) -> dict[str, Any]:
-        """Flat summary for tables and JSON."""
-        return {
-            "name": self.name,
-            "time_s": self.time_s,
-            "energy_j": self.energy_j,
-            "time_pct": 100 * self.slowdown,
-            "energy_pct": -100 * self.saving,
-            "switches": self.switches,
-            "off_plan_time_s": self.off_plan_time_s,
-        }
-
-
-def evaluate(schedule: ClockSchedule, backend: GpuBackend) -> Evaluation:
-    """Run ``schedule`` and the auto schedule on ``backend``; return both side by side."""
-    run = backend.run(schedule)
-    auto = backend.auto_run()
-    return Evaluation(
-        name=schedule.name,
-        time_s=run.time_s,
-        energy_j=run.energy_j,
-        auto_time_s=auto.time_s,
-        auto_energy_j=auto.energy_j,
-        switches=run.switches,
-        off_plan_time_s=run.off_plan_time_s,
-        run=run,
-    )

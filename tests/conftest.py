@@ -37,13 +37,13 @@ def paper_trace():
 
 @pytest.fixture(scope="session")
 def rtx():
-    from rlclock.gpu.spec import get_spec
+    from rlclock.dvfs.spec import get_spec
 
     return get_spec("rtx3080ti")
 
 
 @pytest.fixture(scope="session")
 def h200():
-    from rlclock.gpu.spec import get_spec
+    from rlclock.dvfs.spec import get_spec
 
     return get_spec("h200-sxm")

@@ -53,11 +53,10 @@ def env_rollout(spec, steps: int = 300) -> str:
 
 def compute() -> dict[str, str]:
     """``{case: digest}`` for every pinned plan and optimum."""
-    from rlclock.agents.evaluate import optimum_for
     from rlclock.config import load_env_spec, load_env_specs
-    from rlclock.deploy.policy import ClockPolicy
     from rlclock.env import make_episode
-    from rlclock.schedule import evaluate
+    from rlclock.policy import ClockPolicy
+    from rlclock.solve.evaluation import evaluate, optimum_for
 
     out: dict[str, str] = {}
     for name, specs in CASES.items():

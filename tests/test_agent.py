@@ -11,17 +11,17 @@ import torch
 import yaml
 from stable_baselines3 import PPO
 
-from rlclock.agents.config import load_agent_config, parse_agent_config
 from rlclock.agents.imitation import LagrangianExpert
+from rlclock.agents.tracking import wandb_mode
 from rlclock.agents.train import _policy
 from rlclock.cli import main
 from rlclock.config import load_env_spec
-from rlclock.deploy.policy import DEFAULT_PRICE_REL, ClockPolicy, save_checkpoint
+from rlclock.config.recipe import load_agent_config, parse_agent_config
 from rlclock.env import KernelClockEnv, make_episode
 from rlclock.errors import CheckpointError, SpecError
+from rlclock.observation.lookahead import CURRENT_WIDTH
+from rlclock.policy import DEFAULT_PRICE_REL, ClockPolicy, save_checkpoint
 from rlclock.schedule import ClockSchedule
-from rlclock.tracking import wandb_mode
-from rlclock.workload.lookahead import CURRENT_WIDTH
 
 SMALL = {
     "name": "small", "gpu": "rtx3080ti",
@@ -43,7 +43,7 @@ def _random_model(env, seed):
 def test_recipe_parsing_and_errors(tmp_path):
     cfg = load_agent_config("agents/ppo.yaml")
     assert cfg.algorithm == "ppo" and cfg.policy.net_arch == (64, 64) and cfg.imitation.iterations > 0
-    with pytest.raises(SpecError, match="unknown key"):
+    with pytest.raises(SpecError, match="unknown field"):
         parse_agent_config({"ppo": {"learning_rte": 1e-3}})
     with pytest.raises(SpecError, match="activation"):
         parse_agent_config({"policy": {"activation": "gelu"}})
@@ -109,7 +109,7 @@ def test_expert_follows_the_lagrangian_optimum_and_prices_time():
         assert info["time_s"] == pytest.approx(t_dag, rel=1e-9) and info["energy_j"] == pytest.approx(e_dag, rel=1e-9)
         times.append(info["time_s"])
     assert times[0] >= times[1] >= times[2]
-    from rlclock.agents.evaluate import optimum_for
+    from rlclock.solve.evaluation import optimum_for
 
     opt = optimum_for(ep.backend, 0.01)
     assert 1 - info["energy_j"] / ep.auto_total_j >= 0.9 * (1 - opt.energy_j / ep.auto_total_j)
@@ -306,7 +306,7 @@ def test_numpy_rollout_sees_exactly_what_the_env_shows(latency_s, price_rel):
 
 
 def test_bad_prices_and_actions_get_one_clear_error():
-    from rlclock.vec_env import KernelClockVecEnv
+    from rlclock.agents.vec_env import KernelClockVecEnv
 
     pol, args = _random_policy(1)
     for bad in (float("nan"), -1.0, np.ones(3)):

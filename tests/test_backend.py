@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlclock.gpu.backend import EngineState, GpuBackend, SwitchEngine
-from rlclock.gpu.spec import get_spec
-from rlclock.schedule import AUTO, ClockConfig, ClockSchedule, evaluate
+from rlclock.backends.base import GpuBackend
+from rlclock.backends.switching import EngineState, SwitchEngine
+from rlclock.dvfs.spec import get_spec
+from rlclock.schedule import AUTO, ClockConfig, ClockSchedule
+from rlclock.solve.evaluation import evaluate
 from rlclock.workload.trace import Kernel, KernelTrace
 
 

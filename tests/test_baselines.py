@@ -7,10 +7,10 @@ import json
 import pytest
 
 from rlclock import paper
-from rlclock.baselines import BASELINES, kernel_edp, run_baselines
 from rlclock.cli import main
 from rlclock.config import load_env_spec
 from rlclock.errors import ScheduleError
+from rlclock.solve.baselines import BASELINES, kernel_edp, run_baselines
 
 SMALL = {
     "name": "small-latency", "gpu": "rtx3080ti",

@@ -8,7 +8,7 @@ import pytest
 
 from rlclock.agents.evaluate import evaluate_policy
 from rlclock.config import load_env_spec
-from rlclock.deploy.policy import ClockPolicy
+from rlclock.policy import ClockPolicy
 
 ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
 

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 import rlclock  # noqa: F401  (registers the env)
+from rlclock.agents.vec_env import KernelClockVecEnv
 from rlclock.config import load_env_spec
 from rlclock.env import KernelClockEnv
 from rlclock.errors import ClockError, SpecError
-from rlclock.vec_env import KernelClockVecEnv
 
 SMALL = {
     "name": "small", "gpu": "rtx3080ti",
@@ -97,7 +97,7 @@ def test_vec_env_matches_single_env():
 
 def test_price_of_time_is_drawn_observed_and_charged():
     from rlclock.env import N_STATE
-    from rlclock.workload.features import price_feature
+    from rlclock.observation.features import price_feature
 
     spec = dict(SMALL, reward={"budget": 0.01, "overrun_penalty": 0.0, "time_price": 500.0, "price_spread": 0.7})
     env = KernelClockEnv(spec)

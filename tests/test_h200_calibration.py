@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlclock.gpu import model
-from rlclock.gpu.measured_fit import isolated_points, measured_trace, predict_auto
+from rlclock.calibration.measured import isolated_points, measured_trace, predict_auto
+from rlclock.dvfs import model
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The binned look-ahead and the candidate slots (rlclock.workload.lookahead)."""
+"""The binned look-ahead and the candidate slots (rlclock.observation.lookahead)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ import pytest
 from rlclock.config import load_env_spec
 from rlclock.env import make_episode
 from rlclock.errors import SpecError
-from rlclock.optimum import SwitchDag
-from rlclock.schedule import ClockConfig
-from rlclock.workload.features import distinct_kernels, kernel_window
-from rlclock.workload.lookahead import (
+from rlclock.observation.features import distinct_kernels, kernel_window
+from rlclock.observation.lookahead import (
     CANDIDATE_PRICE_FACTORS,
     CANDIDATE_WINDOWS,
     N_BINS,
@@ -24,6 +22,8 @@ from rlclock.workload.lookahead import (
     n_slots,
     table_rows,
 )
+from rlclock.schedule import ClockConfig
+from rlclock.solve.optimum import SwitchDag
 
 CONFIGS = (ClockConfig(), ClockConfig(None, 9501), ClockConfig(1800, 9501), ClockConfig(1200, 9501),
            ClockConfig(1800, 5001), ClockConfig(1200, 5001))

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from rlclock import paper
-from rlclock.gpu import model
-from rlclock.gpu.calibrate import paper_grid, paper_kernel_types, paper_metrics
-from rlclock.gpu.simulated import SimulatedGpu
+from rlclock.backends.simulated import SimulatedGpu
+from rlclock.calibration.paper import paper_grid, paper_kernel_types, paper_metrics
+from rlclock.dvfs import model
 from rlclock.schedule import AUTO, ClockConfig
 from rlclock.workload.llmc import gpt3xl_step, paper_table
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from rlclock.errors import ScheduleError
-from rlclock.optimum import knapsack_optimum, latency_aware_optimum
 from rlclock.schedule import AUTO, ClockConfig
+from rlclock.solve.optimum import knapsack_optimum, latency_aware_optimum
 from tests.test_backend import TableGpu
 
 

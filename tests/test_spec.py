@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from rlclock.dvfs.spec import get_spec, preset_keys
 from rlclock.errors import ClockError, SpecError
-from rlclock.gpu.spec import get_spec, preset_keys
 from rlclock.schedule import AUTO, ClockConfig
 
 

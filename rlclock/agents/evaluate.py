@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
+from rlclock.backends.base import GpuBackend
 from rlclock.config import EnvSpec
-from rlclock.deploy.policy import ClockPolicy
-from rlclock.gpu.backend import GpuBackend
-from rlclock.optimum import Optimum, latency_aware_optimum
-from rlclock.schedule import Evaluation, evaluate
-
-_OPTIMA: weakref.WeakKeyDictionary[GpuBackend, dict[float, Optimum]] = weakref.WeakKeyDictionary()
+from rlclock.policy import ClockPolicy
+from rlclock.solve.evaluation import Evaluation, evaluate, optimum_for
 
 
 @dataclass(frozen=True)
@@ -53,15 +49,6 @@ class PolicyEvaluation:
                 f"{prefix}switches": float(self.evaluation.switches),
                 f"{prefix}fraction_of_optimum": self.fraction_of_optimum,
                 f"{prefix}optimum_saving_pct": 100 * self.optimum_saving}
-
-
-def optimum_for(backend: GpuBackend, budget: float) -> Optimum:
-    """The exact latency-aware optimum of a backend at a budget (memoised per backend object)."""
-    memo = _OPTIMA.setdefault(backend, {})
-    if budget not in memo:
-        t, e = backend.tables
-        memo[budget] = latency_aware_optimum(t, e, backend.latency_s, backend.auto_run().time_s * (1 + budget))
-    return memo[budget]
 
 
 def evaluate_policy(policy: ClockPolicy, spec: EnvSpec, backend: GpuBackend | None = None,

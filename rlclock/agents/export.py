@@ -1,11 +1,11 @@
-"""Turn a stable-baselines3 PPO policy into plain numpy weights (:class:`~rlclock.deploy.policy.PolicyWeights`)."""
+"""Turn a stable-baselines3 PPO policy into plain numpy weights (:class:`~rlclock.policy.PolicyWeights`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from rlclock.deploy.policy import PolicyWeights
 from rlclock.errors import CheckpointError
+from rlclock.policy import PolicyWeights
 
 
 def weights_from_sb3(model) -> PolicyWeights:

@@ -1,13 +1,13 @@
 """Warm-start a PPO policy by imitating the Lagrangian optimum (DAgger).
 
 On a simulated GPU the best schedule for ``energy + p·time`` at a price of time ``p`` is exact and cheap:
-dynamic programming over the switching DAG (:class:`~rlclock.optimum.SwitchDag`) gives, at every decision
+dynamic programming over the switching DAG (:class:`~rlclock.solve.optimum.SwitchDag`) gives, at every decision
 state (kernel ``i``, configuration ``c`` in effect, nothing in flight), the request that minimises the rest of
 the step — stay at ``c`` or switch to ``b``, counting the switch's landing. The exact budget-constrained
-optimum is such a schedule at its multiplier ``λ*`` (:mod:`rlclock.optimum`). The policy observes the
+optimum is such a schedule at its multiplier ``λ*`` (:mod:`rlclock.solve.optimum`). The policy observes the
 episode's price (relative to the step's mean auto power), so it learns the whole trade-off curve; a planner
 then meets any budget by choosing the price. The expert may switch only to the step's candidate slots (what
-the policy can request; :mod:`rlclock.workload.lookahead`), and its choice is labelled as the first slot
+the policy can request; :mod:`rlclock.observation.lookahead`), and its choice is labelled as the first slot
 holding its target, or keep. DAgger (Ross et al., AISTATS 2011) rolls out a mix of the expert and the
 learner, labels every decision state the learner visits with the expert's choice, and trains the policy
 network on everything gathered so far with cross-entropy.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlclock.env import Episode, KernelClockEnv
-from rlclock.optimum import SwitchDag
+from rlclock.solve.optimum import SwitchDag
 
 PRICE_LADDER = (0.5, 0.65, 0.8, 0.9, 1.0, 1.1, 1.2, 1.35, 1.5, 1.75, 2.1, 2.6)
 """Prices of time the expert teaches, relative to a step's mean auto power (the exact optima of the
@@ -32,7 +32,7 @@ class LagrangianExpert:
     """The ``energy + p·time`` optimum's choice at any decision state of one workload, for prices ``p``
     relative to the step's mean auto power (solved lazily, once per price). With ``restricted`` (the
     default) the optimum may switch only to the step's candidate slots at that price
-    (:class:`~rlclock.workload.lookahead.StepLookahead`) — what a policy can request."""
+    (:class:`~rlclock.observation.lookahead.StepLookahead`) — what a policy can request."""
 
     def __init__(self, episode: Episode, restricted: bool = True) -> None:
         self.mean_power_w = episode.mean_power_w

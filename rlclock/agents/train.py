@@ -31,13 +31,13 @@ import numpy as np
 import yaml
 
 from rlclock import __version__
-from rlclock.agents.config import AgentConfig
 from rlclock.agents.evaluate import PolicyEvaluation, evaluate_policy
-from rlclock.config import REPO_ROOT, EnvSpec
-from rlclock.deploy.policy import DEFAULT_PRICE_REL, ClockPolicy, policy_meta, save_checkpoint
+from rlclock.agents.tracking import Tracker, sb3_writer
+from rlclock.config import EnvSpec
+from rlclock.config.recipe import AgentConfig
 from rlclock.env import Episode, obs_size
-from rlclock.tracking import Tracker, sb3_writer
-from rlclock.workload.lookahead import n_slots
+from rlclock.observation.lookahead import n_slots
+from rlclock.policy import DEFAULT_PRICE_REL, ClockPolicy, policy_meta, save_checkpoint
 
 
 @dataclass
@@ -52,11 +52,14 @@ class TrainResult:
 
 
 def git_revision() -> str:
-    """The checkout's commit (``unknown`` outside git)."""
+    """The commit of the rlclock checkout this code runs from (``unknown`` for an installed package)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return "unknown"
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                              timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                capture_output=True, text=True, timeout=5).stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
@@ -96,7 +99,7 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
         agent: The agent recipe.
         runs_dir: Parent folder of the run folder.
         name: Run name (default: the first spec's name, or ``family-<gpu>``).
-        track: Log to Weights & Biases (offline unless configured; see :mod:`rlclock.tracking`).
+        track: Log to Weights & Biases (offline unless configured; see :mod:`rlclock.agents.tracking`).
         progress: Show a progress bar.
         save_to: Also copy the checkpoint (and the SB3 zip) to this folder, e.g. ``checkpoints/<name>``.
         eval_specs: Specs evaluated during and after training (default: ``specs``).
@@ -108,7 +111,7 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
     from stable_baselines3.common.logger import Logger, make_output_format
     from stable_baselines3.common.vec_env import VecMonitor
 
-    from rlclock.vec_env import KernelClockVecEnv
+    from rlclock.agents.vec_env import KernelClockVecEnv
 
     specs = list(specs)
     eval_specs = list(eval_specs or specs)
@@ -279,10 +282,10 @@ def _schedule_rows(policy: ClockPolicy, spec: EnvSpec) -> list[list[Any]]:
 
 
 def _plots(run_dir: Path, policy: ClockPolicy, spec: EnvSpec, tracker: Tracker) -> None:
-    from rlclock.baselines import run_baselines
     from rlclock.env import make_episode
     from rlclock.plots import clock_timeline, pareto_plot
-    from rlclock.schedule import evaluate
+    from rlclock.solve.baselines import run_baselines
+    from rlclock.solve.evaluation import evaluate
 
     backend = make_episode(spec).backend
     sched = policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget)

@@ -30,8 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlclock.baselines import frontier, run_baselines
     from rlclock.plots import pareto_plot
+    from rlclock.solve.baselines import frontier, run_baselines
 
     spec, backend = env_from_args(args)
     budget = spec.reward.budget

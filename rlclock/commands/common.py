@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from rlclock.backends.base import GpuBackend
 from rlclock.config import DEFAULT_ENV, EnvSpec, load_env_spec
-from rlclock.gpu.backend import GpuBackend
 
 
 def add_env_args(p: argparse.ArgumentParser, positional: bool = True) -> None:

@@ -30,10 +30,9 @@ def comparison_rows(policy, spec, schedules: dict | None = None) -> tuple[list[s
     """Table rows: baselines, the policy (planned from its first choices, and with the search over its
     second choices) and the optimum on ``spec`` (same backend, same accounting). ``schedules``, if given,
     receives the policy's two schedules (``"policy"``, ``"search"``)."""
-    from rlclock.agents.evaluate import optimum_for
-    from rlclock.baselines import run_baselines
     from rlclock.env import make_episode
-    from rlclock.schedule import evaluate
+    from rlclock.solve.baselines import run_baselines
+    from rlclock.solve.evaluation import evaluate, optimum_for
 
     backend = make_episode(spec).backend
     policy.check_gpu(backend.spec)
@@ -56,10 +55,10 @@ def comparison_rows(policy, spec, schedules: dict | None = None) -> tuple[list[s
 
 def run(args: argparse.Namespace) -> int:
     from rlclock.config import load_env_spec, load_env_specs
-    from rlclock.deploy.policy import ClockPolicy
     from rlclock.env import make_episode
     from rlclock.plots import clock_timeline
-    from rlclock.schedule import evaluate
+    from rlclock.policy import ClockPolicy
+    from rlclock.solve.evaluation import evaluate
 
     policy = ClockPolicy.load(args.checkpoint)
     specs = load_env_specs(args.env) if args.env else [load_env_spec(policy.meta["env_spec"])]

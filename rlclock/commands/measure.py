@@ -45,9 +45,9 @@ def run(args: argparse.Namespace) -> int:
     from rlclock.gpu.measure import KernelMeasurer, attach_measurements, measure_trace, table_meta
     from rlclock.gpu.meter import MeasureSettings
     from rlclock.gpu.nvml import NvmlDevice
+    from rlclock.gpu.profile import capture_for_trace
     from rlclock.gpu.table import MeasurementTable
     from rlclock.schedule import ClockConfig
-    from rlclock.workload.profile import capture_for_trace
     from rlclock.workload.trace import KernelTrace
 
     trace = KernelTrace.load(args.trace)

@@ -58,8 +58,8 @@ def layer_config(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from rlclock.commands.common import print_table
+    from rlclock.gpu.profile import profile_layer
     from rlclock.workload.kernel_names import short_name
-    from rlclock.workload.profile import profile_layer
 
     cfg = layer_config(args)
     res = profile_layer(cfg, replays=args.replays, name=args.name)

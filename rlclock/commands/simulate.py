@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from rlclock.commands.common import add_env_args, env_from_args, print_table
-from rlclock.schedule import AUTO, ClockConfig, ClockSchedule, evaluate
+from rlclock.schedule import AUTO, ClockConfig, ClockSchedule
+from rlclock.solve.evaluation import evaluate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     trace = backend.trace
     configs = [AUTO] + [spec.gpu.validate(ClockConfig.parse(c)) for c in args.clocks]
     if any(c not in backend.configs for c in configs):
-        from rlclock.gpu.factory import make_backend
+        from rlclock.backends.factory import make_backend
 
         spec = spec.with_overrides(actions={"configs": [str(c) for c in dict.fromkeys([*spec.configs(), *configs])]})
         backend = make_backend(spec, trace)

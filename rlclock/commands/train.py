@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
 from rlclock.commands.common import print_table
 
@@ -18,8 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("env", nargs="*", default=["gpt3xl-rtx3080ti"],
-                   help="env spec(s): names under envs/ or YAML paths; a YAML with 'family:' lists several")
-    p.add_argument("--agent", default="agents/ppo.yaml", help="agent recipe (YAML)")
+                   help="env spec(s): shipped names (e.g. gpt3xl-rtx3080ti) or YAML paths; a YAML with 'family:' "
+                        "lists several")
+    p.add_argument("--agent", default="ppo", help="agent recipe: a shipped one (ppo, ppo-scratch) or a YAML path")
     p.add_argument("--seed", type=int, default=None, help="random seed (default: the recipe's)")
     p.add_argument("--timesteps", type=int, default=None, help="environment steps (default: the recipe's)")
     p.add_argument("--track", action=argparse.BooleanOptionalAction, default=False,
@@ -34,24 +34,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlclock.agents.config import load_agent_config
     from rlclock.agents.train import train
     from rlclock.commands.evaluate import comparison_rows
     from rlclock.config import load_env_specs
+    from rlclock.config.recipe import load_agent_config
 
     specs = load_env_specs(args.env)
-    agent = load_agent_config(args.agent)
-    if args.seed is not None:
-        agent = replace(agent, seed=args.seed)
-    if args.timesteps is not None:
-        agent = replace(agent, timesteps=args.timesteps)
+    agent = load_agent_config(args.agent).with_(seed=args.seed, timesteps=args.timesteps)
     eval_specs = load_env_specs(args.eval_env) if args.eval_env else None
     print(f"training PPO on {', '.join(s.name for s in specs)} for {agent.timesteps} steps "
           f"({agent.n_envs} envs, seed {agent.seed}); W&B: {'on' if args.track else 'off'}")
     res = train(specs, agent, runs_dir=args.runs_dir, name=args.name, track=args.track, progress=args.progress,
                 save_to=args.save_checkpoint, eval_specs=eval_specs, command=getattr(args, "command_line", None))
     print(f"trained in {res.wall_s / 60:.1f} min; run folder {res.run_dir}")
-    from rlclock.deploy.policy import ClockPolicy
+    from rlclock.policy import ClockPolicy
 
     policy = ClockPolicy.load(res.checkpoint)
     for spec in eval_specs or specs:

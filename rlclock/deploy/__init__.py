@@ -9,7 +9,7 @@ Public names (imported lazily, so ``import rlclock.deploy`` needs neither torch 
 * :class:`StepTimeline`, :func:`plan_switches`, :class:`SwitchPlan`, :class:`SwitchEvent`, :class:`Segment`,
   :class:`ControllerReport`, :class:`DeploySettings`.
 
-The policy (``rlclock.deploy.policy.ClockPolicy``) is loaded only when a checkpoint is used.
+The policy (``rlclock.policy.ClockPolicy``) is loaded only when a checkpoint is used.
 """
 
 from __future__ import annotations

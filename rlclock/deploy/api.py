@@ -33,6 +33,7 @@ plan-only dry run with host-time anchors. ``rlclock apply -- python train.py`` p
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 import time
 from collections.abc import Callable
@@ -57,21 +58,21 @@ _NULL = StepMark(None, -1)
 
 
 def load_policy(checkpoint: str | Path) -> Any:
-    """``rlclock.deploy.policy.ClockPolicy.load(checkpoint)``, imported only now.
+    """``rlclock.policy.ClockPolicy.load(checkpoint)``, imported only now.
 
     Raises:
         DeployError: This installation has no policy module.
         CheckpointError: The checkpoint is missing or malformed (raised by the policy).
     """
     try:
-        from rlclock.deploy import policy as policy_module
+        policy_module = importlib.import_module("rlclock.policy")
     except ModuleNotFoundError as exc:
-        if exc.name != "rlclock.deploy.policy":
+        if exc.name != "rlclock.policy":
             raise
         raise DeployError(f"cannot load the policy checkpoint {str(checkpoint)!r}: this rlclock installation has "
-                          "no deployable policy (module rlclock.deploy.policy is missing).",
+                          "no deployable policy (module rlclock.policy is missing).",
                           "pass a schedule file instead (--schedule FILE / schedule=...), or install an rlclock "
-                          "version that ships rlclock.deploy.policy.") from None
+                          "version that ships rlclock.policy.") from None
     return policy_module.ClockPolicy.load(checkpoint)
 
 
@@ -166,7 +167,7 @@ class Clocked:
             return None  # the controller takes the preset of the GPU NVML names
         key = getattr(self._policy, "gpu_key", None)
         if key:
-            from rlclock.gpu.spec import get_spec
+            from rlclock.dvfs.spec import get_spec
 
             return float(get_spec(key).switch_latency_s)
         return None
@@ -391,7 +392,7 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
         time_all_steps: Time every step on the GPU for the report, so that the switch-time error of sparse anchors
             is measured rather than interpolated (costs the loop a mark per step; default off).
         search: Plan ``checkpoint``'s schedule with the search over the policy's second choices (default off;
-            see :meth:`~rlclock.deploy.policy.ClockPolicy.plan`).
+            see :meth:`~rlclock.policy.ClockPolicy.plan`).
 
     Returns:
         The deployment; use it as a context manager.

@@ -98,8 +98,8 @@ def default_latency_s(gpu_name: str | None) -> float:
     Raises:
         DeployError: No preset matches, so the latency is unknown.
     """
+    from rlclock.dvfs.spec import get_spec
     from rlclock.errors import SpecError
-    from rlclock.gpu.spec import get_spec
 
     try:
         if gpu_name:

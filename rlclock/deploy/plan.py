@@ -28,7 +28,7 @@ driver. The rule, in order:
    clocks wins (fewer switches on a tie). When a step is shorter than the latency, no plan with switches
    can repeat, and the plan holds the configuration most of the kernel time asks for.
 
-These are the rules of :class:`~rlclock.gpu.backend.SwitchEngine` (one switch in flight, a latency before it
+These are the rules of :class:`~rlclock.backends.base.SwitchEngine` (one switch in flight, a latency before it
 lands), with the request moved ahead by the lookahead and hopeless switches left out.
 """
 

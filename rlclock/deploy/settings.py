@@ -27,7 +27,7 @@ class DeploySettings:
     """How to deploy a clock schedule in a training loop.
 
     Attributes:
-        checkpoint: Folder of a trained :class:`~rlclock.deploy.policy.ClockPolicy` that builds the schedule.
+        checkpoint: Folder of a trained :class:`~rlclock.policy.ClockPolicy` that builds the schedule.
         schedule: A schedule file (``ClockSchedule.save``) to apply instead.
         timeline: A step-timeline file (``StepTimeline.save``); default: profile the first steps.
         control: ``"dry-run"`` (record only; the default) or ``"on"`` (set clocks; needs root).
@@ -44,7 +44,7 @@ class DeploySettings:
         time_all_steps: Time every step on the GPU for the report (measures the switch-time error of sparse
             anchors; costs the loop a mark per step).
         search: Plan a checkpoint's schedule with the search over the policy's second choices
-            (:meth:`~rlclock.deploy.policy.ClockPolicy.plan`; about a second more, once).
+            (:meth:`~rlclock.policy.ClockPolicy.plan`; about a second more, once).
         report: Where to write the controller's report (JSON); ``.rankN`` is added under torch.distributed.
         save: Folder to write the profiled trace, the timeline and the schedule to.
         verbose: Print what the deployment does (one line each) and the report at the end.

@@ -60,8 +60,8 @@ def _range(values: tuple[int, ...]) -> str:
 
 
 def _gpu_details(index: int, period_s: float) -> dict[str, Any]:
+    from rlclock.dvfs.spec import get_spec
     from rlclock.gpu.meter import counter_period_s
-    from rlclock.gpu.spec import get_spec
 
     dev = nvml.NvmlDevice(index)
     d: dict[str, Any] = {"index": index, "name": dev.name, "uuid": nvml.try_read(lambda: dev.uuid)}

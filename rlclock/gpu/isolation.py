@@ -88,7 +88,7 @@ def check_isolation(captured, trace: KernelTrace, indices: Sequence[int] | None 
     """Replay each selected entry alone and compare with its in-sequence duration.
 
     Args:
-        captured: The :class:`~rlclock.workload.profile.CapturedStep` the trace was profiled from.
+        captured: The :class:`~rlclock.gpu.profile.CapturedStep` the trace was profiled from.
         trace: The trace (its ``"in-sequence"`` measurements are the reference).
         indices: Entries to check (default: all).
         target_batch_s: GPU time per launch of the isolated replay, seconds.

@@ -51,7 +51,7 @@ class KernelMeasurer:
     """Measures trace entries of a captured step at clock configurations (isolated replay, NVML energy).
 
     Args:
-        captured: The :class:`~rlclock.workload.profile.CapturedStep`.
+        captured: The :class:`~rlclock.gpu.profile.CapturedStep`.
         trace: Its trace.
         device: The GPU (NVML).
         control: Clock control (needed for any configuration but ``auto``).

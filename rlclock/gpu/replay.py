@@ -27,7 +27,7 @@ class SegmentedStep(StreamTiming):
     """The captured step cut into per-configuration segments.
 
     Args:
-        captured: The :class:`~rlclock.workload.profile.CapturedStep`.
+        captured: The :class:`~rlclock.gpu.profile.CapturedStep`.
         schedule: One requested configuration per trace entry.
         control: Applies each segment's configuration (dry-run records only).
         read_back: Read the clocks back after every change (three NVML reads per change, on the host path

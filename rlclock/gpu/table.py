@@ -1,7 +1,7 @@
 """MeasurementTable: per-kernel, per-clock measurements of a trace on a real GPU, and its file format.
 
-``rlclock measure`` writes one (and :class:`~rlclock.gpu.nvml_backend.NvmlGpu` caches into one);
-:class:`~rlclock.gpu.recorded.RecordedGpu` replays it on any machine. On disk it is JSON::
+``rlclock measure`` writes one (and :class:`~rlclock.backends.live.NvmlGpu` caches into one);
+:class:`~rlclock.backends.recorded.RecordedGpu` replays it on any machine. On disk it is JSON::
 
     {"format": "rlclock.measurements", "version": 1, "meta": {...}, "rows": [{...}, ...]}
 

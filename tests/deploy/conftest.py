@@ -59,8 +59,8 @@ def alternating():
 
 @pytest.fixture
 def no_policy_module(monkeypatch):
-    """An installation without ``rlclock.deploy.policy`` (also when another test imported it already)."""
+    """An installation without ``rlclock.policy`` (also when another test imported it already)."""
     import rlclock.deploy
 
-    monkeypatch.setitem(sys.modules, "rlclock.deploy.policy", None)
+    monkeypatch.setitem(sys.modules, "rlclock.policy", None)
     monkeypatch.delattr(rlclock.deploy, "policy", raising=False)

@@ -28,7 +28,7 @@ def test_the_package_imports_lazily():
     import subprocess
 
     code = ("import sys, rlclock.deploy as d; assert 'torch' not in sys.modules, 'torch imported'; "
-            "assert 'rlclock.deploy.policy' not in sys.modules; print(sorted(d.__all__)[:2])")
+            "assert 'rlclock.policy' not in sys.modules; print(sorted(d.__all__)[:2])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert rlclock.deploy.ClockController.__name__ == "ClockController"
@@ -126,9 +126,9 @@ def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path)
             calls.append(("schedule", len(trace), auto_time_s.shape, auto_energy_j, latency_s, search))
             return ClockSchedule.constant("auto", len(trace))
 
-    module = types.ModuleType("rlclock.deploy.policy")
+    module = types.ModuleType("rlclock.policy")
     module.ClockPolicy = FakePolicy
-    monkeypatch.setitem(sys.modules, "rlclock.deploy.policy", module)
+    monkeypatch.setitem(sys.modules, "rlclock.policy", module)
     monkeypatch.setattr(rlclock.deploy, "policy", module, raising=False)
     clk = clocked(checkpoint=tmp_path, verbose=False)
     clk.start()
@@ -148,14 +148,14 @@ def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path)
 
 
 def test_a_real_policy_checkpoint_schedules_a_profiled_step(tmp_path):
-    policy = pytest.importorskip("rlclock.deploy.policy")
+    policy = pytest.importorskip("rlclock.policy")
     from test_deploy_capture import Export, normal_step
 
     from rlclock.deploy.capture import profile_from_chrome
+    from rlclock.dvfs.spec import get_spec
     from rlclock.env import obs_size
-    from rlclock.gpu.spec import get_spec
+    from rlclock.observation.lookahead import n_slots
     from rlclock.schedule import ClockConfig
-    from rlclock.workload.lookahead import n_slots
 
     configs = [ClockConfig(), ClockConfig(None, 2201), ClockConfig(1380, 3201), ClockConfig(1980, 2201)]
     slots = n_slots(configs)

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 import rlclock  # noqa: F401  (registers the envs)
+from rlclock.backends.live import NvmlGpu
 from rlclock.config import load_env_spec
+from rlclock.dvfs.spec import get_spec
 from rlclock.errors import ClockControlDisabledError, GpuUnavailableError
 from rlclock.gpu.clocks import ClockControl
 from rlclock.gpu.measure import measure_trace, require_clock_control
-from rlclock.gpu.nvml_backend import NvmlGpu
-from rlclock.gpu.spec import get_spec
 from rlclock.gpu.table import MeasurementRow
 from rlclock.schedule import AUTO, ClockConfig
 from rlclock.workload.transformer import TransformerConfig, transformer_step
@@ -81,7 +81,7 @@ def test_the_live_env_is_registered_nondeterministic_and_fails_cleanly_without_a
     try:
         assert gym.spec("rlclock/KernelClockNvml-v0").nondeterministic
         spec = load_env_spec("gpt3xl-h200-nvml")
-        assert spec.backend["kind"] == "nvml" and spec.configs() == (AUTO,)
+        assert spec.backend.kind == "nvml" and spec.configs() == (AUTO,)
         assert len(spec.build_trace()) == 33
         with pytest.raises(GpuUnavailableError):
             spec.build_backend()

@@ -17,7 +17,7 @@ SMALL = TransformerConfig(hidden=512, heads=8, seq=512, batch=2, layers=1, head=
 
 @pytest.fixture(scope="module")
 def captured():
-    from rlclock.workload.profile import capture_step
+    from rlclock.gpu.profile import capture_step
 
     step, _ = capture_step(SMALL)
     return step
@@ -84,7 +84,7 @@ def test_graph_nodes_and_isolation(captured):
 
 
 def test_profile_small_layer_maps_gemms():
-    from rlclock.workload.profile import profile_layer
+    from rlclock.gpu.profile import profile_layer
 
     res = profile_layer(SMALL, replays=3)
     tr = res.trace
@@ -135,8 +135,8 @@ def test_schedule_replay_in_observe_mode(captured, no_clock_setting):
 def test_live_backend_and_cli_on_a_profiled_trace(tmp_path, no_clock_setting, capsys):
     from rlclock.cli import main
     from rlclock.config import parse_env_spec
+    from rlclock.dvfs.spec import get_spec
     from rlclock.gpu.nvml import NvmlDevice
-    from rlclock.gpu.spec import get_spec
     from rlclock.schedule import AUTO, ClockSchedule
 
     name = NvmlDevice(0).name

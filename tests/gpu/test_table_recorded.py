@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rlclock.backends.recorded import RecordedGpu
+from rlclock.dvfs.spec import get_spec
 from rlclock.errors import MeasurementError, ScheduleError, SpecError
 from rlclock.gpu.measure import attach_measurements
-from rlclock.gpu.recorded import RecordedGpu
-from rlclock.gpu.spec import get_spec
 from rlclock.gpu.table import MeasurementRow, MeasurementTable
-from rlclock.schedule import AUTO, ClockConfig, ClockSchedule, evaluate
+from rlclock.schedule import AUTO, ClockConfig, ClockSchedule
+from rlclock.solve.evaluation import evaluate
 from rlclock.workload.trace import Kernel, KernelTrace
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,38 @@
+"""``python -m rlclock.calibration GPU [--write]``: refit a shipped GPU preset (docs/simulator.md)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from rlclock.calibration.fit import write_model
+from rlclock.calibration.measured import fit_measured
+from rlclock.calibration.paper import fit_paper
+from rlclock.dvfs.spec import get_spec
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m rlclock.calibration",
+        description="Fit a GPU preset's physical DVFS parameters (see docs/simulator.md).")
+    parser.add_argument("gpu", help="preset key: rtx3080ti (paper fit) or h200-sxm (measured fit)")
+    parser.add_argument("--max-nfev", type=int, default=400, help="optimiser evaluations (default 400)")
+    parser.add_argument("--write", action="store_true", help="store the fitted parameters in the preset")
+    args = parser.parse_args(argv)
+    spec = get_spec(args.gpu)
+    if spec.key == "rtx3080ti":
+        fitted, cost = fit_paper(spec, args.max_nfev)
+        note = "fitted by python -m rlclock.calibration to Spaan et al. (shapes alone)"
+    else:
+        fitted, cost = fit_measured(spec, args.max_nfev)
+        note = "fitted by python -m rlclock.calibration to the measured trace under data/ (shapes alone)"
+    print(f"cost {cost:.4g}")
+    for k, v in fitted.model.as_dict().items():
+        print(f"  {k:22s} {v:.6g}")
+    if args.write:
+        print("wrote", write_model(spec.key, fitted.model, note))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

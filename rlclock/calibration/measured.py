@@ -1,0 +1,142 @@
+"""Fit a GPU preset to a trace measured on that GPU (per-kernel auto time, energy and SM clock).
+
+Used for the H200: the GPT-3 XL layer profiled and measured in observe mode (``data/``). The model predicts
+every kernel from its shapes alone (no anchoring) and the fit adjusts the physical parameters so that the
+predicted auto-clock time, energy and power-capped SM clock match the isolated measurements. Observe mode
+measures only the driver's own clocks, so how a kernel responds to *other* clocks comes from the model's
+physics with the fitted parameters and weak priors (stated in :data:`PRIORS`), not from measurements.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from rlclock import resources
+from rlclock.calibration.fit import BOUNDS, fit
+from rlclock.dvfs import model
+from rlclock.dvfs.spec import GpuSpec
+from rlclock.errors import SpecError
+from rlclock.schedule import AUTO
+from rlclock.workload.trace import Kernel, KernelTrace
+
+MEASURED_TRACES: dict[str, str] = {"h200-sxm": "gpt3xl-h200-layer.trace.json"}
+"""Per preset, the shipped measured trace (``rlclock/data/measurements/``) its parameters are fitted to."""
+
+FIT_NAMES: tuple[str, ...] = (
+    "v_min_v", "v_max_v", "f_ridge_mhz", "p_const_w", "k_leak_w_per_v", "c_clock_w", "c_tensor_w", "c_simt_w",
+    "e_xbar_j_per_byte", "p_mem_bg_w", "e_dram_j_per_byte", "eta_gemm", "eta_attention", "eta_stream",
+    "eta_reduce", "simt_ops_per_byte", "launch_s", "reduce_overhead_s",
+    "l2_hit_fraction", "l2_resident_bytes", "l2_bytes_per_cycle", "norm_ops_per_written_byte",
+)
+"""Parameters the measured fit adjusts. The DRAM latency (``lat_core_cycles``, ``lat_mem_cycles``) is left as the
+preset holds it: observe mode measures every kernel at one clock pair, where no kernel is latency-bound, so the
+data cannot tell its core- and memory-clock parts apart (a free fit drifts to an implausible ~0.26 µs)."""
+
+PRIORS: dict[str, tuple[float, float]] = {
+    # name: (centre, spread); residual (value - centre) / spread
+    "v_min_v": (0.70, 0.05),  # GH100 low-clock voltage (Hopper V-f curves: ~0.7 V)
+    "v_max_v": (1.00, 0.06),  # GH100 top-bin voltage
+    "f_ridge_mhz": (1100.0, 300.0),
+    "p_mem_bg_w": (42.0, 10.0),  # ~42 W of the H200's 76 W idle is memory at 3201 MHz (REFERENCE §2)
+    # Per DRAM byte (a byte the L2 does not serve): the HBM access itself, ~4 pJ/bit (O'Connor et al., MICRO'17:
+    # 3.9 pJ/bit HBM2), plus the memory controller, PHY and the L2 fill / write-back it causes; loose prior.
+    "e_dram_j_per_byte": (6.0e-11, 4.0e-11),
+    "simt_ops_per_byte": (4.0, 3.0),  # load/store, conversion and address instructions per byte of a stream
+}
+
+_BOUNDS = {**BOUNDS, "v_min_v": (0.55, 0.85), "v_max_v": (0.85, 1.15), "eta_attention": (0.3, 1.0),
+           # L2 residency: at most the whole 60 MB L2, hits at most all of it; L2 bandwidth up to 10 kB per core
+           # cycle (~20 TB/s at 1980 MHz); norm kernels up to 50 extra SIMT operations per byte written.
+           "l2_hit_fraction": (0.0, 1.0), "l2_resident_bytes": (0.0, 60e6), "l2_bytes_per_cycle": (0.0, 1e4),
+           "norm_ops_per_written_byte": (0.0, 50.0)}
+
+
+def measured_trace(spec: GpuSpec) -> KernelTrace:
+    """The measured trace the preset is fitted to."""
+    rel = MEASURED_TRACES.get(spec.key)
+    if rel is None:
+        raise SpecError(f"no measured trace is registered for {spec.key!r}.",
+                        f"measure one with `rlclock profile` / `rlclock measure` (known: {sorted(MEASURED_TRACES)}).")
+    return KernelTrace.load(resources.measurement(rel))
+
+
+def isolated_points(trace: KernelTrace,
+                    spec: GpuSpec) -> tuple[list[Kernel], np.ndarray, np.ndarray, np.ndarray]:
+    """Kernels with an isolated auto measurement and shapes, with their time, energy and mean SM clock."""
+    kernels, t, e, f = [], [], [], []
+    for k in trace:
+        if k.flops == 0 and k.dram_bytes == 0:
+            continue
+        m = next((m for m in k.measured if m.is_auto and m.source == "isolated" and m.gpu in (spec.name, spec.key)
+                  and m.energy_j is not None), None)
+        if m is None:
+            continue
+        kernels.append(k)
+        t.append(m.time_s)
+        e.append(m.energy_j)
+        f.append(np.nan if m.sm_clock_mhz is None else m.sm_clock_mhz)
+    if not kernels:
+        raise SpecError(f"trace {trace.name!r} has no isolated auto measurements for {spec.name}.")
+    return kernels, np.array(t), np.array(e), np.array(f)
+
+
+def predict_auto(spec: GpuSpec, kernels: list[Kernel]) -> model.Prediction:
+    """The model's auto-clock prediction for ``kernels`` from their shapes alone."""
+    return model.predict(model.kernel_arrays(kernels, spec), spec, [AUTO])
+
+
+def _residuals(spec: GpuSpec, kernels: list[Kernel], t: np.ndarray, e: np.ndarray, f: np.ndarray) -> np.ndarray:
+    pred = predict_auto(spec, kernels)
+    tp, ep, fp = pred.time_s[:, 0], pred.energy_j[:, 0], pred.core_mhz[:, 0]
+    r = [2 * np.log(tp / t), 2 * np.log(ep / e)]
+    ok = np.isfinite(f)
+    r.append((fp[ok] - f[ok]) / 100.0)
+    r.append(np.array([10 * np.log(tp.sum() / t.sum()), 10 * np.log(ep.sum() / e.sum())]))
+    p = spec.model.as_dict()
+    r.append(np.array([(p[k] - c) / s for k, (c, s) in PRIORS.items()]))
+    return np.concatenate(r)
+
+
+def fit_measured(spec: GpuSpec, max_nfev: int = 400) -> tuple[GpuSpec, float]:
+    """Fit ``spec``'s model to its measured trace (module docstring)."""
+    kernels, t, e, f = isolated_points(measured_trace(spec), spec)
+    return fit(spec, lambda s: _residuals(s, kernels, t, e, f), FIT_NAMES, max_nfev=max_nfev, bounds=_BOUNDS)
+
+
+def report(spec: GpuSpec) -> int:
+    """Print per-kernel errors of the preset against its measured trace (for benchmarks/calibration.py)."""
+    trace = measured_trace(spec)
+    kernels, t, e, f = isolated_points(trace, spec)
+    pred = predict_auto(spec, kernels)
+    tp, ep, fp = pred.time_s[:, 0], pred.energy_j[:, 0], pred.core_mhz[:, 0]
+    print(f"Simulated {spec.name} ({spec.key} preset), predicted from shapes alone, vs {trace.name!r} measured on "
+          f"{trace.meta.get('gpu', spec.name)} in observe mode (isolated kernels, auto clocks)")
+    print(f"{'op':16s} {'category':11s} {'t sim us':>9} {'t meas':>8} {'err':>7}   {'E sim mJ':>9} {'E meas':>8} "
+          f"{'err':>7}   {'MHz sim':>7} {'meas':>5}")
+    worst_t = worst_e = 0.0
+    for i, k in enumerate(kernels):
+        et, ee = tp[i] / t[i] - 1, ep[i] / e[i] - 1
+        if t[i] >= 20e-6:
+            worst_t, worst_e = max(worst_t, abs(et)), max(worst_e, abs(ee))
+        print(f"{k.op[:16]:16s} {k.category:11s} {tp[i] * 1e6:9.1f} {t[i] * 1e6:8.1f} {100 * et:+6.1f}%   "
+              f"{ep[i] * 1e3:9.2f} {e[i] * 1e3:8.2f} {100 * ee:+6.1f}%   {fp[i]:7.0f} {f[i]:5.0f}")
+    print()
+    print(f"sum of kernels: time {tp.sum() * 1e3:.3f} ms vs measured {t.sum() * 1e3:.3f} ms "
+          f"({100 * (tp.sum() / t.sum() - 1):+.2f} %), energy {ep.sum():.3f} J vs {e.sum():.3f} J "
+          f"({100 * (ep.sum() / e.sum() - 1):+.2f} %)  (target within 5 %)")
+    summary = resources.measurement(MEASURED_TRACES[spec.key].replace(".trace.json", ".summary.json"))
+    whole = json.loads(summary.read_text()).get("step")
+    if isinstance(whole, dict) and "time_s" in whole and "energy_j" in whole:
+        print(f"whole step back to back: {whole['time_s'] * 1e3:.3f} ms, {whole['energy_j']:.3f} J  "
+              f"(model {100 * (tp.sum() / whole['time_s'] - 1):+.2f} % time, "
+              f"{100 * (ep.sum() / whole['energy_j'] - 1):+.2f} % energy)")
+    print(f"largest per-kernel error (kernels >= 20 us): time {100 * worst_t:.1f} %, energy {100 * worst_e:.1f} % "
+          "(target within 20 %)")
+    big = t >= 20e-6
+    ok_t = np.abs(tp / t - 1) <= 0.2
+    ok_e = np.abs(ep / e - 1) <= 0.2
+    print(f"kernels >= 20 us within 20 %: {int((ok_t & big).sum())}/{int(big.sum())} in time, "
+          f"{int((ok_t & ok_e & big).sum())}/{int(big.sum())} in time and energy")
+    return 0

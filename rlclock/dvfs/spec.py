@@ -1,0 +1,350 @@
+"""GpuSpec: a GPU's clock table, limits and DVFS-model parameters — one source of truth per constant.
+
+Presets live in ``rlclock/dvfs/presets/<key>.yaml``, each value with its source. Clock tables use NVML's
+shape: for every supported memory clock, the core clocks supported with it (so couplings such as the
+RTX 3080 Ti's "405 MHz memory only with core ≤ 420 MHz" are part of the table).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields, replace
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlclock.errors import ClockError, SpecError
+from rlclock.schedule import AUTO, ClockConfig
+from rlclock.yamlio import read_yaml
+
+
+@dataclass(frozen=True)
+class DvfsParams:
+    """Physical parameters of the simulator (see ``docs/simulator.md`` for the equations).
+
+    Voltage: flat ``v_min_v`` up to ``f_ridge_mhz``, linear to ``v_max_v`` at the highest core clock.
+    Power: ``p_const_w + k_leak_w_per_v·V + V²·f_GHz·(c_clock + c_tensor·u_tensor + c_simt·u_simt)
+    + e_xbar_j_per_byte·V²·B/t + p_mem_bg_w·m/m_max + e_dram_j_per_byte·B/t``.
+    Time: tensor / SIMT work over clock-scaled rates, DRAM bytes over bandwidth limited both by the
+    memory clock and by memory-level parallelism over latency ``lat_core_cycles/f + lat_mem_cycles/m``;
+    ``reduce`` kernels that sum across thread blocks (output far smaller than input: bias and γ/β
+    gradients) add ``reduce_overhead_s`` (their final combine of partial sums and tail).
+
+    Optional terms (default 0 = off, so presets that do not set them predict exactly as before):
+    L2 residency — a SIMT kernel finds ``l2_resident_bytes`` of its data still in L2 and a fraction
+    ``l2_hit_fraction`` of that hits, so a share ``φ = h·min(1, C/(B_r+B_w))`` of its bytes skips DRAM
+    (no ``e_dram`` energy) and moves at ``l2_bytes_per_cycle``·f instead of the DRAM bandwidth;
+    ``norm_ops_per_written_byte`` — extra SIMT operations of ``norm`` kernels per byte they write, i.e. per
+    element they produce (fp32 statistics, normalisation and affine math), which add SM time and switching
+    power. Launch occupancy (always on, when the trace records launch shapes): a SIMT kernel whose grid
+    fills only a share of the GPU's resident-thread capacity keeps that share of the loads in flight.
+    """
+
+    v_min_v: float
+    v_max_v: float
+    f_ridge_mhz: float
+    p_const_w: float
+    k_leak_w_per_v: float
+    c_clock_w: float
+    c_tensor_w: float
+    c_simt_w: float
+    e_xbar_j_per_byte: float
+    p_mem_bg_w: float
+    e_dram_j_per_byte: float
+    eta_gemm: float
+    eta_attention: float
+    eta_stream: float
+    eta_gather: float
+    eta_reduce: float
+    simt_ops_per_byte: float
+    lat_core_cycles: float
+    lat_mem_cycles: float
+    smooth_p: float
+    launch_s: float
+    reduce_overhead_s: float = 0.0
+    l2_hit_fraction: float = 0.0
+    l2_resident_bytes: float = 0.0
+    l2_bytes_per_cycle: float = 0.0
+    norm_ops_per_written_byte: float = 0.0
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], where: str) -> DvfsParams:
+        names = [f.name for f in fields(cls)]
+        optional = {f.name for f in fields(cls) if f.default is not MISSING}
+        missing = [n for n in names if n not in data and n not in optional]
+        unknown = [k for k in data if k not in names]
+        if missing or unknown:
+            raise SpecError(f"{where}: model parameters missing {missing} / unknown {unknown}.")
+        vals = {}
+        for n in names:
+            if n not in data:
+                continue
+            v = data[n]
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+                raise SpecError(f"{where}: model parameter {n!r} must be a finite number >= 0, found {v!r}.")
+            vals[n] = float(v)
+        return cls(**vals)
+
+    def as_dict(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Everything rlclock knows about one GPU model.
+
+    Attributes:
+        key: Preset key, e.g. ``"rtx3080ti"``.
+        name: Name as NVML reports it, e.g. ``"NVIDIA GeForce RTX 3080 Ti"``.
+        architecture: Marketing architecture (``"Ampere"``, ``"Hopper"`` …).
+        sm_count: Streaming multiprocessors.
+        threads_per_sm: Maximum resident threads per SM.
+        mem_bus_bits: Memory interface width in bits (bandwidth = 2 · mem clock · bits / 8).
+        l2_bytes: L2 cache size in bytes.
+        clocks: Supported core clocks (MHz, descending) for each supported memory clock (MHz).
+        default_mem_mhz: Memory clock the driver runs compute work at ("auto").
+        power_limit_w: Default board power limit; "auto" is the highest clock whose power fits under it.
+        idle_power_w: Board power at idle clocks (for reference and checks).
+        tensor_flops_per_cycle_per_sm: Dense tensor-core FLOP per cycle per SM, by dtype.
+        simt_flops_per_cycle_per_sm: FP32 FLOP per cycle per SM (an FMA counts 2).
+        switch_latency_s: Default time from a clock-change request to the new clocks, seconds.
+        model: DVFS model parameters.
+        sources: Where each group of values comes from.
+    """
+
+    key: str
+    name: str
+    architecture: str
+    sm_count: int
+    threads_per_sm: int
+    mem_bus_bits: int
+    l2_bytes: float
+    clocks: Mapping[int, tuple[int, ...]]
+    default_mem_mhz: int
+    power_limit_w: float
+    idle_power_w: float
+    tensor_flops_per_cycle_per_sm: Mapping[str, float]
+    simt_flops_per_cycle_per_sm: float
+    switch_latency_s: float
+    model: DvfsParams
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    # -- clock table -------------------------------------------------------------------------------
+    @cached_property
+    def mem_clocks_mhz(self) -> tuple[int, ...]:
+        """Supported memory clocks, descending."""
+        return tuple(sorted(self.clocks, reverse=True))
+
+    @cached_property
+    def max_mem_mhz(self) -> int:
+        return max(self.clocks)
+
+    def core_clocks_mhz(self, mem_mhz: int | None = None) -> tuple[int, ...]:
+        """Supported core clocks (descending) at ``mem_mhz`` (default: the auto memory clock)."""
+        mem = self.default_mem_mhz if mem_mhz is None else mem_mhz
+        if mem not in self.clocks:
+            raise ClockError(
+                f"memory clock {mem} MHz is not supported by {self.name}.",
+                f"use one of {list(self.mem_clocks_mhz)} MHz.",
+            )
+        return self.clocks[mem]
+
+    def max_core_mhz(self, mem_mhz: int | None = None) -> int:
+        """Highest supported core clock at ``mem_mhz``."""
+        return max(self.core_clocks_mhz(mem_mhz))
+
+    @cached_property
+    def min_core_mhz(self) -> int:
+        return min(min(v) for v in self.clocks.values())
+
+    @cached_property
+    def abs_max_core_mhz(self) -> int:
+        return max(max(v) for v in self.clocks.values())
+
+    def validate(self, config: ClockConfig | str) -> ClockConfig:
+        """Return the parsed configuration, or raise :class:`ClockError` if this GPU cannot run it."""
+        c = ClockConfig.parse(config)
+        mem = self.default_mem_mhz if c.mem_mhz is None else c.mem_mhz
+        cores = self.core_clocks_mhz(mem)
+        if c.core_mhz is not None and c.core_mhz not in cores:
+            lo, hi = min(cores), max(cores)
+            step = _step(cores)
+            raise ClockError(
+                f"core clock {c.core_mhz} MHz is not supported at memory {mem} MHz on {self.name}.",
+                f"use {lo}–{hi} MHz in steps of {step} MHz"
+                + ("" if mem == self.max_mem_mhz else f" (or another memory clock of {list(self.mem_clocks_mhz)})")
+                + ".",
+            )
+        return c
+
+    def effective_mem_mhz(self, config: ClockConfig) -> int:
+        """The memory clock a configuration runs at (the default when memory is auto)."""
+        return self.default_mem_mhz if config.mem_mhz is None else config.mem_mhz
+
+    def requested_core_mhz(self, config: ClockConfig) -> int:
+        """The core clock a configuration asks for before the power cap (the maximum when auto)."""
+        if config.core_mhz is not None:
+            return config.core_mhz
+        return self.max_core_mhz(self.effective_mem_mhz(config))
+
+    def bandwidth_bytes_per_s(self, mem_mhz: float) -> float:
+        """Peak DRAM bandwidth at a memory clock (double data rate over the bus)."""
+        return 2.0 * mem_mhz * 1e6 * self.mem_bus_bits / 8.0
+
+    def config_grid(
+        self,
+        core_step_mhz: int | None = None,
+        core_min_mhz: int | None = None,
+        mem_mhz: Sequence[int] | None = None,
+        auto: bool = True,
+    ) -> tuple[ClockConfig, ...]:
+        """A thinned grid of configurations: the learnable action set.
+
+        Args:
+            core_step_mhz: Keep core clocks ``core_min_mhz + j·step`` (default: every supported clock).
+            core_min_mhz: Lowest core clock kept (default: the lowest supported).
+            mem_mhz: Memory clocks to use (default: all supported).
+            auto: Include ``auto`` and ``auto@<mem>`` for every memory clock.
+
+        Returns:
+            ``AUTO`` first (when ``auto``), then for each memory clock (descending) its auto-core entry
+            and its core clocks (descending). Only supported pairs appear, so no mask is needed.
+        """
+        mems = list(self.mem_clocks_mhz if mem_mhz is None else mem_mhz)
+        for m in mems:
+            self.core_clocks_mhz(m)  # raises on an unsupported memory clock
+        lo = self.min_core_mhz if core_min_mhz is None else core_min_mhz
+        out: list[ClockConfig] = [AUTO] if auto else []
+        for m in sorted(mems, reverse=True):
+            if auto:
+                out.append(ClockConfig(None, m))
+            for f in self.core_clocks_mhz(m):
+                if f < lo:
+                    continue
+                if core_step_mhz is None or (f - lo) % core_step_mhz == 0:
+                    out.append(ClockConfig(f, m))
+        return tuple(out)
+
+    def with_model(self, **changes: float) -> GpuSpec:
+        """A copy with some model parameters changed."""
+        return replace(self, model=replace(self.model, **changes))
+
+    def with_(self, **changes: Any) -> GpuSpec:
+        """A copy with some attributes changed (e.g. ``switch_latency_s``)."""
+        return replace(self, **changes)
+
+
+def _step(values: Iterable[int]) -> int:
+    v = sorted(values)
+    diffs = {b - a for a, b in itertools.pairwise(v)}
+    return min(diffs) if diffs else 0
+
+
+# -- presets --------------------------------------------------------------------------------------------
+
+
+def _clock_table(raw: Any, where: str) -> dict[int, tuple[int, ...]]:
+    if not isinstance(raw, dict) or not raw:
+        raise SpecError(f"{where}: 'clocks' must map memory clocks to core clock ranges.")
+    table: dict[int, tuple[int, ...]] = {}
+    for mem, rng in raw.items():
+        try:
+            mem_i = int(mem)
+            if isinstance(rng, dict):
+                lo, hi, step = int(rng["min"]), int(rng["max"]), int(rng["step"])
+                if not (0 < lo <= hi) or step <= 0:
+                    raise ValueError("need 0 < min <= max and step > 0")
+                cores = tuple(range(hi, lo - 1, -step))
+            else:
+                cores = tuple(sorted((int(x) for x in rng), reverse=True))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SpecError(f"{where}: bad clock range for memory {mem!r}: {exc}.") from None
+        table[mem_i] = cores
+    return table
+
+
+def load_spec_file(path: str | Path) -> GpuSpec:
+    """Load a GPU spec from a YAML file (the preset format)."""
+    return spec_from_mapping(read_yaml(path, "GPU spec"), str(path))
+
+
+def spec_from_mapping(data: Any, where: str) -> GpuSpec:
+    """Build and validate a :class:`GpuSpec` from its YAML mapping."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: a GPU spec must be a mapping.")
+    required = ["key", "name", "architecture", "sm_count", "threads_per_sm", "mem_bus_bits", "l2_bytes", "clocks",
+                "default_mem_mhz", "power_limit_w", "idle_power_w", "tensor_flops_per_cycle_per_sm",
+                "simt_flops_per_cycle_per_sm", "switch_latency_s", "model"]
+    missing = [r for r in required if r not in data]
+    if missing:
+        raise SpecError(f"{where}: GPU spec lacks {missing}.")
+    clocks = _clock_table(data["clocks"], where)
+    default_mem = int(data["default_mem_mhz"])
+    if default_mem not in clocks:
+        raise SpecError(f"{where}: default_mem_mhz {default_mem} is not among the memory clocks {sorted(clocks)}.")
+    try:
+        spec = GpuSpec(
+            key=str(data["key"]),
+            name=str(data["name"]),
+            architecture=str(data["architecture"]),
+            sm_count=int(data["sm_count"]),
+            threads_per_sm=int(data["threads_per_sm"]),
+            mem_bus_bits=int(data["mem_bus_bits"]),
+            l2_bytes=float(data["l2_bytes"]),
+            clocks=clocks,
+            default_mem_mhz=default_mem,
+            power_limit_w=float(data["power_limit_w"]),
+            idle_power_w=float(data["idle_power_w"]),
+            tensor_flops_per_cycle_per_sm={str(k): float(v) for k, v in data["tensor_flops_per_cycle_per_sm"].items()},
+            simt_flops_per_cycle_per_sm=float(data["simt_flops_per_cycle_per_sm"]),
+            switch_latency_s=float(data["switch_latency_s"]),
+            model=DvfsParams.from_mapping(data["model"], where),
+            sources={str(k): str(v) for k, v in (data.get("sources") or {}).items()},
+        )
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise SpecError(f"{where}: malformed GPU spec: {exc}.") from None
+    if spec.switch_latency_s < 0 or spec.power_limit_w <= 0 or spec.sm_count <= 0:
+        raise SpecError(f"{where}: switch latency must be >= 0, power limit and SM count > 0.")
+    return spec
+
+
+def preset_keys() -> list[str]:
+    """Keys of the GPU presets shipped with rlclock."""
+    folder = resources.files("rlclock.dvfs").joinpath("presets")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+_ALIASES = {
+    "3080ti": "rtx3080ti",
+    "rtx-3080-ti": "rtx3080ti",
+    "a100": "a100-sxm4-40gb",
+    "h100": "h100-sxm",
+    "h200": "h200-sxm",
+}
+
+
+def get_spec(key: str) -> GpuSpec:
+    """A preset by key (``rtx3080ti``, ``a100-sxm4-40gb``, ``h100-sxm``, ``h200-sxm``) or NVML name."""
+    k = _ALIASES.get(key.lower(), key.lower())
+    keys = preset_keys()
+    if k not in keys:
+        for candidate in keys:
+            if _preset(candidate).name.lower() == key.lower():
+                return _preset(candidate)
+        raise SpecError(f"unknown GPU {key!r}.", f"use one of {keys} (or a spec file with gpu_file:).")
+    return _preset(k)
+
+
+_CACHE: dict[str, GpuSpec] = {}
+
+
+def _preset(key: str) -> GpuSpec:
+    if key not in _CACHE:
+        text = resources.files("rlclock.dvfs").joinpath(f"presets/{key}.yaml").read_text()
+        _CACHE[key] = spec_from_mapping(yaml.safe_load(text), f"preset {key}")
+    return _CACHE[key]

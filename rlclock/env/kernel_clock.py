@@ -1,0 +1,418 @@
+"""KernelClockEnv: one training step's kernels, one clock decision per kernel (``rlclock/KernelClock-v0``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlclock.backends.base import GpuBackend
+from rlclock.backends.switching import EngineState, SwitchEngine
+from rlclock.config import DEFAULT_ENV, EnvSpec, RewardSpec, load_env_spec
+from rlclock.errors import SpecError
+from rlclock.observation.features import (
+    N_KERNEL_INPUTS,
+    kernel_window,
+    latency_feature,
+    price_feature,
+    remaining_feature,
+)
+from rlclock.observation.lookahead import CURRENT_WIDTH, N_BINS, SLOT_WIDTH, StepLookahead
+from rlclock.schedule import ClockConfig
+
+ENV_ID = "rlclock/KernelClock-v0"
+
+N_STATE = 13
+"""Observation entries after the kernel window (see the class docstring)."""
+
+
+def obs_size(lookahead: int, slots: int) -> int:
+    """Length of the observation vector for a lookahead of ``lookahead`` kernels and ``slots`` candidate
+    slots."""
+    return (lookahead + 1) * N_KERNEL_INPUTS + slots * SLOT_WIDTH + CURRENT_WIDTH + N_BINS + N_STATE
+
+
+def config_features(spec_gpu, configs: Sequence[ClockConfig]) -> np.ndarray:
+    """``(C, 4)``: requested core / max core, memory / max memory, core-is-auto, memory-is-auto."""
+    rows = []
+    for c in configs:
+        core = spec_gpu.requested_core_mhz(c) / spec_gpu.abs_max_core_mhz
+        mem = spec_gpu.effective_mem_mhz(c) / spec_gpu.max_mem_mhz
+        rows.append([core, mem, float(c.core_mhz is None), float(c.mem_mhz is None)])
+    return np.asarray(rows, dtype=np.float32)
+
+
+@dataclass
+class Episode:
+    """Everything precomputed for one (workload, backend) pair that episodes replay."""
+
+    backend: GpuBackend
+    reward: RewardSpec
+    lookahead: int
+    time_s: np.ndarray  # (n, C)
+    energy_j: np.ndarray  # (n, C)
+    auto_time_s: np.ndarray  # (n,)
+    auto_energy_j: np.ndarray  # (n,)
+    auto_prefix_s: np.ndarray  # (n + 1,) auto time before each kernel
+    auto_total_s: float
+    auto_total_j: float
+    window: np.ndarray  # (n + lookahead, N_KERNEL_INPUTS): features, clock response, valid flag; zero-padded
+    config_feat: np.ndarray  # (C, 4)
+    time_price: float  # J/s charged on time changes against auto (the centre of the episode draws)
+    look: StepLookahead  # binned look-ahead in switching latencies and the candidate slots
+
+    @property
+    def mean_power_w(self) -> float:
+        """Mean auto-clock power of the step (the unit of the observed price of time)."""
+        return self.auto_total_j / self.auto_total_s
+
+    def draw_price(self, rng: np.random.Generator) -> float:
+        """An episode's price of time (J/s): ``time_price · exp(u)``, ``u ~ U(-spread, spread)``."""
+        s = self.reward.price_spread
+        return self.time_price * float(np.exp(rng.uniform(-s, s))) if s > 0 else self.time_price
+
+    @classmethod
+    def build(cls, backend: GpuBackend, reward: RewardSpec, lookahead: int) -> Episode:
+        t, e = backend.tables
+        auto = backend.auto_run()
+        window = kernel_window(backend.trace, backend.spec, auto.kernel_time_s, auto.kernel_energy_j,
+                               backend.latency_s, t, e, backend.configs, lookahead)
+        prefix = np.concatenate([[0.0], np.cumsum(auto.kernel_time_s)])
+        price = reward.time_price
+        if price == "optimum":
+            from rlclock.solve.evaluation import optimum_for
+
+            price = optimum_for(backend, reward.budget).lam_j_per_s
+        look = StepLookahead(t, e, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s, backend.configs)
+        return cls(backend, reward, lookahead, t, e, auto.kernel_time_s, auto.kernel_energy_j, prefix,
+                   float(auto.time_s), float(auto.energy_j), window, config_features(backend.spec, backend.configs),
+                   float(price), look)
+
+    @property
+    def n(self) -> int:
+        return self.time_s.shape[0]
+
+
+class KernelClockEnv(gym.Env):
+    """Choose the GPU's clock configuration kernel by kernel through one training step.
+
+    ## Description
+    An episode is one training step of a transformer (a :class:`~rlclock.workload.trace.KernelTrace`,
+    e.g. llm.c's GPT-3 XL: 897 kernel invocations). Each step the agent requests a clock configuration for
+    the next kernel; the GPU backend (the calibrated simulator by default) runs it and charges its time and
+    energy. With a switching latency, a requested change lands only after that latency while kernels keep
+    running at the old clocks (rules in :mod:`rlclock.backends.base`), so good policies request changes
+    ahead of the kernels that need them.
+
+    ## Action space
+    ``Discrete(S + 1)``: a *candidate slot* or ``S`` (:attr:`keep_action`): keep the configuration requested
+    last, issuing nothing. Slot 0 is ``auto`` (the driver's own clocks); the others hold, at every kernel, the
+    configuration of the action set ``env.unwrapped.configs`` (``auto@<mem>`` per memory clock and a thinned
+    grid of locked ``core@mem`` pairs, every ``actions.core_step_mhz`` MHz) with the largest ``energy +
+    p·time`` gain over a window after a switch requested now would land — per window, memory clock and
+    price factor (:mod:`rlclock.observation.lookahead`; ``S = 25`` on the RTX 3080 Ti's three memory clocks).
+    The slots mean the same on every workload, which is what lets one policy serve many; the exact optimum
+    restricted to them is within 1 % of the unrestricted one on the default spec. ``info["config"]`` is the
+    configuration a step's action resolved to. Only supported pairs are candidates, so no action is
+    invalid and no mask is needed.
+
+    ## Observation space
+    ``Box(-1, 2, (obs_size(K, S),), float32)``, in blocks:
+
+    1. **Kernel window**: for the current kernel and the next ``K`` (``lookahead``), ``N_KERNEL_INPUTS``
+       entries each — ``N_FEATURES`` shape features, ``N_RESPONSE`` clock-response features and a valid flag
+       (zeros past the end of the step).
+    2. **Slots**: per candidate slot, ``SLOT_WIDTH`` entries — its configuration (core / max core, memory /
+       max memory, core auto, memory auto), then per look-ahead bin its gain ``−(ΔE/P̄ + p·ΔT)``, added time
+       ``ΔT`` and added energy ``ΔE/P̄`` against auto (per second of bin; ``P̄`` the step's mean auto power,
+       ``p`` the price over it), and whether it is the configuration in effect.
+    3. **In effect**: gain, added time and added energy per bin of the configuration in effect
+       (``CURRENT_WIDTH``).
+    4. **Occupancy**: per bin, the share of it inside the step (``N_BINS``). The bins are two before a switch
+       requested now would land and six after it (:func:`rlclock.observation.lookahead.bin_edges_s`), in
+       auto-clock time: what the window of kernels does not show on workloads whose kernels are short
+       against the latency.
+    5. **State** (``N_STATE`` entries):
+
+    | index (in the state block) | meaning | range |
+    |---|---|---|
+    | 0–3 | configuration in effect: core / max core, memory / max memory, core auto, memory auto | [0, 1] |
+    | 4–7 | configuration of the switch in flight (zeros if none), same encoding | [0, 1] |
+    | 8 | a switch is in flight | {0, 1} |
+    | 9 | time until it lands / switching latency | [0, 1] |
+    | 10 | price of time ``p`` of this episode: log2(p / mean auto power of the step) / 2, clipped | [-1, 1] |
+    | 11 | auto time left in the step / (8 · switching latency), clipped (1 without latency) | [0, 1] |
+    | 12 | log10(switching latency / 1 ms) / 3, clipped | [-1, 1] |
+
+    Kernel features (``rlclock.observation.features.FEATURE_NAMES``) are log FLOPs and bytes, arithmetic
+    intensity and roofline position on this GPU, the kernel's auto-clock time (absolute, against the
+    switching latency and as a share of the step), its auto power against the power limit, write fraction,
+    tensor-core flag, category and phase one-hots — all normalised by fixed bounds. The clock response
+    (:func:`rlclock.observation.features.clock_response`) is the kernel's time and energy against auto at six
+    reference configurations of the action set; the slots' bins come from the same tables — the backend's
+    (on a real GPU: the planning model anchored on its auto-clock measurements).
+
+    ## Rewards
+    Per kernel: ``scale · [(E_auto,i − E_i − p·(t_i − t_auto,i)) / E_auto − overrun_penalty · Δoverrun_i /
+    T_auto]`` where ``p`` is the episode's price of time (J/s) and ``overrun_i = max(0, T_≤i − (1 + budget) ·
+    T_auto,≤i)`` the time over the budget line so far. ``p`` is drawn per episode around
+    ``reward.time_price`` (``"optimum"``: the Lagrange multiplier of the exact optimum at the budget, the
+    trade-off the optimum makes) with a log-uniform spread ``reward.price_spread``, and observed. The
+    overrun terms telescope, so an episode's return is ``scale · (saving − p·ΔT/E_auto − overrun_penalty ·
+    final overrun)``. With a price of time the recipes set ``overrun_penalty: 0``: the reward is then the
+    Lagrangian ``energy + p·time`` the exact optimum minimises, and a planner meets a budget by choosing
+    ``p`` (:meth:`rlclock.deploy.ClockPolicy.plan`).
+
+    ## Starting state
+    Auto clocks, no switch in flight, at the first kernel of the step. A family of workloads (``specs`` with
+    several entries) draws one per episode with the env's ``np_random``, and so is the price of time.
+    ``reset(options={"workload": i, "time_price": p})`` picks both.
+
+    ## Episode end
+    Terminates after the last kernel of the step; never truncated.
+
+    ## Info
+    Every step: ``energy_j``, ``time_s`` (both so far), ``slowdown`` (time so far against the auto time of
+    the same kernels), ``switches`` (issued so far), ``kernel_energy_j``, ``kernel_time_s``, ``config``
+    (the request made; keep resolves to the standing one) and ``in_effect`` (configuration the kernel
+    started at). At the end also ``saving``, ``auto_energy_j``, ``auto_time_s`` and ``off_plan_time_s``.
+
+    ## Arguments
+    ``gym.make("rlclock/KernelClock-v0", spec="gpt3xl-rtx3080ti", **overrides)``: ``spec`` is an env spec
+    name under ``envs/``, a YAML path, a mapping, an :class:`~rlclock.config.EnvSpec`, or a list of them
+    (a workload family sharing one GPU and action set); ``overrides`` replace top-level spec fields
+    (``switch_latency_s=0``, ``reward={"budget": 0.0}``, …).
+
+    ## Version history
+    * v0: initial release; feature schema v4 (candidate slots over a look-ahead binned in switching
+      latencies; v3 had an action per configuration, a 16-kernel window and no bins).
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, spec: str | Path | Mapping[str, Any] | EnvSpec | Sequence[Any] = DEFAULT_ENV,
+                 render_mode: str | None = None, **overrides: Any) -> None:
+        specs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+        if not specs:
+            raise SpecError("KernelClockEnv needs at least one env spec.")
+        self.specs: list[EnvSpec] = [_with(load_env_spec(s), overrides) for s in specs]
+        self.episodes: list[Episode] = [make_episode(s) for s in self.specs]
+        first = self.episodes[0]
+        for s, ep in zip(self.specs[1:], self.episodes[1:]):
+            if ep.backend.configs != first.backend.configs or ep.lookahead != first.lookahead:
+                raise SpecError(
+                    f"env spec {s.name!r} has another action set or lookahead than {self.specs[0].name!r}; a family "
+                    "must share its GPU, action grid and lookahead.")
+        self.configs: tuple[ClockConfig, ...] = first.backend.configs
+        self.lookahead = first.lookahead
+        self.n_slots = first.look.n_slots
+        self.keep_action = self.n_slots
+        self.action_space = gym.spaces.Discrete(self.n_slots + 1)
+        self.observation_space = gym.spaces.Box(-1.0, 2.0, (obs_size(self.lookahead, self.n_slots),), np.float32)
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise SpecError(f"render_mode {render_mode!r} is not supported; use 'ansi' or None.")
+        self.render_mode = render_mode
+        self._core = BatchCore(1)
+        self._ep = first
+
+    @property
+    def spec_(self) -> EnvSpec:
+        """The env spec of the current episode."""
+        return self.specs[self.episodes.index(self._ep)]
+
+    @property
+    def backend(self) -> GpuBackend:
+        """The backend of the current episode."""
+        return self._ep.backend
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        idx = 0
+        if "workload" in options:
+            idx = int(options["workload"])
+            if not 0 <= idx < len(self.episodes):
+                raise SpecError(f"workload {idx} is outside this env's {len(self.episodes)} workloads.")
+        elif len(self.episodes) > 1:
+            idx = int(self.np_random.integers(len(self.episodes)))
+        self._ep = self.episodes[idx]
+        price = float(options["time_price"]) if "time_price" in options else self._ep.draw_price(self.np_random)
+        if not np.isfinite(price) or price < 0:
+            raise SpecError(f"time_price {price!r} J/s is not a finite, non-negative number.")
+        self._core.start(np.array([0]), [self._ep], np.array([price]))
+        return self._core.observation()[0], {"workload": self.specs[idx].name, "time_price": price}
+
+    def step(self, action):
+        a = int(action)
+        if not 0 <= a <= self.n_slots:
+            raise SpecError(f"action {action!r} is outside the action space of {self.n_slots} candidate slots "
+                            "and keep.")
+        reward, done, info = self._core.step(np.array([a]))
+        obs = self._core.observation()[0]
+        return obs, float(reward[0]), bool(done[0]), False, info[0]
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        c = self._core
+        return (f"kernel {int(c.k[0])}/{self._ep.n}  time {c.time_s[0] * 1e3:.2f} ms  energy {c.energy_j[0]:.2f} J  "
+                f"switches {int(c.switches[0])}  in effect {self.configs[int(c.state.current[0])]}")
+
+
+def _with(spec: EnvSpec, overrides: Mapping[str, Any]) -> EnvSpec:
+    return spec.with_overrides(**overrides) if overrides else spec
+
+
+_EPISODE_CACHE: dict[tuple[Any, ...], Episode] = {}
+_EPISODE_CACHE_SIZE = 512  # episodes of a few MB each; training families have a few hundred workloads
+
+
+def make_episode(spec: EnvSpec) -> Episode:
+    """Precompute (and cache per process) the tables and features of an env spec."""
+    import yaml
+
+    key = (spec.source, yaml.safe_dump(dict(spec.raw), sort_keys=True))
+    ep = _EPISODE_CACHE.pop(key, None)
+    if ep is None:
+        ep = Episode.build(spec.build_backend(), spec.reward, spec.lookahead)
+        while len(_EPISODE_CACHE) >= _EPISODE_CACHE_SIZE:  # drop the least recently used
+            _EPISODE_CACHE.pop(next(iter(_EPISODE_CACHE)))
+    _EPISODE_CACHE[key] = ep
+    return ep
+
+
+class BatchCore:
+    """The environment dynamics for ``N`` runs at once (used by the env with ``N = 1`` and the VecEnv)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.state = EngineState.start(n)
+        self.k = np.zeros(n, dtype=np.int64)
+        self.time_s = np.zeros(n)
+        self.energy_j = np.zeros(n)
+        self.overrun_s = np.zeros(n)
+        self.switches = np.zeros(n, dtype=np.int64)
+        self.off_plan_s = np.zeros(n)
+        self.price = np.zeros(n)
+        self.eps: list[Episode] = []
+        self.candidates: list[np.ndarray] = []  # per run: (n_kernels, n_slots) configuration of every slot
+        self._rows = np.arange(n)
+
+    def start(self, which: np.ndarray, episodes: Sequence[Episode], prices: np.ndarray | None = None) -> None:
+        """(Re)start runs ``which`` on ``episodes`` at prices of time ``prices`` (J/s; default: each
+        episode's ``time_price``), one per entry of ``which``."""
+        if not self.eps:
+            self.eps = [episodes[0]] * self.n
+            self.candidates = [episodes[0].look.candidates(1.0)] * self.n
+        for i, (j, ep) in enumerate(zip(which, episodes)):
+            self.eps[int(j)] = ep
+            self.price[int(j)] = ep.time_price if prices is None else float(prices[i])
+            self.candidates[int(j)] = ep.look.candidates(self.price[int(j)] / ep.mean_power_w)
+        mask = np.zeros(self.n, dtype=bool)
+        mask[which] = True
+        self.state.reset(mask)
+        for arr in (self.k, self.time_s, self.energy_j, self.overrun_s, self.switches, self.off_plan_s):
+            arr[mask] = 0
+
+    def _gather(self) -> tuple[np.ndarray, np.ndarray]:
+        if all(ep is self.eps[0] for ep in self.eps):
+            ep = self.eps[0]
+            return ep.time_s[self.k], ep.energy_j[self.k]
+        t = np.stack([ep.time_s[k] for ep, k in zip(self.eps, self.k)])
+        e = np.stack([ep.energy_j[k] for ep, k in zip(self.eps, self.k)])
+        return t, e
+
+    def resolve(self, actions: np.ndarray) -> np.ndarray:
+        """Configuration index each run's action asks for: its slot's candidate at the current kernel, or for
+        keep (any action past the slots) the standing request."""
+        st = self.state
+        out = np.where(st.pending >= 0, st.pending, st.current).astype(np.int64)
+        for j, a in enumerate(np.asarray(actions, dtype=np.int64)):
+            cand = self.candidates[j]
+            if a < cand.shape[1]:
+                out[j] = cand[min(int(self.k[j]), cand.shape[0] - 1), a]
+        return out
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """Run the current kernel of every run at the requested slots (``n_slots``: keep)."""
+        t_row, e_row = self._gather()
+        lat = np.array([ep.backend.latency_s for ep in self.eps])
+        st = self.state
+        actions = self.resolve(actions)
+        out = SwitchEngine.step(t_row, e_row, actions, st, lat)
+        k = self.k
+        self.time_s += out.time_s
+        self.energy_j += out.energy_j
+        self.switches += out.issued
+        self.off_plan_s += out.off_plan_s
+        rewards = np.empty(self.n)
+        infos: list[dict[str, Any]] = []
+        done = np.empty(self.n, dtype=bool)
+        for j, ep in enumerate(self.eps):
+            kj = int(k[j])
+            r = ep.reward
+            line = (1.0 + r.budget) * ep.auto_prefix_s[kj + 1]
+            over = max(0.0, self.time_s[j] - line)
+            saved = ep.auto_energy_j[kj] - out.energy_j[j] - self.price[j] * (out.time_s[j] - ep.auto_time_s[kj])
+            rewards[j] = r.scale * (saved / ep.auto_total_j
+                                    - r.overrun_penalty * (over - self.overrun_s[j]) / ep.auto_total_s)
+            self.overrun_s[j] = over
+            done[j] = kj + 1 >= ep.n
+            info = {
+                "energy_j": float(self.energy_j[j]),
+                "time_s": float(self.time_s[j]),
+                "slowdown": float(self.time_s[j] / ep.auto_prefix_s[kj + 1] - 1.0),
+                "switches": int(self.switches[j]),
+                "kernel_energy_j": float(out.energy_j[j]),
+                "kernel_time_s": float(out.time_s[j]),
+                "config": int(actions[j]),
+                "in_effect": int(out.started_at[j]),
+            }
+            if done[j]:
+                info.update(saving=float(1.0 - self.energy_j[j] / ep.auto_total_j), auto_energy_j=ep.auto_total_j,
+                            auto_time_s=ep.auto_total_s, off_plan_time_s=float(self.off_plan_s[j]))
+            infos.append(info)
+        self.k += 1
+        return rewards, done, infos
+
+    def observation(self) -> np.ndarray:
+        """``(N, obs_size)`` observations at the current kernels."""
+        ep0 = self.eps[0]
+        S = ep0.look.n_slots
+        win = (ep0.lookahead + 1) * N_KERNEL_INPUTS
+        at = win + S * SLOT_WIDTH
+        width = at + CURRENT_WIDTH + N_BINS
+        obs = np.empty((self.n, width + N_STATE), dtype=np.float32)
+        st = self.state
+        rows_of: dict[int, list[int]] = {}  # runs on the same episode are filled together
+        for j, ep in enumerate(self.eps):
+            rows_of.setdefault(id(ep), []).append(j)
+        for rows in rows_of.values():
+            ep = self.eps[rows[0]]
+            r = np.asarray(rows)
+            k = np.minimum(self.k[r], ep.n - 1)
+            cur = st.current[r]
+            rel = self.price[r] / ep.mean_power_w
+            obs[r, :win] = ep.window[k[:, None] + np.arange(ep.lookahead + 1)].reshape(len(r), win)
+            look = ep.look
+            slots = np.stack([self.candidates[j][kj] for j, kj in zip(rows, k)])  # (R, S)
+            obs[r, win:at] = look.slot_features(k, slots, cur, rel, ep.config_feat).reshape(len(r), -1)
+            obs[r, at : at + CURRENT_WIDTH] = look.current_features(k, cur, rel)
+            obs[r, at + CURRENT_WIDTH : width] = look.occupancy[k]
+            cf = ep.config_feat
+            obs[r, width : width + 4] = cf[cur]
+            pend = st.pending[r]
+            flying = pend >= 0
+            obs[r, width + 4 : width + 8] = np.where(flying[:, None], cf[np.maximum(pend, 0)], 0.0)
+            obs[r, width + 8] = flying
+            lat = ep.backend.latency_s
+            obs[r, width + 9] = np.where(flying, np.minimum(1.0, st.land_in_s[r] / lat), 0.0) if lat > 0 else 0.0
+            obs[r, width + 10] = price_feature(rel)
+            obs[r, width + 11] = remaining_feature(ep.auto_total_s - ep.auto_prefix_s[k], lat)
+            obs[r, width + 12] = latency_feature(lat)
+        return obs
+
