@@ -28,6 +28,7 @@ simulated H200), one trained on a family on the held-out workloads (section 2).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import sys
@@ -40,9 +41,9 @@ from rlclock.agents.evaluate import evaluate_policy
 from rlclock.agents.train import train
 from rlclock.config import load_env_spec, load_env_specs
 from rlclock.config.recipe import load_agent_config
-from rlclock.env import make_episode
+from rlclock.env import episode_tables
 from rlclock.observation.features import PRICE_REL_MAX, PRICE_REL_MIN
-from rlclock.policy import DEFAULT_PRICE_REL, ClockPolicy
+from rlclock.policy import ClockPolicy, PlanningStep
 from rlclock.workload.trace import KernelTrace
 
 PLANNERS = ((False, "from its first choices"), (True, "with the search"))
@@ -56,7 +57,7 @@ def spread(xs: list[float]) -> str:
 
 def plan_seconds(pol: ClockPolicy, spec, search: bool) -> float:
     """Wall time of planning ``spec``'s step to its budget (the planning model built beforehand)."""
-    backend = make_episode(spec).backend
+    backend = episode_tables(spec).backend
     s = time.perf_counter()
     pol.plan(backend, spec.reward.budget, search=search)
     return time.perf_counter() - s
@@ -183,7 +184,7 @@ def expert_planning(spec, restricted: bool) -> tuple[float, float]:
     from rlclock.agents.imitation import LagrangianExpert
     from rlclock.solve.evaluation import optimum_for
 
-    ep = make_episode(spec)
+    ep = episode_tables(spec)
     ex = LagrangianExpert(ep, restricted=restricted)
     dag = ex.dag
     best_saving = 1.0 - optimum_for(ep.backend, spec.reward.budget).energy_j / ep.auto_total_j
@@ -221,36 +222,35 @@ def cost(policy: ClockPolicy | None, checkpoint: str | None) -> None:
         print("   no policy to time (give --checkpoint)")
         return
     spec = load_env_spec(policy.meta.get("env_spec", "gpt3xl-rtx3080ti"))
-    backend = make_episode(spec).backend
-    t_tab, e_tab = backend.tables
-    auto = backend.auto_run()
-    args = (backend.trace, t_tab, e_tab, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s,
-            float(policy.meta.get("price_rel", DEFAULT_PRICE_REL)))
+    backend = episode_tables(spec).backend
+    step = PlanningStep.of(backend)
+    price = policy.price_rel
     for _ in range(5):
-        policy.rollout(*args)
+        policy.rollout(step, price)
     per: list[float] = []
     for _ in range(30):  # decision by decision (timing each turns off the reuse across repeated layers)
-        policy.rollout(*args, timings=per)
+        policy.rollout(step, price, timings=per)
     whole = []
+    computed = 0
     for _ in range(30):  # each from the trace: look-ahead, tables and decisions computed afresh
         s = time.perf_counter()
-        policy.rollout(*args)
+        computed = policy.rollout(step, price).computed
         whole.append(time.perf_counter() - s)
-    computed = policy.last_computed
     fresh = []  # the same, on a trace object whose derived indices (distinct kernels, columns) are not built yet
     for _ in range(30):
         trace = KernelTrace(backend.trace.name, list(backend.trace), backend.trace.meta)
+        fresh_step = dataclasses.replace(step, trace=trace)
         s = time.perf_counter()
-        policy.rollout(trace, *args[1:])
+        policy.rollout(fresh_step, price)
         fresh.append(time.perf_counter() - s)
     cal, searched = [], []
     for _ in range(10):
         s = time.perf_counter()
-        policy.plan(backend, spec.reward.budget, calibrate=True)
+        policy.plan(backend, spec.reward.budget)
         cal.append(time.perf_counter() - s)
     for _ in range(3):
         s = time.perf_counter()
-        policy.plan(backend, spec.reward.budget, calibrate=True, search=True)
+        policy.plan(backend, spec.reward.budget, search=True)
         searched.append(time.perf_counter() - s)
     n_dec = len(per) // 30
     widths = [w.shape[0] for w, _ in policy.weights.hidden]
@@ -258,7 +258,7 @@ def cost(policy: ClockPolicy | None, checkpoint: str | None) -> None:
           f"{policy.meta['candidate_slots']} candidate slots + keep): "
           f"median {1e6 * np.median(per):.1f} us (target <= 20 us), p99 {1e6 * np.percentile(per, 99):.1f} us (the "
           "first decision holding a configuration fills its in-effect part for every context)")
-    contexts = policy.prepare(*args[:-1]).look.n_contexts
+    contexts = policy.prepare(step).look.n_contexts
     print(f"   whole GPT-3 XL step ({backend.n_kernels} kernels in {contexts} look-ahead contexts, {n_dec} decisions "
           f"of which {computed} computed, the others shared by repeated layers; none while a switch is "
           "in flight): "

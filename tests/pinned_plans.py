@@ -54,7 +54,7 @@ def env_rollout(spec, steps: int = 300) -> str:
 def compute() -> dict[str, str]:
     """``{case: digest}`` for every pinned plan and optimum."""
     from rlclock.config import load_env_spec, load_env_specs
-    from rlclock.env import make_episode
+    from rlclock.env import episode_tables
     from rlclock.policy import ClockPolicy
     from rlclock.solve.evaluation import evaluate, optimum_for
 
@@ -62,10 +62,10 @@ def compute() -> dict[str, str]:
     for name, specs in CASES.items():
         policy = ClockPolicy.load(ROOT / "checkpoints" / name)
         for spec in load_env_specs(specs):
-            backend = make_episode(spec).backend
+            backend = episode_tables(spec).backend
             budget = spec.reward.budget
-            for label, kwargs in (("plan", {}), ("search", {"search": True}), ("uncalibrated", {"calibrate": False}),
-                                  ("uncalibrated-search", {"calibrate": False, "search": True})):
+            for label, kwargs in (("plan", {}), ("search", {"search": True}), ("uncalibrated", {"meet_budget": False}),
+                                  ("uncalibrated-search", {"meet_budget": False, "search": True})):
                 sched = policy.schedule(backend.trace, backend=backend, budget=budget, **kwargs)
                 out[f"{name}/{spec.name}/{label}"] = digest(sched.index)
                 ev = evaluate(sched, backend)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,10 +18,11 @@ from rlclock.agents.train import _policy
 from rlclock.cli import main
 from rlclock.config import load_env_spec
 from rlclock.config.recipe import load_agent_config, parse_agent_config
-from rlclock.env import KernelClockEnv, make_episode
+from rlclock.env import KernelClockEnv, episode_tables
 from rlclock.errors import CheckpointError, SpecError
 from rlclock.observation.lookahead import CURRENT_WIDTH
-from rlclock.policy import DEFAULT_PRICE_REL, ClockPolicy, save_checkpoint
+from rlclock.policy import DEFAULT_PRICE_REL, ClockPolicy, PlanningStep, save_checkpoint
+from rlclock.policy.search import refine
 from rlclock.schedule import ClockSchedule
 
 SMALL = {
@@ -61,14 +63,14 @@ def test_numpy_policy_replays_the_sb3_policy_exactly(seed):
     env = KernelClockEnv(spec)
     model = _random_model(env, seed)
     pol = _policy(model, [spec], env.configs, spec.lookahead, {})
-    ep = make_episode(spec)
+    ep = episode_tables(spec)
     obs, _ = env.reset(seed=0, options={"time_price": pol.meta["price_rel"] * ep.mean_power_w})
     done, acts = False, []
     while not done:
         a, _ = model.predict(obs, deterministic=True)
         obs, _, done, _, info = env.step(int(a))
         acts.append(info["config"])  # the request the action made (keep: the last one)
-    req = pol.plan(env.backend, spec.reward.budget, calibrate=False)
+    req = pol.plan(env.backend, spec.reward.budget, meet_budget=False).requests
     a, b = env.backend.run_indices(np.array(acts)), env.backend.run_indices(req)
     assert a.switches == b.switches > 0
     assert np.array_equal(a.config_index, b.config_index)  # the same clocks in effect at every kernel
@@ -81,8 +83,8 @@ def test_budget_calibration_keeps_the_plan_within_budget():
     backend = env.backend
     for seed in range(4):
         pol = _policy(_random_model(env, 10 + seed), [spec], env.configs, spec.lookahead, {})
-        run = backend.run_indices(pol.plan(backend, 0.01))
-        raw = backend.run_indices(pol.plan(backend, 0.01, calibrate=False))
+        run = backend.run_indices(pol.plan(backend, 0.01).requests)
+        raw = backend.run_indices(pol.plan(backend, 0.01, meet_budget=False).requests)
         auto = backend.auto_run()
         if raw.time_s <= auto.time_s * 1.01 or run.time_s <= auto.time_s * 1.01:
             assert run.time_s <= auto.time_s * 1.01 * (1 + 1e-9)
@@ -93,7 +95,7 @@ def test_expert_follows_the_lagrangian_optimum_and_prices_time():
     higher price of time never makes the step slower, and at the exact optimum's multiplier the step is
     close to the optimum."""
     spec = load_env_spec(dict(SMALL, reward={"budget": 0.01, "time_price": "optimum"}))
-    ep = make_episode(spec)
+    ep = episode_tables(spec)
     ex = LagrangianExpert(ep)
     env = KernelClockEnv(spec)
     times = []
@@ -140,7 +142,7 @@ def test_checkpoint_roundtrip_without_pickle(tmp_path):
     ck = _checkpoint(tmp_path)
     assert sorted(p.name for p in ck.iterdir()) == ["meta.json", "policy.safetensors"]
     pol = ClockPolicy.load(ck)
-    backend = make_episode(load_env_spec(SMALL)).backend
+    backend = episode_tables(load_env_spec(SMALL)).backend
     sched = pol.schedule(backend.trace, backend=backend)
     assert len(sched) == len(backend.trace)
     pol.check_gpu("rtx3080ti")
@@ -214,41 +216,38 @@ def test_train_cli_writes_a_self_describing_run_and_tracks_offline(tmp_path, mon
 
 
 def _random_policy(seed: int):
-    """A random policy on SMALL and the arguments of its rollout over SMALL's step."""
+    """A random policy on SMALL and SMALL's step as its planner sees it."""
     spec = load_env_spec(SMALL)
     env = KernelClockEnv(spec)
     pol = _policy(_random_model(env, seed), [spec], env.configs, spec.lookahead, {})
-    b = env.backend
-    t, e = b.tables
-    auto = b.auto_run()
-    return pol, (b.trace, t, e, auto.kernel_time_s, auto.kernel_energy_j, b.latency_s)
+    return pol, PlanningStep.of(env.backend)
 
 
 def test_rollout_takes_one_price_or_one_per_kernel():
-    pol, args = _random_policy(3)
-    n = len(args[0])
-    assert np.array_equal(pol.rollout(*args, 1.3), pol.rollout(*args, np.full(n, 1.3)))
+    pol, step = _random_policy(3)
+    n = step.n
+    assert np.array_equal(pol.rollout(step, 1.3).requests, pol.rollout(step, np.full(n, 1.3)).requests)
     half = n // 2
-    low = pol.rollout(*args, 0.3)
-    mixed = pol.rollout(*args, np.where(np.arange(n) < half, 0.3, 3.0))
-    assert np.array_equal(mixed[:half], low[:half])  # kernel k decides at price k
-    assert np.isfinite(pol.last_time_s) and np.isfinite(pol.last_energy_j)
+    low = pol.rollout(step, 0.3).requests
+    mixed = pol.rollout(step, np.where(np.arange(n) < half, 0.3, 3.0))
+    assert np.array_equal(mixed.requests[:half], low[:half])  # kernel k decides at price k
+    assert np.isfinite(mixed.time_s) and np.isfinite(mixed.energy_j)
 
 
 def test_the_in_effect_part_is_computed_only_for_configurations_a_rollout_holds():
     """A step's rollout holds a handful of the configurations: the first layer's part for the configuration
     in effect is computed per configuration held (in every context at once), not for all of them."""
-    pol, args = _random_policy(4)
-    prepared = pol.prepare(*args)
-    req = pol.rollout(*args, 1.1, prepared=prepared)
-    tab = pol._price_tables(prepared, 1.1)
+    pol, step = _random_policy(4)
+    prepared = pol.prepare(step)
+    req = pol.rollout(step, 1.1, prepared=prepared).requests
+    tab = pol.evaluator.price_tables(prepared, 1.1)
     assert set(tab.now) <= set(req.tolist()) | {0}
     assert 0 in tab.now and len(tab.now) < len(pol.configs)
     u = prepared.look.n_contexts - 1
     for c in tab.now:  # each equals its parts: bins and in-effect flags, then the configuration's features
         bins = prepared.look.bin_features(u, c, 1.1, extra=prepared.look.n_slots)
         bins[CURRENT_WIDTH:] = tab.candidates[u] == c
-        np.testing.assert_allclose(tab.now[c][u], bins @ pol._cache["w_now"] + pol._cache["now_config"][c],
+        np.testing.assert_allclose(tab.now[c][u], bins @ pol.evaluator.first.now + pol.evaluator.now_config[c],
                                    rtol=1e-6, atol=1e-6)
 
 
@@ -256,16 +255,16 @@ def test_the_in_effect_part_is_computed_only_for_configurations_a_rollout_holds(
 def test_the_rollout_accounts_its_plan_as_the_backend_runs_it(latency_s):
     """The planned step's time and energy are the backend's for the returned requests: switches landing
     inside a kernel, at once (no latency) and never (still in flight when the step ends)."""
-    pol, args = _random_policy(5)
-    args = (*args[:5], latency_s)
+    pol, step = _random_policy(5)
+    step = dataclasses.replace(step, latency_s=latency_s)
     spec = load_env_spec(dict(SMALL, switch_latency_s=latency_s))
     backend = spec.build_backend()
     for price in (0.3, 3.0):
-        req = pol.rollout(*args, price)
-        run = backend.run(ClockSchedule(pol.configs, req))
+        planned = pol.rollout(step, price)
+        run = backend.run(ClockSchedule(pol.configs, planned.requests))
         assert run.switches > 0
-        assert pol.last_time_s == pytest.approx(run.time_s, rel=1e-9)
-        assert pol.last_energy_j == pytest.approx(run.energy_j, rel=1e-9)
+        assert planned.time_s == pytest.approx(run.time_s, rel=1e-9)
+        assert planned.energy_j == pytest.approx(run.energy_j, rel=1e-9)
 
 
 @pytest.mark.parametrize("latency_s, price_rel", [(0.0005, 0.3), (0.0005, 1.0), (0.0, 5.0), (0.002, 1.7)])
@@ -280,13 +279,9 @@ def test_numpy_rollout_sees_exactly_what_the_env_shows(latency_s, price_rel):
     head_b = head_b.copy()
     head_b[keep] += 6.0  # lean on keep so that path is exercised too
     pol.weights.__dict__["head"] = (head_w, head_b)
-    b = env.backend
-    t, e = b.tables
-    auto = b.auto_run()
     seen: list[np.ndarray] = []
-    req = pol.rollout(b.trace, t, e, auto.kernel_time_s, auto.kernel_energy_j, b.latency_s, price_rel,
-                      first_layer=seen)
-    ep = make_episode(spec)
+    req = pol.rollout(env.backend, price_rel, first_layer=seen).requests
+    ep = episode_tables(spec)
     obs, _ = env.reset(seed=0, options={"time_price": price_rel * ep.mean_power_w})
     w1, b1 = pol.weights.hidden[0]
     done, i, keeps = False, 0, 0
@@ -308,10 +303,10 @@ def test_numpy_rollout_sees_exactly_what_the_env_shows(latency_s, price_rel):
 def test_bad_prices_and_actions_get_one_clear_error():
     from rlclock.agents.vec_env import KernelClockVecEnv
 
-    pol, args = _random_policy(1)
+    pol, step = _random_policy(1)
     for bad in (float("nan"), -1.0, np.ones(3)):
         with pytest.raises(CheckpointError, match="price of time"):
-            pol.rollout(*args, bad)
+            pol.rollout(step, bad)
     vec = KernelClockVecEnv(2, SMALL)
     vec.reset()
     with pytest.raises(SpecError, match="outside the action space"):
@@ -322,47 +317,44 @@ def test_repeated_layers_share_decisions_and_the_plan_is_unchanged():
     """Kernels of repeated layers that see the same inputs reuse a decision per state: the plan equals the
     one computed decision by decision (timings asked for: no reuse)."""
     pol = ClockPolicy.load("checkpoints/gpt3xl-rtx3080ti")
-    backend = make_episode(load_env_spec("gpt3xl-rtx3080ti")).backend
-    t, e = backend.tables
-    auto = backend.auto_run()
-    args = (backend.trace, t, e, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s)
-    prepared = pol.prepare(*args)
-    assert len(set(prepared.situation)) < len(t) / 4
-    for price in (0.7, 1.3, np.where(np.arange(len(t)) < 300, 0.7, 1.3)):
-        shared = pol.rollout(*args, price, prepared=prepared)
-        time_s, energy_j = pol.last_time_s, pol.last_energy_j
-        each = pol.rollout(*args, price, prepared=prepared, timings=[])
-        assert np.array_equal(shared, each)
-        assert (time_s, energy_j) == (pol.last_time_s, pol.last_energy_j)
+    step = PlanningStep.of(episode_tables(load_env_spec("gpt3xl-rtx3080ti")).backend)
+    prepared = pol.prepare(step)
+    assert len(set(prepared.situation)) < step.n / 4
+    for price in (0.7, 1.3, np.where(np.arange(step.n) < 300, 0.7, 1.3)):
+        shared = pol.rollout(step, price, prepared=prepared)
+        each = pol.rollout(step, price, prepared=prepared, timings=[])
+        assert np.array_equal(shared.requests, each.requests)
+        assert (shared.time_s, shared.energy_j) == (each.time_s, each.energy_j)
 
 
 def test_the_search_over_second_choices_only_lowers_the_objective_and_keeps_the_budget():
     """refine replaces first choices by second ones only where the planned step's energy + price·time drops;
     the rollout honours the replacements; a plan with the search fits the budget and uses no more energy
     than the plan without it."""
-    pol, args = _random_policy(6)
-    prepared = pol.prepare(*args)
+    pol, step = _random_policy(6)
+    prepared = pol.prepare(step)
     price = 1.2
-    weight = price * args[4].sum() / args[3].sum()
+    weight = price * step.auto_energy_j.sum() / step.auto_time_s.sum()
     seen: dict = {}
-    plain = pol.rollout(*args, price, prepared=prepared, choices=seen)
-    before = pol.last_energy_j + weight * pol.last_time_s
+    plain = pol.rollout(step, price, prepared=prepared, choices=seen)
+    before = plain.energy_j + weight * plain.time_s
     assert seen and all(m >= 0 and 0 <= a <= prepared.look.n_slots for m, a in seen.values())
-    chosen = pol.refine(prepared, args, price)
+    chosen = refine(pol.evaluator, step, prepared, price)
     assert set(chosen) <= set(seen) and all(chosen[s] == seen[s][1] for s in chosen)  # second choices only
-    assert np.array_equal(pol.rollout(*args, price, prepared=prepared, overrides={price: {}}), plain)
-    searched = pol.rollout(*args, price, prepared=prepared, overrides={price: chosen})
-    after = pol.last_energy_j + weight * pol.last_time_s
-    assert after <= before and (after < before) == (not np.array_equal(searched, plain))
+    assert np.array_equal(pol.rollout(step, price, prepared=prepared, overrides={price: {}}).requests,
+                          plain.requests)
+    searched = pol.rollout(step, price, prepared=prepared, overrides={price: chosen})
+    after = searched.energy_j + weight * searched.time_s
+    assert after <= before and (after < before) == (not np.array_equal(searched.requests, plain.requests))
     spec = load_env_spec(SMALL)
     backend = KernelClockEnv(spec).backend
     auto = backend.auto_run()
-    runs = [backend.run(ClockSchedule(pol.configs, pol.plan(backend, 0.01, search=s))) for s in (False, True)]
+    runs = [backend.run(ClockSchedule(pol.configs, pol.plan(backend, 0.01, search=s).requests)) for s in (False, True)]
     assert all(r.time_s <= auto.time_s * 1.01 * (1 + 1e-9) for r in runs)
     assert runs[1].energy_j <= runs[0].energy_j * (1 + 1e-12)
     # without calibration: the search at the trained price, judged by that price's objective
     start = DEFAULT_PRICE_REL
     w = start * auto.energy_j / auto.time_s
-    fixed = [backend.run(ClockSchedule(pol.configs, pol.plan(backend, 0.01, calibrate=False, search=s)))
+    fixed = [backend.run(ClockSchedule(pol.configs, pol.plan(backend, 0.01, meet_budget=False, search=s).requests))
              for s in (False, True)]
     assert fixed[1].energy_j + w * fixed[1].time_s <= (fixed[0].energy_j + w * fixed[0].time_s) * (1 + 1e-12)

@@ -96,8 +96,8 @@ def test_vec_env_matches_single_env():
 
 
 def test_price_of_time_is_drawn_observed_and_charged():
-    from rlclock.env import N_STATE
     from rlclock.observation.features import price_feature
+    from rlclock.observation.layout import N_STATE
 
     spec = dict(SMALL, reward={"budget": 0.01, "overrun_penalty": 0.0, "time_price": 500.0, "price_spread": 0.7})
     env = KernelClockEnv(spec)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from rlclock.config import RewardSpec
-from rlclock.env import N_STATE, BatchCore, Episode
+from rlclock.env import BatchCore, EpisodeTables
+from rlclock.observation.layout import N_STATE
 from rlclock.schedule import AUTO, ClockConfig
 from tests.test_accounting_exact import TableGpu
 
@@ -27,13 +28,13 @@ X_FEAT = [1500 / 1980, 1.0, 0.0, 0.0]
 NONE_FEAT = [0.0, 0.0, 0.0, 0.0]
 
 
-def toy_episode(latency_s: float, reward: RewardSpec = REWARD) -> Episode:
+def toy_episode(latency_s: float, reward: RewardSpec = REWARD) -> EpisodeTables:
     """Four kernels of 1 / 2 s and 8 / 4 J at AUTO / X."""
     gpu = TableGpu([[1.0, 2.0]] * 4, [[8.0, 4.0]] * 4, latency_s, [AUTO, X])
-    return Episode.build(gpu, reward, lookahead=2)
+    return EpisodeTables.build(gpu, reward, lookahead=2)
 
 
-def started(*episodes: Episode, price: float = PRICE) -> BatchCore:
+def started(*episodes: EpisodeTables, price: float = PRICE) -> BatchCore:
     """A core with one run per episode, all at ``price``."""
     core = BatchCore(len(episodes))
     core.start(np.arange(len(episodes)), list(episodes), np.full(len(episodes), price))

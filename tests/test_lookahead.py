@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rlclock.config import load_env_spec
-from rlclock.env import make_episode
+from rlclock.env import episode_tables
 from rlclock.errors import SpecError
 from rlclock.observation.features import distinct_kernels, kernel_window
 from rlclock.observation.lookahead import (
@@ -121,7 +121,7 @@ def test_a_restricted_optimum_never_beats_the_full_one_and_equals_it_with_every_
 
 
 def test_the_rtx_3080_ti_action_set_has_25_slots():
-    ep = make_episode(load_env_spec("gpt3xl-rtx3080ti"))
+    ep = episode_tables(load_env_spec("gpt3xl-rtx3080ti"))
     assert ep.look.n_slots == 25 == n_slots(ep.backend.configs)
 
 
@@ -148,7 +148,7 @@ def test_kernels_with_the_same_steps_ahead_share_a_context():
 
 
 def test_shared_contexts_change_nothing_on_a_gpt3_xl_step():
-    ep = make_episode(load_env_spec("gpt3xl-rtx3080ti"))
+    ep = episode_tables(load_env_spec("gpt3xl-rtx3080ti"))
     b = ep.backend
     args = (ep.time_s, ep.energy_j, ep.auto_time_s, ep.auto_energy_j, b.latency_s, b.configs)
     shared, alone = StepLookahead(*args), StepLookahead(*args, share_contexts=False)
@@ -183,7 +183,7 @@ def test_table_rows_take_a_grouping_hint_only_where_the_rows_agree():
 
 
 def test_a_kernel_window_built_once_per_distinct_kernel_equals_the_full_one():
-    ep = make_episode(load_env_spec("gpt3xl-rtx3080ti"))
+    ep = episode_tables(load_env_spec("gpt3xl-rtx3080ti"))
     b = ep.backend
     args = (b.trace, b.spec, ep.auto_time_s, ep.auto_energy_j, b.latency_s, ep.time_s, ep.energy_j, b.configs, 4)
     kernels = distinct_kernels(b.trace, table_rows(ep.time_s, ep.energy_j, ep.auto_time_s, ep.auto_energy_j))

@@ -56,9 +56,9 @@ def evaluate_policy(policy: ClockPolicy, spec: EnvSpec, backend: GpuBackend | No
     """Run the policy's schedule for ``spec``'s workload on its backend, beside the exact optimum (``search``:
     planned with the search over the policy's second choices, :meth:`ClockPolicy.plan`)."""
     if backend is None:
-        from rlclock.env import make_episode
+        from rlclock.env import episode_tables
 
-        backend = make_episode(spec).backend
+        backend = episode_tables(spec).backend
     budget = spec.reward.budget
     sched = policy.schedule(backend.trace, backend=backend, budget=budget, search=search)
     ev = evaluate(sched, backend)

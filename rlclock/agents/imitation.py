@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlclock.env import Episode, KernelClockEnv
+from rlclock.env import EpisodeTables, KernelClockEnv
 from rlclock.solve.optimum import SwitchDag
 
 PRICE_LADDER = (0.5, 0.65, 0.8, 0.9, 1.0, 1.1, 1.2, 1.35, 1.5, 1.75, 2.1, 2.6)
@@ -34,7 +34,7 @@ class LagrangianExpert:
     default) the optimum may switch only to the step's candidate slots at that price
     (:class:`~rlclock.observation.lookahead.StepLookahead`) — what a policy can request."""
 
-    def __init__(self, episode: Episode, restricted: bool = True) -> None:
+    def __init__(self, episode: EpisodeTables, restricted: bool = True) -> None:
         self.mean_power_w = episode.mean_power_w
         self.look = episode.look
         self.restricted = restricted

@@ -35,7 +35,8 @@ from rlclock.agents.evaluate import PolicyEvaluation, evaluate_policy
 from rlclock.agents.tracking import Tracker, sb3_writer
 from rlclock.config import EnvSpec
 from rlclock.config.recipe import AgentConfig
-from rlclock.env import Episode, obs_size
+from rlclock.env import EpisodeTables
+from rlclock.observation.layout import obs_size
 from rlclock.observation.lookahead import n_slots
 from rlclock.policy import DEFAULT_PRICE_REL, ClockPolicy, policy_meta, save_checkpoint
 
@@ -66,7 +67,7 @@ def git_revision() -> str:
         return "unknown"
 
 
-def typical_price_rel(episodes: Sequence[Episode]) -> float:
+def typical_price_rel(episodes: Sequence[EpisodeTables]) -> float:
     """Median price of time of the episodes' rewards over their steps' mean auto power
     (``DEFAULT_PRICE_REL`` if none prices time): where an uncalibrated plan starts."""
     rel = [ep.time_price / ep.mean_power_w for ep in episodes if ep.time_price > 0]
@@ -81,9 +82,9 @@ def _policy(model, specs: Sequence[EnvSpec], configs, lookahead: int, extra: dic
                        s0.reward.budget, extra)
     meta.update(format="rlclock.policy", version=1)
     if "price_rel" not in meta:
-        from rlclock.env import make_episode
+        from rlclock.env import episode_tables
 
-        meta["price_rel"] = typical_price_rel([make_episode(s) for s in specs])
+        meta["price_rel"] = typical_price_rel([episode_tables(s) for s in specs])
     w = weights_from_sb3(model)
     meta["activation"] = w.activation
     return ClockPolicy(w, meta)
@@ -271,9 +272,9 @@ def _write_history(path: Path, history: list[dict[str, Any]]) -> None:
 
 
 def _schedule_rows(policy: ClockPolicy, spec: EnvSpec) -> list[list[Any]]:
-    from rlclock.env import make_episode
+    from rlclock.env import episode_tables
 
-    backend = make_episode(spec).backend
+    backend = episode_tables(spec).backend
     sched = policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget)
     run = backend.run(sched)
     return [[i, backend.trace[i].op, str(backend.configs[int(run.requested_index[i])]),
@@ -282,12 +283,12 @@ def _schedule_rows(policy: ClockPolicy, spec: EnvSpec) -> list[list[Any]]:
 
 
 def _plots(run_dir: Path, policy: ClockPolicy, spec: EnvSpec, tracker: Tracker) -> None:
-    from rlclock.env import make_episode
+    from rlclock.env import episode_tables
     from rlclock.plots import clock_timeline, pareto_plot
     from rlclock.solve.baselines import run_baselines
     from rlclock.solve.evaluation import evaluate
 
-    backend = make_episode(spec).backend
+    backend = episode_tables(spec).backend
     sched = policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget)
     ev = evaluate(sched, backend)
     points = {r.name: (100 * r.evaluation.slowdown, -100 * r.evaluation.saving)

@@ -30,11 +30,11 @@ def comparison_rows(policy, spec, schedules: dict | None = None) -> tuple[list[s
     """Table rows: baselines, the policy (planned from its first choices, and with the search over its
     second choices) and the optimum on ``spec`` (same backend, same accounting). ``schedules``, if given,
     receives the policy's two schedules (``"policy"``, ``"search"``)."""
-    from rlclock.env import make_episode
+    from rlclock.env import episode_tables
     from rlclock.solve.baselines import run_baselines
     from rlclock.solve.evaluation import evaluate, optimum_for
 
-    backend = make_episode(spec).backend
+    backend = episode_tables(spec).backend
     policy.check_gpu(backend.spec)
     results = run_baselines(backend, spec.reward.budget)
     budget = spec.reward.budget
@@ -55,7 +55,7 @@ def comparison_rows(policy, spec, schedules: dict | None = None) -> tuple[list[s
 
 def run(args: argparse.Namespace) -> int:
     from rlclock.config import load_env_spec, load_env_specs
-    from rlclock.env import make_episode
+    from rlclock.env import episode_tables
     from rlclock.plots import clock_timeline
     from rlclock.policy import ClockPolicy
     from rlclock.solve.evaluation import evaluate
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     specs = load_env_specs(args.env) if args.env else [load_env_spec(policy.meta["env_spec"])]
     out: dict[str, Any] = {"checkpoint": str(args.checkpoint), "results": {}}
     for spec in specs:
-        backend = make_episode(spec).backend
+        backend = episode_tables(spec).backend
         print(f"{spec.name}: {backend.describe()}; budget {100 * spec.reward.budget:g} %")
         planned: dict = {}
         header, rows = comparison_rows(policy, spec, planned)

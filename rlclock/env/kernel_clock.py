@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,90 +10,14 @@ import gymnasium as gym
 import numpy as np
 
 from rlclock.backends.base import GpuBackend
-from rlclock.backends.switching import EngineState, SwitchEngine
-from rlclock.config import DEFAULT_ENV, EnvSpec, RewardSpec, load_env_spec
+from rlclock.config import DEFAULT_ENV, EnvSpec, load_env_spec
+from rlclock.env.dynamics import BatchCore
+from rlclock.env.tables import EpisodeTables, episode_tables
 from rlclock.errors import SpecError
-from rlclock.observation.features import (
-    N_KERNEL_INPUTS,
-    kernel_window,
-    latency_feature,
-    price_feature,
-    remaining_feature,
-)
-from rlclock.observation.lookahead import CURRENT_WIDTH, N_BINS, SLOT_WIDTH, StepLookahead
+from rlclock.observation.layout import obs_size
 from rlclock.schedule import ClockConfig
 
 ENV_ID = "rlclock/KernelClock-v0"
-
-N_STATE = 13
-"""Observation entries after the kernel window (see the class docstring)."""
-
-
-def obs_size(lookahead: int, slots: int) -> int:
-    """Length of the observation vector for a lookahead of ``lookahead`` kernels and ``slots`` candidate
-    slots."""
-    return (lookahead + 1) * N_KERNEL_INPUTS + slots * SLOT_WIDTH + CURRENT_WIDTH + N_BINS + N_STATE
-
-
-def config_features(spec_gpu, configs: Sequence[ClockConfig]) -> np.ndarray:
-    """``(C, 4)``: requested core / max core, memory / max memory, core-is-auto, memory-is-auto."""
-    rows = []
-    for c in configs:
-        core = spec_gpu.requested_core_mhz(c) / spec_gpu.abs_max_core_mhz
-        mem = spec_gpu.effective_mem_mhz(c) / spec_gpu.max_mem_mhz
-        rows.append([core, mem, float(c.core_mhz is None), float(c.mem_mhz is None)])
-    return np.asarray(rows, dtype=np.float32)
-
-
-@dataclass
-class Episode:
-    """Everything precomputed for one (workload, backend) pair that episodes replay."""
-
-    backend: GpuBackend
-    reward: RewardSpec
-    lookahead: int
-    time_s: np.ndarray  # (n, C)
-    energy_j: np.ndarray  # (n, C)
-    auto_time_s: np.ndarray  # (n,)
-    auto_energy_j: np.ndarray  # (n,)
-    auto_prefix_s: np.ndarray  # (n + 1,) auto time before each kernel
-    auto_total_s: float
-    auto_total_j: float
-    window: np.ndarray  # (n + lookahead, N_KERNEL_INPUTS): features, clock response, valid flag; zero-padded
-    config_feat: np.ndarray  # (C, 4)
-    time_price: float  # J/s charged on time changes against auto (the centre of the episode draws)
-    look: StepLookahead  # binned look-ahead in switching latencies and the candidate slots
-
-    @property
-    def mean_power_w(self) -> float:
-        """Mean auto-clock power of the step (the unit of the observed price of time)."""
-        return self.auto_total_j / self.auto_total_s
-
-    def draw_price(self, rng: np.random.Generator) -> float:
-        """An episode's price of time (J/s): ``time_price · exp(u)``, ``u ~ U(-spread, spread)``."""
-        s = self.reward.price_spread
-        return self.time_price * float(np.exp(rng.uniform(-s, s))) if s > 0 else self.time_price
-
-    @classmethod
-    def build(cls, backend: GpuBackend, reward: RewardSpec, lookahead: int) -> Episode:
-        t, e = backend.tables
-        auto = backend.auto_run()
-        window = kernel_window(backend.trace, backend.spec, auto.kernel_time_s, auto.kernel_energy_j,
-                               backend.latency_s, t, e, backend.configs, lookahead)
-        prefix = np.concatenate([[0.0], np.cumsum(auto.kernel_time_s)])
-        price = reward.time_price
-        if price == "optimum":
-            from rlclock.solve.evaluation import optimum_for
-
-            price = optimum_for(backend, reward.budget).lam_j_per_s
-        look = StepLookahead(t, e, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s, backend.configs)
-        return cls(backend, reward, lookahead, t, e, auto.kernel_time_s, auto.kernel_energy_j, prefix,
-                   float(auto.time_s), float(auto.energy_j), window, config_features(backend.spec, backend.configs),
-                   float(price), look)
-
-    @property
-    def n(self) -> int:
-        return self.time_s.shape[0]
 
 
 class KernelClockEnv(gym.Env):
@@ -200,7 +123,7 @@ class KernelClockEnv(gym.Env):
         if not specs:
             raise SpecError("KernelClockEnv needs at least one env spec.")
         self.specs: list[EnvSpec] = [_with(load_env_spec(s), overrides) for s in specs]
-        self.episodes: list[Episode] = [make_episode(s) for s in self.specs]
+        self.episodes: list[EpisodeTables] = [episode_tables(s) for s in self.specs]
         first = self.episodes[0]
         for s, ep in zip(self.specs[1:], self.episodes[1:]):
             if ep.backend.configs != first.backend.configs or ep.lookahead != first.lookahead:
@@ -265,154 +188,3 @@ class KernelClockEnv(gym.Env):
 
 def _with(spec: EnvSpec, overrides: Mapping[str, Any]) -> EnvSpec:
     return spec.with_overrides(**overrides) if overrides else spec
-
-
-_EPISODE_CACHE: dict[tuple[Any, ...], Episode] = {}
-_EPISODE_CACHE_SIZE = 512  # episodes of a few MB each; training families have a few hundred workloads
-
-
-def make_episode(spec: EnvSpec) -> Episode:
-    """Precompute (and cache per process) the tables and features of an env spec."""
-    import yaml
-
-    key = (spec.source, yaml.safe_dump(dict(spec.raw), sort_keys=True))
-    ep = _EPISODE_CACHE.pop(key, None)
-    if ep is None:
-        ep = Episode.build(spec.build_backend(), spec.reward, spec.lookahead)
-        while len(_EPISODE_CACHE) >= _EPISODE_CACHE_SIZE:  # drop the least recently used
-            _EPISODE_CACHE.pop(next(iter(_EPISODE_CACHE)))
-    _EPISODE_CACHE[key] = ep
-    return ep
-
-
-class BatchCore:
-    """The environment dynamics for ``N`` runs at once (used by the env with ``N = 1`` and the VecEnv)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.state = EngineState.start(n)
-        self.k = np.zeros(n, dtype=np.int64)
-        self.time_s = np.zeros(n)
-        self.energy_j = np.zeros(n)
-        self.overrun_s = np.zeros(n)
-        self.switches = np.zeros(n, dtype=np.int64)
-        self.off_plan_s = np.zeros(n)
-        self.price = np.zeros(n)
-        self.eps: list[Episode] = []
-        self.candidates: list[np.ndarray] = []  # per run: (n_kernels, n_slots) configuration of every slot
-        self._rows = np.arange(n)
-
-    def start(self, which: np.ndarray, episodes: Sequence[Episode], prices: np.ndarray | None = None) -> None:
-        """(Re)start runs ``which`` on ``episodes`` at prices of time ``prices`` (J/s; default: each
-        episode's ``time_price``), one per entry of ``which``."""
-        if not self.eps:
-            self.eps = [episodes[0]] * self.n
-            self.candidates = [episodes[0].look.candidates(1.0)] * self.n
-        for i, (j, ep) in enumerate(zip(which, episodes)):
-            self.eps[int(j)] = ep
-            self.price[int(j)] = ep.time_price if prices is None else float(prices[i])
-            self.candidates[int(j)] = ep.look.candidates(self.price[int(j)] / ep.mean_power_w)
-        mask = np.zeros(self.n, dtype=bool)
-        mask[which] = True
-        self.state.reset(mask)
-        for arr in (self.k, self.time_s, self.energy_j, self.overrun_s, self.switches, self.off_plan_s):
-            arr[mask] = 0
-
-    def _gather(self) -> tuple[np.ndarray, np.ndarray]:
-        if all(ep is self.eps[0] for ep in self.eps):
-            ep = self.eps[0]
-            return ep.time_s[self.k], ep.energy_j[self.k]
-        t = np.stack([ep.time_s[k] for ep, k in zip(self.eps, self.k)])
-        e = np.stack([ep.energy_j[k] for ep, k in zip(self.eps, self.k)])
-        return t, e
-
-    def resolve(self, actions: np.ndarray) -> np.ndarray:
-        """Configuration index each run's action asks for: its slot's candidate at the current kernel, or for
-        keep (any action past the slots) the standing request."""
-        st = self.state
-        out = np.where(st.pending >= 0, st.pending, st.current).astype(np.int64)
-        for j, a in enumerate(np.asarray(actions, dtype=np.int64)):
-            cand = self.candidates[j]
-            if a < cand.shape[1]:
-                out[j] = cand[min(int(self.k[j]), cand.shape[0] - 1), a]
-        return out
-
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
-        """Run the current kernel of every run at the requested slots (``n_slots``: keep)."""
-        t_row, e_row = self._gather()
-        lat = np.array([ep.backend.latency_s for ep in self.eps])
-        st = self.state
-        actions = self.resolve(actions)
-        out = SwitchEngine.step(t_row, e_row, actions, st, lat)
-        k = self.k
-        self.time_s += out.time_s
-        self.energy_j += out.energy_j
-        self.switches += out.issued
-        self.off_plan_s += out.off_plan_s
-        rewards = np.empty(self.n)
-        infos: list[dict[str, Any]] = []
-        done = np.empty(self.n, dtype=bool)
-        for j, ep in enumerate(self.eps):
-            kj = int(k[j])
-            r = ep.reward
-            line = (1.0 + r.budget) * ep.auto_prefix_s[kj + 1]
-            over = max(0.0, self.time_s[j] - line)
-            saved = ep.auto_energy_j[kj] - out.energy_j[j] - self.price[j] * (out.time_s[j] - ep.auto_time_s[kj])
-            rewards[j] = r.scale * (saved / ep.auto_total_j
-                                    - r.overrun_penalty * (over - self.overrun_s[j]) / ep.auto_total_s)
-            self.overrun_s[j] = over
-            done[j] = kj + 1 >= ep.n
-            info = {
-                "energy_j": float(self.energy_j[j]),
-                "time_s": float(self.time_s[j]),
-                "slowdown": float(self.time_s[j] / ep.auto_prefix_s[kj + 1] - 1.0),
-                "switches": int(self.switches[j]),
-                "kernel_energy_j": float(out.energy_j[j]),
-                "kernel_time_s": float(out.time_s[j]),
-                "config": int(actions[j]),
-                "in_effect": int(out.started_at[j]),
-            }
-            if done[j]:
-                info.update(saving=float(1.0 - self.energy_j[j] / ep.auto_total_j), auto_energy_j=ep.auto_total_j,
-                            auto_time_s=ep.auto_total_s, off_plan_time_s=float(self.off_plan_s[j]))
-            infos.append(info)
-        self.k += 1
-        return rewards, done, infos
-
-    def observation(self) -> np.ndarray:
-        """``(N, obs_size)`` observations at the current kernels."""
-        ep0 = self.eps[0]
-        S = ep0.look.n_slots
-        win = (ep0.lookahead + 1) * N_KERNEL_INPUTS
-        at = win + S * SLOT_WIDTH
-        width = at + CURRENT_WIDTH + N_BINS
-        obs = np.empty((self.n, width + N_STATE), dtype=np.float32)
-        st = self.state
-        rows_of: dict[int, list[int]] = {}  # runs on the same episode are filled together
-        for j, ep in enumerate(self.eps):
-            rows_of.setdefault(id(ep), []).append(j)
-        for rows in rows_of.values():
-            ep = self.eps[rows[0]]
-            r = np.asarray(rows)
-            k = np.minimum(self.k[r], ep.n - 1)
-            cur = st.current[r]
-            rel = self.price[r] / ep.mean_power_w
-            obs[r, :win] = ep.window[k[:, None] + np.arange(ep.lookahead + 1)].reshape(len(r), win)
-            look = ep.look
-            slots = np.stack([self.candidates[j][kj] for j, kj in zip(rows, k)])  # (R, S)
-            obs[r, win:at] = look.slot_features(k, slots, cur, rel, ep.config_feat).reshape(len(r), -1)
-            obs[r, at : at + CURRENT_WIDTH] = look.current_features(k, cur, rel)
-            obs[r, at + CURRENT_WIDTH : width] = look.occupancy[k]
-            cf = ep.config_feat
-            obs[r, width : width + 4] = cf[cur]
-            pend = st.pending[r]
-            flying = pend >= 0
-            obs[r, width + 4 : width + 8] = np.where(flying[:, None], cf[np.maximum(pend, 0)], 0.0)
-            obs[r, width + 8] = flying
-            lat = ep.backend.latency_s
-            obs[r, width + 9] = np.where(flying, np.minimum(1.0, st.land_in_s[r] / lat), 0.0) if lat > 0 else 0.0
-            obs[r, width + 10] = price_feature(rel)
-            obs[r, width + 11] = remaining_feature(ep.auto_total_s - ep.auto_prefix_s[k], lat)
-            obs[r, width + 12] = latency_feature(lat)
-        return obs
-

@@ -153,7 +153,7 @@ def test_a_real_policy_checkpoint_schedules_a_profiled_step(tmp_path):
 
     from rlclock.deploy.capture import profile_from_chrome
     from rlclock.dvfs.spec import get_spec
-    from rlclock.env import obs_size
+    from rlclock.observation.layout import obs_size
     from rlclock.observation.lookahead import n_slots
     from rlclock.schedule import ClockConfig
 

@@ -1,0 +1,161 @@
+"""The checkpoint format: weights as safetensors and metadata as JSON in one folder; nothing executes on load.
+
+A checkpoint is a folder::
+
+    policy.safetensors   the policy network's weights (numpy arrays)
+    meta.json            GPU, clock table, action set, feature schema, env spec, training figures
+    sb3_model.zip        (optional) the stable-baselines3 model, for resuming training only — pickle-based
+                         (SB3's format); :func:`read_checkpoint` never opens it
+
+:func:`read_checkpoint` refuses a folder whose format, feature schema, GPU clock table or shapes do not match
+this rlclock, each with one line saying what differs and what to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlclock import resources
+from rlclock.dvfs.spec import GpuSpec, get_spec
+from rlclock.errors import CheckpointError, SpecError
+from rlclock.observation.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
+from rlclock.observation.layout import obs_size
+from rlclock.observation.lookahead import n_slots
+from rlclock.policy.network import ACTIVATIONS, PolicyWeights
+from rlclock.schedule import ClockConfig
+
+CHECKPOINT_FORMAT = "rlclock.policy"
+CHECKPOINT_VERSION = 1
+WEIGHTS_FILE = "policy.safetensors"
+META_FILE = "meta.json"
+SB3_FILE = "sb3_model.zip"
+"""The stable-baselines3 model kept for resuming (pickle-based; never read on the deployment path)."""
+REQUIRED_META = ("gpu_key", "configs", "lookahead", "clock_table", "obs_size", "candidate_slots")
+
+
+def clock_table_digest(spec: GpuSpec) -> str:
+    """A short digest of a GPU's clock table (memory clock → supported core clocks)."""
+    text = json.dumps({str(m): list(spec.clocks[m]) for m in sorted(spec.clocks)})
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def policy_meta(gpu: GpuSpec, configs: Sequence[ClockConfig], lookahead: int, obs_entries: int, latency_s: float,
+                budget: float, extra: dict[str, Any]) -> dict[str, Any]:
+    """The metadata a checkpoint carries (see the module docstring)."""
+    return {
+        "gpu_key": gpu.key,
+        "gpu_name": gpu.name,
+        "clock_table": clock_table_digest(gpu),
+        "configs": [str(c) for c in configs],
+        "feature_schema_version": FEATURE_SCHEMA_VERSION,
+        "feature_names": list(FEATURE_NAMES),
+        "lookahead": lookahead,
+        "candidate_slots": n_slots(configs),
+        "obs_size": obs_entries,
+        "latency_s": latency_s,
+        "budget": budget,
+        **extra,
+    }
+
+
+def save_checkpoint(folder: str | Path, weights: PolicyWeights, meta: dict[str, Any]) -> Path:
+    """Write ``policy.safetensors`` and ``meta.json`` into ``folder``."""
+    from safetensors.numpy import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(weights.tensors(), str(folder / WEIGHTS_FILE))
+    full = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "activation": weights.activation, **meta}
+    (folder / META_FILE).write_text(json.dumps(full, indent=1, default=float))
+    return folder
+
+
+def checkpoint_folder(name: str | Path) -> Path:
+    """The folder of a checkpoint: a path, or the name of a shipped one (``gpt3xl-h200`` …)."""
+    try:
+        return resources.locate("checkpoints", name)
+    except SpecError as exc:
+        raise CheckpointError(exc.message, exc.fix) from None
+
+
+def read_checkpoint(name: str | Path) -> tuple[PolicyWeights, dict[str, Any]]:
+    """The weights and metadata of a checkpoint (a folder or a shipped name), checked against this rlclock.
+
+    Raises:
+        CheckpointError: Missing files, unreadable or malformed metadata or weights, another format or feature
+            schema, another GPU clock table, or shapes that do not fit the action set and observation.
+    """
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    folder = checkpoint_folder(name)
+    meta_path, weights_path = folder / META_FILE, folder / WEIGHTS_FILE
+    if not meta_path.is_file() or not weights_path.is_file():
+        raise CheckpointError(f"{folder} is not an rlclock checkpoint (needs {META_FILE} and {WEIGHTS_FILE}).",
+                              "give a folder written by `rlclock train` (e.g. checkpoints/gpt3xl-rtx3080ti).")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{meta_path}: unreadable metadata ({exc}).") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{meta_path}: the metadata must be a JSON object, found {type(meta).__name__}.",
+                              "give a folder written by `rlclock train`.")
+    if meta.get("format") != CHECKPOINT_FORMAT or meta.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(f"{meta_path}: format {meta.get('format')!r} v{meta.get('version')!r}, expected "
+                              f"{CHECKPOINT_FORMAT!r} v{CHECKPOINT_VERSION}.", "retrain or upgrade rlclock.")
+    if meta.get("feature_schema_version") != FEATURE_SCHEMA_VERSION:
+        raise CheckpointError(
+            f"{folder}: feature schema v{meta.get('feature_schema_version')} does not match this rlclock's "
+            f"v{FEATURE_SCHEMA_VERSION}.", "retrain the policy with this version of rlclock.")
+    missing = [key for key in REQUIRED_META if key not in meta]
+    if missing:
+        raise CheckpointError(f"{meta_path}: missing {missing}.", "give a folder written by `rlclock train`.")
+    if meta.get("activation", "tanh") not in ACTIVATIONS:
+        raise CheckpointError(f"{meta_path}: activation {meta.get('activation')!r} is unknown; rlclock's policies "
+                              f"use {list(ACTIVATIONS)}.")
+    gpu = get_spec(str(meta["gpu_key"]))
+    if meta["clock_table"] != clock_table_digest(gpu):
+        raise CheckpointError(f"{folder}: clock table of {gpu.name} differs from the one the policy was trained "
+                              "on.", "retrain the policy for this GPU preset.")
+    try:
+        tensors = load_file(str(weights_path))
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(f"{weights_path}: unreadable weights ({exc}).") from None
+    try:
+        weights = PolicyWeights.from_tensors(tensors, meta.get("activation", "tanh"))
+    except KeyError as exc:
+        raise CheckpointError(f"{weights_path}: missing tensor {exc}.") from None
+    return weights, meta
+
+
+def check_shapes(weights: PolicyWeights, meta: dict[str, Any], configs: Sequence[ClockConfig], lookahead: int
+                 ) -> None:
+    """Raise :class:`CheckpointError` unless the network fits the action set and the observation layout."""
+    if not weights.hidden:
+        raise CheckpointError("the policy has no hidden layer; rlclock's policies have at least one.",
+                              "retrain the policy with this version of rlclock.")
+    slots = n_slots(configs)
+    if int(meta.get("candidate_slots", slots)) != slots:
+        raise CheckpointError(f"the policy was trained with {meta['candidate_slots']} candidate slots; its "
+                              f"listed action set gives {slots}.", "retrain the policy for this action set.")
+    expect = obs_size(lookahead, slots)
+    w0 = weights.hidden[0][0]
+    if w0.shape[1] != expect or int(meta["obs_size"]) != expect:
+        raise CheckpointError(f"policy expects {w0.shape[1]} observation entries, this rlclock builds {expect}.",
+                              "retrain the policy with this version of rlclock.")
+    for i, ((w, b), width) in enumerate(zip(weights.hidden, [w0.shape[1]] + [w.shape[0] for w, _ in weights.hidden])):
+        if w.ndim != 2 or w.shape[1] != width or b.shape != (w.shape[0],):
+            raise CheckpointError(f"hidden layer {i} has weights {w.shape} and bias {b.shape}, which do not chain.",
+                                  "retrain the policy with this version of rlclock.")
+    head_w, head_b = weights.head
+    if head_w.shape != (slots + 1, weights.hidden[-1][0].shape[0]) or head_b.shape != (slots + 1,):
+        raise CheckpointError(f"policy has {head_w.shape[0]} actions but its action set gives {slots} candidate "
+                              "slots (+ keep).", "retrain the policy for this action set.")
+    if not all(np.all(np.isfinite(a)) for layer in (*weights.hidden, weights.head) for a in layer):
+        raise CheckpointError("the policy's weights hold NaN or infinity.", "retrain the policy.")

@@ -1,0 +1,246 @@
+"""The incremental first-layer evaluator: a decision's first-layer sum from parts computed once and reused.
+
+A decision of the policy is ``logits(W1 · obs + b1)``. The observation (:mod:`rlclock.observation.layout`)
+is made of parts that change at very different rates, so the first layer's sum is assembled from them:
+
+* per **situation** (kernels with the same kernel window, look-ahead context and time left — repeated layers
+  share them; :func:`situations`) the part that depends on neither the price nor the state: the kernel
+  window, the bins' occupancy, the time left, the latency and the bias (:meth:`FirstLayerEvaluator.prepare`);
+* per **price of time** and look-ahead context, the slots' features but their in-effect flags
+  (:class:`PriceTables`);
+* per price and **configuration in effect**, everything that depends on it — its bins, the in-effect flags of
+  the slots holding it, its own features — filled the first time a rollout holds it
+  (:meth:`FirstLayerEvaluator.now_column`).
+
+A decision is taken only with no switch in flight (a request then would be ignored), so the ``pending``,
+``in_flight`` and ``time_to_land`` state entries are zero at every decision and take no part. Every sum is the
+same float arithmetic as the network on the env's observation (``tests/test_agent.py`` checks it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from rlclock.dvfs.spec import GpuSpec
+from rlclock.observation.features import (
+    distinct_kernels,
+    kernel_window,
+    latency_feature,
+    price_feature,
+    remaining_feature,
+)
+from rlclock.observation.layout import CONFIG_WIDTH, ObservationLayout, config_features
+from rlclock.observation.lookahead import CURRENT_WIDTH, SLOT_WIDTH, StepLookahead, distinct, n_slots
+from rlclock.policy.network import PolicyWeights
+from rlclock.policy.step import PlanningStep
+from rlclock.schedule import ClockConfig
+
+
+@dataclass
+class PriceTables:
+    """What a decision reads at one price of time, per look-ahead context ``u`` (``U`` of them).
+
+    Attributes:
+        price_rel: The price of time over the step's mean auto power.
+        candidates: ``(U, S)`` configuration of every slot.
+        slot_part: ``(U, H)`` first-layer sum over the slots' features but their in-effect flags.
+        now: configuration → ``(U, H)`` first-layer sum over everything that depends on it being in effect.
+        pre: ``(situations, H)`` the first layer's sum over everything but the configuration in effect.
+        slots: ``candidates`` as lists (fast lookups).
+        decided: ``(situation, configuration in effect)`` → the policy's action and its logits.
+    """
+
+    price_rel: float
+    candidates: np.ndarray
+    slot_part: np.ndarray
+    now: dict[int, np.ndarray]
+    pre: np.ndarray
+    slots: list[list[int]] = field(default_factory=list)
+    decided: dict[tuple[int, int], tuple[int, np.ndarray]] = field(default_factory=dict)
+
+
+@dataclass
+class PreparedStep:
+    """What the rollouts of one step share (:meth:`FirstLayerEvaluator.prepare`).
+
+    Attributes:
+        base: ``(situations, H)`` first-layer sum over the price- and state-independent inputs.
+        look: The step's binned look-ahead and candidate slots.
+        per_price: price → :class:`PriceTables`.
+        situation: Per kernel its row of ``base`` (:func:`situations`).
+        situation_context: ``(situations,)`` the look-ahead context of each.
+        moves: ``(context, in effect, requested)`` → ``(kernels, seconds, joules)`` of the move a decision makes.
+    """
+
+    base: np.ndarray
+    look: StepLookahead
+    per_price: dict[float, PriceTables]
+    situation: list[int]
+    situation_context: np.ndarray
+    moves: dict[tuple[int, int, int], tuple[int, float, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FirstLayer:
+    """The first layer's weights split by the observation's parts (columns as row-major matrices).
+
+    Attributes:
+        window: ``(window entries, H)`` float32, the kernel window.
+        slots: ``(S · SLOT_WIDTH, H)`` float32, the slots.
+        now: ``(CURRENT_WIDTH + S, H)`` float32, the in-effect bins, then each slot's in-effect flag.
+        occupancy: ``(N_BINS, H)``, the bins' occupancy.
+        in_effect: ``(CONFIG_WIDTH, H)``, the in-effect configuration's features.
+        price: ``(H,)``, the price entry.
+        time_left: ``(H,)``, the time-left entry.
+        latency: ``(H,)``, the latency entry.
+    """
+
+    window: np.ndarray
+    slots: np.ndarray
+    now: np.ndarray
+    occupancy: np.ndarray
+    in_effect: np.ndarray
+    price: np.ndarray
+    time_left: np.ndarray
+    latency: np.ndarray
+
+    @classmethod
+    def split(cls, w1: np.ndarray, layout: ObservationLayout) -> FirstLayer:
+        """Split ``w1`` (``(H, obs_size)``) along ``layout``."""
+        S = layout.n_slots
+        w_slot = w1[:, layout.slots].reshape(-1, S, SLOT_WIDTH)
+        flags = w_slot[:, :, -1].T  # each slot's "is the configuration in effect" entry
+        return cls(
+            window=np.ascontiguousarray(w1[:, layout.window].T, dtype=np.float32),
+            slots=np.ascontiguousarray(w_slot.reshape(w1.shape[0], -1).T, dtype=np.float32),
+            now=np.ascontiguousarray(np.vstack([w1[:, layout.current].T, flags]), dtype=np.float32),
+            occupancy=np.ascontiguousarray(w1[:, layout.occupancy].T),
+            in_effect=w1[:, layout.entry("in_effect")],
+            price=w1[:, layout.index("price")].copy(),
+            time_left=w1[:, layout.index("time_left")].copy(),
+            latency=w1[:, layout.index("latency")].copy(),
+        )
+
+
+class FirstLayerEvaluator:
+    """A policy network's decisions on a planning model, from first-layer parts computed once (module docstring).
+
+    Args:
+        weights: The network.
+        gpu: The GPU the policy plans for.
+        configs: Its action set.
+        lookahead: Kernels after the current one in its window.
+    """
+
+    def __init__(self, weights: PolicyWeights, gpu: GpuSpec, configs: Sequence[ClockConfig], lookahead: int) -> None:
+        self.weights = weights
+        self.gpu = gpu
+        self.configs = tuple(configs)
+        self.lookahead = lookahead
+        self.layout = ObservationLayout.of(lookahead, n_slots(self.configs))
+
+    @cached_property
+    def first(self) -> FirstLayer:
+        return FirstLayer.split(self.weights.hidden[0][0], self.layout)
+
+    @cached_property
+    def config_feat(self) -> np.ndarray:
+        """``(C, CONFIG_WIDTH)`` float32 features of the action set's configurations."""
+        return config_features(self.gpu, self.configs)
+
+    @cached_property
+    def now_config(self) -> np.ndarray:
+        """``(C, H)`` float32: the first layer's sum over each configuration's own features when in effect."""
+        assert self.first.in_effect.shape[1] == CONFIG_WIDTH
+        return (self.config_feat.astype(np.float64) @ self.first.in_effect.T).astype(np.float32)
+
+    def logits(self, h: np.ndarray) -> np.ndarray:
+        """The action logits of a decision from its first layer's pre-activation ``h`` (overwritten)."""
+        return self.weights.logits_from_first(h)
+
+    def prepare(self, step: PlanningStep) -> PreparedStep:
+        """What every rollout of one step shares: its :class:`StepLookahead`, its situations and per situation
+        the first layer's sum over the parts of the observation that depend on neither the price nor the state
+        (kernel window, occupancy of the bins ahead, time left, latency, bias)."""
+        K = self.lookahead
+        first = self.first
+        b1 = self.weights.hidden[0][1]
+        look = StepLookahead(step.time_s, step.energy_j, step.auto_time_s, step.auto_energy_j, step.latency_s,
+                             self.configs, kernel_groups=step.trace.unique_index)
+        width = self.layout.window.stop
+        kernels = distinct_kernels(step.trace, look.row_ids)
+        window = kernel_window(step.trace, self.gpu, step.auto_time_s, step.auto_energy_j, step.latency_s,
+                               step.time_s, step.energy_j, self.configs, K, kernels)
+        prefix = np.concatenate([[0.0], np.cumsum(step.auto_time_s)])
+        remaining = remaining_feature(float(prefix[-1]) - prefix[:-1], step.latency_s)
+        situation, firsts = situations(kernels[0], look.context, remaining, K)
+        # once per situation; the window product in float32, as the network was trained
+        rows = window[firsts[:, None] + np.arange(K + 1)].reshape(len(firsts), width)
+        base = (rows @ first.window).astype(np.float64)
+        base += b1 + look.occupancy_by_context[look.context[firsts]] @ first.occupancy
+        base += np.outer(remaining[firsts], first.time_left)
+        base += latency_feature(step.latency_s) * first.latency
+        return PreparedStep(base, look, {}, situation.tolist(), look.context[firsts])
+
+    def price_tables(self, prepared: PreparedStep, price_rel: float) -> PriceTables:
+        """The :class:`PriceTables` of one price (computed once per price and step)."""
+        got = prepared.per_price.get(price_rel)
+        if got is None:
+            look = prepared.look
+            U, S = look.n_contexts, look.n_slots
+            cand = look.context_candidates(price_rel)
+            feats = np.empty((U, S, SLOT_WIDTH), dtype=np.float32)
+            feats[..., :CONFIG_WIDTH] = self.config_feat[cand]
+            feats[..., CONFIG_WIDTH:-1] = look.bin_features(np.arange(U)[:, None], cand, price_rel)
+            feats[..., -1] = 0.0  # no slot is flagged as in effect: that is in `now`
+            slot_part = (feats.reshape(U, -1) @ self.first.slots).astype(np.float64)
+            pre = prepared.base + slot_part[prepared.situation_context]
+            pre += float(price_feature(price_rel)) * self.first.price
+            got = PriceTables(price_rel, cand, slot_part, {}, pre, cand.tolist())
+            if len(prepared.per_price) >= 32:
+                prepared.per_price.clear()
+            prepared.per_price[price_rel] = got
+        return got
+
+    def now_column(self, look: StepLookahead, tables: PriceTables, config: int) -> np.ndarray:
+        """``(U, H)``: the first layer's sum over everything that depends on configuration ``config`` being in
+        effect, in every context, at the tables' price — its bins, the in-effect flags of the slots holding it,
+        its features (stored in ``tables.now``)."""
+        S = look.n_slots
+        bins = look.bin_features(np.arange(look.n_contexts), config, tables.price_rel, extra=S)
+        bins[:, CURRENT_WIDTH:] = tables.candidates == config
+        now = bins @ self.first.now
+        now += self.now_config[config]
+        tables.now[config] = now
+        return now
+
+
+_HASH_MULTIPLIERS = np.random.default_rng(0x51A7).integers(1, 2**63, size=64, dtype=np.uint64) | np.uint64(1)
+"""Independent odd 64-bit multipliers for hashing situations (structured ones let small integer combinations
+of the ids collide)."""
+
+
+def situations(kernel_ids: np.ndarray, context: np.ndarray, remaining: np.ndarray, lookahead: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """``(situation, first)``: per kernel a number shared by the kernels that see the same inputs but for the
+    state and the price — the same kernel window (``kernel_ids``: equal numbers for equal rows of the window,
+    :func:`~rlclock.observation.features.distinct_kernels`), look-ahead context and time left (which saturates
+    eight latencies before the end) —, and the first kernel of each. Repeated layers share them, so their
+    decisions are computed once per state (exact: the groups are checked element by element)."""
+    n = len(context)
+    padding = np.full(lookahead, int(kernel_ids.max()) + 1)  # the rows past the step's end: one more kind
+    ids = np.concatenate([kernel_ids, padding]).astype(np.uint64)
+    mults = _HASH_MULTIPLIERS[: lookahead + 3]
+    with np.errstate(over="ignore"):
+        key = context.astype(np.uint64) * mults[0] + remaining.view(np.uint64) * mults[1]
+        for j in range(lookahead + 1):
+            key += ids[j : j + n] * mults[j + 2]
+    situation, first = distinct(key)
+    same = [context, remaining, *(ids[j : j + n] for j in range(lookahead + 1))]
+    if not all(np.array_equal(x[first[situation]], x) for x in same):
+        return np.arange(n), np.arange(n)
+    return situation, first

@@ -1,0 +1,139 @@
+"""The decision loop: a step rolled forward through the switching rule, deciding where a decision can act.
+
+At every kernel where nothing is in flight the policy picks a slot (or keep); a switch then flies
+(:func:`rlclock.backends.switching.fly`) and nothing is decided until it lands. Decisions and the moves they
+make are reused across repeated layers and across a step's rollouts (exact: the same inputs give the same
+numbers).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlclock.backends.switching import fly
+from rlclock.errors import CheckpointError
+from rlclock.policy.inputs import FirstLayerEvaluator, PreparedStep
+from rlclock.policy.step import PlanningStep
+
+Overrides = dict[float, dict[tuple[int, int], int]]
+"""price → ``(situation, configuration in effect)`` → the action that replaces the policy's there."""
+Choices = dict[tuple[int, int], tuple[float, int]]
+"""``(situation, configuration in effect)`` → the policy's logit margin over its second choice, and that choice."""
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """A planned step.
+
+    Attributes:
+        requests: Requested configuration index per kernel.
+        time_s: The step's seconds on the planning model.
+        energy_j: Its joules on the planning model.
+        computed: Decisions computed (the others reused a repeated layer's, or an earlier rollout's).
+    """
+
+    requests: np.ndarray
+    time_s: float
+    energy_j: float
+    computed: int
+
+    def objective(self, weight_j_per_s: float) -> float:
+        """``energy + weight · time``, joules."""
+        return self.energy_j + weight_j_per_s * self.time_s
+
+
+def runner_up(action: int, logits: np.ndarray) -> tuple[float, int]:
+    """The policy's margin between its choice ``action`` and its second choice, and that second action."""
+    second = int(np.argmax(np.where(np.arange(len(logits)) == action, -np.inf, logits)))
+    return float(logits[action] - logits[second]), second
+
+
+def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float | np.ndarray,
+            prepared: PreparedStep | None = None, timings: list[float] | None = None,
+            first_layer: list[np.ndarray] | None = None, overrides: Overrides | None = None,
+            choices: Choices | None = None) -> Rollout:
+    """The decision loop (numpy only) at a price of time ``price_rel`` (J/s per watt of mean auto power; one
+    for the step or one per kernel).
+
+    ``step`` holds the planning model's tables (they give the kernels' clock response, the look-ahead bins,
+    the candidate slots and the plan's accounting). ``prepared`` is :meth:`FirstLayerEvaluator.prepare` of the
+    step, when the caller rolls it out at several prices (it keeps what each price needs). ``timings``
+    receives the seconds spent per decision, ``first_layer`` the first layer's input-side sum ``W1 · obs + b1``
+    at each decision (for checking against the env's observations). ``overrides`` replaces the policy's action
+    at some states (:func:`rlclock.policy.search.refine`); ``choices`` receives, at every state visited (in a
+    rollout at a single price), the policy's margin over its second choice and that choice.
+    """
+    n = step.n
+    latency_s = step.latency_s
+    if prepared is None:
+        prepared = evaluator.prepare(step)
+    price = np.asarray(price_rel, dtype=float)
+    if price.shape not in ((), (n,)) or not np.all(np.isfinite(price)) or np.any(price < 0):
+        raise CheckpointError(f"price of time {price_rel!r}: need one finite price >= 0 or one per kernel ({n}).")
+    prices = np.broadcast_to(price, (n,))
+    look = prepared.look
+    context = look.context.tolist()
+    levels, which_array = np.unique(prices, return_inverse=True)
+    tables = [evaluator.price_tables(prepared, float(p)) for p in levels]
+    replaced = [(overrides or {}).get(float(p), {}) for p in levels]
+    which = which_array.tolist()
+    situation = prepared.situation
+    # a decision depends on the kernel's inputs, the price and the configuration in effect only, and the
+    # move it makes (the kernels it covers, their time and energy) on its context, the configuration in
+    # effect and the one requested, while those kernels lie within the context's span: kernels of repeated
+    # layers, and later rollouts of the step, reuse both unless each decision is recorded
+    reuse = first_layer is None and timings is None
+    moves = prepared.moves if reuse else {}
+    span = look.span.tolist()
+    keep = look.n_slots  # the action that issues nothing
+    t_at, e_at = step.time_s.item, step.energy_j.item
+    clock = time.perf_counter
+    held: list[int] = []  # the configuration requested over each move, and the kernels it covers
+    covers: list[int] = []
+    cur, k, total_t, total_e, computed = 0, 0, 0.0, 0.0, 0
+    while k < n:  # one pass per decision
+        t0 = clock() if timings is not None else 0.0
+        level = which[k]
+        tab = tables[level]
+        s, u = situation[k], context[k]
+        key = (s, cur)
+        got = tab.decided.get(key) if reuse else None
+        if got is None:
+            now = tab.now.get(cur)
+            if now is None:
+                now = evaluator.now_column(look, tab, cur)
+            h = tab.pre[s] + now[u]
+            if first_layer is not None:
+                first_layer.append(h.copy())
+            z = evaluator.logits(h)
+            got = (int(z.argmax()), z)
+            if reuse:
+                tab.decided[key] = got
+            computed += 1
+        if choices is not None and key not in choices:
+            choices[key] = runner_up(*got)
+        a = replaced[level].get(key, got[0])
+        a = cur if a >= keep else tab.slots[u][a]
+        if timings is not None:
+            timings.append(clock() - t0)
+        move = moves.get((u, cur, a))
+        if move is None:
+            if a == cur or latency_s <= 0.0:  # nothing in flight: the kernel runs at what is in effect
+                j, dt, de = k + 1, t_at(k, a), e_at(k, a)
+            else:
+                j, _, dt, de = fly(t_at, e_at, n, k, cur, a, latency_s)
+            if reuse and j - k <= span[u]:
+                moves[(u, cur, a)] = (j - k, dt, de)
+        else:
+            j, dt, de = move
+            j += k
+        cur = a
+        total_t += dt
+        total_e += de
+        held.append(cur)
+        covers.append(j - k)
+        k = j
+    return Rollout(np.repeat(np.asarray(held, dtype=np.int64), covers), total_t, total_e, computed)
