@@ -156,7 +156,8 @@ class ClockPolicy:
 
     def rollout(self, backend: GpuBackend | PlanningStep, price_rel: float | np.ndarray,
                 prepared: PreparedStep | None = None, timings: list[float] | None = None,
-                first_layer: list[np.ndarray] | None = None, overrides: Overrides | None = None, choices: Choices | None = None) -> Rollout:
+                first_layer: list[np.ndarray] | None = None, overrides: Overrides | None = None,
+                choices: Choices | None = None) -> Rollout:
         """One rollout at a price of time (:func:`rlclock.policy.rollout.rollout`)."""
         return rollout(self.evaluator, self.step_of(backend), price_rel, prepared, timings, first_layer, overrides,
                        choices)
