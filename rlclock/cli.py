@@ -13,8 +13,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from rlclock import __version__
 from rlclock.errors import RlclockError
+from rlclock.version import __version__
 
 COMMANDS: tuple[str, ...] = (
     "simulate", "baselines", "train", "evaluate", "profile", "measure", "doctor", "reset_clocks", "apply",

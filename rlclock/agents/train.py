@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 import yaml
 
-from rlclock import __version__
 from rlclock.agents.evaluate import PolicyEvaluation, evaluate_policy
 from rlclock.agents.tracking import Tracker, sb3_writer
 from rlclock.config import EnvSpec
@@ -39,6 +38,7 @@ from rlclock.env import EpisodeTables
 from rlclock.observation.layout import obs_size
 from rlclock.observation.lookahead import n_slots
 from rlclock.policy import DEFAULT_PRICE_REL, ClockPolicy, policy_meta, save_checkpoint
+from rlclock.version import __version__
 
 
 @dataclass

@@ -3,7 +3,8 @@
 Same dynamics, observations, rewards and infos as :class:`~rlclock.env.KernelClockEnv` (both drive
 :class:`~rlclock.env.BatchCore`), without ``N`` Python environments and their per-step overhead. Finished
 runs reset automatically (a new workload of a family and a new price of time, each drawn), with
-``terminal_observation`` in their info, as SB3 expects.
+``terminal_observation`` in their info, as SB3 expects. ``seed()`` and ``set_options()`` apply to the next
+``reset()`` only, as in SB3's own vector envs; the options are the single env's (``workload``, ``time_price``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnv
 
 from rlclock.config import DEFAULT_ENV, EnvSpec
 from rlclock.env import BatchCore, KernelClockEnv
+from rlclock.env.dynamics import start_of
 from rlclock.errors import SpecError
 
 
@@ -49,12 +51,19 @@ class KernelClockVecEnv(VecEnv):
         eps = [self.episodes[int(i)] for i in self._workload[which]]
         self._core.start(which, eps, np.array([ep.draw_price(self._rng) for ep in eps]))
 
-    def seed(self, seed: int | None = None) -> Sequence[int | None]:
-        self._rng = np.random.default_rng(seed)
-        return [seed] * self.num_envs
-
     def reset(self) -> np.ndarray:
-        self._draw(np.arange(self.num_envs))
+        if self._seeds[0] is not None:
+            self._rng = np.random.default_rng(self._seeds[0])
+        plain = [j for j in range(self.num_envs) if not self._options[j]]
+        if plain:
+            self._draw(np.array(plain))
+        for j in range(self.num_envs):
+            if self._options[j]:
+                idx, price = start_of(self.episodes, self._rng, self._options[j])
+                self._workload[j] = idx
+                self._core.start(np.array([j]), [self.episodes[idx]], np.array([price]))
+        self._reset_seeds()
+        self._reset_options()
         return self._core.observation()
 
     def step_async(self, actions: np.ndarray) -> None:

@@ -28,6 +28,7 @@ from pydantic import Field, PrivateAttr
 from rlclock import resources
 from rlclock.backends.base import GpuBackend
 from rlclock.backends.settings import BACKEND_KINDS, BackendSettings, SimulatedSettings
+from rlclock.config.family import random_family
 from rlclock.dvfs.spec import GpuSpec, get_spec, load_spec_file
 from rlclock.errors import SpecError
 from rlclock.schedule import ClockConfig
@@ -245,10 +246,9 @@ def _family(data: Mapping[str, Any], path: Path) -> list[EnvSpec]:
         return load_env_spec(ref)
 
     if isinstance(members, Mapping):
-        from rlclock.config.family import random_family
-
         draw = validate(_RandomFamily, members, f"{path}: family")
-        return random_family(member(draw.base), draw.random, draw.seed)
+        base = member(draw.base)
+        return [base.with_overrides(**changes) for changes in random_family(base.raw, draw.random, draw.seed)]
     if not isinstance(members, list) or not members:
         raise SpecError(f"{path}: 'family' must be a non-empty list of env specs, or "
                         "{random: N, seed: S, base: SPEC}.")

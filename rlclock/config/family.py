@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
-from rlclock.config import EnvSpec
 
-
-def random_family(base: EnvSpec, n: int, seed: int = 0) -> list[EnvSpec]:
-    """``n`` env specs on ``base``'s GPU and action set with randomly drawn workloads.
+def random_family(base_raw: Mapping[str, Any], n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """The overrides of ``n`` env specs that share a base spec's GPU and action set (``base_raw``: the base
+    spec as written) with randomly drawn workloads.
 
     Each draws: the generator (llm.c GPT, PyTorch GPT or Llama with grouped-query attention), the width
     (768–4096, heads of 64 or 128), batch and sequence (tokens per step 4 Ki–64 Ki), layers (4–10), the
     switching latency (log-uniform 5–80 ms) and the slowdown budget (0, 1 or 2 %, mostly 1 %).
     """
     rng = np.random.default_rng(seed)
-    out: list[EnvSpec] = []
+    out: list[dict[str, Any]] = []
     for i in range(n):
         kind = rng.choice(["llmc", "gpt", "llama"], p=[0.4, 0.3, 0.3])
         hidden = int(rng.choice([768, 1024, 1280, 1536, 2048, 2560, 3072, 4096]))
@@ -37,6 +39,6 @@ def random_family(base: EnvSpec, n: int, seed: int = 0) -> list[EnvSpec]:
         latency = float(np.exp(rng.uniform(np.log(0.005), np.log(0.08))))
         budget = float(rng.choice([0.0, 0.01, 0.02], p=[0.15, 0.7, 0.15]))
         name = f"rand{seed}-{i}-{kind}-c{hidden}-t{seq}-b{batch}-l{layers}"
-        out.append(base.with_overrides(name=name, workload=workload, switch_latency_s=round(latency, 4),
-                                       reward={**dict(base.raw.get("reward", {})), "budget": budget}))
+        out.append({"name": name, "workload": workload, "switch_latency_s": round(latency, 4),
+                    "reward": {**dict(base_raw.get("reward", {})), "budget": budget}})
     return out

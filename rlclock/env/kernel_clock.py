@@ -11,13 +11,22 @@ import numpy as np
 
 from rlclock.backends.base import GpuBackend
 from rlclock.config import DEFAULT_ENV, EnvSpec, load_env_spec
-from rlclock.env.dynamics import BatchCore
+from rlclock.env.dynamics import BatchCore, start_of
 from rlclock.env.tables import EpisodeTables, episode_tables
 from rlclock.errors import SpecError
 from rlclock.observation.layout import obs_size
 from rlclock.schedule import ClockConfig
 
 ENV_ID = "rlclock/KernelClock-v0"
+RENDER_FPS = 30
+"""Lines per second a person is shown (``render_mode="human"``); one line per kernel decision."""
+
+
+def render_line(core: BatchCore, run: int, n_kernels: int, configs: Sequence[ClockConfig]) -> str:
+    """One run's state as a line: kernel, time and energy so far, switches, the configuration in effect."""
+    return (f"kernel {int(core.k[run])}/{n_kernels}  time {core.time_s[run] * 1e3:.2f} ms  "
+            f"energy {core.energy_j[run]:.2f} J  switches {int(core.switches[run])}  "
+            f"in effect {configs[int(core.state.current[run])]}")
 
 
 class KernelClockEnv(gym.Env):
@@ -28,15 +37,15 @@ class KernelClockEnv(gym.Env):
     e.g. llm.c's GPT-3 XL: 897 kernel invocations). Each step the agent requests a clock configuration for
     the next kernel; the GPU backend (the calibrated simulator by default) runs it and charges its time and
     energy. With a switching latency, a requested change lands only after that latency while kernels keep
-    running at the old clocks (rules in :mod:`rlclock.backends.base`), so good policies request changes
+    running at the old clocks (rules in :mod:`rlclock.backends.switching`), so good policies request changes
     ahead of the kernels that need them.
 
     ## Action space
-    ``Discrete(S + 1)``: a *candidate slot* or ``S`` (:attr:`keep_action`): keep the configuration requested
-    last, issuing nothing. Slot 0 is ``auto`` (the driver's own clocks); the others hold, at every kernel, the
-    configuration of the action set ``env.unwrapped.configs`` (``auto@<mem>`` per memory clock and a thinned
-    grid of locked ``core@mem`` pairs, every ``actions.core_step_mhz`` MHz) with the largest ``energy +
-    p·time`` gain over a window after a switch requested now would land — per window, memory clock and
+    ``Discrete(S + 1)``: a *candidate slot* or ``S`` (:attr:`keep_action`): keep — issue nothing, so the
+    switch in flight (or else the configuration in effect) stands. Slot 0 is ``auto`` (the driver's own
+    clocks); the others hold, at every kernel, the configuration of the action set ``env.unwrapped.configs``
+    (``auto@<mem>`` per memory clock and a thinned grid of locked ``core@mem`` pairs, every
+    ``actions.core_step_mhz`` MHz) with the largest ``energy + p·time`` gain over a window after a switch requested now would land — per window, memory clock and
     price factor (:mod:`rlclock.observation.lookahead`; ``S = 25`` on the RTX 3080 Ti's three memory clocks).
     The slots mean the same on every workload, which is what lets one policy serve many; the exact optimum
     restricted to them is within 1 % of the unrestricted one on the default spec. ``info["config"]`` is the
@@ -104,18 +113,23 @@ class KernelClockEnv(gym.Env):
     (the request made; keep resolves to the standing one) and ``in_effect`` (configuration the kernel
     started at). At the end also ``saving``, ``auto_energy_j``, ``auto_time_s`` and ``off_plan_time_s``.
 
+    ## Rendering
+    ``render_mode="ansi"``: :meth:`render` returns one line (kernel, time and energy so far, switches, the
+    configuration in effect); ``"human"``: that line is printed at every step.
+
     ## Arguments
-    ``gym.make("rlclock/KernelClock-v0", spec="gpt3xl-rtx3080ti", **overrides)``: ``spec`` is an env spec
-    name under ``envs/``, a YAML path, a mapping, an :class:`~rlclock.config.EnvSpec`, or a list of them
-    (a workload family sharing one GPU and action set); ``overrides`` replace top-level spec fields
-    (``switch_latency_s=0``, ``reward={"budget": 0.0}``, …).
+    ``gym.make("rlclock/KernelClock-v0", spec="gpt3xl-rtx3080ti", **overrides)``: ``spec`` is the name of a
+    shipped env spec, a YAML path, a mapping, an :class:`~rlclock.config.EnvSpec`, or a list of them (a
+    workload family sharing one GPU and action set); ``overrides`` replace top-level spec fields
+    (``switch_latency_s=0``, ``reward={"budget": 0.0}``, …). ``gym.make_vec("rlclock/KernelClock-v0",
+    num_envs=N)`` gives the batched :class:`~rlclock.env.vector.KernelClockVectorEnv`.
 
     ## Version history
     * v0: initial release; feature schema v4 (candidate slots over a look-ahead binned in switching
       latencies; v3 had an action per configuration, a 16-kernel window and no bins).
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["human", "ansi"], "render_fps": RENDER_FPS}
 
     def __init__(self, spec: str | Path | Mapping[str, Any] | EnvSpec | Sequence[Any] = DEFAULT_ENV,
                  render_mode: str | None = None, **overrides: Any) -> None:
@@ -137,13 +151,13 @@ class KernelClockEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(self.n_slots + 1)
         self.observation_space = gym.spaces.Box(-1.0, 2.0, (obs_size(self.lookahead, self.n_slots),), np.float32)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise SpecError(f"render_mode {render_mode!r} is not supported; use 'ansi' or None.")
+            raise SpecError(f"render_mode {render_mode!r} is not supported; use 'human', 'ansi' or None.")
         self.render_mode = render_mode
         self._core = BatchCore(1)
         self._ep = first
 
     @property
-    def spec_(self) -> EnvSpec:
+    def env_spec(self) -> EnvSpec:
         """The env spec of the current episode."""
         return self.specs[self.episodes.index(self._ep)]
 
@@ -154,18 +168,8 @@ class KernelClockEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        options = options or {}
-        idx = 0
-        if "workload" in options:
-            idx = int(options["workload"])
-            if not 0 <= idx < len(self.episodes):
-                raise SpecError(f"workload {idx} is outside this env's {len(self.episodes)} workloads.")
-        elif len(self.episodes) > 1:
-            idx = int(self.np_random.integers(len(self.episodes)))
+        idx, price = start_of(self.episodes, self.np_random, options)
         self._ep = self.episodes[idx]
-        price = float(options["time_price"]) if "time_price" in options else self._ep.draw_price(self.np_random)
-        if not np.isfinite(price) or price < 0:
-            raise SpecError(f"time_price {price!r} J/s is not a finite, non-negative number.")
         self._core.start(np.array([0]), [self._ep], np.array([price]))
         return self._core.observation()[0], {"workload": self.specs[idx].name, "time_price": price}
 
@@ -176,14 +180,19 @@ class KernelClockEnv(gym.Env):
                             "and keep.")
         reward, done, info = self._core.step(np.array([a]))
         obs = self._core.observation()[0]
+        if self.render_mode == "human":
+            self.render()
         return obs, float(reward[0]), bool(done[0]), False, info[0]
 
     def render(self) -> str | None:
-        if self.render_mode != "ansi":
+        """The state as one line (``ansi``: returned; ``human``: printed)."""
+        if self.render_mode is None:
             return None
-        c = self._core
-        return (f"kernel {int(c.k[0])}/{self._ep.n}  time {c.time_s[0] * 1e3:.2f} ms  energy {c.energy_j[0]:.2f} J  "
-                f"switches {int(c.switches[0])}  in effect {self.configs[int(c.state.current[0])]}")
+        line = render_line(self._core, 0, self._ep.n, self.configs)
+        if self.render_mode == "human":
+            print(line)
+            return None
+        return line
 
 
 def _with(spec: EnvSpec, overrides: Mapping[str, Any]) -> EnvSpec:

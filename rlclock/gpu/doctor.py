@@ -13,9 +13,9 @@ import platform
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlclock import __version__
 from rlclock.errors import RlclockError
 from rlclock.gpu import nvml
+from rlclock.version import __version__
 
 _GRAPH_FUNCTIONS = ("cuGraphClone", "cuGraphNodeFindInClone", "cuGraphDestroyNode", "cuGraphKernelNodeGetParams_v2",
                     "cuGraphInstantiateWithFlags", "cuGraphAddChildGraphNode", "cuFuncGetName")

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
+import rlclock.policy.planner as planner
 from rlclock.backends.base import GpuBackend
 from rlclock.dvfs.spec import GpuSpec, get_spec
 from rlclock.errors import CheckpointError
 from rlclock.observation.features import PRICE_REL_MAX, PRICE_REL_MIN
-from rlclock.policy import planner
 from rlclock.policy.checkpoint import check_shapes, clock_table_digest, read_checkpoint
 from rlclock.policy.inputs import FirstLayerEvaluator, PreparedStep
 from rlclock.policy.network import PolicyWeights

@@ -1,0 +1,5 @@
+"""``python -m rlclock``: the rlclock command line."""
+
+from rlclock.cli import main
+
+raise SystemExit(main())
