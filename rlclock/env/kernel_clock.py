@@ -45,8 +45,9 @@ class KernelClockEnv(gym.Env):
     switch in flight (or else the configuration in effect) stands. Slot 0 is ``auto`` (the driver's own
     clocks); the others hold, at every kernel, the configuration of the action set ``env.unwrapped.configs``
     (``auto@<mem>`` per memory clock and a thinned grid of locked ``core@mem`` pairs, every
-    ``actions.core_step_mhz`` MHz) with the largest ``energy + p·time`` gain over a window after a switch requested now would land — per window, memory clock and
-    price factor (:mod:`rlclock.observation.lookahead`; ``S = 25`` on the RTX 3080 Ti's three memory clocks).
+    ``actions.core_step_mhz`` MHz) with the largest ``energy + p·time`` gain over a window after a switch
+    requested now would land — per window, memory clock and price factor (:mod:`rlclock.observation.lookahead`;
+    ``S = 25`` on the RTX 3080 Ti's three memory clocks).
     The slots mean the same on every workload, which is what lets one policy serve many; the exact optimum
     restricted to them is within 1 % of the unrestricted one on the default spec. ``info["config"]`` is the
     configuration a step's action resolved to. Only supported pairs are candidates, so no action is
