@@ -24,6 +24,7 @@ from rlclock.observation.lookahead import CURRENT_WIDTH
 from rlclock.policy import DEFAULT_PRICE_REL, ClockPolicy, PlanningStep, save_checkpoint
 from rlclock.policy.search import refine
 from rlclock.schedule import ClockSchedule
+from tests.wandb_offline import read_offline_run
 
 SMALL = {
     "name": "small", "gpu": "rtx3080ti",
@@ -190,6 +191,7 @@ def test_wandb_mode(monkeypatch, tmp_path):
 
 def test_train_cli_writes_a_self_describing_run_and_tracks_offline(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))  # staged artifact copies
     env_file = tmp_path / "small.yaml"
     env_file.write_text(yaml.safe_dump(SMALL))
     agent = tmp_path / "agent.yaml"
@@ -198,7 +200,8 @@ def test_train_cli_writes_a_self_describing_run_and_tracks_offline(tmp_path, mon
                                      "imitation": {"iterations": 2, "epochs": 3}}))
     ck = tmp_path / "checkpoints" / "small"
     assert main(["train", str(env_file), "--agent", str(agent), "--timesteps", "2048", "--runs-dir",
-                 str(tmp_path / "runs"), "--save-checkpoint", str(ck), "--no-progress", "--track"]) == 0
+                 str(tmp_path / "runs"), "--save-checkpoint", str(ck), "--no-progress", "--track",
+                 "--wandb-project", "rlclock-tests", "--wandb-group", "ci", "--name", "my run ü"]) == 0
     out = capsys.readouterr().out
     assert "PPO policy" in out and "latency-aware" in out
     run = next((tmp_path / "runs").iterdir())
@@ -207,12 +210,31 @@ def test_train_cli_writes_a_self_describing_run_and_tracks_offline(tmp_path, mon
         assert (run / name).exists(), name
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert cfg["agent"]["timesteps"] == 2048 and cfg["git"] and "train" in cfg["command"]
-    assert list((run / "wandb").glob("offline-run-*")), "W&B offline run missing"
+    (offline,) = (run / "wandb").glob("offline-run-*")
+    logged = read_offline_run(offline)
+    assert (logged.project, logged.group) == ("rlclock-tests", "ci")
+    assert logged.config["name"] == "my run ü"  # the user's name is kept; the artifact's is made W&B-safe
+    # every numeric SB3 value, numpy scalars included, on the global_step axis
+    ppo = logged.rows_with("train/approx_kl")
+    assert ppo and all(isinstance(r["train/approx_kl"], float) and r["global_step"] > 0 for r in ppo)
+    assert logged.rows_with("time/fps") and logged.rows_with("energy/fraction_of_optimum")
+    rounds = logged.rows_with("imitation/agreement")
+    assert [r["imitation/round"] for r in rounds] == [1, 2] and rounds[-1]["imitation/samples"] > 0
+    final = logged.rows_with("plots/pareto") + logged.rows_with("energy/schedule")
+    assert len(final) == 2 and all(r["global_step"] == meta_steps(run) for r in final)
+    (model,) = [a for a in logged.artifacts if a["type"] == "model"]
+    assert model["name"] == "policy-my-run" and {"meta.json", "policy.safetensors", "sb3_model.zip"} <= set(
+        model["files"])
     meta = json.loads((ck / "meta.json").read_text())
     assert meta["gpu_key"] == "rtx3080ti" and meta["training"]["timesteps"] >= 2048
     assert (ck / "sb3_model.zip").exists()
     assert main(["evaluate", str(ck), "--env", str(env_file), "--out", str(tmp_path / "ev")]) == 0
     assert (tmp_path / "ev" / "small" / "timeline.png").exists()
+
+
+def meta_steps(run: Path) -> int:
+    """The environment steps a run's checkpoint says it trained for."""
+    return int(json.loads((run / "policy" / "meta.json").read_text())["training"]["timesteps"])
 
 
 def _random_policy(seed: int):

@@ -69,11 +69,15 @@ class DaggerReport:
     samples: list[int]
     agreement: list[float]
 
+    def round_metrics(self, rounds: int) -> dict[str, float]:
+        """The last round's figures in the ``imitation/`` namespace (with ``imitation/round``, 1-based)."""
+        return {"imitation/round": len(self.samples), "imitation/rounds": rounds,
+                "imitation/samples": self.samples[-1], "imitation/agreement": self.agreement[-1]}
+
 
 def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, batch_size: int = 512,
            learning_rate: float = 1e-3, beta_decay: float = 0.5, prices_per_round: int = 2, min_updates: int = 500,
-           seed: int = 0,
-           log: Callable[[str], None] | None = None) -> DaggerReport:
+           seed: int = 0, on_round: Callable[[DaggerReport], None] | None = None) -> DaggerReport:
     """Train ``model``'s policy network to imitate the expert on every workload of ``env``.
 
     Args:
@@ -89,7 +93,7 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
         learning_rate: Adam learning rate.
         beta_decay: Probability of following the expert in round ``m`` is ``beta_decay ** m``.
         seed: Seed of the expert/learner mixing.
-        log: Optional progress printer.
+        on_round: Called after every round with the report so far (progress, metrics).
     """
     import torch
 
@@ -116,27 +120,34 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
         X = torch.as_tensor(np.asarray(obs_data), dtype=torch.float32)
         Y = torch.as_tensor(np.asarray(act_data), dtype=torch.long)
         n = X.shape[0]
-        if n == 0:
-            continue
-        new = n - (report.samples[-2] if len(report.samples) > 1 else 0)
-        updates, target = 0, max(epochs * -(-new // batch_size), min_updates)
-        while updates < target:
-            perm = torch.randperm(n)
-            for s in range(0, n, batch_size):
-                if updates >= target:
-                    break
-                updates += 1
-                idx = perm[s : s + batch_size]
-                loss = torch.nn.functional.cross_entropy(_logits(policy, X[idx]), Y[idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-        if log is not None:
-            log(f"imitation round {m + 1}/{iterations}: {len(act_data)} samples, learner agreed with the expert on "
-                f"{100 * report.agreement[-1]:.1f} % of its decisions before this round")
+        if n > 0:
+            _fit(policy, opt, X, Y, n - (report.samples[-2] if len(report.samples) > 1 else 0), epochs,
+                 batch_size, min_updates)
+        if on_round is not None:
+            on_round(report)
     return report
 
 
+
+
+def _fit(policy, opt, X, Y, new: int, epochs: int, batch_size: int, min_updates: int) -> None:
+    """One round's gradient steps: ``epochs`` passes' worth over the round's ``new`` samples (at least
+    ``min_updates``), minibatches drawn from all ``X, Y`` gathered so far."""
+    import torch
+
+    n = X.shape[0]
+    updates, target = 0, max(epochs * -(-new // batch_size), min_updates)
+    while updates < target:
+        perm = torch.randperm(n)
+        for s in range(0, n, batch_size):
+            if updates >= target:
+                break
+            updates += 1
+            idx = perm[s : s + batch_size]
+            loss = torch.nn.functional.cross_entropy(_logits(policy, X[idx]), Y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
 
 
 def _logits(policy, obs):

@@ -38,6 +38,7 @@ from rlclock.env import EpisodeTables
 from rlclock.observation.layout import obs_size
 from rlclock.observation.lookahead import n_slots
 from rlclock.policy import DEFAULT_PRICE_REL, ClockPolicy, policy_meta, save_checkpoint
+from rlclock.policy.checkpoint import SB3_FILE
 from rlclock.version import __version__
 
 
@@ -92,7 +93,9 @@ def _policy(model, specs: Sequence[EnvSpec], configs, lookahead: int, extra: dic
 
 def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "runs", name: str | None = None,
           track: bool = False, progress: bool = True, save_to: str | Path | None = None,
-          eval_specs: Sequence[EnvSpec] | None = None, command: str | None = None) -> TrainResult:
+          eval_specs: Sequence[EnvSpec] | None = None, command: str | None = None,
+          wandb_project: str | None = None, wandb_entity: str | None = None,
+          wandb_group: str | None = None) -> TrainResult:
     """Train PPO on ``specs`` (one spec, or a family sharing GPU and action set).
 
     Args:
@@ -105,6 +108,9 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
         save_to: Also copy the checkpoint (and the SB3 zip) to this folder, e.g. ``checkpoints/<name>``.
         eval_specs: Specs evaluated during and after training (default: ``specs``).
         command: The command line to record (default: this process's).
+        wandb_project: W&B project (default ``WANDB_PROJECT``, else ``rlclock``).
+        wandb_entity: W&B entity (default ``WANDB_ENTITY``).
+        wandb_group: W&B run group (default ``WANDB_RUN_GROUP``).
     """
     import torch
     from stable_baselines3 import PPO
@@ -129,8 +135,8 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
     torch.manual_seed(agent.seed)
     np.random.seed(agent.seed)
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
-    vec = VecMonitor(KernelClockVecEnv(agent.n_envs, specs, seed=agent.seed))
-    proto = vec.venv
+    proto = KernelClockVecEnv(agent.n_envs, specs, seed=agent.seed)
+    vec = VecMonitor(proto)
     act = torch.nn.Tanh if agent.policy.activation == "tanh" else torch.nn.ReLU
     arch = list(agent.policy.net_arch)
     p = agent.ppo
@@ -138,7 +144,8 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
                 n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range,
                 ent_coef=p.ent_coef, vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm, seed=agent.seed,
                 policy_kwargs={"net_arch": {"pi": arch, "vf": arch}, "activation_fn": act}, device="cpu", verbose=0)
-    tracker = Tracker(track, name=run_dir.name, config=config, folder=run_dir, tags=[specs[0].gpu.key])
+    tracker = Tracker(track, name=run_dir.name, config=config, folder=run_dir, tags=[specs[0].gpu.key],
+                      project=wandb_project, entity=wandb_entity, group=wandb_group)
     formats = [make_output_format("csv", str(run_dir))]
     if tracker.enabled:
         formats.append(sb3_writer(tracker))
@@ -179,13 +186,20 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
 
     im = agent.imitation
     if im.iterations > 0:
-        from rlclock.agents.imitation import dagger
+        from rlclock.agents.imitation import DaggerReport, dagger
         from rlclock.env import KernelClockEnv
+
+        def on_round(report: DaggerReport) -> None:
+            metrics = report.round_metrics(im.iterations)
+            tracker.log_round(metrics)
+            if progress:
+                print(f"imitation round {len(report.samples)}/{im.iterations}: {report.samples[-1]} samples, learner "
+                      f"agreed with the expert on {100 * report.agreement[-1]:.1f} % of its decisions before this "
+                      "round")
 
         dagger(model, KernelClockEnv(specs), iterations=im.iterations, epochs=im.epochs, batch_size=im.batch_size,
                learning_rate=im.learning_rate, beta_decay=im.beta_decay,
-               prices_per_round=im.prices_per_round, min_updates=im.min_updates, seed=agent.seed,
-               log=print if progress else None)
+               prices_per_round=im.prices_per_round, min_updates=im.min_updates, seed=agent.seed, on_round=on_round)
         best = _Best(run_eval(0), model)
     else:
         best = None
@@ -208,20 +222,21 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
     pol = _policy(model, specs, proto.configs, lookahead, extra)
     ckpt = save_checkpoint(run_dir / "policy", pol.weights, {k: v for k, v in pol.meta.items()
                                                               if k not in ("format", "version", "activation")})
-    model.save(str(run_dir / "sb3_model.zip"))
+    model.save(str(run_dir / SB3_FILE))
     _write_history(run_dir / "metrics.csv", history)
     (run_dir / "summary.json").write_text(json.dumps({"name": name, "wall_s": wall, "figures": figures}, indent=1))
-    _plots(run_dir, pol, eval_specs[0], tracker)
+    final_step = int(model.num_timesteps)
+    _plots(run_dir, pol, eval_specs[0], tracker, final_step)
     tracker.table("energy/schedule", ["kernel", "op", "requested", "in effect", "time_ms", "energy_j"],
-                  _schedule_rows(pol, eval_specs[0]))
-    tracker.artifact(ckpt, f"policy-{name}", metadata=figures)
+                  _schedule_rows(pol, eval_specs[0]), step=final_step)
+    tracker.artifact(ckpt, f"policy-{name}", metadata=figures, extra_files=[run_dir / SB3_FILE])
     tracker.finish()
     if save_to is not None:
         dest = Path(save_to)
         if dest.exists():
             shutil.rmtree(dest)
         shutil.copytree(ckpt, dest)
-        shutil.copy2(run_dir / "sb3_model.zip", dest / "sb3_model.zip")
+        shutil.copy2(run_dir / SB3_FILE, dest / SB3_FILE)
     vec.close()
     return TrainResult(run_dir, ckpt, evs, wall, history)
 
@@ -282,7 +297,7 @@ def _schedule_rows(policy: ClockPolicy, spec: EnvSpec) -> list[list[Any]]:
              float(run.kernel_energy_j[i])] for i in range(len(backend.trace))]
 
 
-def _plots(run_dir: Path, policy: ClockPolicy, spec: EnvSpec, tracker: Tracker) -> None:
+def _plots(run_dir: Path, policy: ClockPolicy, spec: EnvSpec, tracker: Tracker, step: int) -> None:
     from rlclock.env import episode_tables
     from rlclock.plots import clock_timeline, pareto_plot
     from rlclock.solve.baselines import run_baselines
@@ -300,5 +315,5 @@ def _plots(run_dir: Path, policy: ClockPolicy, spec: EnvSpec, tracker: Tracker) 
     pareto = pareto_plot(run_dir / "pareto.png", points, budget_pct=100 * spec.reward.budget,
                          title=f"{spec.name}: policy vs baselines (latency {1e3 * backend.latency_s:g} ms)")
     timeline = clock_timeline(run_dir / "timeline.png", ev.run, backend.spec, title=f"{spec.name}: policy clocks")
-    tracker.image("plots/pareto", pareto)
-    tracker.image("plots/clock_timeline", timeline)
+    tracker.image("plots/pareto", pareto, step=step)
+    tracker.image("plots/clock_timeline", timeline, step=step)

@@ -117,8 +117,12 @@ class NvmlGpu(GpuBackend):
         captured = capture_for_trace(trace)
         control = ClockControl(index, allow_clock_control=settings.allow_clock_control)
         measurer = KernelMeasurer(captured, trace, device, control, measure, settings.target_batch_s)
-        backend = cls(gpu, trace, configs, latency_s, measurer=measurer, cache_path=settings.cache,
-                      on_close=lambda: (measurer.close(), control.close()))
+
+        def release() -> None:
+            measurer.close()
+            control.close()
+
+        backend = cls(gpu, trace, configs, latency_s, measurer=measurer, cache_path=settings.cache, on_close=release)
         mode = "live" if settings.allow_clock_control else "observe"
         backend.table.meta.update({k: v for k, v in table_meta(device, trace, measure, mode).items()
                                    if k not in backend.table.meta})

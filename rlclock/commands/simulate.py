@@ -29,10 +29,8 @@ def run(args: argparse.Namespace) -> int:
     trace = backend.trace
     configs = [AUTO] + [spec.gpu.validate(ClockConfig.parse(c)) for c in args.clocks]
     if any(c not in backend.configs for c in configs):
-        from rlclock.backends.factory import make_backend
-
         spec = spec.with_overrides(actions={"configs": [str(c) for c in dict.fromkeys([*spec.configs(), *configs])]})
-        backend = make_backend(spec, trace)
+        backend = spec.build_backend(trace)
     print(backend.describe())
     rows = []
     for c in configs:
@@ -43,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     if args.per_kernel:
         t, e = backend.tables
         first, _ = trace.unique_index
-        counts = {}
+        counts: dict[int, int] = {}
         for j in trace.unique_index[1]:
             counts[int(j)] = counts.get(int(j), 0) + 1
         krows = [[trace[i].op, trace[i].category, str(counts[j]), f"{t[i, 0] * 1e3:.3f}", f"{e[i, 0]:.4f}",

@@ -24,6 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timesteps", type=int, default=None, help="environment steps (default: the recipe's)")
     p.add_argument("--track", action=argparse.BooleanOptionalAction, default=False,
                    help="log to Weights & Biases (offline unless W&B is configured; `wandb sync` uploads later)")
+    p.add_argument("--wandb-project", default=None,
+                   help="W&B project (default: $WANDB_PROJECT, else rlclock)")
+    p.add_argument("--wandb-entity", default=None, help="W&B entity (default: $WANDB_ENTITY, else your own)")
+    p.add_argument("--wandb-group", default=None, help="W&B run group (default: $WANDB_RUN_GROUP, else none)")
     p.add_argument("--name", default=None, help="run name (default: the env spec's name)")
     p.add_argument("--runs-dir", default="runs", help="parent folder of run folders")
     p.add_argument("--save-checkpoint", default=None, metavar="DIR",
@@ -45,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"training PPO on {', '.join(s.name for s in specs)} for {agent.timesteps} steps "
           f"({agent.n_envs} envs, seed {agent.seed}); W&B: {'on' if args.track else 'off'}")
     res = train(specs, agent, runs_dir=args.runs_dir, name=args.name, track=args.track, progress=args.progress,
-                save_to=args.save_checkpoint, eval_specs=eval_specs, command=getattr(args, "command_line", None))
+                save_to=args.save_checkpoint, eval_specs=eval_specs, command=getattr(args, "command_line", None),
+                wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, wandb_group=args.wandb_group)
     print(f"trained in {res.wall_s / 60:.1f} min; run folder {res.run_dir}")
     from rlclock.policy import ClockPolicy
 

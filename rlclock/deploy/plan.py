@@ -306,7 +306,8 @@ def plan_switches(schedule: ClockSchedule, timeline: StepTimeline, latency_s: fl
     for seg in segments:
         share[seg.config] = share.get(seg.config, 0.0) + seg.duration_s
     hold = max(share, key=lambda c: share[c])
-    candidates = [([], [seg.index for seg in segments if seg.config != hold])]
+    held: list[SwitchEvent] = []
+    candidates = [(held, [seg.index for seg in segments if seg.config != hold])]
     cuts = sorted(range(len(segments)), key=lambda j: -segments[j].duration_s)[:MAX_CUTS]
     candidates += [_cyclic(segments, j, period, float(latency_s), lookahead, float(min_dwell_s)) for j in cuts]
     best = max(candidates, key=lambda c: (_on_plan_fraction(schedule, timeline, c[0], hold), -len(c[0])))

@@ -134,7 +134,7 @@ class KernelClockEnv(gym.Env):
 
     def __init__(self, spec: str | Path | Mapping[str, Any] | EnvSpec | Sequence[Any] = DEFAULT_ENV,
                  render_mode: str | None = None, **overrides: Any) -> None:
-        specs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+        specs: list[Any] = list(spec) if isinstance(spec, (list, tuple)) else [spec]
         if not specs:
             raise SpecError("KernelClockEnv needs at least one env spec.")
         self.specs: list[EnvSpec] = [_with(load_env_spec(s), overrides) for s in specs]

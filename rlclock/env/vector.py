@@ -91,8 +91,8 @@ class KernelClockVectorEnv(gym.vector.VectorEnv):
             self._start(which)
             obs[which] = self._core.observation()[which]
             started = self._start_info(which)
-            for j, k in enumerate(which):
-                infos = self._add_info(infos, {name: values[j] for name, values in started.items()}, int(k))
+            for row, run in enumerate(which):
+                infos = self._add_info(infos, {name: values[row] for name, values in started.items()}, int(run))
         if self.render_mode == "human":
             self.render()
         return obs, rewards, done, np.zeros(self.num_envs, dtype=bool), infos

@@ -32,11 +32,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlclock.errors import ClockControlDisabledError, ClockError, NvmlNotSupportedError, RlclockError
 from rlclock.gpu import nvml
 from rlclock.schedule import AUTO, ClockConfig
+
+if TYPE_CHECKING:
+    from rlclock.gpu.watchdog import Watchdog
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,7 @@ class ClockControl:
         self.device = nvml.NvmlDevice(device)
         self.device_index = self.device.index
         self._use_watchdog = watchdog
-        self._watchdog = None
+        self._watchdog: Watchdog | None = None
         self._current = AUTO
         self._dirty = False  # some lock may be in effect
         self._closed = False

@@ -18,6 +18,7 @@ import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, cast
 
 from rlclock.errors import CudaGraphError, GpuUnavailableError
 from rlclock.gpu import graph_plan
@@ -91,7 +92,7 @@ class CudaDriver:
         except OSError:
             raise GpuUnavailableError("no NVIDIA GPU/CUDA driver on this machine (libcuda.so.1 not found).",
                                       "run on a machine with an NVIDIA GPU and driver.") from None
-        self._fns: dict[str, ctypes._CFuncPtr | None] = {}
+        self._fns: dict[str, Any] = {}
 
     def has(self, name: str) -> bool:
         """Whether the driver exports ``name``."""
@@ -195,7 +196,7 @@ class GraphView:
         self.drv.call("cuGraphGetNodes", self.graph, None, ctypes.byref(n))
         handles = (_p * max(n.value, 1))()
         self.drv.call("cuGraphGetNodes", self.graph, handles, ctypes.byref(n))
-        raw = [handles[i] for i in range(n.value)]
+        raw = cast(list[int], [handles[i] for i in range(n.value)])
         index = {h: i for i, h in enumerate(raw)}
         types = [self._type(h) for h in raw]
         preds = [[index[d] for d in self._deps(h)] for h in raw]
@@ -241,7 +242,7 @@ class GraphView:
                 return []
             deps = (_p * n.value)()
             self.drv.call("cuGraphNodeGetDependencies", _p(h), deps, ctypes.byref(n))
-        return [deps[i] for i in range(n.value)]
+        return cast(list[int], [deps[i] for i in range(n.value)])
 
     def _describe(self, p: int) -> GraphNode:
         h, t = self.handles[p], self.types[p]
@@ -285,7 +286,7 @@ class GraphView:
             for p, h in enumerate(self.handles):
                 c = _p()
                 self.drv.call("cuGraphNodeFindInClone", ctypes.byref(c), _p(h), clone)
-                mapped[p] = c.value
+                mapped[p] = cast(int, c.value)
             for p in range(len(self.handles)):
                 if p not in keep_set:
                     self.drv.call("cuGraphDestroyNode", _p(mapped[p]))
@@ -296,9 +297,9 @@ class GraphView:
                 else:
                     self.drv.call("cuGraphAddDependencies", clone, src, dst, 1)
         except CudaGraphError:
-            destroy_graph(clone.value)
+            destroy_graph(cast(int, clone.value))
             raise
-        return int(clone.value)
+        return cast(int, clone.value)
 
     def isolation_set(self, position: int, kernels_back: int = 0) -> list[int]:
         """Positions kept when the node at ``position`` is replayed alone (it and its dependency memsets)."""
@@ -330,9 +331,9 @@ def batch_graph(child: int, copies: int) -> int:
                 drv.call("cuGraphAddChildGraphNode", ctypes.byref(node), g, deps, 1, _p(child))
             prev = node.value
     except CudaGraphError:
-        destroy_graph(g.value)
+        destroy_graph(cast(int, g.value))
         raise
-    return int(g.value)
+    return cast(int, g.value)
 
 
 class GraphExec:

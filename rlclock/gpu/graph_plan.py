@@ -65,7 +65,7 @@ def dependency_memsets(node: int, types: Sequence[str], preds: Sequence[Sequence
             pre-processing kernel, then the main kernel); 0 is the exact rule.
     """
     found: set[int] = set()
-    seen: set[int] = set()
+    seen: set[tuple[int, int]] = set()
     stack = [(p, 0) for p in preds[node]]
     while stack:
         p, passed = stack.pop()

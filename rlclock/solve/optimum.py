@@ -242,7 +242,7 @@ class SwitchDag:
             best = sw[np.arange(C), best_b]
             use = best < stay
             V[i] = np.where(use, best, stay)
-            if want_path:
+            if choice is not None:
                 choice[i] = np.where(use, best_b, -1)
         return V, choice
 
