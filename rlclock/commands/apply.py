@@ -26,6 +26,8 @@ examples:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from rlclock.deploy.settings import DeploySettings
+
     p = sub.add_parser(
         "apply",
         help="run a training script with a clock policy (or schedule) applied to its steps",
@@ -38,33 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--checkpoint", type=Path, help="policy checkpoint folder (ClockPolicy) that builds the schedule")
-    src.add_argument("--schedule", type=Path, help="schedule file (JSON, ClockSchedule.save) to apply instead")
-    p.add_argument("--timeline", type=Path, default=None,
-                   help="step timeline file (JSON) to use instead of profiling the first steps")
-    p.add_argument("--control-clocks", action="store_true",
-                   help="set the clocks (needs root; restored on exit, signals and by a watchdog); default: dry run")
-    p.add_argument("--device", type=int, default=None,
-                   help="NVML index of the GPU (default: the one behind the script's CUDA device, per rank)")
-    p.add_argument("--latency", type=float, default=None, metavar="SECONDS",
-                   help="switching latency (default: the GPU preset's, e.g. 0.006 for an H200)")
-    p.add_argument("--lookahead", type=float, default=None, metavar="SECONDS",
-                   help="issue each switch this long before its kernels (>= latency; default latency + 0.5 ms)")
-    p.add_argument("--min-dwell", type=float, default=None, metavar="SECONDS",
-                   help="a switch must land at least this long before its segment ends (default 0)")
-    p.add_argument("--warmup-steps", type=int, default=None, help="steps run untouched before profiling (default 3)")
-    p.add_argument("--profile-steps", type=int, default=None, help="steps profiled (default 5)")
-    p.add_argument("--worker", choices=["process", "thread"], default=None,
-                   help="where switches are issued from (default: a separate process)")
-    p.add_argument("--report", type=Path, default=None,
-                   help="write the controller's report here (JSON; default: a temporary file, summarised at the end)")
-    p.add_argument("--save", type=Path, default=None,
-                   help="write the profiled trace, the timeline and the schedule to this folder")
-    p.add_argument("--search", action="store_true",
-                   help="plan the checkpoint's schedule with the search over the policy's second choices (about a "
-                        "second more, once)")
-    p.add_argument("--quiet", action="store_true", help="no progress lines from the deployment")
+    DeploySettings.add_arguments(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                    help="the training command, after '--' (e.g. -- python train.py ...)")
     p.set_defaults(func=run)
@@ -80,36 +56,29 @@ def run(args: argparse.Namespace) -> int:
     if not cmd:
         raise DeployError("no training command was given.", "add it after '--', e.g. rlclock apply --checkpoint DIR "
                           "-- python train.py.")
-    if args.checkpoint is not None:
+    settings = DeploySettings.from_args(args)  # every option checked before the script starts
+    if settings.checkpoint is not None:
         from rlclock.deploy.api import load_policy
 
-        policy = load_policy(args.checkpoint)  # fail here, before the script starts, on a bad checkpoint
-        print(f"rlclock apply: policy {args.checkpoint} for {getattr(policy, 'gpu_name', '?')} "
+        policy = load_policy(settings.checkpoint)  # fail here, before the script starts, on a bad checkpoint
+        print(f"rlclock apply: policy {settings.checkpoint} for {getattr(policy, 'gpu_name', '?')} "
               f"({len(getattr(policy, 'configs', ()))} clock configurations)", file=sys.stderr, flush=True)
-    if args.schedule is not None:
+    if settings.schedule is not None:
         from rlclock.schedule import ClockSchedule
 
-        sched = ClockSchedule.load(args.schedule)
-        print(f"rlclock apply: schedule {sched.name!r} from {args.schedule}: {len(sched)} kernels, "
+        sched = ClockSchedule.load(settings.schedule)
+        print(f"rlclock apply: schedule {sched.name!r} from {settings.schedule}: {len(sched)} kernels, "
               f"{sched.n_changes} changes per step", file=sys.stderr, flush=True)
-    if args.timeline is not None:
+    if settings.timeline is not None:
         from rlclock.deploy.timeline import StepTimeline
 
-        StepTimeline.load(args.timeline)
+        StepTimeline.load(settings.timeline)
     tmp = None
-    report = args.report
-    if report is None:
+    if settings.report is None:
         tmp = tempfile.mkdtemp(prefix="rlclock-apply-")
-        report = Path(tmp) / "report.json"
-    settings = DeploySettings(
-        checkpoint=None if args.checkpoint is None else str(args.checkpoint.resolve()),
-        schedule=None if args.schedule is None else str(args.schedule.resolve()),
-        timeline=None if args.timeline is None else str(args.timeline.resolve()),
-        control="on" if args.control_clocks else "dry-run").with_(
-        device=args.device, latency_s=args.latency, lookahead_s=args.lookahead, min_dwell_s=args.min_dwell,
-        warmup_steps=args.warmup_steps, profile_steps=args.profile_steps, worker=args.worker,
-        report=str(Path(report).resolve()), save=None if args.save is None else str(args.save.resolve()),
-        verbose=not args.quiet, search=args.search)
+        settings = settings.with_(report=str(Path(tmp) / "report.json"))
+    assert settings.report is not None
+    report = Path(settings.report)
     env = {**os.environ, **settings.to_env()}
     try:
         proc = subprocess.Popen(cmd, env=env)

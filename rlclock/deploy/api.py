@@ -360,55 +360,29 @@ class Clocked:
 
 
 def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None, *,
-            checkpoint: str | Path | None = None, timeline: StepTimeline | str | Path | None = None,
-            control: str | None = None, device: int | None = None, latency_s: float | None = None,
-            lookahead_s: float | None = None, min_dwell_s: float | None = None, warmup_steps: int | None = None,
-            profile_steps: int | None = None, worker: str | None = None, read_back: bool | None = None,
-            report: str | Path | None = None, save: str | Path | None = None,
-            verbose: bool | None = None, anchor_every: int | None = None,
-            time_all_steps: bool | None = None, search: bool | None = None) -> Clocked:
+            timeline: StepTimeline | str | Path | None = None, **options: Any) -> Clocked:
     """Deploy a clock schedule around a training loop (see :class:`Clocked` and the module docstring).
 
     Args:
         schedule: A :class:`ClockSchedule`, a schedule file, or a builder
-            ``(trace, auto_time_s, latency_s) -> ClockSchedule``.
-        checkpoint: A policy checkpoint folder whose ``ClockPolicy`` builds the schedule (instead of ``schedule``).
+            ``(trace, auto_time_s, latency_s) -> ClockSchedule``; or ``checkpoint=`` instead.
         timeline: A :class:`StepTimeline` or its file; default: profile the first steps.
-        control: ``"dry-run"`` (default: record only) or ``"on"`` (set clocks; needs root).
-        device: NVML index of the GPU; default: the process's CUDA device.
-        latency_s: Switching latency, seconds; default: the GPU preset's.
-        lookahead_s: How far ahead of its kernels a switch is issued, seconds; default: latency + 0.5 ms.
-        min_dwell_s: A switch must land at least this long before its segment ends, seconds.
-        warmup_steps: Steps run untouched before profiling (default 3).
-        profile_steps: Steps profiled (default 5).
-        worker: ``"process"`` (default) or ``"thread"``.
-        read_back: Read the clocks back after each switch (default on).
-        report: Write the report (JSON) here.
-        save: Write the profiled trace, timeline and schedule to this folder.
-        verbose: Print what happens and the report (default on).
-        anchor_every: Anchor every this many steps on the GPU (default: every step when the plan has switches,
-            every 40 ms when it has none); the steps in between cost the loop a counter increment, but their
-            switches are timed from the last anchor, less exactly.
-        time_all_steps: Time every step on the GPU for the report, so that the switch-time error of sparse anchors
-            is measured rather than interpolated (costs the loop a mark per step; default off).
-        search: Plan ``checkpoint``'s schedule with the search over the policy's second choices (default off;
-            see :meth:`~rlclock.policy.ClockPolicy.plan`).
+        **options: Any field of :class:`~rlclock.deploy.settings.DeploySettings` — ``checkpoint`` (a policy
+            checkpoint whose ``ClockPolicy`` builds the schedule), ``control`` (``"dry-run"`` by default, or
+            ``"on"``: set clocks, needs root), ``device``, ``latency_s``, ``lookahead_s``, ``min_dwell_s``,
+            ``warmup_steps``, ``profile_steps``, ``worker``, ``read_back``, ``anchor_every``, ``time_all_steps``,
+            ``search``, ``report``, ``save``, ``verbose``; each documented there (and in ``rlclock apply
+            --help``). ``None`` leaves an option at its default.
 
     Returns:
         The deployment; use it as a context manager.
 
     Raises:
-        DeployError: Conflicting or invalid options, a missing policy module.
+        DeployError: An unknown option, conflicting or invalid ones, a missing policy module.
     """
-    from rlclock.deploy.settings import DeploySettings
-
+    DeploySettings.check_options(options)
     env = DeploySettings.from_env()
-    args: dict[str, Any] = {"checkpoint": None if checkpoint is None else str(checkpoint), "control": control,
-                            "device": device, "latency_s": latency_s, "lookahead_s": lookahead_s,
-                            "min_dwell_s": min_dwell_s, "warmup_steps": warmup_steps, "profile_steps": profile_steps,
-                            "worker": worker, "read_back": read_back, "report": None if report is None else str(report),
-                            "save": None if save is None else str(save), "verbose": verbose,
-                            "anchor_every": anchor_every, "time_all_steps": time_all_steps, "search": search}
+    args: dict[str, Any] = {k: str(v) if isinstance(v, Path) else v for k, v in options.items() if v is not None}
     sched_obj: ClockSchedule | None = None
     builder: ScheduleBuilder | None = None
     if isinstance(schedule, (str, Path)):
@@ -432,6 +406,4 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
         sched_obj, builder = None, None
     if env.get("timeline"):
         tl_obj = None
-    merged = {k: v for k, v in args.items() if v is not None}
-    merged.update(env)
-    return Clocked(DeploySettings(**merged), sched_obj, builder, tl_obj)
+    return Clocked(DeploySettings(**{**args, **env}), sched_obj, builder, tl_obj)

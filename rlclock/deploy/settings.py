@@ -1,91 +1,124 @@
-"""DeploySettings: the options of a deployment, and the environment variables ``rlclock apply`` passes them in.
+"""DeploySettings: the options of a deployment — the one definition behind ``clocked(**options)``, the
+``rlclock apply`` flags and the environment variables that carry them from one to the other.
 
 ``rlclock apply [options] -- python train.py`` runs the script with these variables set; the user API
 (:func:`rlclock.deploy.clocked`) reads them. Under ``rlclock apply`` its options override the arguments the
 script passes to ``clocked`` (the command line is the user's choice for this run); outside it, the script's
-arguments and the defaults apply.
+arguments and the defaults apply. Each field's description is its ``--help`` line; its ``cli`` entry names
+the flag where that differs from the field (``--latency`` for ``latency_s``), and says when the flag sets a
+constant instead of taking a value (``--control-clocks`` sets ``control: on``, ``--quiet`` sets
+``verbose: false``).
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from rlclock.errors import DeployError
+from rlclock.resources import looks_like_path
+from rlclock.validation import Float, Int, Settings, describe
 
 ENV_PREFIX = "RLCLOCK_DEPLOY_"
 ACTIVE_ENV = "RLCLOCK_DEPLOY"
 """Set to ``1`` by ``rlclock apply``: the settings in the environment are in force."""
 CONTROL_MODES = ("dry-run", "on")
+SOURCES = ("checkpoint", "schedule")
+"""The fields that name where the schedule comes from (``rlclock apply`` requires exactly one)."""
 
 
-@dataclass(frozen=True)
-class DeploySettings:
-    """How to deploy a clock schedule in a training loop.
+def _cli(flag: str | None = None, const: Any = None, metavar: str | None = None, path: bool = False,
+         choices: tuple[str, ...] | None = None, help: str | None = None) -> dict[str, Any]:
+    """A field's command-line form (``json_schema_extra["cli"]``; ``help`` replaces the description there)."""
+    return {"cli": {"flag": flag, "const": const, "metavar": metavar, "path": path, "choices": choices,
+                    "help": help}}
 
-    Attributes:
-        checkpoint: Folder of a trained :class:`~rlclock.policy.ClockPolicy` that builds the schedule.
-        schedule: A schedule file (``ClockSchedule.save``) to apply instead.
-        timeline: A step-timeline file (``StepTimeline.save``); default: profile the first steps.
-        control: ``"dry-run"`` (record only; the default) or ``"on"`` (set clocks; needs root).
-        device: NVML index of the GPU; default: the one behind the process's CUDA device.
-        latency_s: Switching latency, seconds; default: the GPU preset's.
-        lookahead_s: How far ahead of its kernels a switch is issued, seconds; default: latency + 0.5 ms.
-        min_dwell_s: A switch must land at least this long before its segment ends, seconds.
-        warmup_steps: Steps run untouched before profiling (compilation, allocator, cuDNN autotuning).
-        profile_steps: Steps profiled for the kernel sequence and timeline.
-        worker: ``"process"`` or ``"thread"``.
-        read_back: Read the clocks back after each switch.
-        anchor_every: Anchor every this many steps on the GPU; default: every step when the plan has switches,
-            every 40 ms when it has none (:func:`~rlclock.deploy.controller.default_anchor_every`).
-        time_all_steps: Time every step on the GPU for the report (measures the switch-time error of sparse
-            anchors; costs the loop a mark per step).
-        search: Plan a checkpoint's schedule with the search over the policy's second choices
-            (:meth:`~rlclock.policy.ClockPolicy.plan`; about a second more, once).
-        report: Where to write the controller's report (JSON); ``.rankN`` is added under torch.distributed.
-        save: Folder to write the profiled trace, the timeline and the schedule to.
-        verbose: Print what the deployment does (one line each) and the report at the end.
-    """
 
-    checkpoint: str | None = None
-    schedule: str | None = None
-    timeline: str | None = None
-    control: str = "dry-run"
-    device: int | None = None
-    latency_s: float | None = None
-    lookahead_s: float | None = None
-    min_dwell_s: float = 0.0
-    warmup_steps: int = 3
-    profile_steps: int = 5
-    worker: str = "process"
-    read_back: bool = True
-    anchor_every: int | None = None
-    time_all_steps: bool = False
-    search: bool = False
-    report: str | None = None
-    save: str | None = None
-    verbose: bool = True
+Seconds = Annotated[Float, Field(ge=0.0)]
 
-    def __post_init__(self) -> None:
-        if self.control not in CONTROL_MODES:
-            raise DeployError(f"control mode {self.control!r} is not known.",
-                              f"use one of {list(CONTROL_MODES)} ('on' sets clocks and needs root).")
+
+class DeploySettings(Settings):
+    """How to deploy a clock schedule in a training loop (each field's description is its ``--help``)."""
+
+    checkpoint: str | None = Field(None, description="policy checkpoint (a folder, or a shipped name such as "
+                                   "gpt3xl-h200) whose ClockPolicy builds the schedule",
+                                   json_schema_extra=_cli(metavar="DIR|NAME", path=True))
+    schedule: str | None = Field(None, description="schedule file (JSON, ClockSchedule.save) to apply instead",
+                                 json_schema_extra=_cli(metavar="FILE", path=True))
+    timeline: str | None = Field(None, description="step timeline file (JSON, StepTimeline.save) to use instead of "
+                                 "profiling the first steps", json_schema_extra=_cli(metavar="FILE", path=True))
+    control: Literal["dry-run", "on"] = Field("dry-run", description="set the clocks (needs root; restored on exit, "
+                                              "signals and by a watchdog); default: dry run, nothing set",
+                                              json_schema_extra=_cli("--control-clocks", const="on"))
+    device: Annotated[Int, Field(ge=0)] | None = Field(None, description="NVML index of the GPU (default: the one "
+                                                       "behind the script's CUDA device, per rank)",
+                                                       json_schema_extra=_cli(metavar="INDEX"))
+    latency_s: Seconds | None = Field(None, description="switching latency in seconds (default: the GPU preset's, "
+                                      "e.g. 0.006 for an H200)", json_schema_extra=_cli("--latency", metavar="SECONDS"))
+    lookahead_s: Seconds | None = Field(None, description="issue each switch this long before its kernels, seconds "
+                                        "(>= latency; default latency + 0.5 ms)",
+                                        json_schema_extra=_cli("--lookahead", metavar="SECONDS"))
+    min_dwell_s: Seconds = Field(0.0, description="a switch must land at least this long before its segment ends, "
+                                 "seconds", json_schema_extra=_cli("--min-dwell", metavar="SECONDS"))
+    warmup_steps: Annotated[Int, Field(ge=0)] = Field(3, description="steps run untouched before profiling "
+                                                      "(compilation, allocator, autotuning)",
+                                                      json_schema_extra=_cli(metavar="STEPS"))
+    profile_steps: Annotated[Int, Field(ge=1)] = Field(5, description="steps profiled for the kernel sequence and "
+                                                       "timeline", json_schema_extra=_cli(metavar="STEPS"))
+    worker: Literal["process", "thread"] = Field("process", description="where switches are issued from",
+                                                 json_schema_extra=_cli(choices=("process", "thread")))
+    read_back: bool = Field(True, description="read the clocks back after each switch",
+                            json_schema_extra=_cli(help="do not read the clocks back after each switch"))
+    anchor_every: Annotated[Int, Field(ge=1)] | None = Field(None, description="anchor every this many steps on "
+                                                             "the GPU (default: every step when the plan has "
+                                                             "switches, every 40 ms when it has none)",
+                                                             json_schema_extra=_cli(metavar="STEPS"))
+    time_all_steps: bool = Field(False, description="time every step on the GPU for the report (measures the "
+                                 "switch-time error of sparse anchors; a mark per step)")
+    search: bool = Field(False, description="plan the checkpoint's schedule with the search over the policy's "
+                         "second choices (about a second more, once)")
+    report: str | None = Field(None, description="write the controller's report here (JSON; .rankN is added under "
+                               "torch.distributed)", json_schema_extra=_cli(metavar="FILE", path=True))
+    save: str | None = Field(None, description="write the profiled trace, the timeline and the schedule to this "
+                             "folder", json_schema_extra=_cli(metavar="DIR", path=True))
+    verbose: bool = Field(True, description="print what the deployment does, and the report at the end",
+                          json_schema_extra=_cli("--quiet", const=False,
+                                                 help="print nothing from the deployment (it prints what it does "
+                                                      "and the report by default)"))
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise DeployError(f"deploy settings: {describe(exc)}.",
+                              "see `rlclock apply --help` for every option.") from None
+
+    @field_validator("control", mode="before")
+    @classmethod
+    def _known_mode(cls, value: Any) -> Any:
+        if value not in CONTROL_MODES:
+            raise ValueError(f"control mode {value!r} is not known: use one of {list(CONTROL_MODES)} ('on' sets "
+                             "clocks and needs root)")
+        return value
+
+    @field_validator("latency_s", "lookahead_s", "min_dwell_s")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a finite number of seconds")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DeploySettings:
         if self.checkpoint and self.schedule:
-            raise DeployError("both a policy checkpoint and a schedule file were given.", "pass only one of them.")
-        if self.warmup_steps < 0 or self.profile_steps < 1:
-            raise DeployError(f"warmup_steps must be >= 0 and profile_steps >= 1, found {self.warmup_steps} and "
-                              f"{self.profile_steps}.")
-        if self.anchor_every is not None and (isinstance(self.anchor_every, bool) or int(self.anchor_every) !=
-                                              self.anchor_every or self.anchor_every < 1):
-            raise DeployError(f"anchor_every must be a whole number of steps >= 1, found {self.anchor_every!r}.",
-                              "leave it unset for the default.")
-        for name in ("latency_s", "lookahead_s"):
-            v = getattr(self, name)
-            if v is not None and (not math.isfinite(v) or v < 0):
-                raise DeployError(f"{name} must be a finite number >= 0 s, found {v!r}.")
+            raise ValueError("both a policy checkpoint and a schedule file were given: pass only one of them")
+        return self
 
     @property
     def allow_clock_control(self) -> bool:
@@ -93,16 +126,28 @@ class DeploySettings:
         return self.control == "on"
 
     def with_(self, **changes: Any) -> DeploySettings:
-        """A copy with the given fields changed (``None`` values are ignored)."""
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+        """A copy with the given fields changed (``None`` values are ignored), validated."""
+        return DeploySettings(**{**self.model_dump(), **{k: v for k, v in changes.items() if v is not None}})
+
+    @classmethod
+    def options(cls) -> tuple[str, ...]:
+        """The option names (``clocked(**options)``, the environment variables, the ``apply`` flags)."""
+        return tuple(cls.model_fields)
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """Raise :class:`DeployError` for an option ``clocked`` does not take."""
+        unknown = sorted(set(options) - set(cls.model_fields))
+        if unknown:
+            raise DeployError(f"clocked() got unknown option(s) {unknown}.", f"use {list(cls.model_fields)}.")
 
     def to_env(self) -> dict[str, str]:
         """The environment variables that carry these settings (unset fields are left out)."""
         env = {ACTIVE_ENV: "1"}
-        for f in fields(self):
-            v = getattr(self, f.name)
+        for name in type(self).model_fields:
+            v = getattr(self, name)
             if v is not None:
-                env[ENV_PREFIX + f.name.upper()] = str(int(v)) if isinstance(v, bool) else str(v)
+                env[ENV_PREFIX + name.upper()] = str(int(v)) if isinstance(v, bool) else str(v)
         return env
 
     @classmethod
@@ -115,22 +160,56 @@ class DeploySettings:
         env = os.environ if environ is None else environ
         if env.get(ACTIVE_ENV) != "1":
             return {}
-        out: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = env.get(ENV_PREFIX + f.name.upper())
-            if raw is None or raw == "":
-                continue
-            kind = str(f.type)
+        raw = {name: env[ENV_PREFIX + name.upper()] for name in cls.model_fields
+               if env.get(ENV_PREFIX + name.upper(), "") != ""}
+        for name, value in raw.items():
             try:
-                if "bool" in kind:
-                    out[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
-                elif "int" in kind:
-                    out[f.name] = int(raw)
-                elif "float" in kind:
-                    out[f.name] = float(raw)
+                DeploySettings(**{name: value})
+            except DeployError as exc:
+                var = ENV_PREFIX + name.upper()
+                raise DeployError(f"environment variable {var}={value!r} is not a valid {name}: {exc.message}",
+                                  "fix or unset it (rlclock apply sets it).") from None
+        parsed = DeploySettings(**raw)
+        return {name: getattr(parsed, name) for name in raw}
+
+    # -- the rlclock apply flags ---------------------------------------------------------------------------
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """The ``rlclock apply`` flags, one per field (the schedule's source as a required choice of one)."""
+        source = parser.add_mutually_exclusive_group(required=True)
+        for name, info in cls.model_fields.items():
+            cli = ((info.json_schema_extra or {}).get("cli") or {}) if isinstance(info.json_schema_extra, dict) \
+                else {}
+            flag = cli.get("flag") or "--" + name.replace("_", "-")
+            target = source if name in SOURCES else parser
+            kind = info.annotation
+            if cli.get("const") is not None or kind is bool:
+                if kind is bool and cli.get("const") is None:  # a switch: --x sets the opposite of the default
+                    default = bool(info.default)
+                    flag = f"--no-{flag[2:]}" if default else flag
+                    target.add_argument(flag, dest=name, action="store_const", const=not default, default=None,
+                                        help=cli.get("help") or info.description)
                 else:
-                    out[f.name] = raw
-            except ValueError:
-                raise DeployError(f"environment variable {ENV_PREFIX + f.name.upper()}={raw!r} is not a valid "
-                                  f"{kind}.", "fix or unset it (rlclock apply sets it).") from None
-        return out
+                    target.add_argument(flag, dest=name, action="store_const", const=cli["const"], default=None,
+                                        help=cli.get("help") or info.description)
+                continue
+            # values stay text here: the settings model parses and checks them, with its one-line errors
+            target.add_argument(flag, dest=name, default=None, metavar=cli.get("metavar"), choices=cli.get("choices"),
+                                help=f"{info.description} (default: {info.default})"
+                                if info.default is not None else info.description)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> DeploySettings:
+        """The settings the ``rlclock apply`` flags give (paths made absolute: the script may change folder)."""
+        values: dict[str, Any] = {}
+        for name, info in cls.model_fields.items():
+            v = getattr(args, name, None)
+            if v is None:
+                continue
+            cli = (info.json_schema_extra or {}).get("cli", {}) if isinstance(info.json_schema_extra, dict) else {}
+            if cli.get("path") and looks_like_path(v):
+                values[name] = str(Path(v).resolve())
+            else:
+                values[name] = v  # a value to parse, or a shipped checkpoint's name
+        return DeploySettings(**values)
+

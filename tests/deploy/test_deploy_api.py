@@ -190,3 +190,27 @@ def test_anchor_spacing_reaches_the_controller_and_rlclock_apply_can_set_it(no_n
     for bad in (0, 2.5):
         with pytest.raises(DeployError, match="anchor_every"):
             DeploySettings(anchor_every=bad)
+
+
+def test_one_definition_of_the_deploy_options():
+    """The apply flags are made from DeploySettings' fields (one each), parse into the same settings, and
+    clocked() takes exactly those options."""
+    import argparse
+
+    from rlclock.commands import apply
+
+    parser = argparse.ArgumentParser()
+    apply.register(parser.add_subparsers())
+    sub = parser._subparsers._group_actions[0].choices["apply"]
+    dests = {a.dest for a in sub._actions} - {"help", "cmd"}
+    assert dests == set(DeploySettings.options())
+    args = parser.parse_args(["apply", "--checkpoint", "gpt3xl-h200", "--control-clocks", "--latency", "0.004",
+                              "--warmup-steps", "2", "--no-read-back", "--anchor-every", "5", "--search", "--quiet",
+                              "--", "python", "train.py"])
+    got = DeploySettings.from_args(args)
+    assert got == DeploySettings(checkpoint="gpt3xl-h200", control="on", latency_s=0.004, warmup_steps=2,
+                                 read_back=False, anchor_every=5, search=True, verbose=False)
+    with pytest.raises(DeployError, match="warmup_steps"):
+        DeploySettings.from_args(parser.parse_args(["apply", "--schedule", "s.json", "--warmup-steps", "-1", "--"]))
+    with pytest.raises(DeployError, match="unknown option.*latency"):
+        clocked(ClockSchedule.constant("auto", 4), latency=0.006)
