@@ -212,5 +212,5 @@ def test_one_definition_of_the_deploy_options():
                                  read_back=False, anchor_every=5, search=True, verbose=False)
     with pytest.raises(DeployError, match="warmup_steps"):
         DeploySettings.from_args(parser.parse_args(["apply", "--schedule", "s.json", "--warmup-steps", "-1", "--"]))
-    with pytest.raises(DeployError, match="unknown option.*latency"):
+    with pytest.raises(DeployError, match=r"unknown option.*latency"):
         clocked(ClockSchedule.constant("auto", 4), latency=0.006)
