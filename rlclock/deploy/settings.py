@@ -178,8 +178,7 @@ class DeploySettings(Settings):
         """The ``rlclock apply`` flags, one per field (the schedule's source as a required choice of one)."""
         source = parser.add_mutually_exclusive_group(required=True)
         for name, info in cls.model_fields.items():
-            cli = ((info.json_schema_extra or {}).get("cli") or {}) if isinstance(info.json_schema_extra, dict) \
-                else {}
+            cli = _cli_of(name)
             flag = cli.get("flag") or "--" + name.replace("_", "-")
             target = source if name in SOURCES else parser
             kind = info.annotation
@@ -202,14 +201,20 @@ class DeploySettings(Settings):
     def from_args(cls, args: argparse.Namespace) -> DeploySettings:
         """The settings the ``rlclock apply`` flags give (paths made absolute: the script may change folder)."""
         values: dict[str, Any] = {}
-        for name, info in cls.model_fields.items():
+        for name in cls.model_fields:
             v = getattr(args, name, None)
             if v is None:
                 continue
-            cli = (info.json_schema_extra or {}).get("cli", {}) if isinstance(info.json_schema_extra, dict) else {}
+            cli = _cli_of(name)
             if cli.get("path") and looks_like_path(v):
                 values[name] = str(Path(v).resolve())
             else:
                 values[name] = v  # a value to parse, or a shipped checkpoint's name
         return DeploySettings(**values)
 
+
+def _cli_of(name: str) -> dict[str, Any]:
+    """The command-line form of field ``name`` (:func:`_cli`; empty where the field has none)."""
+    extra = DeploySettings.model_fields[name].json_schema_extra
+    cli = extra.get("cli") if isinstance(extra, dict) else None
+    return dict(cli) if isinstance(cli, dict) else {}

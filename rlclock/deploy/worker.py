@@ -365,8 +365,9 @@ def build_control(settings: dict[str, Any], handle_signals: bool) -> Any:
     if settings.get("nvml", True):
         from rlclock.gpu.clocks import ClockControl
 
-        control = ClockControl(int(settings["device"]), allow_clock_control=bool(settings["allow_clock_control"]),
-                               handle_signals=handle_signals)
+        control: ClockControl | PlanOnlyControl = ClockControl(
+            int(settings["device"]), allow_clock_control=bool(settings["allow_clock_control"]),
+            handle_signals=handle_signals)
     else:
         if settings["allow_clock_control"]:
             raise DeployError("clock control was asked for, but this machine has no NVML to set clocks with.",

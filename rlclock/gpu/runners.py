@@ -150,7 +150,7 @@ def isolated_runner(view: GraphView, position: int, target_batch_s: float = 0.00
         destroy_graph(sub)
         kept = wider
         sub, t1 = _single_time_s(view, kept)
-        early = t1 < EARLY_EXIT_RATIO * reference_s
+        early = reference_s is not None and t1 < EARLY_EXIT_RATIO * reference_s
     if early:
         back = 0  # nothing helped: replay with the exact rule and say so
         destroy_graph(sub)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,7 @@ class BaselineResult:
     evaluation: Evaluation
     optimum: Optimum | None = None
 
-    def row(self) -> dict[str, object]:
+    def row(self) -> dict[str, Any]:
         """Flat summary (percentages against auto) for tables and JSON."""
         r = dict(self.evaluation.row())
         r["name"] = self.name

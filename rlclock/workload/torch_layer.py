@@ -73,7 +73,7 @@ def build_layer(cfg: TransformerConfig, device: str = "cuda", seed: int = 0) -> 
 
         def rope(self, x: torch.Tensor) -> torch.Tensor:
             x1, x2 = x[..., : d // 2], x[..., d // 2 :]
-            cos, sin = self.cos.to(x.dtype), self.sin.to(x.dtype)
+            cos, sin = torch.as_tensor(self.cos).to(x.dtype), torch.as_tensor(self.sin).to(x.dtype)
             return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:

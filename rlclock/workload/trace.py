@@ -194,7 +194,7 @@ class KernelTrace(Sequence[Kernel]):
     def __len__(self) -> int:
         return len(self.kernels)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         return self.kernels[i]
 
     def __iter__(self) -> Iterator[Kernel]:
