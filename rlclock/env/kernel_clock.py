@@ -156,6 +156,7 @@ class KernelClockEnv(gym.Env):
         self.render_mode = render_mode
         self._core = BatchCore(1)
         self._ep = first
+        self._shown = ""
 
     @property
     def env_spec(self) -> EnvSpec:
@@ -191,7 +192,9 @@ class KernelClockEnv(gym.Env):
             return None
         line = render_line(self._core, 0, self._ep.n, self.configs)
         if self.render_mode == "human":
-            print(line)
+            if line != self._shown:  # step() has shown it already when the caller renders as well
+                print(line)
+                self._shown = line
             return None
         return line
 

@@ -53,6 +53,7 @@ class KernelClockVectorEnv(gym.vector.VectorEnv):
         self.configs = self.proto.configs
         self._core = BatchCore(self.num_envs)
         self._workload = np.zeros(self.num_envs, dtype=np.int64)
+        self._shown: tuple[str, ...] = ()
 
     def _start(self, which: np.ndarray, options: Mapping[str, Any] | None = None) -> None:
         starts = [start_of(self.episodes, self.np_random, options) for _ in which]
@@ -103,6 +104,8 @@ class KernelClockVectorEnv(gym.vector.VectorEnv):
             return None
         lines = tuple(render_line(self._core, j, self._core.eps[j].n, self.configs) for j in range(self.num_envs))
         if self.render_mode == "human":
-            print("\n".join(lines))
+            if lines != self._shown:  # step() has shown them already when the caller renders as well
+                print("\n".join(lines))
+                self._shown = lines
             return None
         return lines
