@@ -40,7 +40,7 @@ def test_a_cleanrl_style_loop_over_the_vector_env():
     returns, finished = np.zeros(4), []
     keep = envs.single_action_space.n - 1
     for _ in range(1000):
-        obs, reward, terminated, truncated, infos = envs.step(np.full(4, keep))
+        obs, reward, _, _, infos = envs.step(np.full(4, keep))
         returns += reward
         if "final_info" in infos:
             finished += list(infos["final_info"]["saving"][infos["_final_info"]])
