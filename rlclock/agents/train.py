@@ -70,7 +70,7 @@ def git_revision() -> str:
 
 def typical_price_rel(episodes: Sequence[EpisodeTables]) -> float:
     """Median price of time of the episodes' rewards over their steps' mean auto power
-    (``DEFAULT_PRICE_REL`` if none prices time): where an uncalibrated plan starts."""
+    (``DEFAULT_PRICE_REL`` if none prices time): where a plan without a budget starts."""
     rel = [ep.time_price / ep.mean_power_w for ep in episodes if ep.time_price > 0]
     return float(np.median(rel)) if rel else DEFAULT_PRICE_REL
 

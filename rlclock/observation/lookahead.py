@@ -117,7 +117,7 @@ def _gain(bins: np.ndarray, price_rel: np.ndarray | float, out: np.ndarray | Non
     then added energy): computed in float64 (``price_rel`` as an array), written to ``out`` if given."""
     gain = bins[..., :N_BINS] * -np.asarray(price_rel, float)
     gain -= bins[..., N_BINS:]
-    np.minimum(gain, 1.0, out=gain)  # two ufuncs: np.clip's wrapper costs more per call
+    np.minimum(gain, 1.0, out=gain)  # two ufuncs rather than np.clip (its overhead dominates on small arrays)
     return np.maximum(gain, -1.0, out=gain if out is None else out)
 
 
