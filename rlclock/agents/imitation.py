@@ -77,7 +77,8 @@ class DaggerReport:
 
 def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, batch_size: int = 512,
            learning_rate: float = 1e-3, beta_decay: float = 0.5, prices_per_round: int = 2, min_updates: int = 500,
-           seed: int = 0, on_round: Callable[[DaggerReport], None] | None = None) -> DaggerReport:
+           seed: int = 0, on_round: Callable[[DaggerReport], None] | None = None,
+           should_stop: Callable[[], bool] = lambda: False) -> DaggerReport:
     """Train ``model``'s policy network to imitate the expert on every workload of ``env``.
 
     Args:
@@ -94,6 +95,7 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
         beta_decay: Probability of following the expert in round ``m`` is ``beta_decay ** m``.
         seed: Seed of the expert/learner mixing.
         on_round: Called after every round with the report so far (progress, metrics).
+        should_stop: Asked between episodes and gradient steps; True ends the imitation there.
     """
     import torch
 
@@ -113,6 +115,8 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
         agree = total = 0
         for w, expert in enumerate(experts):
             for rel in rng.choice(PRICE_LADDER, size=k_prices, replace=False):
+                if should_stop():
+                    return report
                 a, t = _visit(env, w, expert, float(rel), learner, beta, rng, obs_data, act_data)
                 agree, total = agree + a, total + t
         report.samples.append(len(act_data))
@@ -122,7 +126,7 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
         n = X.shape[0]
         if n > 0:
             _fit(policy, opt, X, Y, n - (report.samples[-2] if len(report.samples) > 1 else 0), epochs,
-                 batch_size, min_updates)
+                 batch_size, min_updates, should_stop)
         if on_round is not None:
             on_round(report)
     return report
@@ -130,9 +134,10 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
 
 
 
-def _fit(policy, opt, X, Y, new: int, epochs: int, batch_size: int, min_updates: int) -> None:
+def _fit(policy, opt, X, Y, new: int, epochs: int, batch_size: int, min_updates: int,
+         should_stop: Callable[[], bool]) -> None:
     """One round's gradient steps: ``epochs`` passes' worth over the round's ``new`` samples (at least
-    ``min_updates``), minibatches drawn from all ``X, Y`` gathered so far."""
+    ``min_updates``), minibatches drawn from all ``X, Y`` gathered so far; until ``should_stop()``."""
     import torch
 
     n = X.shape[0]
@@ -140,8 +145,8 @@ def _fit(policy, opt, X, Y, new: int, epochs: int, batch_size: int, min_updates:
     while updates < target:
         perm = torch.randperm(n)
         for s in range(0, n, batch_size):
-            if updates >= target:
-                break
+            if updates >= target or should_stop():
+                return
             updates += 1
             idx = perm[s : s + batch_size]
             loss = torch.nn.functional.cross_entropy(_logits(policy, X[idx]), Y[idx])

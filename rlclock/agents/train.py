@@ -16,7 +16,6 @@ Run folder ``runs/<name>-s<seed>-<date>/``:
 from __future__ import annotations
 
 import csv
-import json
 import platform
 import shutil
 import subprocess
@@ -31,26 +30,43 @@ import numpy as np
 import yaml
 
 from rlclock.agents.evaluate import PolicyEvaluation, evaluate_policy
+from rlclock.agents.runs import StopOnSignal, create_run_folder, write_summary
 from rlclock.agents.tracking import Tracker, sb3_writer
 from rlclock.config import EnvSpec
 from rlclock.config.recipe import AgentConfig
 from rlclock.env import EpisodeTables
+from rlclock.errors import SpecError
 from rlclock.observation.layout import obs_size
 from rlclock.observation.lookahead import n_slots
 from rlclock.policy import DEFAULT_PRICE_REL, ClockPolicy, policy_meta, save_checkpoint
 from rlclock.policy.checkpoint import SB3_FILE
 from rlclock.version import __version__
+from rlclock.yamlio import read_yaml
 
 
 @dataclass
 class TrainResult:
-    """What a training run produced."""
+    """What a training run produced.
+
+    Attributes:
+        run_dir: The run folder.
+        checkpoint: The deployable checkpoint in it.
+        evaluations: The saved policy's figures per evaluation workload (empty if never evaluated).
+        wall_s: Training wall time, seconds.
+        history: Every evaluation during training.
+        status: ``finished`` or ``interrupted``.
+        trained_by: ``PPO`` when PPO ran, ``imitation`` when only the warm start did.
+    """
 
     run_dir: Path
     checkpoint: Path
     evaluations: list[PolicyEvaluation]
     wall_s: float
     history: list[dict[str, Any]] = field(default_factory=list)
+    status: str = "finished"
+    trained_by: str = "PPO"
+    wandb_dir: Path | None = None
+    wandb_mode: str = "disabled"
 
 
 def git_revision() -> str:
@@ -95,8 +111,12 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
           track: bool = False, progress: bool = True, save_to: str | Path | None = None,
           eval_specs: Sequence[EnvSpec] | None = None, command: str | None = None,
           wandb_project: str | None = None, wandb_entity: str | None = None,
-          wandb_group: str | None = None) -> TrainResult:
-    """Train PPO on ``specs`` (one spec, or a family sharing GPU and action set).
+          wandb_group: str | None = None, resume: str | Path | None = None) -> TrainResult:
+    """Train PPO on ``specs`` (one spec, or a family sharing GPU and action set): imitation, then PPO, then the
+    run folder's policy, figures and plots.
+
+    The run always ends in a known state (:mod:`rlclock.agents.runs`): on SIGINT or SIGTERM during training
+    the best policy so far is saved with ``"status": "interrupted"``; ``resume`` continues such a run.
 
     Args:
         specs: Env specs to train on (a family is sampled per episode).
@@ -111,134 +131,237 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
         wandb_project: W&B project (default ``WANDB_PROJECT``, else ``rlclock``).
         wandb_entity: W&B entity (default ``WANDB_ENTITY``).
         wandb_group: W&B run group (default ``WANDB_RUN_GROUP``).
+        resume: A run folder to continue: PPO goes on from its SB3 model up to ``agent.timesteps`` in all
+            (``specs``, ``agent`` and ``eval_specs`` are then the run's own, from its ``config.yaml``).
     """
     import torch
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.logger import Logger, make_output_format
-    from stable_baselines3.common.vec_env import VecMonitor
-
-    from rlclock.agents.vec_env import KernelClockVecEnv
 
     specs = list(specs)
     eval_specs = list(eval_specs or specs)
     name = name or (specs[0].name if len(specs) == 1 else f"family-{specs[0].gpu.key}")
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(runs_dir) / f"{name}-s{agent.seed}-{stamp}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config = {"name": name, "agent": agent.as_dict(), "envs": [dict(s.raw) for s in specs],
-              "eval_envs": [s.name for s in eval_specs], "command": command or " ".join(sys.argv),
-              "git": git_revision(), "rlclock": __version__, "python": platform.python_version(),
-              "torch": str(torch.__version__)}
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-
-    torch.manual_seed(agent.seed)
-    np.random.seed(agent.seed)
-    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
-    proto = KernelClockVecEnv(agent.n_envs, specs, seed=agent.seed)
-    vec = VecMonitor(proto)
-    act = torch.nn.Tanh if agent.policy.activation == "tanh" else torch.nn.ReLU
-    arch = list(agent.policy.net_arch)
-    p = agent.ppo
-    model = PPO("MlpPolicy", vec, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size,
-                n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range,
-                ent_coef=p.ent_coef, vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm, seed=agent.seed,
-                policy_kwargs={"net_arch": {"pi": arch, "vf": arch}, "activation_fn": act}, device="cpu", verbose=0)
-    tracker = Tracker(track, name=run_dir.name, config=config, folder=run_dir, tags=[specs[0].gpu.key],
+    if resume is not None:
+        run_dir = Path(resume)
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        config["resumed"] = [*config.get("resumed", []), command or " ".join(sys.argv)]
+    else:
+        run_dir = create_run_folder(runs_dir, name, agent.seed)
+        config = {"name": name, "agent": agent.as_dict(), "envs": [dict(s.raw) for s in specs],
+                  "env_sources": [s.source for s in specs], "eval_envs": [s.name for s in eval_specs],
+                  "eval_env_specs": [dict(s.raw) for s in eval_specs],
+                  "eval_env_sources": [s.source for s in eval_specs],
+                  "command": command or " ".join(sys.argv), "git": git_revision(), "rlclock": __version__,
+                  "python": platform.python_version(), "torch": str(torch.__version__)}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+    write_summary(run_dir, name=name, status="running", folder=str(run_dir))
+    tracker = Tracker(track, name=name, config=config, folder=run_dir, tags=[specs[0].gpu.key],
                       project=wandb_project, entity=wandb_entity, group=wandb_group)
-    formats = [make_output_format("csv", str(run_dir))]
-    if tracker.enabled:
-        formats.append(sb3_writer(tracker))
-    model.set_logger(Logger(str(run_dir), formats))
-    lookahead = specs[0].lookahead
-    price_rel = typical_price_rel(proto.episodes)
-    history: list[dict[str, Any]] = []
-    started = time.perf_counter()
+    session: _Session | None = None
+    try:
+        with StopOnSignal() as stop:
+            session = _Session(specs, eval_specs, agent, run_dir, tracker, progress, resume is not None)
+            stop.graceful = True  # from here on there is a model to save
+            if resume is None:
+                write_summary(run_dir, phase="imitation")
+                session.imitate(stop)
+            write_summary(run_dir, phase="ppo")
+            session.ppo(stop)
+            stop.graceful = False  # the final figures and plots run to the end (or a Ctrl-C ends them)
+            return session.finish("interrupted" if stop.requested else "finished", save_to, name)
+    except KeyboardInterrupt:
+        if session is not None:
+            session.finish("interrupted", save_to, name, final=False)
+        else:
+            write_summary(run_dir, status="interrupted", note="stopped before training began: no policy")
+            tracker.finish()
+        raise
+    except BaseException as exc:
+        write_summary(run_dir, status="failed", error=f"{type(exc).__name__}: {exc}")
+        tracker.finish()
+        raise
 
-    def run_eval(step: int) -> list[PolicyEvaluation]:
-        pol = _policy(model, specs, proto.configs, lookahead, {"price_rel": price_rel})
-        evs = [evaluate_policy(pol, s) for s in eval_specs]
-        row: dict[str, Any] = {"step": step, "wall_s": time.perf_counter() - started}
+
+def resume_inputs(run_dir: str | Path) -> tuple[list[EnvSpec], AgentConfig, list[EnvSpec]]:
+    """The env specs, agent recipe and evaluation specs of a run folder (what ``train(resume=...)`` continues).
+
+    Raises:
+        SpecError: The folder is not a run folder written by ``rlclock train``, or has no SB3 model to resume.
+    """
+    from rlclock.config import parse_env_spec
+    from rlclock.config.recipe import parse_agent_config
+
+    folder = Path(run_dir)
+    cfg_path = folder / "config.yaml"
+    if not cfg_path.is_file() or not (folder / SB3_FILE).is_file():
+        raise SpecError(f"{folder} is not a run folder to resume (needs config.yaml and {SB3_FILE}).",
+                        "give a folder under runs/ written by `rlclock train`.")
+    config = read_yaml(cfg_path, "run config")
+    try:
+        def specs_of(raws: list[Any], sources: list[str] | None) -> list[EnvSpec]:
+            return [parse_env_spec(raw, src) for raw, src in zip(raws, sources or ["<dict>"] * len(raws))]
+
+        specs = specs_of(config["envs"], config.get("env_sources"))
+        evals = specs_of(config.get("eval_env_specs", config["envs"]),
+                         config.get("eval_env_sources", config.get("env_sources")))
+        agent = parse_agent_config(config["agent"], str(cfg_path))
+    except (KeyError, TypeError) as exc:
+        raise SpecError(f"{cfg_path}: not a config written by `rlclock train` ({exc}).") from None
+    return specs, agent, evals
+
+
+class _Session:
+    """One training run's model, env, tracker and evaluation history (:func:`train`'s phases)."""
+
+    def __init__(self, specs: list[EnvSpec], eval_specs: list[EnvSpec], agent: AgentConfig, run_dir: Path,
+                 tracker: Tracker, progress: bool, resumed: bool) -> None:
+        import torch
+        from stable_baselines3 import PPO
+        from stable_baselines3.common.logger import CSVOutputFormat, Logger
+        from stable_baselines3.common.vec_env import VecMonitor
+
+        from rlclock.agents.vec_env import KernelClockVecEnv
+
+        self.specs, self.eval_specs, self.agent = specs, eval_specs, agent
+        self.run_dir, self.tracker, self.progress = run_dir, tracker, progress
+        torch.manual_seed(agent.seed)
+        np.random.seed(agent.seed)
+        torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+        self.proto = KernelClockVecEnv(agent.n_envs, specs, seed=agent.seed)
+        self.vec = VecMonitor(self.proto)
+        if resumed:
+            self.model = PPO.load(str(run_dir / SB3_FILE), env=self.vec, device="cpu")
+        else:
+            act = torch.nn.Tanh if agent.policy.activation == "tanh" else torch.nn.ReLU
+            arch = list(agent.policy.net_arch)
+            p = agent.ppo
+            self.model = PPO("MlpPolicy", self.vec, learning_rate=p.learning_rate, n_steps=p.n_steps,
+                             batch_size=p.batch_size, n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda,
+                             clip_range=p.clip_range, ent_coef=p.ent_coef, vf_coef=p.vf_coef,
+                             max_grad_norm=p.max_grad_norm, seed=agent.seed,
+                             policy_kwargs={"net_arch": {"pi": arch, "vf": arch}, "activation_fn": act},
+                             device="cpu", verbose=0)
+        # SB3's training curves; a resumed run writes progress.2.csv, … beside the first one
+        segments = len(list(run_dir.glob("progress*.csv")))
+        formats: list[Any] = [CSVOutputFormat(str(run_dir / ("progress.csv" if segments == 0 else
+                                                             f"progress.{segments + 1}.csv")))]
+        if tracker.enabled:
+            formats.append(sb3_writer(tracker))
+        self.model.set_logger(Logger(str(run_dir), formats))
+        self.price_rel = typical_price_rel(self.proto.episodes)
+        self.history: list[dict[str, Any]] = _read_history(run_dir / "metrics.csv") if resumed else []
+        self.best: _Best | None = None
+        self.started = time.perf_counter()
+
+    def policy(self, extra: dict[str, Any] | None = None) -> ClockPolicy:
+        return _policy(self.model, self.specs, self.proto.configs, self.specs[0].lookahead,
+                       {"price_rel": self.price_rel, **(extra or {})})
+
+    def evaluate(self, step: int) -> list[PolicyEvaluation]:
+        """The current policy on every evaluation workload, logged (``energy/…``) at ``step``."""
+        evs = [evaluate_policy(self.policy(), s) for s in self.eval_specs]
+        row: dict[str, Any] = {"step": step, "wall_s": time.perf_counter() - self.started}
         for ev in evs:
             for k, v in ev.metrics(f"energy/{ev.env}/" if len(evs) > 1 else "energy/").items():
                 row[k] = v
         if len(evs) > 1:
             row["energy/mean_fraction_of_optimum"] = _mean_fraction(evs)
             row["energy/mean_slowdown_pct"] = float(np.mean([ev.slowdown_pct for ev in evs]))
-        history.append(row)
-        tracker.log(row, step=step)
+        self.history.append(row)
+        self.tracker.log(row, step=step)
         return evs
 
-    class EvalEvery(BaseCallback):
-        def __init__(self, every: int, keep: _Best | None) -> None:
-            super().__init__()
-            self.every = every
-            self.next = every
-            self.keep = keep
-
-        def _on_step(self) -> bool:
-            if self.num_timesteps >= self.next:
-                self.next += self.every
-                evs = run_eval(self.num_timesteps)
-                if self.keep is not None:
-                    self.keep.offer(evs, model)
-            return True
-
-    im = agent.imitation
-    if im.iterations > 0:
+    def imitate(self, stop: StopOnSignal) -> None:
+        """The DAgger warm start (if the recipe has rounds), then a first evaluation."""
+        im = self.agent.imitation
+        if im.iterations == 0:
+            return
         from rlclock.agents.imitation import DaggerReport, dagger
         from rlclock.env import KernelClockEnv
 
         def on_round(report: DaggerReport) -> None:
-            metrics = report.round_metrics(im.iterations)
-            tracker.log_round(metrics)
-            if progress:
+            self.tracker.log_round(report.round_metrics(im.iterations))
+            if self.progress:
                 print(f"imitation round {len(report.samples)}/{im.iterations}: {report.samples[-1]} samples, learner "
                       f"agreed with the expert on {100 * report.agreement[-1]:.1f} % of its decisions before this "
                       "round")
 
-        dagger(model, KernelClockEnv(specs), iterations=im.iterations, epochs=im.epochs, batch_size=im.batch_size,
-               learning_rate=im.learning_rate, beta_decay=im.beta_decay,
-               prices_per_round=im.prices_per_round, min_updates=im.min_updates, seed=agent.seed, on_round=on_round)
-        best = _Best(run_eval(0), model)
-    else:
-        best = None
-    if agent.timesteps > 0:
-        cb = EvalEvery(agent.eval.every_steps, best)
-        model.learn(total_timesteps=agent.timesteps, callback=cb, progress_bar=progress)
-    wall = time.perf_counter() - started
-    evs = run_eval(model.num_timesteps)
-    if best is not None and best.better_than(evs):
-        best.restore(model)
-        evs = best.evs
-    figures = {ev.env: {"saving_pct": ev.saving_pct, "slowdown_pct": ev.slowdown_pct,
-                        "switches": ev.evaluation.switches, "optimum_saving_pct": 100 * ev.optimum_saving,
-                        "fraction_of_optimum": ev.fraction_of_optimum} for ev in evs}
-    extra = {"training": {"timesteps": int(model.num_timesteps), "wall_s": wall, "seed": agent.seed,
-                          "envs": [s.name for s in specs], "figures": figures, "git": config["git"],
-                          "agent": agent.as_dict()},
-             "price_rel": price_rel,
-             "env_spec": dict(specs[0].raw)}
-    pol = _policy(model, specs, proto.configs, lookahead, extra)
-    ckpt = save_checkpoint(run_dir / "policy", pol.weights, {k: v for k, v in pol.meta.items()
-                                                              if k not in ("format", "version", "activation")})
-    model.save(str(run_dir / SB3_FILE))
-    _write_history(run_dir / "metrics.csv", history)
-    (run_dir / "summary.json").write_text(json.dumps({"name": name, "wall_s": wall, "figures": figures}, indent=1))
-    final_step = int(model.num_timesteps)
-    _plots(run_dir, pol, eval_specs[0], tracker, final_step)
-    tracker.table("energy/schedule", ["kernel", "op", "requested", "in effect", "time_ms", "energy_j"],
-                  _schedule_rows(pol, eval_specs[0]), step=final_step)
-    tracker.artifact(ckpt, f"policy-{name}", metadata=figures, extra_files=[run_dir / SB3_FILE])
-    tracker.finish()
-    if save_to is not None:
-        dest = Path(save_to)
-        if dest.exists():
-            shutil.rmtree(dest)
-        shutil.copytree(ckpt, dest)
-        shutil.copy2(run_dir / SB3_FILE, dest / SB3_FILE)
-    vec.close()
-    return TrainResult(run_dir, ckpt, evs, wall, history)
+        dagger(self.model, KernelClockEnv(self.specs), iterations=im.iterations, epochs=im.epochs,
+               batch_size=im.batch_size, learning_rate=im.learning_rate, beta_decay=im.beta_decay,
+               prices_per_round=im.prices_per_round, min_updates=im.min_updates, seed=self.agent.seed,
+               on_round=on_round, should_stop=stop)
+        if not stop.requested:
+            self.best = _Best(self.evaluate(0), self.model)
+
+    def ppo(self, stop: StopOnSignal) -> None:
+        """PPO up to the recipe's timesteps, evaluating and keeping the best policy as it goes."""
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        remaining = self.agent.timesteps - int(self.model.num_timesteps)
+        if remaining <= 0 or stop.requested:
+            return
+        session = self
+
+        class EvalEvery(BaseCallback):
+            def __init__(self, every: int) -> None:
+                super().__init__()
+                self.next = (session.model.num_timesteps // every + 1) * every
+                self.every = every
+
+            def _on_step(self) -> bool:
+                if self.num_timesteps >= self.next:
+                    self.next += self.every
+                    evs = session.evaluate(self.num_timesteps)
+                    if session.best is None:
+                        session.best = _Best(evs, session.model)
+                    else:
+                        session.best.offer(evs, session.model)
+                return not stop.requested
+
+        self.model.learn(total_timesteps=remaining, callback=EvalEvery(self.agent.eval.every_steps),
+                         progress_bar=self.progress, reset_num_timesteps=False)
+
+    def finish(self, status: str, save_to: str | Path | None, name: str, final: bool = True) -> TrainResult:
+        """Save the best policy (the current one if none was evaluated), the SB3 model, the history and the
+        summary; with ``final``, evaluate once more, plot, and log the tables and the checkpoint artifact."""
+        wall = time.perf_counter() - self.started
+        steps = int(self.model.num_timesteps)
+        run_dir, tracker = self.run_dir, self.tracker
+        self.model.save(str(run_dir / SB3_FILE))  # the current model: what --resume continues
+        evs: list[PolicyEvaluation] = []
+        if final and status == "finished":
+            evs = self.evaluate(steps)
+        if self.best is not None and (not evs or self.best.better_than(evs)):
+            self.best.restore(self.model)
+            evs = self.best.evs
+        figures = {ev.env: {"saving_pct": ev.saving_pct, "slowdown_pct": ev.slowdown_pct,
+                            "switches": ev.evaluation.switches, "optimum_saving_pct": 100 * ev.optimum_saving,
+                            "fraction_of_optimum": ev.fraction_of_optimum} for ev in evs}
+        trained = "PPO" if self.agent.trains_ppo and steps > 0 else "imitation"
+        extra = {"training": {"timesteps": steps, "wall_s": wall, "seed": self.agent.seed, "status": status,
+                              "trained_by": trained, "envs": [s.name for s in self.specs], "figures": figures,
+                              "agent": self.agent.as_dict()},
+                 "env_spec": dict(self.specs[0].raw)}
+        pol = self.policy(extra)
+        ckpt = save_checkpoint(run_dir / "policy", pol.weights, {k: v for k, v in pol.meta.items()
+                                                                  if k not in ("format", "version", "activation")})
+        _write_history(run_dir / "metrics.csv", self.history)
+        write_summary(run_dir, status=status, wall_s=wall, timesteps=steps, trained_by=trained, figures=figures,
+                      **({"signal": "interrupted by a signal"} if status == "interrupted" else {}))
+        if final:
+            _plots(run_dir, pol, self.eval_specs[0], tracker, steps, trained)
+            tracker.table("energy/schedule", ["kernel", "op", "requested", "in effect", "time_ms", "energy_j"],
+                          _schedule_rows(pol, self.eval_specs[0]), step=steps)
+        tracker.artifact(ckpt, f"policy-{name}", metadata={"status": status, **figures},
+                         extra_files=[run_dir / SB3_FILE])
+        wandb_dir, wandb_mode = tracker.local_dir, tracker.mode
+        tracker.finish()
+        if save_to is not None:
+            dest = Path(save_to)
+            if dest.exists():
+                shutil.rmtree(dest)
+            shutil.copytree(ckpt, dest)
+            shutil.copy2(run_dir / SB3_FILE, dest / SB3_FILE)
+        self.vec.close()
+        return TrainResult(run_dir, ckpt, evs, wall, self.history, status, trained, wandb_dir, wandb_mode)
 
 
 def score(evs: Sequence[PolicyEvaluation]) -> float:
@@ -276,6 +399,14 @@ class _Best:
         model.policy.load_state_dict(self.state)
 
 
+def _read_history(path: Path) -> list[dict[str, Any]]:
+    """The evaluation history a run wrote so far (numbers as floats)."""
+    if not path.is_file():
+        return []
+    with path.open(newline="") as f:
+        return [{k: float(v) if v not in ("", None) else v for k, v in row.items()} for row in csv.DictReader(f)]
+
+
 def _write_history(path: Path, history: list[dict[str, Any]]) -> None:
     if not history:
         return
@@ -297,7 +428,7 @@ def _schedule_rows(policy: ClockPolicy, spec: EnvSpec) -> list[list[Any]]:
              float(run.kernel_energy_j[i])] for i in range(len(backend.trace))]
 
 
-def _plots(run_dir: Path, policy: ClockPolicy, spec: EnvSpec, tracker: Tracker, step: int) -> None:
+def _plots(run_dir: Path, policy: ClockPolicy, spec: EnvSpec, tracker: Tracker, step: int, trained_by: str) -> None:
     from rlclock.env import episode_tables
     from rlclock.plots import clock_timeline, pareto_plot
     from rlclock.solve.baselines import run_baselines
@@ -308,10 +439,10 @@ def _plots(run_dir: Path, policy: ClockPolicy, spec: EnvSpec, tracker: Tracker, 
     ev = evaluate(sched, backend)
     points = {r.name: (100 * r.evaluation.slowdown, -100 * r.evaluation.saving)
               for r in run_baselines(backend, spec.reward.budget) if r.name != "auto"}
-    points["PPO policy"] = (100 * ev.slowdown, -100 * ev.saving)
+    points[f"{trained_by} policy"] = (100 * ev.slowdown, -100 * ev.saving)
     searched = evaluate(policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget, search=True),
                         backend)
-    points["PPO policy + search"] = (100 * searched.slowdown, -100 * searched.saving)
+    points[f"{trained_by} policy + search"] = (100 * searched.slowdown, -100 * searched.saving)
     pareto = pareto_plot(run_dir / "pareto.png", points, budget_pct=100 * spec.reward.budget,
                          title=f"{spec.name}: policy vs baselines (latency {1e3 * backend.latency_s:g} ms)")
     timeline = clock_timeline(run_dir / "timeline.png", ev.run, backend.spec, title=f"{spec.name}: policy clocks")

@@ -43,10 +43,11 @@ def comparison_rows(policy, spec, schedules: dict | None = None) -> tuple[list[s
     if schedules is not None:
         schedules.update(planned)
     optimum_saving = 1.0 - optimum_for(backend, budget).energy_j / backend.auto_run().energy_j
+    trained_by = policy.meta.get("training", {}).get("trained_by", "PPO")
     rows = []
     for name, ev in [*((r.name, r.evaluation) for r in results),
-                     ("PPO policy", evaluate(planned["policy"], backend)),
-                     ("PPO policy + search", evaluate(planned["search"], backend))]:
+                     (f"{trained_by} policy", evaluate(planned["policy"], backend)),
+                     (f"{trained_by} policy + search", evaluate(planned["search"], backend))]:
         share = f"{100 * ev.saving / optimum_saving:.0f}" if optimum_saving > 1e-9 else "-"
         rows.append([name, f"{100 * ev.slowdown:+.2f}", f"{-100 * ev.saving:+.2f}", str(ev.switches), share,
                      "yes" if ev.slowdown <= budget + 1e-9 else "no"])

@@ -34,24 +34,41 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also copy the trained policy to DIR (e.g. checkpoints/gpt3xl-rtx3080ti)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar")
     p.add_argument("--eval-env", nargs="*", default=None, help="env specs to evaluate on (default: the training ones)")
+    p.add_argument("--resume", default=None, metavar="RUN",
+                   help="continue an interrupted run folder: PPO goes on from its SB3 model (--timesteps: the total "
+                        "to reach; the env specs and recipe are the run's)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlclock.agents.train import train
-    from rlclock.commands.evaluate import comparison_rows
-    from rlclock.config import load_env_specs
+    from rlclock.agents.train import resume_inputs, train
+    from rlclock.config import EnvSpec, load_env_specs
     from rlclock.config.recipe import load_agent_config
 
-    specs = load_env_specs(args.env)
-    agent = load_agent_config(args.agent).with_(seed=args.seed, timesteps=args.timesteps)
-    eval_specs = load_env_specs(args.eval_env) if args.eval_env else None
-    print(f"training PPO on {', '.join(s.name for s in specs)} for {agent.timesteps} steps "
-          f"({agent.n_envs} envs, seed {agent.seed}); W&B: {'on' if args.track else 'off'}")
+    eval_specs: list[EnvSpec] | None
+    if args.resume:
+        specs, agent, eval_specs = resume_inputs(args.resume)
+        agent = agent.with_(timesteps=args.timesteps)
+    else:
+        specs = load_env_specs(args.env)
+        agent = load_agent_config(args.agent).with_(seed=args.seed, timesteps=args.timesteps)
+        eval_specs = load_env_specs(args.eval_env) if args.eval_env else None
+    phases = ([f"{agent.imitation.iterations} imitation rounds"] if agent.imitation.iterations and not args.resume
+              else []) + ([f"{agent.timesteps} PPO steps"] if agent.trains_ppo else [])
+    print(f"{'resuming' if args.resume else 'training'} on {', '.join(s.name for s in specs)}: "
+          f"{' then '.join(phases)} ({agent.n_envs} envs, seed {agent.seed}); "
+          f"W&B: {'on' if args.track else 'off (--track to log)'}")
     res = train(specs, agent, runs_dir=args.runs_dir, name=args.name, track=args.track, progress=args.progress,
                 save_to=args.save_checkpoint, eval_specs=eval_specs, command=getattr(args, "command_line", None),
-                wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, wandb_group=args.wandb_group)
+                wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, wandb_group=args.wandb_group,
+                resume=args.resume)
+    if res.status == "interrupted":
+        print(f"interrupted after {res.wall_s / 60:.1f} min: the best policy so far is in {res.checkpoint}; continue "
+              f"with `rlclock train --resume {res.run_dir}`")
+        _say_wandb(res)
+        return 130
     print(f"trained in {res.wall_s / 60:.1f} min; run folder {res.run_dir}")
+    from rlclock.commands.evaluate import comparison_rows
     from rlclock.policy import ClockPolicy
 
     policy = ClockPolicy.load(res.checkpoint)
@@ -62,4 +79,15 @@ def run(args: argparse.Namespace) -> int:
         print_table(header, rows)
     if args.save_checkpoint:
         print(f"checkpoint written to {args.save_checkpoint}")
+    _say_wandb(res)
     return 0
+
+
+def _say_wandb(res) -> None:
+    """Where the W&B run is, and how to upload it when it is offline."""
+    if res.wandb_dir is None:
+        return
+    if res.wandb_mode == "offline":
+        print(f"W&B run (offline): {res.wandb_dir}; upload it with `wandb sync {res.wandb_dir}`")
+    else:
+        print(f"W&B run ({res.wandb_mode}): {res.wandb_dir}")
