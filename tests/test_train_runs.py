@@ -117,6 +117,6 @@ def test_a_signal_before_training_begins_leaves_a_marked_folder(tmp_path):
         time.sleep(0.05)
     assert run is not None
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "interrupted" in err
-    assert read_summary(run)["status"] == "interrupted"
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in err + out, (proc.returncode, out, err)
+    assert read_summary(run)["status"] == "interrupted", read_summary(run)

@@ -152,12 +152,13 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
                   "command": command or " ".join(sys.argv), "git": git_revision(), "rlclock": __version__,
                   "python": platform.python_version(), "torch": str(torch.__version__)}
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
-    write_summary(run_dir, name=name, status="running", folder=str(run_dir))
-    tracker = Tracker(track, name=name, config=config, folder=run_dir, tags=[specs[0].gpu.key],
-                      project=wandb_project, entity=wandb_entity, group=wandb_group)
     session: _Session | None = None
-    try:
-        with StopOnSignal() as stop:
+    tracker: Tracker | None = None
+    with StopOnSignal() as stop:  # a signal from here on ends the run in a known state
+        try:
+            write_summary(run_dir, name=name, status="running", folder=str(run_dir))
+            tracker = Tracker(track, name=name, config=config, folder=run_dir, tags=[specs[0].gpu.key],
+                              project=wandb_project, entity=wandb_entity, group=wandb_group)
             session = _Session(specs, eval_specs, agent, run_dir, tracker, progress, resume is not None)
             stop.graceful = True  # from here on there is a model to save
             if resume is None:
@@ -165,19 +166,22 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
                 session.imitate(stop)
             write_summary(run_dir, phase="ppo")
             session.ppo(stop)
-            stop.graceful = False  # the final figures and plots run to the end (or a Ctrl-C ends them)
+            stop.graceful = False  # the final figures and plots run to the end (or a signal ends them)
             return session.finish("interrupted" if stop.requested else "finished", save_to, name)
-    except KeyboardInterrupt:
-        if session is not None:
-            session.finish("interrupted", save_to, name, final=False)
-        else:
-            write_summary(run_dir, status="interrupted", note="stopped before training began: no policy")
-            tracker.finish()
-        raise
-    except BaseException as exc:
-        write_summary(run_dir, status="failed", error=f"{type(exc).__name__}: {exc}")
-        tracker.finish()
-        raise
+        except KeyboardInterrupt:
+            stop.graceful = False
+            if session is not None:
+                session.finish("interrupted", save_to, name, final=False)
+            else:
+                write_summary(run_dir, status="interrupted", note="stopped before training began: no policy")
+                if tracker is not None:
+                    tracker.finish()
+            raise
+        except BaseException as exc:
+            write_summary(run_dir, status="failed", error=f"{type(exc).__name__}: {exc}")
+            if tracker is not None:
+                tracker.finish()
+            raise
 
 
 def resume_inputs(run_dir: str | Path) -> tuple[list[EnvSpec], AgentConfig, list[EnvSpec]]:
