@@ -55,7 +55,7 @@ def describe(exc: ValidationError, tags: frozenset[str] = frozenset()) -> str:
     found: dict[str, Any] = {}
     for err in exc.errors():
         field = _where(tuple(err["loc"]), tags) or "(top level)"
-        msg = str(err["msg"]).removeprefix("Value error, ")
+        msg = str(err["msg"]).removeprefix("Value error, ").replace("a valid tuple", "a list")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
         by_field.setdefault(field, [])

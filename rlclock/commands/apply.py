@@ -57,6 +57,13 @@ def run(args: argparse.Namespace) -> int:
         raise DeployError("no training command was given.", "add it after '--', e.g. rlclock apply --checkpoint DIR "
                           "-- python train.py.")
     settings = DeploySettings.from_args(args)  # every option checked before the script starts
+    if settings.allow_clock_control:
+        from rlclock.deploy.controller import nvml_present
+        from rlclock.errors import GpuUnavailableError
+
+        if not nvml_present():
+            raise GpuUnavailableError("--control-clocks needs an NVIDIA GPU with NVML, and this machine has none.",
+                                      "run on the GPU machine, or leave out --control-clocks for a dry run.")
     if settings.checkpoint is not None:
         from rlclock.deploy.api import load_policy
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from rlclock.commands.common import add_env_args, env_from_args, print_table
+from rlclock.commands.common import add_env_args, env_from_args, fractions, number, output_folder, print_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,9 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_env_args(p)
     p.add_argument("--out", default="runs/baselines", help="folder for the plot and JSON")
     p.add_argument("--edp", action="store_true", help="also the energy-delay-product optimum (slower)")
-    p.add_argument("--frontier", default="0,0.01,0.02,0.05,0.1,0.2",
+    p.add_argument("--frontier", type=fractions, default="0,0.01,0.02,0.05,0.1,0.2",
                    help="slowdown budgets of the Pareto frontiers (comma-separated fractions; empty for none)")
-    p.add_argument("--time-limit", type=float, default=300.0, metavar="SECONDS",
+    p.add_argument("--time-limit", type=number(0.0, above=True), default=300.0, metavar="SECONDS",
                    help="time limit of each latency-aware solve")
     p.set_defaults(func=run)
 
@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from rlclock.solve.baselines import frontier, run_baselines
 
     spec, backend = env_from_args(args)
+    out = output_folder(Path(args.out) / spec.name)  # before the solving: a bad --out fails at once
     budget = spec.reward.budget
     print(backend.describe())
     print(f"slowdown budget {100 * budget:g} %; every schedule is evaluated with the switching latency")
@@ -45,9 +46,7 @@ def run(args: argparse.Namespace) -> int:
         rows.append([r.name, f"{d['time_pct']:+.2f}", f"{d['energy_pct']:+.2f}", str(d["switches"]),
                      f"{1e3 * d['off_plan_time_s']:.1f}", solve])
     print_table(["schedule", "time %", "energy %", "switches", "off-plan ms", "solve s"], rows)
-    out = Path(args.out) / spec.name
-    out.mkdir(parents=True, exist_ok=True)
-    budgets = [float(x) for x in args.frontier.split(",") if x.strip()]
+    budgets = args.frontier
     curves = frontier(backend, budgets, time_limit_s=args.time_limit) if budgets else {}
     t, e = backend.tables
     auto = backend.auto_run()

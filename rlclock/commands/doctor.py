@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from rlclock.commands.common import number
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -14,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "period, and say which rlclock features work here. Reads only; sets nothing.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--period", type=float, default=1.0, metavar="SECONDS",
+    p.add_argument("--period", type=number(0.0, 60.0), default=1.0, metavar="SECONDS",
                    help="how long to watch the energy counter to find its update period (0: skip)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run)
@@ -23,6 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rlclock.gpu.doctor import diagnose
 
-    report = diagnose(period_s=max(0.0, args.period))
+    report = diagnose(period_s=args.period)
     print(json.dumps(report.as_dict(), indent=1, default=str) if args.json else report.text())
     return 0

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlclock.commands.common import print_table
+from rlclock.commands.common import output_folder, print_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "planner's search over its second choices; write the clock-timeline plot and a JSON file.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("checkpoint", help="checkpoint folder, e.g. checkpoints/gpt3xl-rtx3080ti")
+    p.add_argument("checkpoint", help="checkpoint: a shipped name (gpt3xl-rtx3080ti, gpt3xl-h200, family-rtx3080ti) "
+                                      "or a folder written by rlclock train")
     p.add_argument("--env", nargs="*", default=None, help="env spec(s) to evaluate on (default: the training spec)")
     p.add_argument("--out", default="runs/evaluate", help="folder for plots and JSON")
     p.set_defaults(func=run)
@@ -63,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
 
     policy = ClockPolicy.load(args.checkpoint)
     specs = load_env_specs(args.env) if args.env else [load_env_spec(policy.meta["env_spec"])]
+    for spec in specs:  # before any work: a bad --out fails at once
+        output_folder(Path(args.out) / spec.name)
     out: dict[str, Any] = {"checkpoint": str(args.checkpoint), "results": {}}
     for spec in specs:
         backend = episode_tables(spec).backend
