@@ -183,7 +183,8 @@ class EnvSpec(Settings):
 
 def parse_env_spec(data: Any, source: str = "<dict>") -> EnvSpec:
     """Validate an env spec mapping (``source``: the file it came from, for messages and relative paths)."""
-    spec = validate(EnvSpec, data, source, fix="the shipped specs (envs/*.yaml, rlclock.config.EnvSpec) show every field.")
+    spec = validate(EnvSpec, data, source,
+                    fix="the shipped specs (envs/*.yaml) and rlclock.config.EnvSpec show every field.")
     if (spec.gpu_key is None) == (spec.gpu_file is None):
         raise SpecError(f"{source}: give exactly one of 'gpu' and 'gpu_file'.",
                         "name a preset (rtx3080ti, h200-sxm, …) or give gpu_file: a GPU spec file.")
