@@ -277,13 +277,13 @@ def _child(args: list[str], log: str, modules_to: str | None) -> None:
 
 
 def _third_party(module: object) -> bool:
-    """A module from outside the project: neither the package, its copy nor the tests."""
+    """A module from outside the project: neither the package, its copy (the working folder) nor the tests."""
     name = getattr(module, "__name__", "")
     if name == "__main__" or name.split(".")[0] in ("rlclock", "tests", "conftest") or name.startswith("test_"):
         return False
     f = str(getattr(module, "__file__", None) or "")
-    return not (f.startswith(tempfile.gettempdir()) or f.startswith(tuple(str(ROOT / d) for d in
-                                                                         ("rlclock", "tests", "benchmarks"))))
+    mine = (os.getcwd(), *(str(ROOT / d) for d in ("rlclock", "tests", "benchmarks")))
+    return not f.startswith(tuple(d + os.sep for d in mine))
 
 
 def _forked_run(args: list[str], timeout: float, log: str, modules_to: str | None = None) -> tuple[str, float]:
@@ -508,6 +508,10 @@ def report(outcomes: list[Outcome], files: list[str], equivalent: dict[str, str]
                    key=lambda m: (m.file, m.line, m.id))
     lines += ["", f"surviving mutants not listed as equivalent ({len(alive)}):"]
     lines += [f"  {m.id}  (line {m.line})" for m in alive] or ["  none"]
+    slow = [o.mutant for o in outcomes if o.status == "timeout"]
+    lines += ["", f"timeouts, counted as killed ({len(slow)}):", *(f"  {m.id}  (line {m.line})" for m in slow)]
+    if not slow:
+        lines.append("  none")
     wrong = sorted(o.mutant.id for o in outcomes if o.status != "survived" and o.mutant.id in equivalent)
     if wrong:
         lines += ["", f"listed as equivalent but killed, so not equivalent ({len(wrong)}):", *(f"  {i}" for i in wrong)]
@@ -528,7 +532,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--targets", nargs="+", default=list(TARGETS), help="files to mutate (repository-relative)")
     p.add_argument("--tests", nargs="+", default=list(TESTS), help="test files run against every mutant")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel workers (default: all cores)")
-    p.add_argument("--only", metavar="PATTERN", help="only mutants whose id contains PATTERN or matches it as a glob")
+    p.add_argument("--only", metavar="PATTERN", action="append",
+                   help="only mutants whose id contains PATTERN or matches it as a glob (repeatable)")
     p.add_argument("--list", action="store_true", help="list the mutants (line, id) without running them")
     p.add_argument("--diff", action="store_true", help="with --list: show each mutant's change as a diff")
     p.add_argument("--min-score", type=float, default=0.95, help="exit 1 below this score (default 0.95)")
@@ -547,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
     equivalent = load_equivalent(args.equivalent)
 
     def chosen(mutant_id: str) -> bool:
-        return not args.only or args.only in mutant_id or fnmatch.fnmatchcase(mutant_id, args.only)
+        return not args.only or any(p in mutant_id or fnmatch.fnmatchcase(mutant_id, p) for p in args.only)
 
     mutants = [m for m in generated if chosen(m.id)]
     stale = sorted(set(equivalent) - {m.id for m in generated})
@@ -607,8 +612,9 @@ def main(argv: list[str] | None = None) -> int:
     order = {m.id: i for i, m in enumerate(mutants)}
     outcomes.sort(key=lambda o: order[o.mutant.id])
     text, score = report(outcomes, args.targets, equivalent, stale, args.min_score)
-    wall = f"{len(mutants)} mutants in {_duration(time.perf_counter() - start)}" + (
-        f" (only {args.only!r})" if args.only else "")
+    busy = sum(o.seconds for o in outcomes) / max(1, len(outcomes))
+    wall = (f"{len(mutants)} mutants in {_duration(time.perf_counter() - start)} ({busy:.1f} s per mutant and worker)"
+            + (f", only {', '.join(map(repr, args.only))}" if args.only else ""))
     print(wall + "\n\n" + text)
     if args.output:
         command = shlex.join(["python", "benchmarks/mutation.py", *(argv if argv is not None else sys.argv[1:])])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlclock.backends.switching import EngineState, SwitchEngine, fly, landing_table
+from rlclock.backends.switching import EngineState, SwitchEngine, landing_table
 from rlclock.errors import ScheduleError
 from rlclock.schedule import AUTO, ClockConfig, ClockSchedule
 from rlclock.solve.evaluation import optimum_for
@@ -69,7 +69,7 @@ def test_describe() -> None:
                                         "switching latency 1250 ms)")
 
 
-# -- SwitchEngine, fly, landing_table ---------------------------------------------------------------------------
+# -- SwitchEngine, landing_table --------------------------------------------------------------------------------
 
 
 def test_step_switch_to_auto_without_latency_is_in_effect_at_once() -> None:
@@ -85,15 +85,6 @@ def test_step_switch_to_auto_without_latency_is_in_effect_at_once() -> None:
     assert np.isnan(out.landed_after_s).all()
     assert (state.current.tolist(), state.pending.tolist(), state.land_in_s.tolist()) == ([0, 0], [-1, -1],
                                                                                           [0.0, 0.0])
-
-
-def test_fly_from_auto_to_a_locked_config_lands_inside_the_second_kernel() -> None:
-    """Pins :func:`fly`'s return for a switch to index 0 and back: ``(stop, land_after_s, time_s, energy_j)``."""
-    t = np.array([ROW_T] * 3)
-    e = np.array([ROW_E] * 3)
-    # from A (2 s) to AUTO with 2.5 s latency: k0 whole at A (2 s, 4 J), lands 0.5 s into k1:
-    # 0.5 + 0.75 * 1 = 1.25 s, 0.25 * 4 + 0.75 * 8 = 7 J
-    assert fly(t.item, e.item, 3, 0, 1, 0, 2.5) == (2, 0.5, 3.25, 11.0)
 
 
 def test_landing_table_share_of_a_switch_that_does_not_land_is_one() -> None:
