@@ -78,7 +78,8 @@ class DaggerReport:
 def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, batch_size: int = 512,
            learning_rate: float = 1e-3, beta_decay: float = 0.5, prices_per_round: int = 2, min_updates: int = 500,
            seed: int = 0, on_round: Callable[[DaggerReport], None] | None = None,
-           should_stop: Callable[[], bool] = lambda: False) -> DaggerReport:
+           should_stop: Callable[[], bool] = lambda: False,
+           on_visit: Callable[[], None] | None = None) -> DaggerReport:
     """Train ``model``'s policy network to imitate the expert on every workload of ``env``.
 
     Args:
@@ -96,6 +97,7 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
         seed: Seed of the expert/learner mixing.
         on_round: Called after every round with the report so far (progress, metrics).
         should_stop: Asked between episodes and gradient steps; True ends the imitation there.
+        on_visit: Called after every episode (``iterations × workloads × prices_per_round`` of them in all).
     """
     import torch
 
@@ -119,6 +121,8 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
                     return report
                 a, t = _visit(env, w, expert, float(rel), learner, beta, rng, obs_data, act_data)
                 agree, total = agree + a, total + t
+                if on_visit is not None:
+                    on_visit()
         report.samples.append(len(act_data))
         report.agreement.append(agree / max(total, 1))
         X = torch.as_tensor(np.asarray(obs_data), dtype=torch.float32)

@@ -160,6 +160,8 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
             tracker = Tracker(track, name=name, config=config, folder=run_dir, tags=[specs[0].gpu.key],
                               project=wandb_project, entity=wandb_entity, group=wandb_group)
             session = _Session(specs, eval_specs, agent, run_dir, tracker, progress, resume is not None)
+            if progress:
+                print(f"estimated on this machine: {session.estimate(imitation=resume is None)}", flush=True)
             stop.graceful = True  # from here on there is a model to save
             if resume is None:
                 write_summary(run_dir, phase="imitation")
@@ -226,9 +228,13 @@ class _Session:
 
         self.specs, self.eval_specs, self.agent = specs, eval_specs, agent
         self.run_dir, self.tracker, self.progress = run_dir, tracker, progress
+        from rlclock.env import episode_tables
+
+        for spec in _bar(specs, progress, "tables", "workloads"):  # cached: the envs below reuse them
+            episode_tables(spec)
         torch.manual_seed(agent.seed)
         np.random.seed(agent.seed)
-        torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+        torch.set_num_threads(1)  # the networks are small: more threads only wait on each other
         self.proto = KernelClockVecEnv(agent.n_envs, specs, seed=agent.seed)
         self.vec = VecMonitor(self.proto)
         if resumed:
@@ -255,6 +261,63 @@ class _Session:
         self.best: _Best | None = None
         self.started = time.perf_counter()
 
+    def estimate(self, imitation: bool) -> str:
+        """How long the phases will take on this machine, from short timed probes (on copies: the run's own env
+        and network are not touched)."""
+        import copy
+
+        import torch
+
+        from rlclock.agents.imitation import PRICE_LADDER, LagrangianExpert
+        from rlclock.agents.vec_env import KernelClockVecEnv
+        from rlclock.env import KernelClockEnv, episode_tables
+
+        agent = self.agent
+        net = copy.deepcopy(self.model.policy)
+        opt = torch.optim.Adam(net.parameters(), lr=1e-4)
+        x = torch.zeros((agent.imitation.batch_size, int(np.prod(self.model.policy.observation_space.shape or ()))))
+        y = torch.zeros(agent.imitation.batch_size, dtype=torch.long)
+
+        def timed(fn: Any, repeats: int) -> float:
+            start = time.perf_counter()
+            for _ in range(repeats):
+                fn()
+            return (time.perf_counter() - start) / repeats
+
+        def grad_step(ppo: bool) -> None:
+            loss = net.evaluate_actions(x, y)[1].mean() if ppo else \
+                torch.nn.functional.cross_entropy(net.action_net(net.mlp_extractor.forward_actor(x)), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+        t_imitate, t_ppo = timed(lambda: grad_step(False), 5), timed(lambda: grad_step(True), 5)
+        vec = KernelClockVecEnv(agent.n_envs, self.specs, seed=0)
+        vec.reset()
+        keep = np.full(agent.n_envs, self.proto.keep_action)
+        t_vec = timed(lambda: vec.step(keep), 32)
+        parts = []
+        if imitation and agent.imitation.iterations:
+            im = agent.imitation
+            env = KernelClockEnv(self.specs[:1])
+            env.reset(seed=0)
+            t_env = timed(lambda: env.step(env.keep_action), 64)
+            first = episode_tables(self.specs[0])
+            t_dp = timed(lambda: LagrangianExpert(first).choices(1.0), 1) / max(first.n, 1)
+            k = min(im.prices_per_round, len(PRICE_LADDER))
+            kernels = sum(episode_tables(s).n for s in self.specs)
+            imit = (im.iterations * k * kernels * 2 * t_env + min(len(PRICE_LADDER), k * im.iterations) * kernels
+                    * t_dp + im.iterations * im.min_updates * t_imitate)
+            parts.append(f"imitation ~{_duration(imit)}")
+        if agent.trains_ppo:
+            p = agent.ppo
+            remaining = max(0, agent.timesteps - int(self.model.num_timesteps))
+            updates = remaining / (p.n_steps * agent.n_envs)
+            ppo = remaining / agent.n_envs * t_vec + updates * p.n_epochs * (p.n_steps * agent.n_envs / p.batch_size) \
+                * t_ppo * p.batch_size / agent.imitation.batch_size
+            parts.append(f"PPO ~{_duration(ppo)}")
+        return ", ".join(parts) + " (then the final evaluation and plots)"
+
     def policy(self, extra: dict[str, Any] | None = None) -> ClockPolicy:
         return _policy(self.model, self.specs, self.proto.configs, self.specs[0].lookahead,
                        {"price_rel": self.price_rel, **(extra or {})})
@@ -278,20 +341,25 @@ class _Session:
         im = self.agent.imitation
         if im.iterations == 0:
             return
-        from rlclock.agents.imitation import DaggerReport, dagger
+        from rlclock.agents.imitation import PRICE_LADDER, DaggerReport, dagger
         from rlclock.env import KernelClockEnv
+
+        env = KernelClockEnv(self.specs)
+        visits = im.iterations * len(env.episodes) * min(im.prices_per_round, len(PRICE_LADDER))
+        bar = _bar(None, self.progress, "imitation", "episodes", total=visits)
 
         def on_round(report: DaggerReport) -> None:
             self.tracker.log_round(report.round_metrics(im.iterations))
-            if self.progress:
-                print(f"imitation round {len(report.samples)}/{im.iterations}: {report.samples[-1]} samples, learner "
-                      f"agreed with the expert on {100 * report.agreement[-1]:.1f} % of its decisions before this "
-                      "round")
+            if bar is not None:
+                bar.set_postfix_str(f"round {len(report.samples)}/{im.iterations}: learner agreed on "
+                                    f"{100 * report.agreement[-1]:.0f} %")
 
-        dagger(self.model, KernelClockEnv(self.specs), iterations=im.iterations, epochs=im.epochs,
-               batch_size=im.batch_size, learning_rate=im.learning_rate, beta_decay=im.beta_decay,
-               prices_per_round=im.prices_per_round, min_updates=im.min_updates, seed=self.agent.seed,
-               on_round=on_round, should_stop=stop)
+        dagger(self.model, env, iterations=im.iterations, epochs=im.epochs, batch_size=im.batch_size,
+               learning_rate=im.learning_rate, beta_decay=im.beta_decay, prices_per_round=im.prices_per_round,
+               min_updates=im.min_updates, seed=self.agent.seed, on_round=on_round, should_stop=stop,
+               on_visit=None if bar is None else bar.update)
+        if bar is not None:
+            bar.close()
         if not stop.requested:
             self.best = _Best(self.evaluate(0), self.model)
 
@@ -332,6 +400,8 @@ class _Session:
         self.model.save(str(run_dir / SB3_FILE))  # the current model: what --resume continues
         evs: list[PolicyEvaluation] = []
         if final and status == "finished":
+            if self.progress:
+                print(f"final evaluation on {len(self.eval_specs)} workload(s), baselines and plots …", flush=True)
             evs = self.evaluate(steps)
         if self.best is not None and (not evs or self.best.better_than(evs)):
             self.best.restore(self.model)
@@ -401,6 +471,25 @@ class _Best:
 
     def restore(self, model) -> None:
         model.policy.load_state_dict(self.state)
+
+
+def _duration(seconds: float) -> str:
+    """``seconds`` as a person reads them: ``40 s``, ``3 min``, ``2.5 h``."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _bar(items: Any, show: bool, desc: str, unit: str, total: int | None = None) -> Any:
+    """``items`` behind a progress bar (with its time left) when ``show``; with ``items`` None, the bar itself
+    (``None`` when not shown)."""
+    if not show:
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=desc, unit=f" {unit}", total=total, dynamic_ncols=True, leave=True)
 
 
 def _read_history(path: Path) -> list[dict[str, Any]]:

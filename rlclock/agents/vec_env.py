@@ -40,6 +40,8 @@ class KernelClockVecEnv(VecEnv):
         self.configs = self._proto.configs
         self.episodes = self._proto.episodes
         self.specs = self._proto.specs
+        self.n_slots = self._proto.n_slots
+        self.keep_action = self._proto.keep_action
         self._core = BatchCore(num_envs)
         self._rng = np.random.default_rng(seed)
         self._actions = np.zeros(num_envs, dtype=np.int64)

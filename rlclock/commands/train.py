@@ -19,7 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("env", nargs="*", default=["gpt3xl-rtx3080ti"],
                    help="env spec(s): shipped names (e.g. gpt3xl-rtx3080ti) or YAML paths; a YAML with 'family:' "
                         "lists several")
-    p.add_argument("--agent", default="ppo", help="agent recipe: a shipped one (ppo, ppo-scratch) or a YAML path")
+    p.add_argument("--agent", default="quick",
+                   help="agent recipe: a shipped one (quick: about a minute; ppo: the full recipe of the shipped "
+                        "checkpoints; ppo-scratch) or a YAML path")
     p.add_argument("--seed", type=int, default=None, help="random seed (default: the recipe's)")
     p.add_argument("--timesteps", type=int, default=None, help="environment steps (default: the recipe's)")
     p.add_argument("--track", action=argparse.BooleanOptionalAction, default=False,

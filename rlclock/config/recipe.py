@@ -11,8 +11,8 @@ from rlclock import resources
 from rlclock.validation import Float, Int, Settings, validate
 from rlclock.yamlio import read_yaml
 
-DEFAULT_RECIPE = "ppo"
-"""The shipped recipe ``rlclock train`` uses when none is named."""
+DEFAULT_RECIPE = "quick"
+"""The shipped recipe ``rlclock train`` uses when none is named (about a minute; ``ppo`` is the full one)."""
 
 Positive = Annotated[Int, Field(gt=0)]
 NonNegative = Annotated[Int, Field(ge=0)]
@@ -126,6 +126,7 @@ def parse_agent_config(data: Any, source: str = "<dict>") -> AgentConfig:
 
 
 def load_agent_config(path: str | Path | None = None) -> AgentConfig:
-    """Load an agent recipe: a YAML path, or the name of a shipped recipe (default ``ppo``)."""
+    """Load an agent recipe: a YAML path, or the name of a shipped recipe (default ``quick``; ``ppo`` is the full
+    recipe the shipped checkpoints were trained with, ``ppo-scratch`` PPO without a warm start)."""
     p = resources.locate("agents", DEFAULT_RECIPE if path is None else path)
     return parse_agent_config(read_yaml(p, "agent recipe"), str(p))
