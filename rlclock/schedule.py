@@ -22,7 +22,7 @@ from rlclock.errors import ClockError, ScheduleError
 _CONFIG_RE = re.compile(r"^\s*(auto|\d+)\s*(?:@\s*(auto|\d+))?\s*$")
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class ClockConfig:
     """A requested clock configuration.
 
@@ -87,10 +87,11 @@ class ClockSchedule:
         self.index = np.asarray(list(index) if not isinstance(index, np.ndarray) else index, dtype=np.int64)
         if self.index.ndim != 1 or self.index.size == 0:
             raise ScheduleError("a schedule needs one configuration index per kernel invocation.")
-        if self.index.min() < 0 or self.index.max() >= len(self.configs):
+        bad = self.index[(self.index < 0) | (self.index >= len(self.configs))]
+        if bad.size:
             raise ScheduleError(
-                f"schedule {name!r} refers to configuration {int(self.index.max())} but has only "
-                f"{len(self.configs)}."
+                f"schedule {name!r} refers to configuration {int(bad[0])} but has only {len(self.configs)} "
+                f"(indices 0 to {len(self.configs) - 1})."
             )
         self.name = name
 
@@ -104,7 +105,8 @@ class ClockSchedule:
     def from_configs(cls, per_kernel: Sequence[ClockConfig | str], name: str = "schedule") -> ClockSchedule:
         """Build from one configuration per invocation."""
         parsed = [ClockConfig.parse(c) for c in per_kernel]
-        distinct = sorted(set(parsed), key=lambda c: (c.mem_mhz or 0, c.core_mhz or 0))
+        distinct = sorted(set(parsed), key=lambda c: (c.mem_mhz or 0, c.core_mhz or 0, c.core_mhz is not None,
+                                                      c.mem_mhz is not None))
         pos = {c: i for i, c in enumerate(distinct)}
         return cls(distinct, [pos[c] for c in parsed], name)
 
@@ -165,11 +167,17 @@ class ClockSchedule:
         """Parse :meth:`to_dict` output."""
         if not isinstance(data, dict) or data.get("format") != "rlclock.schedule":
             raise ScheduleError("not an rlclock schedule (expected 'format': 'rlclock.schedule').")
+        configs, runs = data.get("configs"), data.get("runs")
+        if not isinstance(configs, list) or not isinstance(runs, list):
+            raise ScheduleError("malformed schedule: 'configs' and 'runs' must be lists.")
         try:
-            index = [int(i) for i, n in data["runs"] for _ in range(int(n))]
-            return cls([ClockConfig.parse(c) for c in data["configs"]], index, str(data.get("name", "schedule")))
-        except (KeyError, TypeError, ValueError) as exc:
+            if any(isinstance(n, bool) or int(n) != n or int(n) < 1 for _, n in runs):
+                raise ValueError("every run must cover a whole number >= 1 of kernels")
+            index = [int(i) for i, n in runs for _ in range(int(n))]
+            parsed = [ClockConfig.parse(c) for c in configs]
+        except (TypeError, ValueError, ClockError) as exc:
             raise ScheduleError(f"malformed schedule: {exc}.") from None
+        return cls(parsed, index, str(data.get("name", "schedule")))
 
     def save(self, path: str | Path) -> Path:
         """Write as JSON."""

@@ -402,3 +402,41 @@ def test_check_length() -> None:
 def test_schedule_rejects_bad_indices(configs: list[ClockConfig], index: list, needle: str) -> None:
     with pytest.raises(ScheduleError, match=needle):
         ClockSchedule(configs, index)
+
+
+def test_run_indices_refuses_indices_outside_the_configuration_set():
+    """An index outside 0..C-1 (or a bad initial one) is one clear error on both latency paths, not a wrapped
+    lookup or an IndexError."""
+    for latency in (0.0, 0.5):
+        gpu = TableGpu([[1.0, 2.0]] * 3, [[1.0, 1.0]] * 3, latency, [AUTO, ClockConfig(1500, 3201)])
+        for bad in ([-1, -1, -1], [0, 7, 0], [0, 2, 0]):
+            with pytest.raises(ScheduleError, match=r"must lie in 0\.\.1"):
+                gpu.run_indices(np.array(bad))
+        for initial in (7, 2, -1):
+            with pytest.raises(ScheduleError, match=rf"initial {initial}"):
+                gpu.run_indices(np.zeros(3, dtype=np.int64), initial=initial)
+
+
+def test_a_schedule_names_the_bad_index_it_refers_to():
+    with pytest.raises(ScheduleError, match="refers to configuration -1 but has only 2"):
+        ClockSchedule([AUTO, ClockConfig(1500, 3201)], [-1, 1])
+
+
+@pytest.mark.parametrize("data, needle", [
+    ({"format": "rlclock.schedule", "configs": "12", "runs": [[0, 1]]}, "must be lists"),
+    ({"format": "rlclock.schedule", "configs": ["auto"], "runs": [[0, -5]]}, "whole number >= 1"),
+    ({"format": "rlclock.schedule", "configs": ["auto"], "runs": [[0, 2], [0, 0]]}, "whole number >= 1"),
+    ({"format": "rlclock.schedule", "configs": ["auto"], "runs": [[0, 1.5]]}, "whole number >= 1"),
+    ({"format": "rlclock.schedule", "configs": ["fast"], "runs": [[0, 1]]}, "not understood"),
+])
+def test_malformed_schedule_files_are_schedule_errors(data, needle):
+    with pytest.raises(ScheduleError, match=needle):
+        ClockSchedule.from_dict(data)
+
+
+def test_from_configs_orders_auto_before_a_locked_clock_of_the_same_value():
+    """Ties of the sort key (auto reads as 0 MHz) are broken auto first, in both domains."""
+    s = ClockSchedule.from_configs([ClockConfig(0, 3201), ClockConfig(None, 3201)])
+    assert s.configs == (ClockConfig(None, 3201), ClockConfig(0, 3201))
+    s = ClockSchedule.from_configs([ClockConfig(1500, 0), ClockConfig(1500, None)])
+    assert s.configs == (ClockConfig(1500, None), ClockConfig(1500, 0))

@@ -52,7 +52,7 @@ def test_tables_of_the_wrong_width_are_rejected() -> None:
 def test_tables_need_positive_finite_times_and_finite_non_negative_energies(t: list[list[float]],
                                                                              e: list[list[float]]) -> None:
     """Pins ``isfinite(t) and t > 0 and isfinite(e) and e >= 0``, each condition on its own."""
-    with pytest.raises(ScheduleError, match="non-finite or non-positive kernel times or energies"):
+    with pytest.raises(ScheduleError, match="non-finite or non-positive kernel times, or non-finite or negative"):
         _ = TableGpu(t, e, 0.0, CONFIGS).tables
 
 

@@ -116,7 +116,8 @@ class GpuBackend(ABC):
         if t.shape != (self.n_kernels, self.n_configs) or e.shape != t.shape:
             raise RuntimeError(f"backend produced tables of shape {t.shape}/{e.shape}")
         if not (np.all(np.isfinite(t)) and np.all(t > 0) and np.all(np.isfinite(e)) and np.all(e >= 0)):
-            raise ScheduleError("the backend produced non-finite or non-positive kernel times or energies.")
+            raise ScheduleError("the backend produced non-finite or non-positive kernel times, or non-finite or "
+                                "negative energies.")
         t.setflags(write=False)
         e.setflags(write=False)
         return t, e
@@ -140,6 +141,9 @@ class GpuBackend(ABC):
         requested = np.asarray(requested, dtype=np.int64)
         if requested.shape != (n,):
             raise ScheduleError(f"expected {n} configuration indices, found shape {requested.shape}.")
+        if (n and (requested.min() < 0 or requested.max() >= self.n_configs)) or not 0 <= initial < self.n_configs:
+            raise ScheduleError(f"configuration indices must lie in 0..{self.n_configs - 1}, found "
+                                f"{int(requested.min())}..{int(requested.max())} (initial {initial}).")
         if self.latency_s == 0.0:
             rows = np.arange(n)
             kt, ke = t_tab[rows, requested], e_tab[rows, requested]
