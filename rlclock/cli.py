@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from rlclock.errors import RlclockError
 from rlclock.version import __version__
@@ -34,8 +35,19 @@ docs: docs/simulator.md, docs/agent.md, docs/deploy.md
 """
 
 
+class UsageError(RlclockError):
+    """A command line that the rlclock command cannot parse."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad command line reported as rlclock's one-line error (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}.", f"see `{self.prog} --help`.")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rlclock",
         description="Cut the energy of transformer training by choosing GPU core/memory clocks kernel by kernel.",
         epilog=EPILOG,
@@ -57,7 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        print(f"rlclock: error: {exc}", file=sys.stderr)
+        return 2
     args.command_line = "rlclock " + " ".join(sys.argv[1:] if argv is None else argv)
     if not getattr(args, "command", None):
         parser.print_help()

@@ -97,3 +97,32 @@ def test_infeasible_budget_is_a_clear_error():
         knapsack_optimum(t, e, 1.5)
     with pytest.raises(ScheduleError, match="infeasible"):
         latency_aware_optimum(t, e, 0.5, 1.5)
+
+
+def _hard_step():
+    """A step whose exact latency-aware search takes far longer than the limits below."""
+    from rlclock.config import parse_env_spec
+
+    spec = parse_env_spec({"name": "m", "gpu": "a100-sxm4-40gb", "switch_latency_s": 0.001,
+                           "workload": {"generator": "transformer", "style": "llama", "hidden": 4096, "heads": 32,
+                                        "kv_heads": 8, "ffn": 14336, "seq": 4096, "batch": 1, "layers": 8,
+                                        "vocab": 32000}})
+    backend = spec.build_backend()
+    t, e = backend.tables
+    return t, e, backend.latency_s, backend.auto_run().time_s * 1.03
+
+
+@pytest.mark.parametrize("limits, why", [({"time_limit_s": 2.0}, "time limit"),
+                                         ({"max_memory_bytes": 2e6}, "memory limit")])
+def test_past_its_limits_the_solver_returns_the_best_plan_with_its_proven_gap(limits, why):
+    import time
+
+    t, e, latency, budget = _hard_step()
+    start = time.perf_counter()
+    opt = latency_aware_optimum(t, e, latency, budget, **limits)
+    if why == "time limit":
+        assert time.perf_counter() - start <= 2.0 * 1.1 + 1.0  # the limit, and the setup before the search
+    assert not opt.exact and opt.stopped == why and opt.time_s <= budget
+    assert opt.lower_bound_j <= opt.energy_j and 0 < opt.gap_j <= 1e-3 * opt.energy_j
+    line = opt.describe()
+    assert line.startswith(f"stopped at the {why}") and "% more energy than the optimum" in line and "\n" not in line

@@ -46,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
         rows.append([r.name, f"{d['time_pct']:+.2f}", f"{d['energy_pct']:+.2f}", str(d["switches"]),
                      f"{1e3 * d['off_plan_time_s']:.1f}", solve])
     print_table(["schedule", "time %", "energy %", "switches", "off-plan ms", "solve s"], rows)
+    for r in results:
+        if r.optimum is not None and not r.optimum.exact:
+            print(f"{r.name}: {r.optimum.describe()}")
     budgets = args.frontier
     curves = frontier(backend, budgets, time_limit_s=args.time_limit) if budgets else {}
     t, e = backend.tables

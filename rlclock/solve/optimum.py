@@ -54,6 +54,8 @@ class Optimum:
         labels: Arcs in the widest band searched (latency-aware only).
         lam_j_per_s: Lagrange multiplier of the time budget: the marginal energy (J) one second of extra
             time buys at the optimum (0 when the budget does not bind).
+        stopped: Why the search ended before proving optimality (``"time limit"``, ``"memory limit"``), or
+            empty.
     """
 
     requests: np.ndarray
@@ -65,10 +67,20 @@ class Optimum:
     exact: bool
     labels: int = 0
     lam_j_per_s: float = 0.0
+    stopped: str = ""
 
     @property
     def gap_j(self) -> float:
         return max(0.0, self.energy_j - self.lower_bound_j)
+
+    def describe(self) -> str:
+        """One line: exact, or where the search stopped and how far the plan can be from the optimum."""
+        if self.exact:
+            return f"exact optimum ({self.solve_s:.1f} s)"
+        gap = 100 * self.gap_j / max(self.energy_j, 1e-30)
+        why = f"stopped at the {self.stopped}" if self.stopped else "not proven optimal"
+        return (f"{why} after {self.solve_s:.1f} s: the best plan found uses at most {gap:.3g} % more energy than "
+                "the optimum (proven lower bound)")
 
 
 @contextlib.contextmanager
@@ -280,7 +292,8 @@ class SwitchDag:
 
 
 def latency_aware_optimum(t: np.ndarray, e: np.ndarray, latency_s: float, budget_s: float, initial: int = 0,
-                          lambda_iters: int = 40, time_limit_s: float = 300.0) -> Optimum:
+                          lambda_iters: int = 40, time_limit_s: float = 300.0,
+                          max_memory_bytes: float = 2e9) -> Optimum:
     """Exact minimum energy within ``budget_s`` under switching latency (module docstring).
 
     Args:
@@ -290,8 +303,9 @@ def latency_aware_optimum(t: np.ndarray, e: np.ndarray, latency_s: float, budget
         budget_s: Allowed total time.
         initial: Configuration in effect at the start (0 = auto).
         lambda_iters: Bisection steps on the Lagrange multiplier.
-        time_limit_s: Stop widening the band after this long; the answer is then the best found, with its
-            proven lower bound (``exact`` False).
+        time_limit_s: Stop searching after this long; the answer is then the best plan found, with its proven
+            lower bound (``exact`` False, ``stopped`` says why).
+        max_memory_bytes: Stop the exact search before its partial paths would take more memory than this.
 
     Raises:
         ScheduleError: If no schedule meets the budget.
@@ -326,21 +340,27 @@ def latency_aware_optimum(t: np.ndarray, e: np.ndarray, latency_s: float, budget
     best_req, best_t, best_e = rq, th, eh
     lb = float(Vh[0, initial]) - hi * budget_s
     lam_star, V_star = hi, Vh
+    bounds = [(0.0, V0), (hi, Vh)]  # every multiplier's cost-to-go bounds a partial path's completion
+    ch_fit, ch_miss = chh, ch0  # the choices of the last multiplier that fits the budget and that misses it
     for _ in range(lambda_iters):
         mid = 0.5 * (lo + hi)
         Vm, chm = dag.backward(mid, want_path=True)
+        bounds.append((mid, Vm))
         rq, tm, em = dag.follow(chm, initial)
         bound = float(Vm[0, initial]) - mid * budget_s
         if bound > lb:
             lb, lam_star, V_star = bound, mid, Vm
         if tm <= budget_s:
-            hi = mid
+            hi, ch_fit = mid, chm
             if em < best_e:
                 best_req, best_t, best_e = rq, tm, em
         else:
-            lo = mid
+            lo, ch_miss = mid, chm
         if hi - lo <= 1e-7 * hi:
             break
+    mixed = _time_share(dag, ch_miss, ch_fit, initial, budget_s)
+    if mixed is not None and mixed[2] < best_e:
+        best_req, best_t, best_e = mixed
     tol = 1e-9 * max(abs(best_e), 1.0)
     if best_e - lb <= tol:
         return Optimum(best_req, best_t, best_e, lb, budget_s, _time.perf_counter() - start, True,
@@ -351,21 +371,51 @@ def latency_aware_optimum(t: np.ndarray, e: np.ndarray, latency_s: float, budget
     delta = max(2e-4 * abs(lb), tol)
     n_arcs = 0
     exact = False
+    stopped = ""
+    deadline = start + time_limit_s
+    max_labels = max_memory_bytes / _BYTES_PER_LABEL
     while True:
         cap = min(lb + delta, best_e)
-        arcs = _surviving_arcs(dag, initial, lam_star, V_star, cap + lam_star * budget_s + tol)
-        n_arcs = max(n_arcs, arcs[0].size)
-        found = _band_search(dag, initial, arcs, budget_s, lam_star, V_star, tmin, cap + tol)
+        try:
+            arcs = _surviving_arcs(dag, initial, lam_star, V_star, cap + lam_star * budget_s + tol, deadline)
+            n_arcs = max(n_arcs, arcs[0].size)
+            found = _band_search(dag, initial, arcs, budget_s, lam_star, V_star, bounds, tmin, cap + tol, deadline,
+                                 max_labels)
+        except _Stopped as why:
+            stopped = str(why)
+            break
         if found is not None and found[2] < best_e:
             best_req, best_t, best_e = found
         if best_e <= lb + delta + tol:
             exact = True
             break
-        if _time.perf_counter() - start > time_limit_s:
+        if _time.perf_counter() > deadline:
+            stopped = "time limit"
             break
         delta *= 4.0
     return Optimum(best_req, best_t, best_e, best_e if exact else lb, budget_s, _time.perf_counter() - start,
-                   exact, labels=n_arcs, lam_j_per_s=lam_star)
+                   exact, labels=n_arcs, lam_j_per_s=lam_star, stopped=stopped)
+
+
+def _time_share(dag: SwitchDag, ch_miss: np.ndarray, ch_fit: np.ndarray, initial: int, budget_s: float
+                ) -> tuple[np.ndarray, float, float] | None:
+    """The cheapest plan that follows the choices of a multiplier that misses the budget up to some kernel
+    boundary ``k`` and those of one that fits it from there (``k`` bisected; the Lagrangian heuristic that
+    closes most of the gap two neighbouring multipliers leave)."""
+    best: tuple[np.ndarray, float, float] | None = None
+    lo, hi = 0, dag.n
+    mixed = ch_fit.copy()
+    while hi - lo > 1:
+        k = (lo + hi) // 2
+        mixed[:k], mixed[k:] = ch_miss[:k], ch_fit[k:]
+        req, tt, ee = dag.follow(mixed, initial)
+        if tt <= budget_s:
+            lo = k  # more of the frugal plan still fits
+            if best is None or ee < best[2]:
+                best = (req, tt, ee)
+        else:
+            hi = k
+    return best
 
 
 def _forward(dag: SwitchDag, lam: float, initial: int) -> np.ndarray:
@@ -391,7 +441,8 @@ def _forward(dag: SwitchDag, lam: float, initial: int) -> np.ndarray:
     return F
 
 
-def _surviving_arcs(dag: SwitchDag, initial: int, lam: float, V: np.ndarray, limit: float):
+def _surviving_arcs(dag: SwitchDag, initial: int, lam: float, V: np.ndarray, limit: float,
+                    deadline: float = np.inf):
     """Arcs ``(i, c) -> (i', b)`` lying on some path whose Lagrangian cost is at most ``limit``.
 
     Returns arrays ``(i, c, i2, b, dt, de)``; any path with energy at most the incumbent and time within the
@@ -402,6 +453,8 @@ def _surviving_arcs(dag: SwitchDag, initial: int, lam: float, V: np.ndarray, lim
     out: list[list[np.ndarray]] = [[] for _ in range(6)]
     cols = np.arange(dag.C)
     for i in range(dag.n):
+        if i % 256 == 0 and _time.perf_counter() > deadline:
+            raise _Stopped("time limit")
         here = F[i]
         live = np.isfinite(here)
         if not live.any():
@@ -421,14 +474,29 @@ def _surviving_arcs(dag: SwitchDag, initial: int, lam: float, V: np.ndarray, lim
     return tuple(np.concatenate(a) if a else np.empty(0) for a in out)
 
 
-def _band_search(dag: SwitchDag, initial: int, arcs, budget_s: float, lam: float, V: np.ndarray,
-                 tmin: np.ndarray, cap_e: float) -> tuple[np.ndarray, float, float] | None:
+class _Stopped(Exception):
+    """The band search hit its deadline or its memory cap (the reason is the message)."""
+
+
+_BYTES_PER_LABEL = 48
+"""Memory of one partial path of the band search: stored (parent, arc) and, while pending, time, energy, id
+(with the arrays numpy makes on the way)."""
+
+
+def _band_search(dag: SwitchDag, initial: int, arcs, budget_s: float, lam_star: float, V_star: np.ndarray,
+                 bounds: list[tuple[float, np.ndarray]], tmin: np.ndarray, cap_e: float, deadline: float = np.inf,
+                 max_labels: float = np.inf) -> tuple[np.ndarray, float, float] | None:
     """Exact best path on the surviving arcs: label setting with dominance and bound pruning.
 
-    Nodes are visited in order of their kernel boundary (the DAG's topological order). At each node the
-    partial paths (labels) whose fastest completion misses the budget, or whose Lagrangian completion bound
-    exceeds ``cap_e``, are dropped; of the rest only the Pareto-optimal (time, energy) ones are kept. The
-    cheapest label at the end is the optimum over all paths with energy <= ``cap_e`` (None if there is none).
+    Nodes are visited in order of their kernel boundary (the DAG's topological order). A partial path (label)
+    is dropped when its fastest completion misses the budget, or when its Lagrangian completion bound
+    ``E + lam·(T - budget) + V_lam`` exceeds ``cap_e`` — for the best multiplier ``lam_star`` as each arc
+    extends it, for every multiplier of ``bounds`` at the node it reaches; there only the Pareto-optimal
+    (time, energy) labels are kept. The cheapest label at the end is the optimum over all paths with energy
+    <= ``cap_e`` (None if there is none).
+
+    Raises:
+        _Stopped: ``time.perf_counter()`` passed ``deadline``, or more than ``max_labels`` labels were alive.
     """
     ai, ac, aj, ab, adt, ade = arcs
     if ai.size == 0:
@@ -445,19 +513,35 @@ def _band_search(dag: SwitchDag, initial: int, arcs, budget_s: float, lam: float
         initial: [(np.zeros(1), np.zeros(1), np.full(1, -1, dtype=np.int64))]}
     parent_label: list[np.ndarray] = []
     via_arc: list[np.ndarray] = []
-    n_labels = 0
+    n_labels = n_pending = 0
     tol_t = 1e-12 * budget_s
     tol_e = 1e-12 * max(abs(cap_e), 1.0)
+    lams = np.array([lam for lam, _ in bounds])
+    Vs = np.stack([V for _, V in bounds])  # (bounds, n + 1, C)
+
+    def fits(i: int, c: int, T: np.ndarray, E: np.ndarray, every: bool) -> np.ndarray:
+        """Labels at node (i, c) that can still end within the budget and at most ``cap_e`` joules (by the best
+        multiplier's bound alone, or ``every`` multiplier's)."""
+        ok = T + tmin[i, c] <= budget_s + tol_t
+        ok &= E + lam_star * (T - budget_s) + V_star[i, c] <= cap_e + tol_e
+        if every and ok.any():
+            completion = E[:, None] + lams[None, :] * (T[:, None] - budget_s) + Vs[None, :, i, c]
+            ok &= completion.max(axis=1) <= cap_e + tol_e
+        return ok
+
     best: tuple[float, int] | None = None
     for node in sorted(set(nodes.tolist()) | set(head.tolist()) | {initial}):
+        if _time.perf_counter() > deadline:
+            raise _Stopped("time limit")
         parts = pending.pop(node, None)
         if not parts:
             continue
         T = np.concatenate([p[0] for p in parts])
         E = np.concatenate([p[1] for p in parts])
         P = np.concatenate([p[2] for p in parts])  # (parent label, arc) packed as parent * arcs + arc
+        n_pending -= T.size
         i, c = divmod(node, C)
-        ok = (T + tmin[i, c] <= budget_s + tol_t) & (E + lam * (T - budget_s) + V[i, c] <= cap_e + tol_e)
+        ok = fits(i, c, T, E, every=True)
         T, E, P = T[ok], E[ok], P[ok]
         if T.size == 0:
             continue
@@ -478,7 +562,15 @@ def _band_search(dag: SwitchDag, initial: int, arcs, budget_s: float, lam: float
             continue
         a0, a1 = span[node]
         for a in range(a0, a1):
-            pending.setdefault(int(head[a]), []).append((T + adt[a], E + ade[a], ids * tail.size + a))
+            v = int(head[a])
+            Tn, En = T + adt[a], E + ade[a]
+            vi, vc = divmod(v, C)
+            ok = fits(vi, vc, Tn, En, every=False)
+            if ok.any():
+                pending.setdefault(v, []).append((Tn[ok], En[ok], ids[ok] * tail.size + a))
+                n_pending += int(ok.sum())
+        if n_labels + 2 * n_pending > max_labels:
+            raise _Stopped("memory limit")
     if best is None:
         return None
     parents = np.concatenate(parent_label)
