@@ -189,3 +189,20 @@ def test_a_kernel_window_built_once_per_distinct_kernel_equals_the_full_one():
     kernels = distinct_kernels(b.trace, table_rows(ep.time_s, ep.energy_j, ep.auto_time_s, ep.auto_energy_j))
     assert len(kernels[1]) < len(b.trace) // 10  # the layers repeat
     np.testing.assert_array_equal(kernel_window(*args, kernels), kernel_window(*args))
+
+
+def test_the_blocked_running_sums_are_the_step_long_ones(monkeypatch):
+    """The look-ahead walks a long step in blocks; whatever the block size, every bin is bit-for-bit the same."""
+    import rlclock.observation.lookahead as lookahead
+
+    ep = episode_tables(load_env_spec("gpt3xl-rtx3080ti"))
+    auto = ep.backend.auto_run()
+    args = (ep.time_s, ep.energy_j, auto.kernel_time_s, auto.kernel_energy_j, ep.backend.latency_s,
+            ep.backend.configs)
+    whole = lookahead.StepLookahead(*args)
+    for chunk in (1, 7, 256):
+        monkeypatch.setattr(lookahead, "_CHUNK", chunk)
+        blocked = lookahead.StepLookahead(*args)
+        assert np.array_equal(blocked.by_context, whole.by_context)
+        assert np.array_equal(blocked._win, whole._win)
+        assert np.array_equal(blocked.context_candidates(1.2), whole.context_candidates(1.2))

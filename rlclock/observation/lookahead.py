@@ -215,6 +215,46 @@ def kernel_contexts(t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarra
     return rank[context], first[order]
 
 
+_CHUNK = 1 << 15
+"""Kernels per block of the running sums in :func:`_running_added` (bounds its memory on long steps)."""
+
+
+def _running_added(t: np.ndarray, e: np.ndarray, at: np.ndarray, ae: np.ndarray, power: float, rows: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """At each kernel index of ``rows`` (any shape): the seconds and joules / ``power`` added over auto by all
+    kernels before it (``(..., 2C)``, running sums in kernel order), and by that kernel itself.
+
+    The step is walked in blocks of :data:`_CHUNK` kernels, each block's sums continuing from the last (the
+    same additions, in the same order, as one running sum over the step), and only the asked-for rows kept:
+    memory stays a block's, not the step's."""
+    n, C = t.shape
+    flat = rows.reshape(-1)
+    order = np.argsort(flat, kind="stable")
+    wanted = flat[order]
+    cum = np.empty((flat.size, 2 * C))
+    own = np.empty((flat.size, 2 * C))
+    carry = np.zeros(2 * C)
+    at_k = 0  # next position of `wanted` to fill
+    for lo in range(0, n, _CHUNK):
+        hi = min(n, lo + _CHUNK)
+        block = np.empty((hi - lo, 2 * C))
+        np.subtract(t[lo:hi], at[lo:hi, None], out=block[:, :C])
+        np.subtract(e[lo:hi], ae[lo:hi, None], out=block[:, C:])
+        block[:, C:] /= power
+        stop = int(np.searchsorted(wanted, hi, side="left"))
+        take = wanted[at_k:stop] - lo
+        own[order[at_k:stop]] = block[take]
+        running = block.copy()
+        running[0] += carry
+        np.cumsum(running, axis=0, out=running)
+        # the sum before kernel k: the running sum through k - 1 (the carry for the block's first kernel)
+        before = np.where((take > 0)[:, None], running[np.maximum(take - 1, 0)], carry)
+        cum[order[at_k:stop]] = before
+        carry = running[-1].copy()
+        at_k = stop
+    return cum.reshape(*rows.shape, 2 * C), own.reshape(*rows.shape, 2 * C)
+
+
 class StepLookahead:
     """Binned look-ahead of one step on a planning model (see the module docstring).
 
@@ -252,18 +292,13 @@ class StepLookahead:
         start = np.concatenate([[0.0], np.cumsum(at)])
         # kernels over the horizon from each context's first one: what the context's kernels share
         self.span = np.minimum(np.searchsorted(start, start[self.first] + edges[-1], side="left"), n) - self.first
-        added = np.empty((n, 2 * C))  # seconds and joules / mean power added over auto, per configuration
-        np.subtract(t, at[:, None], out=added[:, :C])
-        np.subtract(e, ae[:, None], out=added[:, C:])
-        added[:, C:] /= power
-        cum = np.empty((n + 1, 2 * C))
-        cum[0] = 0.0
-        np.cumsum(added, axis=0, out=cum[1:])
         q = np.minimum(start[self.first, None] + edges[None, :], start[n])  # (U, N_BINS + 1) auto-time points
         pos = np.interp(q, start, np.arange(n + 1.0))  # fractional kernel index of each point
         i0 = np.minimum(np.floor(pos).astype(np.int64), n - 1)
-        upto = cum[i0]  # (U, N_BINS + 1, 2C): cumulative added time and energy up to each point
-        part = added[i0]
+        # cumulative added time and energy up to each point: (U, N_BINS + 1, 2C)
+        cum, added = _running_added(t, e, at, ae, power, i0)
+        upto = cum
+        part = added
         part *= (pos - i0)[..., None]  # (in place: a broadcast operand first is several times slower)
         upto += part
         # differences of the cumulative sums in float64; the (small) bin values from here on in float32
