@@ -115,7 +115,7 @@ def own_summary(name: str, budget_pct: float, rows: dict, extra: str = "") -> No
 
 def trained_spec(seeds: list[int], runs: str) -> ClockPolicy | None:
     spec = load_env_spec("gpt3xl-rtx3080ti")
-    agent = load_agent_config("agents/ppo.yaml")
+    agent = load_agent_config("ppo")
     print(f"1. Trained spec: {spec.name} (simulated RTX 3080 Ti, latency {1e3 * spec.latency_s:g} ms, budget "
           f"{100 * spec.reward.budget:g} %), recipe agents/ppo.yaml ({agent.imitation.iterations} DAgger rounds + "
           f"{agent.timesteps} PPO steps), seeds {seeds}")
@@ -135,7 +135,7 @@ def trained_spec(seeds: list[int], runs: str) -> ClockPolicy | None:
 def scratch(runs: str) -> None:
     """PPO without the warm start (agents/ppo-scratch.yaml), one seed, for comparison."""
     spec = load_env_spec("gpt3xl-rtx3080ti")
-    agent = load_agent_config("agents/ppo-scratch.yaml")
+    agent = load_agent_config("ppo-scratch")
     res = train([spec], agent, runs_dir=runs, progress=False, name="gpt3xl-rtx3080ti-scratch")
     ev = res.evaluations[0]
     best = max(res.history, key=lambda r: r.get("energy/fraction_of_optimum", 0.0))
@@ -148,7 +148,7 @@ def scratch(runs: str) -> None:
 def generalisation(seeds: list[int], runs: str) -> None:
     train_specs = load_env_specs(["family-rtx3080ti", "family-rtx3080ti-random"])
     test_specs = load_env_specs("heldout-rtx3080ti")
-    agent = load_agent_config("agents/ppo.yaml")
+    agent = load_agent_config("ppo")
     print()
     print(f"2. Generalisation: trained on {len(train_specs)} workloads (family-rtx3080ti + family-rtx3080ti-random), "
           f"evaluated on {len(test_specs)} unseen ones (heldout-rtx3080ti)")
