@@ -153,3 +153,27 @@ def test_action_out_of_range():
     env.reset(seed=0)
     with pytest.raises(SpecError, match="outside the action space"):
         env.step(10_000)
+
+
+def test_the_sb3_vector_env_honours_seed_and_set_options():
+    """SB3's conventions: seed() and set_options() apply to the next reset only; options are the single env's."""
+    from rlclock.agents.vec_env import KernelClockVecEnv
+
+    base = load_env_spec("gpt3xl-rtx3080ti")
+    family = [base, base.with_overrides(name="small", workload={**base.workload, "layers": 2})]
+    vec = KernelClockVecEnv(3, family, seed=0)
+    vec.set_options({"workload": 1, "time_price": 123.0})
+    vec.reset()
+    assert list(vec._workload) == [1, 1, 1] and np.allclose(vec._core.price, 123.0)
+    vec.seed(7)
+    first = vec.reset().copy()
+    prices = vec._core.price.copy()
+    vec.seed(7)
+    assert np.array_equal(vec.reset(), first) and np.array_equal(vec._core.price, prices)
+    assert not np.allclose(prices, 123.0)  # the options were used once
+    vec.set_options([{"time_price": 5.0}, {}, {"workload": 0}])
+    vec.reset()
+    assert vec._core.price[0] == 5.0 and vec._workload[2] == 0
+    with pytest.raises(SpecError, match="unknown"):
+        vec.set_options({"worklaod": 1})
+        vec.reset()

@@ -215,3 +215,21 @@ def test_the_check_sees_what_it_guards(tmp_path, monkeypatch):
     assert {name for name, _ in imports("rlclock.env")} == {"rlclock.workload.bad"}
     assert layer_of("rlclock.env") > layer_of("rlclock.workload.bad")
     assert graph()["rlclock.env"] == {"rlclock.workload.bad"}
+
+
+@pytest.mark.parametrize("package", ["rlclock", "rlclock.deploy", "rlclock.policy", "rlclock.env", "rlclock.config",
+                                     "rlclock.backends"])
+def test_every_public_name_resolves(package):
+    import importlib
+
+    module = importlib.import_module(package)
+    missing = [name for name in module.__all__ if getattr(module, name, None) is None]
+    assert not missing, f"{package}.__all__ names what it cannot give: {missing}"
+
+
+def test_the_documented_entry_points():
+    import rlclock
+    from rlclock.deploy import ClockPolicy, ClockSchedule, clocked
+
+    assert ClockPolicy is rlclock.ClockPolicy and ClockSchedule is rlclock.ClockSchedule and callable(clocked)
+    assert rlclock.KernelClockEnv.__module__ == "rlclock.env.kernel_clock"

@@ -9,7 +9,10 @@ Public names (imported lazily, so ``import rlclock.deploy`` needs neither torch 
 * :class:`StepTimeline`, :func:`plan_switches`, :class:`SwitchPlan`, :class:`SwitchEvent`, :class:`Segment`,
   :class:`ControllerReport`, :class:`DeploySettings`.
 
-The policy (``rlclock.policy.ClockPolicy``) is loaded only when a checkpoint is used.
+* :class:`ClockPolicy` (from :mod:`rlclock.policy`), :class:`ClockSchedule` and :class:`ClockConfig`, the
+  values a deployment is built from.
+
+The policy is loaded only when a checkpoint is used.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ _EXPORTS = {
     "ControllerReport": "rlclock.deploy.report",
     "DeploySettings": "rlclock.deploy.settings",
     "StepProfile": "rlclock.deploy.capture",
+    "ClockPolicy": "rlclock.policy",
+    "ClockSchedule": "rlclock.schedule",
+    "ClockConfig": "rlclock.schedule",
 }
 
 __all__ = sorted(_EXPORTS)
