@@ -12,10 +12,8 @@ The public names, imported on first use (``import rlclock`` stays light and regi
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from rlclock.errors import RlclockError
+from rlclock.lazy import lazy_exports
 from rlclock.version import __version__
 
 _EXPORTS = {
@@ -40,17 +38,7 @@ _EXPORTS = {
 __all__ = ["RlclockError", "__version__", *sorted(_EXPORTS)]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rlclock' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports("rlclock", globals(), _EXPORTS)
 
 
 def _register() -> None:

@@ -17,8 +17,7 @@ The policy is loaded only when a checkpoint is used.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from rlclock.lazy import lazy_exports
 
 _EXPORTS = {
     "ClockController": "rlclock.deploy.controller",
@@ -41,14 +40,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rlclock.deploy' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports("rlclock.deploy", globals(), _EXPORTS)

@@ -15,9 +15,8 @@ from rlclock.policy.checkpoint import (
 )
 from rlclock.policy.clock_policy import DEFAULT_PRICE_REL, ClockPolicy
 from rlclock.policy.network import PolicyWeights
-from rlclock.policy.planner import Plan
-from rlclock.policy.rollout import Rollout
+from rlclock.policy.rollout import Plan
 from rlclock.policy.step import PlanningStep
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "DEFAULT_PRICE_REL", "ClockPolicy", "Plan", "PlanningStep",
-           "PolicyWeights", "Rollout", "policy_meta", "read_checkpoint", "save_checkpoint"]
+           "PolicyWeights", "policy_meta", "read_checkpoint", "save_checkpoint"]

@@ -23,7 +23,7 @@ from rlclock.observation.features import PRICE_REL_MAX, PRICE_REL_MIN
 from rlclock.policy.checkpoint import check_shapes, clock_table_digest, read_checkpoint
 from rlclock.policy.inputs import FirstLayerEvaluator, PreparedStep
 from rlclock.policy.network import PolicyWeights
-from rlclock.policy.rollout import Choices, Overrides, Rollout, rollout
+from rlclock.policy.rollout import Choices, Overrides, Plan, rollout
 from rlclock.policy.step import PlanningStep
 from rlclock.schedule import ClockConfig, ClockSchedule
 from rlclock.workload.trace import KernelTrace, Measurement
@@ -138,7 +138,7 @@ class ClockPolicy:
         return ClockSchedule(self.configs, got.requests, name="policy")
 
     def plan(self, backend: GpuBackend, budget: float, meet_budget: bool = True, prices: int = 24, pairs: int = 2,
-             mix_tries: int = 8, search: bool = False) -> planner.Plan:
+             mix_tries: int = 8, search: bool = False) -> Plan:
         """The requested configuration per kernel and its cost on the planning model (:mod:`rlclock.policy.planner`).
 
         With ``meet_budget`` the planner tries ``prices`` prices of time, time-shares the ``pairs`` most
@@ -157,7 +157,7 @@ class ClockPolicy:
     def rollout(self, backend: GpuBackend | PlanningStep, price_rel: float | np.ndarray,
                 prepared: PreparedStep | None = None, timings: list[float] | None = None,
                 first_layer: list[np.ndarray] | None = None, overrides: Overrides | None = None,
-                choices: Choices | None = None) -> Rollout:
+                choices: Choices | None = None) -> Plan:
         """One rollout at a price of time (:func:`rlclock.policy.rollout.rollout`)."""
         return rollout(self.evaluator, self.step_of(backend), price_rel, prepared, timings, first_layer, overrides,
                        choices)

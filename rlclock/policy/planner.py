@@ -25,24 +25,9 @@ import numpy as np
 
 from rlclock.observation.features import PRICE_REL_MAX, PRICE_REL_MIN
 from rlclock.policy.inputs import FirstLayerEvaluator, PreparedStep
-from rlclock.policy.rollout import Overrides, Rollout, rollout
+from rlclock.policy.rollout import Overrides, Plan, rollout
 from rlclock.policy.search import refine
 from rlclock.policy.step import PlanningStep
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The planner's answer.
-
-    Attributes:
-        requests: Requested configuration index per kernel.
-        time_s: The step's seconds on the planning model.
-        energy_j: Its joules on the planning model.
-    """
-
-    requests: np.ndarray
-    time_s: float
-    energy_j: float
 
 
 @dataclass
@@ -53,11 +38,11 @@ class _Budget:
     step: PlanningStep
     prepared: PreparedStep
     limit_s: float
-    best: Rollout
+    best: Plan
     overrides: Overrides = field(default_factory=dict)
     points: dict[float, tuple[float, float]] = field(default_factory=dict)  # price → (seconds, joules)
 
-    def attempt(self, price: float | np.ndarray) -> Rollout:
+    def attempt(self, price: float | np.ndarray) -> Plan:
         """Plan at ``price`` (one, or one per kernel); keep the plan if it fits and is the cheapest so far."""
         got = rollout(self.evaluator, self.step, price, prepared=self.prepared, overrides=self.overrides)
         if got.time_s <= self.limit_s and got.energy_j < self.best.energy_j:
@@ -128,23 +113,20 @@ def plan(evaluator: FirstLayerEvaluator, step: PlanningStep, budget: float, pric
     n = step.n
     auto_time_s, auto_energy_j = float(step.auto_time_s.sum()), float(step.auto_energy_j.sum())
     limit = auto_time_s * (1.0 + budget) * (1 + 1e-12)
-    auto = Rollout(np.zeros(n, dtype=np.int64), auto_time_s, auto_energy_j, 0)  # auto fits any budget
+    auto = Plan(np.zeros(n, dtype=np.int64), auto_time_s, auto_energy_j, 0)  # auto fits any budget
     state = _Budget(evaluator, step, evaluator.prepare(step), limit, auto)
     price_grid(state, prices)
     time_share(state, pairs, mix_tries)
     if search:
         search_second_choices(state, pairs)
         time_share(state, pairs, mix_tries)
-    best = state.best
-    return Plan(best.requests, best.time_s, best.energy_j)
+    return state.best
 
 
 def plan_at(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float, search: bool = False) -> Plan:
     """The policy's plan at one price of time (no budget), with the search over its second choices if asked."""
     if not search:
-        got = rollout(evaluator, step, price_rel)
-        return Plan(got.requests, got.time_s, got.energy_j)
+        return rollout(evaluator, step, price_rel)
     prepared = evaluator.prepare(step)
     chosen = refine(evaluator, step, prepared, price_rel)
-    got = rollout(evaluator, step, price_rel, prepared=prepared, overrides={price_rel: chosen})
-    return Plan(got.requests, got.time_s, got.energy_j)
+    return rollout(evaluator, step, price_rel, prepared=prepared, overrides={price_rel: chosen})

@@ -25,14 +25,15 @@ Choices = dict[tuple[int, int], tuple[float, int]]
 
 
 @dataclass(frozen=True)
-class Rollout:
-    """A planned step.
+class Plan:
+    """A planned step (a rollout's, or the planner's pick among its rollouts).
 
     Attributes:
         requests: Requested configuration index per kernel.
         time_s: The step's seconds on the planning model.
         energy_j: Its joules on the planning model.
-        computed: Decisions computed (the others reused a repeated layer's, or an earlier rollout's).
+        computed: Decisions the rollout computed (the others reused a repeated layer's, or an earlier
+            rollout's).
     """
 
     requests: np.ndarray
@@ -54,7 +55,7 @@ def runner_up(action: int, logits: np.ndarray) -> tuple[float, int]:
 def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float | np.ndarray,
             prepared: PreparedStep | None = None, timings: list[float] | None = None,
             first_layer: list[np.ndarray] | None = None, overrides: Overrides | None = None,
-            choices: Choices | None = None) -> Rollout:
+            choices: Choices | None = None) -> Plan:
     """The decision loop (numpy only) at a price of time ``price_rel`` (J/s per watt of mean auto power; one
     for the step or one per kernel).
 
@@ -136,4 +137,4 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
         held.append(cur)
         covers.append(j - k)
         k = j
-    return Rollout(np.repeat(np.asarray(held, dtype=np.int64), covers), total_t, total_e, computed)
+    return Plan(np.repeat(np.asarray(held, dtype=np.int64), covers), total_t, total_e, computed)
