@@ -14,6 +14,9 @@ from pathlib import Path
 
 from rlclock.errors import SpecError
 
+DEFAULT_ENV = "gpt3xl-rtx3080ti"
+"""The shipped env spec commands and environments use when none is named."""
+
 KINDS: dict[str, tuple[str, str]] = {
     "envs": (".yaml", "env spec"),
     "agents": (".yaml", "agent recipe"),

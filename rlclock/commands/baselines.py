@@ -6,7 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from rlclock.commands.common import add_env_args, env_from_args, fractions, number, output_folder, print_table
+from rlclock.commands.args import fractions, number, output_folder
+from rlclock.commands.common import add_env_args, env_from_args, print_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:

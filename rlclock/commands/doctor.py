@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from rlclock.commands.common import number
+from rlclock.commands.args import number
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlclock.commands.common import output_folder, print_table
+from rlclock.commands.args import output_folder
+from rlclock.commands.common import print_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:

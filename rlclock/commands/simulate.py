@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 
 from rlclock.commands.common import add_env_args, env_from_args, print_table
-from rlclock.schedule import AUTO, ClockConfig, ClockSchedule
-from rlclock.solve.evaluation import evaluate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlclock.schedule import AUTO, ClockConfig, ClockSchedule
+    from rlclock.solve.evaluation import evaluate
+
     spec, backend = env_from_args(args)
     trace = backend.trace
     configs = [AUTO] + [spec.gpu.validate(ClockConfig.parse(c)) for c in args.clocks]

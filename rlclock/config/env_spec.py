@@ -36,8 +36,7 @@ from rlclock.validation import Float, Int, Settings, validate
 from rlclock.workload.trace import KernelTrace
 from rlclock.yamlio import read_yaml
 
-DEFAULT_ENV = "gpt3xl-rtx3080ti"
-"""The shipped env spec commands use when none is named."""
+DEFAULT_ENV = resources.DEFAULT_ENV
 
 
 class RewardSpec(Settings):

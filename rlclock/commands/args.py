@@ -1,0 +1,66 @@
+"""Checked argument types and output folders for the subcommands (light: no rlclock layer above the values).
+
+A bad value is one line before any work starts: argparse reports an ``ArgumentTypeError`` through the
+command line's one-line error (:mod:`rlclock.cli`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from rlclock.errors import SpecError
+
+
+def number(low: float | None = None, high: float | None = None, above: bool = False,
+           whole: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number at least ``low`` (above it, with ``above``) and at most ``high``;
+    ``whole`` for an integer. A bad value is argparse's one-line error, before any work starts."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or (whole and not value.is_integer()):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole' if whole else 'finite'} number")
+        if low is not None and (value <= low if above else value < low):
+            raise argparse.ArgumentTypeError(f"{text} must be {'above' if above else 'at least'} {low:g}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{text} must be at most {high:g}")
+        return int(value) if whole else value
+
+    return parse
+
+
+def fractions(text: str) -> list[float]:
+    """An argparse type: comma-separated fractions >= 0 (``0,0.01,0.05``; empty for none)."""
+    out = []
+    for part in text.split(","):
+        if part.strip():
+            try:
+                value = float(part)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a fraction (e.g. 0.01 for 1 %)") from None
+            if not math.isfinite(value) or value < 0:
+                raise argparse.ArgumentTypeError(f"{part.strip()!r} must be a fraction >= 0")
+            out.append(value)
+    return out
+
+
+def output_folder(path: str | Path) -> Path:
+    """``path`` as a folder to write into, created if missing.
+
+    Raises:
+        SpecError: It is a file, lies under one, or cannot be created.
+    """
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise SpecError(f"output folder {str(folder)!r} is a file or lies under one.", "give --out a folder.") from None
+    except OSError as exc:
+        raise SpecError(f"cannot create the output folder {str(folder)!r}: {exc.strerror or exc}.") from None
+    return folder
