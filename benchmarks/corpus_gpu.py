@@ -1,0 +1,282 @@
+"""A corpus of real training steps, profiled on this machine's GPU in observe mode (nothing is ever set).
+
+Each model is a Hugging Face ``transformers`` architecture built from its config with random weights (nothing
+is downloaded), trained on random tokens (or images) for a full step: forward, loss, backward and a fused
+AdamW step, under bf16 autocast. For each:
+
+1. the deployment's own profile of the step — what ``rlclock apply --save DIR`` writes: the kernel trace
+   (FLOPs and bytes estimated from the operators' shapes), the step timeline, and the controller's dry-run
+   report — taken through ``rlclock.deploy.clocked`` with an all-auto schedule;
+2. the bare step, without rlclock: per-step GPU time from CUDA events, and the NVML energy counter over
+   ``--windows`` windows of at least ``--window-s`` seconds each, with the SM clock and power read beside it.
+
+Plus ``examples/train_small_gpt.py``'s model. Writes ``OUT/<model>/{step.trace.json, step.timeline.json,
+step.schedule.json, report.json, summary.json}`` and ``OUT/corpus.json`` (every summary), and packs the lot
+into ``OUT/corpus.tar.gz`` when ``--pack`` is given.
+
+    python benchmarks/corpus_gpu.py --out data/corpus                  # every model
+    python benchmarks/corpus_gpu.py --out /tmp/c --only llama --windows 1 --window-s 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import statistics
+import sys
+import tarfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+Batch = Callable[[], dict[str, Any]]
+
+
+def hf_models() -> dict[str, tuple[Any, dict[str, Any]]]:
+    """Name → (config, batch shape) of the Hugging Face models: decoders with MHA and GQA of several widths,
+    FFN types and vocabularies, an encoder, an encoder-decoder and a vision transformer."""
+    import transformers as tf
+
+    return {
+        "llama-0.5b-mha": (tf.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=24,
+                                          num_attention_heads=16, num_key_value_heads=16, vocab_size=32000,
+                                          max_position_embeddings=2048), {"batch": 8, "seq": 1024}),
+        "llama-1b-gqa": (tf.LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                                        num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                                        max_position_embeddings=4096), {"batch": 4, "seq": 2048}),
+        "qwen2-0.5b": (tf.Qwen2Config(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                                      num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                                      max_position_embeddings=2048), {"batch": 8, "seq": 1024}),
+        "mistral-1b": (tf.MistralConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
+                                        num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
+                                        max_position_embeddings=4096), {"batch": 4, "seq": 2048}),
+        "gpt2-medium": (tf.GPT2Config(n_embd=1024, n_layer=24, n_head=16, vocab_size=50257, n_positions=1024),
+                        {"batch": 8, "seq": 1024}),
+        "pythia-410m": (tf.GPTNeoXConfig(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
+                                         num_attention_heads=16, vocab_size=50304, max_position_embeddings=2048),
+                        {"batch": 8, "seq": 1024}),
+        "bert-base": (tf.BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                                    intermediate_size=3072, vocab_size=30522), {"batch": 32, "seq": 512}),
+        "t5-base": (tf.T5Config(d_model=768, d_ff=3072, num_layers=12, num_decoder_layers=12, num_heads=12,
+                                vocab_size=32128, decoder_start_token_id=0), {"batch": 16, "seq": 512, "target": 128}),
+        "vit-base": (tf.ViTConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                                  intermediate_size=3072, image_size=224, patch_size=16, num_labels=1000),
+                     {"batch": 64}),
+    }
+
+
+def build(name: str, config: Any, shape: dict[str, Any]) -> tuple[Any, Batch, str]:
+    """The model on the GPU, a batch maker, and the task (causal LM, masked LM, seq2seq, image classes)."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    config.attn_implementation = "sdpa"
+    if isinstance(config, tf.BertConfig):
+        model, task = tf.BertForMaskedLM(config), "masked-lm"
+    elif isinstance(config, tf.T5Config):
+        model, task = tf.T5ForConditionalGeneration(config), "seq2seq"
+    elif isinstance(config, tf.ViTConfig):
+        model, task = tf.ViTForImageClassification(config), "image-classification"
+    else:
+        model, task = tf.AutoModelForCausalLM.from_config(config), "causal-lm"
+    model = model.cuda().train()
+    b = shape["batch"]
+
+    def batch() -> dict[str, Any]:
+        if task == "image-classification":
+            return {"pixel_values": torch.randn(b, 3, 224, 224, device="cuda"),
+                    "labels": torch.randint(0, 1000, (b,), device="cuda")}
+        ids = torch.randint(0, config.vocab_size, (b, shape["seq"]), device="cuda")
+        if task == "seq2seq":
+            return {"input_ids": ids, "labels": torch.randint(0, config.vocab_size, (b, shape["target"]),
+                                                              device="cuda")}
+        return {"input_ids": ids, "labels": ids}
+
+    return model, batch, task
+
+
+def small_gpt() -> tuple[Any, Batch, Callable[[Any, dict[str, Any]], Any]]:
+    """examples/train_small_gpt.py's model and loss (byte-level GPT, width 768, 8 layers, batch 16 x 512)."""
+    import torch
+    import torch.nn.functional as F
+    from train_small_gpt import SmallGpt
+
+    torch.manual_seed(0)
+    model = SmallGpt(256, 768, 12, 8, 512).cuda().train()
+
+    def batch() -> dict[str, Any]:
+        x = torch.randint(0, 256, (16, 513), device="cuda")
+        return {"x": x[:, :-1], "y": x[:, 1:]}
+
+    def loss(m: Any, b: dict[str, Any]) -> Any:
+        return F.cross_entropy(m(b["x"]).float().view(-1, 256), b["y"].reshape(-1))
+
+    return model, batch, loss
+
+
+def trainer(model: Any, batch: Batch, loss_of: Callable[[Any, dict[str, Any]], Any] | None = None
+            ) -> Callable[[], None]:
+    """One full training step: forward and loss under bf16 autocast, backward, fused AdamW, zero grads."""
+    import torch
+
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    batches = [batch() for _ in range(4)]
+    k = [0]
+
+    def step() -> None:
+        b = batches[k[0] % len(batches)]
+        k[0] += 1
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(**b).loss if loss_of is None else loss_of(model, b)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def profile(step: Callable[[], None], out: Path) -> None:
+    """The deployment's profile of the step, as ``rlclock apply --save`` takes it (an all-auto schedule: the
+    controller issues nothing; dry run)."""
+    import rlclock.deploy
+    from rlclock.schedule import AUTO, ClockSchedule
+
+    def all_auto(trace: Any, auto_time_s: Any, latency_s: float) -> ClockSchedule:
+        return ClockSchedule.constant(AUTO, len(trace), name="auto")
+
+    with rlclock.deploy.clocked(all_auto, save=str(out), report=str(out / "report.json"), control="dry-run",
+                                warmup_steps=3, profile_steps=5, verbose=False) as clk:
+        for _ in range(3 + 5 + 6):
+            with clk.step():
+                step()
+
+
+def bare(step: Callable[[], None], windows: int, window_s: float) -> dict[str, Any]:
+    """Per-step GPU time (CUDA events) and energy (NVML counter over whole windows) of the bare step."""
+    import torch
+
+    from rlclock.gpu.nvml import NvmlDevice
+
+    dev = NvmlDevice(torch.cuda.current_device())
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    times: list[float] = []
+    per_window: list[dict[str, float]] = []
+    for _ in range(windows):
+        e0, t0 = dev.total_energy_j(), time.perf_counter()
+        clocks, powers, n = [], [], 0
+        while time.perf_counter() - t0 < window_s or n < 3:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            step()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / 1e3)
+            clocks.append(dev.sm_clock_mhz())
+            powers.append(dev.power_w())
+            n += 1
+        wall = time.perf_counter() - t0
+        energy = dev.total_energy_j() - e0
+        per_window.append({"steps": n, "wall_s": wall, "energy_j": energy, "energy_j_per_step": energy / n,
+                           "power_w": energy / wall, "sm_clock_mhz_median": statistics.median(clocks),
+                           "power_w_read_median": statistics.median(powers)})
+    return {"step_time_s_median": statistics.median(times), "step_time_s_p10": _pct(times, 10),
+            "step_time_s_p90": _pct(times, 90), "steps": len(times),
+            "energy_j_per_step": sum(w["energy_j"] for w in per_window) / sum(w["steps"] for w in per_window),
+            "windows": per_window}
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))]
+
+
+def record(name: str, task: str, model: Any, shape: dict[str, Any], config: Any, step: Callable[[], None],
+           out: Path, windows: int, window_s: float) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    folder = out / name
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    profile(step, folder)
+    trace = json.loads((folder / "step.trace.json").read_text())
+    timeline = json.loads((folder / "step.timeline.json").read_text())
+    measured = bare(step, windows, window_s)
+    summary = {
+        "model": name, "task": task, "parameters": sum(p.numel() for p in model.parameters()), "shape": shape,
+        "config": config.to_dict() if hasattr(config, "to_dict") else config,
+        "kernels": len(trace["kernels"]), "profiled_period_s": timeline.get("period_s"),
+        "bare": measured, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "transformers": transformers.__version__, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "how": "random init, random data; full step (forward, loss, backward, fused AdamW) under bf16 autocast; "
+               "profile through rlclock.deploy.clocked (dry run, all-auto schedule); bare step timed with CUDA "
+               "events, energy from NVML's counter over whole windows; observe mode, nothing set",
+        "wall_s": time.perf_counter() - started}
+    (folder / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="folder to write the corpus to")
+    parser.add_argument("--only", default="", help="models whose name contains this")
+    parser.add_argument("--windows", type=int, default=3, help="energy windows per model (default 3)")
+    parser.add_argument("--window-s", type=float, default=2.0, help="seconds per window, at least (default 2)")
+    parser.add_argument("--pack", action="store_true", help="also write OUT/corpus.tar.gz")
+    args = parser.parse_args(argv)
+    import torch
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    summaries: dict[str, Any] = {}
+    entries: list[tuple[str, Callable[[], tuple[Any, Callable[[], None], str, Any, dict[str, Any]]]]] = []
+    for name, (config, shape) in hf_models().items():
+        def make(name=name, config=config, shape=shape):
+            model, batch, task = build(name, config, shape)
+            return model, trainer(model, batch), task, config, shape
+        entries.append((name, make))
+
+    def make_small():
+        model, batch, loss = small_gpt()
+        return model, trainer(model, batch, loss), "causal-lm", {"width": 768, "layers": 8, "heads": 12}, \
+            {"batch": 16, "seq": 512}
+
+    entries.append(("train-small-gpt", make_small))
+    for name, make in entries:
+        if args.only not in name:
+            continue
+        print(f"=== {name}", flush=True)
+        try:
+            model, step, task, config, shape = make()
+            s = record(name, task, model, shape, config, step, args.out, args.windows, args.window_s)
+            b = s["bare"]
+            print(f"{name}: {s['parameters'] / 1e6:.0f} M parameters, {s['kernels']} kernels, profiled period "
+                  f"{1e3 * s['profiled_period_s']:.1f} ms, bare step {1e3 * b['step_time_s_median']:.1f} ms, "
+                  f"{b['energy_j_per_step']:.1f} J per step", flush=True)
+            summaries[name] = s
+        except Exception as exc:  # one model's failure is reported; the others still run
+            traceback.print_exc()
+            summaries[name] = {"model": name, "error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            model = step = None
+            torch.cuda.empty_cache()
+    (args.out / "corpus.json").write_text(json.dumps(summaries, indent=1, default=str))
+    if args.pack:
+        with tarfile.open(args.out / "corpus.tar.gz", "w:gz") as tar:
+            for path in sorted(args.out.rglob("*")):
+                if path.is_file() and path.name != "corpus.tar.gz":
+                    tar.add(path, arcname=str(path.relative_to(args.out)))
+    return 0 if all("error" not in s for s in summaries.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
