@@ -15,6 +15,7 @@ On disk a timeline is JSON::
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from collections.abc import Sequence
@@ -178,16 +179,25 @@ class StepTimeline:
             raise DeployError(f"malformed step timeline: {exc}.", "re-profile the step.") from None
 
     def save(self, path: str | Path) -> Path:
-        """Write as JSON."""
+        """Write as JSON (gzip when ``path`` ends in ``.gz``)."""
         path = Path(path)
-        path.write_text(json.dumps(self.to_dict()))
+        text = json.dumps(self.to_dict())
+        if path.suffix == ".gz":
+            with gzip.open(path, "wt", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            path.write_text(text)
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> StepTimeline:
         """Read a timeline written by :meth:`save`."""
+        path = Path(path)
         try:
-            return cls.from_dict(json.loads(Path(path).read_text()))
-        except (OSError, json.JSONDecodeError) as exc:
+            if path.suffix == ".gz":
+                with gzip.open(path, "rt", encoding="utf-8") as f:
+                    return cls.from_dict(json.loads(f.read()))
+            return cls.from_dict(json.loads(path.read_text()))
+        except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise DeployError(f"cannot read step timeline {str(path)!r}: {exc}.",
                               "pass a file written by StepTimeline.save.") from None
