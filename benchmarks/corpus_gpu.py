@@ -7,12 +7,15 @@ AdamW step, under bf16 autocast. For each:
 1. the deployment's own profile of the step — what ``rlclock apply --save DIR`` writes: the kernel trace
    (FLOPs and bytes estimated from the operators' shapes), the step timeline, and the controller's dry-run
    report — taken through ``rlclock.deploy.clocked`` with an all-auto schedule;
-2. the bare step, without rlclock: per-step GPU time from CUDA events, and the NVML energy counter over
+2. the controller timing switches in the running loop (dry run, nothing set): a schedule alternating auto and
+   a lower core clock every 12 ms of the profiled timeline, 30 steps, every step timed on the GPU
+   (``switch_report.json``);
+3. the bare step, without rlclock: per-step GPU time from CUDA events, and the NVML energy counter over
    ``--windows`` windows of at least ``--window-s`` seconds each, with the SM clock and power read beside it.
 
 Plus ``examples/train_small_gpt.py``'s model. Writes ``OUT/<model>/{step.trace.json, step.timeline.json,
-step.schedule.json, report.json, summary.json}`` and ``OUT/corpus.json`` (every summary), and packs the lot
-into ``OUT/corpus.tar.gz`` when ``--pack`` is given.
+step.schedule.json, report.json, switch_report.json, summary.json}`` and ``OUT/corpus.json`` (every summary),
+and packs the lot into ``OUT/corpus.tar.gz`` when ``--pack`` is given.
 
     python benchmarks/corpus_gpu.py --out data/corpus                  # every model
     python benchmarks/corpus_gpu.py --out /tmp/c --only llama --windows 1 --window-s 0.5
@@ -143,9 +146,15 @@ def trainer(model: Any, batch: Batch, loss_of: Callable[[Any, dict[str, Any]], A
     return step
 
 
+WARMUP, PROFILED, TIMED, CONTROLLED = 3, 5, 5, 8
+SWITCH_STEPS = 30
+SEGMENT_S = 0.012
+"""Switch test: segments of at least this long (two switching latencies of the H200) alternate configurations."""
+
+
 def profile(step: Callable[[], None], out: Path) -> None:
     """The deployment's profile of the step, as ``rlclock apply --save`` takes it (an all-auto schedule: the
-    controller issues nothing; dry run)."""
+    controller issues nothing; dry run): warm-up, profiled and timed steps, then controlled ones."""
     import rlclock.deploy
     from rlclock.schedule import AUTO, ClockSchedule
 
@@ -153,10 +162,38 @@ def profile(step: Callable[[], None], out: Path) -> None:
         return ClockSchedule.constant(AUTO, len(trace), name="auto")
 
     with rlclock.deploy.clocked(all_auto, save=str(out), report=str(out / "report.json"), control="dry-run",
-                                warmup_steps=3, profile_steps=5, verbose=False) as clk:
-        for _ in range(3 + 5 + 6):
+                                warmup_steps=WARMUP, profile_steps=PROFILED, timing_steps=TIMED,
+                                verbose=False) as clk:
+        for _ in range(WARMUP + PROFILED + TIMED + CONTROLLED):
             with clk.step():
                 step()
+
+
+def alternating(timeline: Any, segment_s: float) -> Any:
+    """A schedule that switches between auto and a lower core clock every ``segment_s`` of the timeline."""
+    import numpy as np
+
+    from rlclock.schedule import ClockSchedule
+
+    index = (np.asarray(timeline.start_s) // segment_s).astype(int) % 2
+    return ClockSchedule(["auto", "1500@3201"], index.tolist(), name="switch-test")
+
+
+def switching(step: Callable[[], None], out: Path) -> dict[str, Any]:
+    """The controller timing the switches of :func:`alternating` in the running loop, on the profiled
+    (fitted) timeline; dry run — nothing is set. Its report goes to ``switch_report.json``."""
+    import rlclock.deploy
+    from rlclock.deploy.timeline import StepTimeline
+
+    timeline = StepTimeline.load(out / "step.timeline.json")
+    schedule = alternating(timeline, SEGMENT_S)
+    with rlclock.deploy.clocked(schedule, timeline=timeline, report=str(out / "switch_report.json"),
+                                control="dry-run", verbose=False, time_all_steps=True) as clk:
+        for _ in range(SWITCH_STEPS):
+            with clk.step():
+                step()
+    assert clk.report is not None
+    return clk.report.as_dict()
 
 
 def bare(step: Callable[[], None], windows: int, window_s: float) -> dict[str, Any]:
@@ -211,11 +248,16 @@ def record(name: str, task: str, model: Any, shape: dict[str, Any], config: Any,
     profile(step, folder)
     trace = json.loads((folder / "step.trace.json").read_text())
     timeline = json.loads((folder / "step.timeline.json").read_text())
+    report = json.loads((folder / "report.json").read_text())
+    switches = switching(step, folder)
     measured = bare(step, windows, window_s)
     summary = {
         "model": name, "task": task, "parameters": sum(p.numel() for p in model.parameters()), "shape": shape,
         "config": config.to_dict() if hasattr(config, "to_dict") else config,
-        "kernels": len(trace["kernels"]), "profiled_period_s": timeline.get("period_s"),
+        "kernels": len(trace["kernels"]), "profiled_period_s": trace["meta"].get("profiled_period_s"),
+        "timeline_period_s": timeline.get("period_s"), "running_step_s": report.get("step_time_s"),
+        "switch_test": {k: switches.get(k) for k in ("steps", "issued", "missed", "late", "late_fraction",
+                                                      "issue_error", "switch_error", "step_time_s", "excluded")},
         "bare": measured, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
         "transformers": transformers.__version__, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         "how": "random init, random data; full step (forward, loss, backward, fused AdamW) under bf16 autocast; "
@@ -259,9 +301,15 @@ def main(argv: list[str] | None = None) -> int:
             model, step, task, config, shape = make()
             s = record(name, task, model, shape, config, step, args.out, args.windows, args.window_s)
             b = s["bare"]
+            sw = s["switch_test"]
             print(f"{name}: {s['parameters'] / 1e6:.0f} M parameters, {s['kernels']} kernels, profiled period "
-                  f"{1e3 * s['profiled_period_s']:.1f} ms, bare step {1e3 * b['step_time_s_median']:.1f} ms, "
-                  f"{b['energy_j_per_step']:.1f} J per step", flush=True)
+                  f"{1e3 * (s['profiled_period_s'] or float('nan')):.1f} ms, timeline "
+                  f"{1e3 * s['timeline_period_s']:.1f} ms, running "
+                  f"{1e3 * (s['running_step_s'] or float('nan')):.1f} ms, bare step "
+                  f"{1e3 * b['step_time_s_median']:.1f} ms, {b['energy_j_per_step']:.1f} J per step; switch test: "
+                  f"{sw['issued']} issued, {sw['missed']} missed, late {sw['late']}, switch error p95 "
+                  f"{1e3 * sw['switch_error']['p95_abs_s']:.2f} ms, step {1e3 * sw['step_time_s']:.1f} ms",
+                  flush=True)
             summaries[name] = s
         except Exception as exc:  # one model's failure is reported; the others still run
             traceback.print_exc()

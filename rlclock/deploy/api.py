@@ -15,7 +15,10 @@ What happens, step by step:
 1. ``warmup_steps`` steps run untouched (compilation, allocator and autotuning settle).
 2. ``profile_steps`` steps are profiled (:mod:`rlclock.deploy.capture`): the kernel sequence with each
    kernel's duration and start offset, and a :class:`~rlclock.workload.trace.KernelTrace` with FLOPs and
-   bytes estimated from the operators' shapes.
+   bytes derived from the operators' shapes. Then ``timing_steps`` steps run without the profiler, timed
+   with CUDA events at their marks, and the timeline is fitted to their median period
+   (:meth:`~rlclock.deploy.timeline.StepTimeline.fitted`): the profiler's own overhead does not reach the
+   plan.
 3. The schedule is built: by the policy of ``checkpoint`` (``ClockPolicy.schedule``), taken from a file or
    :class:`~rlclock.schedule.ClockSchedule` (``schedule=``), or by a function
    ``schedule(trace, auto_time_s, latency_s) -> ClockSchedule``. Under ``torch.distributed`` rank 0 builds it
@@ -87,7 +90,7 @@ class Clocked:
         timeline: The step timeline applied.
         profile: The profile of the first steps (rank 0, when profiled).
         report: The controller's report, after the block ends.
-        state: ``"warmup"``, ``"profile"``, ``"control"``, ``"inactive"`` or ``"closed"``.
+        state: ``"warmup"``, ``"profile"``, ``"timing"``, ``"control"``, ``"inactive"`` or ``"closed"``.
         reason: Why the deployment is inactive (empty otherwise).
     """
 
@@ -107,6 +110,9 @@ class Clocked:
         self._profiler: Any = None
         self._steps = 0
         self._profile_first = 0
+        self._timing_first = 0
+        self._chrome: dict[str, Any] | None = None
+        self._timer: Any = None
         self._energy: tuple[Any, float, float] | None = None
 
     # -- set-up --------------------------------------------------------------------------------------------
@@ -143,8 +149,9 @@ class Clocked:
                            "(the loop runs unchanged)")
         else:
             self.state = "warmup"
-            self._say(f"deploying ({s.control}): {s.warmup_steps} warm-up steps, then {s.profile_steps} profiled "
-                      "steps, then the schedule is applied")
+            timed = f", {s.timing_steps} timed" if self._times_steps() else ""
+            self._say(f"deploying ({s.control}): {s.warmup_steps} warm-up steps, then {s.profile_steps} profiled"
+                      f"{timed} steps, then the schedule is applied")
         return self
 
     def _inactive(self, reason: str) -> None:
@@ -212,11 +219,33 @@ class Clocked:
             if k - self._profile_first < self.settings.profile_steps:
                 if self._profiler is not None:
                     self._profiler.mark()
+            elif self._times_steps():
+                self.state = "timing"
+                self._timing_first = k
+                if self._profiler is not None:
+                    self._chrome = self._profiler.stop()
+                    self._profiler = None
+                    from rlclock.deploy.capture import StepTimer
+
+                    self._timer = StepTimer()
+                    self._timer.mark()
             else:
-                self._finish_profile()
-                assert self.controller is not None
-                return self.controller.step()
+                return self._control_from_here()
+        elif self.state == "timing":
+            if self._timer is not None:
+                self._timer.mark()
+            if k - self._timing_first >= self.settings.timing_steps:
+                return self._control_from_here()
         return _NULL
+
+    def _times_steps(self) -> bool:
+        """Whether steps are timed without the profiler before the schedule is applied."""
+        return self.settings.timing_steps > 0 and self.timeline is None
+
+    def _control_from_here(self) -> StepMark:
+        self._finish_profile()
+        assert self.controller is not None
+        return self.controller.step()
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` with a step mark around every call (for loops written as a step function)."""
@@ -252,15 +281,26 @@ class Clocked:
 
         from rlclock.deploy.capture import profile_from_chrome
 
-        data = self._profiler.stop()
-        self._profiler = None
+        if self._chrome is None:
+            self._chrome = self._profiler.stop()
+            self._profiler = None
+        data, self._chrome = self._chrome, None
         device = self._device()
         self._check_policy_gpu(device)
         gpu = torch.cuda.get_device_name()
         prof = profile_from_chrome(data, gpu, meta={"torch": torch.__version__})
-        self.profile = prof
         self._say(f"profiled {prof.steps_used} of {prof.steps_profiled} steps: {len(prof.trace)} kernels, step "
                   f"{prof.timeline.period_s * 1e3:.3f} ms" + "".join(f"; {n}" for n in prof.notes))
+        running_s = self._timer.period_s() if self._timer is not None else None
+        self._timer = None
+        if running_s is not None:
+            profiled_s = prof.timeline.period_s
+            prof.timeline = prof.timeline.fitted(running_s)
+            prof.trace.meta.update(profiled_period_s=profiled_s, step_period_s=running_s)
+            prof.notes.append(f"the step ran in {running_s * 1e3:.3f} ms without the profiler "
+                              f"({profiled_s * 1e3:.3f} ms profiled): the timeline is fitted to it")
+            self._say(prof.notes[-1])
+        self.profile = prof
         timeline = self.timeline if self.timeline is not None else prof.timeline
         if self.schedule is not None:
             schedule = self.schedule
@@ -324,6 +364,10 @@ class Clocked:
             self._profiler = None
             self._say(f"the loop ended while profiling ({self._steps - self._profile_first} of "
                       f"{self.settings.profile_steps} steps): no schedule was applied")
+        elif previous == "timing":
+            self._chrome = self._timer = None
+            self._say(f"the loop ended while timing the steps after profiling ({self._steps - self._timing_first} "
+                      f"of {self.settings.timing_steps}): no schedule was applied")
         if self.controller is None:
             if previous == "warmup":
                 self._say(f"the loop ended after {self._steps} steps, before profiling began: nothing was applied")

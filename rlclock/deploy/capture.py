@@ -14,9 +14,9 @@ consecutive steps, each wrapped in a ``record_function`` range that starts at th
    anchor and the median duration — the timeline — and the median anchor-to-anchor period;
 4. builds a :class:`~rlclock.workload.trace.KernelTrace`: per kernel its category (from its name and
    launching operator), phase (``backward`` when launched from the autograd engine's thread, ``optimizer``
-   inside an ``Optimizer.step`` range, else ``forward``), FLOPs and DRAM bytes estimated from the
-   operator's input shapes (:func:`rlclock.workload.mapping.estimate`; 0 when unknown), and its measured
-   in-sequence duration at the clocks it ran at.
+   inside an ``Optimizer.step`` range, else ``forward``), the operator call that launched it with its input
+   shapes (kept in the trace), FLOPs and DRAM bytes derived from them (:mod:`rlclock.workload.op_costs`; 0
+   when unknown), and its measured in-sequence duration at the clocks it ran at.
 """
 
 from __future__ import annotations
@@ -28,25 +28,22 @@ import os
 import statistics
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from rlclock.deploy.timeline import StepTimeline
 from rlclock.errors import DeployError, GpuUnavailableError
-from rlclock.workload.kernel_names import classify
-from rlclock.workload.mapping import ProfiledEntry, estimate
-from rlclock.workload.torch_profile import OpInfo
-from rlclock.workload.trace import Kernel, KernelTrace, Measurement
+from rlclock.workload.op_costs import Launch, costs, kernel_fields
+from rlclock.workload.torch_profile import launch_op
+from rlclock.workload.trace import Kernel, KernelTrace, LaunchOp, Measurement
 
 STEP_RANGE = "rlclock.deploy.step"
 """Name of the profiler range around each profiled step."""
 GENERATOR = "rlclock.deploy.capture"
 _DEVICE_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 _LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
-_DTYPES = {"c10::bfloat16": "bf16", "c10::half": "fp16", "float": "fp32", "c10::float8_e4m3fn": "fp8",
-           "c10::float8_e5m2": "fp8"}
 
 
 @dataclass
@@ -81,7 +78,7 @@ class _Activity:
     dur_us: float
     launch_us: float
     phase: str
-    op: OpInfo | None
+    op: LaunchOp | None
     grid: tuple[int, int, int] | None
     block: tuple[int, int, int] | None
     nbytes: int | None
@@ -100,7 +97,7 @@ def _activities(data: dict[str, Any]) -> tuple[list[tuple[float, float]], list[_
     main_tid: Any = None
     optim: list[tuple[float, float]] = []
     launch: dict[int, tuple[float, Any]] = {}
-    ops: dict[int, tuple[OpInfo, float, Any]] = {}
+    ops: dict[int, tuple[LaunchOp, float, Any]] = {}
     for e in events:
         cat, name, args = e.get("cat"), str(e.get("name", "")), e.get("args") or {}
         if cat == "user_annotation" and name == STEP_RANGE:
@@ -111,10 +108,7 @@ def _activities(data: dict[str, Any]) -> tuple[list[tuple[float, float]], list[_
         elif cat in _LAUNCH_CATS and isinstance(args.get("correlation"), int):
             launch[args["correlation"]] = (float(e["ts"]), e.get("tid"))
         if cat == "cpu_op" and isinstance(args.get("External id"), int):
-            dims = tuple(tuple(d) if isinstance(d, list) and all(isinstance(x, int) for x in d) else ()
-                         for d in args.get("Input Dims", []) or [])
-            types = tuple(str(t) for t in args.get("Input type", []) or [])
-            ops[args["External id"]] = (OpInfo(name, dims, types), float(e["ts"]), e.get("tid"))
+            ops[args["External id"]] = (launch_op(name, args, args["External id"]), float(e["ts"]), e.get("tid"))
     ranges.sort()
     out: list[_Activity] = []
     for e in events:
@@ -144,27 +138,24 @@ def _activities(data: dict[str, Any]) -> tuple[list[tuple[float, float]], list[_
     return ranges, out
 
 
-def _kernel(i: int, a: _Activity, dur_s: float, gpu: str) -> Kernel:
-    if a.kind == "kernel":
-        cat = classify(a.name, a.op.name if a.op else None)
-    else:
-        cat = "copy" if a.kind == "memcpy" else "memset"
-    entry = ProfiledEntry(name=a.name, category=cat, phase=a.phase, time_s=dur_s, grid=a.grid, block=a.block,
-                          op=a.op, nbytes=a.nbytes)
-    est = estimate(entry)
-    flops, rd, wr = est if est is not None else (0.0, 0.0, 0.0)
-    if cat == "other" and est is not None:
-        cat = "elementwise"
-    dtype = "fp32"
-    if a.op is not None:
-        dtype = next((_DTYPES[t.strip().lower()] for t in a.op.input_types if t.strip().lower() in _DTYPES), "fp32")
-    opname = (a.op.name.split("::")[-1] if a.op else a.kind).strip("_") or a.kind
-    access = "reduce" if cat in ("norm", "softmax") else "gather" if cat == "embedding" else "stream"
-    return Kernel(name=a.name, op=f"{a.phase[:3]}.{opname}.{i}", category=cat, phase=a.phase, flops=flops,
-                  dram_read_bytes=rd, dram_write_bytes=wr, dtype=dtype, layer=-1, gemm_bmnk=entry.bmnk,
-                  mlp_bytes=16.0 if est is not None else None, access=access, launch_grid=a.grid,
-                  launch_block=a.block,
-                  measured=(Measurement(gpu=gpu, time_s=max(dur_s, 1e-9), source="in-sequence"),))
+def _kernels(acts: list[_Activity], dur_s: np.ndarray, gpu: str) -> list[Kernel]:
+    """The trace's kernels: each activity with its operator call, its cost from that call's shapes
+    (:func:`rlclock.workload.op_costs.costs`) and its measured in-sequence duration."""
+    launches = [Launch(a.name, a.kind, a.grid, a.block, a.nbytes) for a in acts]
+    ops = [a.op for a in acts]
+    calls: dict[int, int] = {}  # the profiler's operator ids, renumbered in order of first launch
+    for op in ops:
+        if op is not None and op.call >= 0:
+            calls.setdefault(op.call, len(calls))
+    ops = [replace(op, call=calls[op.call]) if op is not None and op.call >= 0 else op for op in ops]
+    out = []
+    for i, (a, op, c) in enumerate(zip(acts, ops, costs(ops, launches), strict=True)):
+        opname = (op.name.split("::")[-1] if op else a.kind).strip("_") or a.kind
+        out.append(Kernel(name=a.name, op=f"{a.phase[:3]}.{opname}.{i}", phase=a.phase, layer=-1,
+                          launch_grid=a.grid, launch_block=a.block, launch_op=op,
+                          measured=(Measurement(gpu=gpu, time_s=max(float(dur_s[i]), 1e-9), source="in-sequence"),),
+                          **kernel_fields(c)))
+    return out
 
 
 def profile_from_chrome(data: dict[str, Any], gpu_name: str, name: str = "training-step",
@@ -210,14 +201,13 @@ def profile_from_chrome(data: dict[str, Any], gpu_name: str, name: str = "traini
     if len(chosen) < len(usable):
         notes.append(f"{len(usable) - len(chosen)} of {len(usable)} profiled steps launched a different kernel "
                      "sequence and were left out")
-    n = len(best)
     offs = np.array([[(a.ts_us - anchors[k]) * 1e-6 for a in per_step[k]] for k in chosen])
     durs = np.array([[a.dur_us * 1e-6 for a in per_step[k]] for k in chosen])
     start_s = np.maximum.accumulate(np.maximum(np.median(offs, axis=0), 0.0))
     dur_s = np.maximum(np.median(durs, axis=0), 0.0)
     period_s = statistics.median((anchors[k + 1] - anchors[k]) * 1e-6 for k in chosen)
     ref = per_step[chosen[0]]
-    kernels = [_kernel(i, ref[i], float(dur_s[i]), gpu_name) for i in range(n)]
+    kernels = _kernels(ref, dur_s, gpu_name)
     trace = KernelTrace(name, kernels, {
         "generator": GENERATOR, "gpu": gpu_name, "steps_profiled": len(ranges), "steps_used": len(chosen),
         "step_period_s": period_s, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -287,3 +277,41 @@ class StepProfiler:
                 return json.load(f)
         finally:
             os.unlink(path)
+
+
+class StepTimer:
+    """The running step's period: a CUDA event at each step mark of steps that run without the profiler.
+
+    Call :meth:`mark` at each step mark; :meth:`period_s` is the median time between consecutive events
+    on the GPU (the first interval, which follows the profiler's shutdown, is left out when there are three or
+    more). An event completes when the GPU has finished everything launched before its mark, so the period is
+    the step as it runs: GPU-bound or host-bound, whichever holds.
+    """
+
+    def __init__(self) -> None:
+        import torch
+
+        self._torch = torch
+        self._events: list[Any] = []
+
+    @property
+    def intervals(self) -> int:
+        """Step periods recorded so far."""
+        return max(0, len(self._events) - 1)
+
+    def mark(self) -> None:
+        """Record an event at this step mark."""
+        ev = self._torch.cuda.Event(enable_timing=True)
+        ev.record()
+        self._events.append(ev)
+
+    def period_s(self) -> float | None:
+        """Median step period, seconds (``None`` with fewer than two marks)."""
+        if len(self._events) < 2:
+            return None
+        self._events[-1].synchronize()
+        periods = [a.elapsed_time(b) * 1e-3 for a, b in zip(self._events, self._events[1:], strict=False)]
+        if len(periods) >= 3:
+            periods = periods[1:]
+        return float(statistics.median(periods))
+

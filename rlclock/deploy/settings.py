@@ -71,6 +71,10 @@ class DeploySettings(Settings):
                                                       json_schema_extra=_cli(metavar="STEPS"))
     profile_steps: Annotated[Int, Field(ge=1)] = Field(5, description="steps profiled for the kernel sequence and "
                                                        "timeline", json_schema_extra=_cli(metavar="STEPS"))
+    timing_steps: Annotated[Int, Field(ge=0)] = Field(5, description="steps after profiling timed without the "
+                                                      "profiler, whose median period the timeline is fitted to "
+                                                      "(0: plan on the profiled period)",
+                                                      json_schema_extra=_cli(metavar="STEPS"))
     worker: Literal["process", "thread"] = Field("process", description="where switches are issued from",
                                                  json_schema_extra=_cli(choices=("process", "thread")))
     read_back: bool = Field(True, description="read the clocks back after each switch",

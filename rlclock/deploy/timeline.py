@@ -108,6 +108,46 @@ class StepTimeline:
                 f"{what} has {n_kernels} kernel invocations but the step timeline has {len(self)}.",
                 "build the schedule and the timeline from a profile of the same training step.")
 
+    def fitted(self, period_s: float, source: str | None = None) -> StepTimeline:
+        """The same kernels re-spaced for a step that runs in ``period_s`` (measured without the profiler).
+
+        A profiler slows the host, so the GPU waits for launches it would otherwise have queued: the profiled
+        step holds idle time the running step does not (or, rarely, less). The fit keeps every kernel's
+        duration and its overlap with the one before, and scales every idle gap — before the first kernel,
+        between kernels and after the last — by one factor, found so that the step's period becomes
+        ``period_s``. Only when ``period_s`` is below the kernels packed without gaps are the durations scaled
+        too (by ``period_s`` over that packed length).
+
+        Args:
+            period_s: The running step's anchor-to-anchor period, seconds (> 0).
+            source: The new timeline's source (default: this one's, with the fit noted).
+        """
+        if not math.isfinite(period_s) or period_s <= 0:
+            raise DeployError(f"a step period must be a finite number of seconds > 0, found {period_s!r}.")
+        start, dur = self.start_s, self.duration_s
+        advance = np.diff(start, prepend=0.0)  # start_i - start_{i-1}; the first from the anchor
+        busy = np.minimum(advance, np.concatenate([[0.0], dur[:-1]]))  # the part the previous kernel fills
+        idle = advance - busy
+        cum_busy, cum_idle = np.cumsum(busy), np.cumsum(idle)
+        tail = self.period_s - self.span_s
+
+        def period(f: float) -> float:
+            return float(np.max(cum_busy + dur + f * cum_idle)) + f * tail
+
+        packed = period(0.0)
+        label = source or f"{self.source}, fitted to a {period_s * 1e3:.3f} ms step"
+        if period_s <= packed:
+            scale = period_s / packed
+            return StepTimeline(cum_busy * scale, dur * scale, period_s, self.names, label)
+        lo, hi = 0.0, 1.0
+        while period(hi) < period_s:
+            hi *= 2.0
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if period(mid) < period_s else (lo, mid)
+        f = 0.5 * (lo + hi)
+        return StepTimeline(cum_busy + f * cum_idle, dur, period_s, self.names, label)
+
     # -- constructors ------------------------------------------------------------------------------------
     @classmethod
     def from_durations(cls, duration_s: Sequence[float] | np.ndarray, gap_s: float = 0.0,

@@ -7,9 +7,8 @@ bytes and GEMM shape when their categories agree (or are compatible: a copy for 
 and, for GEMMs whose launching operator gave its shapes, when the shapes agree. GEMMs left over (e.g.
 weight- before input-gradient) are paired by shape afterwards.
 
-What cannot be mapped keeps an honest estimate from its operator's input shapes (bytes of every input read
-once, the largest input's bytes written, one operation per element), and failing that only its measured
-time (FLOPs and bytes 0). Nothing is ever NaN.
+What cannot be mapped gets its cost from its operator's shapes (:mod:`rlclock.workload.op_costs`), and
+failing that only its measured time (FLOPs and bytes 0). Nothing is ever NaN.
 """
 
 from __future__ import annotations
@@ -18,13 +17,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rlclock.workload.torch_profile import OpInfo
-from rlclock.workload.trace import Kernel, Measurement
+from rlclock.workload.op_costs import Cost, Launch, costs, gemm_bmnk, kernel_fields
+from rlclock.workload.trace import Kernel, LaunchOp, Measurement
 from rlclock.workload.transformer import TransformerConfig, layer_kernels
 
-_ELEM_BYTES = {"c10::bfloat16": 2, "c10::half": 2, "float": 4, "double": 8, "long int": 8, "int": 4,
-               "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2, "c10::float8_e4m3fn": 1,
-               "c10::float8_e5m2": 1}
 _COMPATIBLE = {frozenset({"elementwise", "copy"}), frozenset({"reduction", "copy"}),
                frozenset({"reduction", "elementwise"})}
 _NEG = -1e9
@@ -51,7 +47,7 @@ class ProfiledEntry:
     time_s: float
     grid: tuple[int, int, int] | None = None
     block: tuple[int, int, int] | None = None
-    op: OpInfo | None = None
+    op: LaunchOp | None = None
     nbytes: int | None = None
 
     @property
@@ -81,26 +77,6 @@ class MappingStats:
     def as_dict(self) -> dict[str, object]:
         return {"mapped": self.mapped, "estimated": self.estimated, "time_only": self.time_only,
                 "unmatched_analytic": list(self.unmatched_analytic)}
-
-
-def gemm_bmnk(op: OpInfo | None) -> tuple[int, int, int, int] | None:
-    """``(batch, m, n, k)`` of ``aten::mm`` / ``addmm`` / ``bmm`` / ``baddbmm`` from their input shapes."""
-    if op is None:
-        return None
-    dims = [d for d in op.input_dims if d]
-    name = op.name
-    if name in ("aten::addmm", "aten::baddbmm") and len(dims) >= 3:
-        dims = dims[1:3]
-    elif name in ("aten::mm", "aten::bmm") and len(dims) >= 2:
-        dims = dims[:2]
-    else:
-        return None
-    a, b = dims
-    if len(a) == 2 and len(b) == 2 and a[1] == b[0]:
-        return (1, a[0], b[1], a[1])
-    if len(a) == 3 and len(b) == 3 and a[0] == b[0] and a[2] == b[1]:
-        return (a[0], a[1], b[2], a[2])
-    return None
 
 
 def _same_gemm(a: tuple[int, int, int, int], b: tuple[int, int, int, int], exact: bool = False) -> bool:
@@ -169,31 +145,11 @@ def align(profiled: Sequence[ProfiledEntry], analytic: Sequence[Kernel]) -> dict
     return out
 
 
-def _elem_bytes(type_name: str) -> int | None:
-    return _ELEM_BYTES.get(type_name.strip().lower())
-
-
-def estimate(entry: ProfiledEntry) -> tuple[float, float, float] | None:
-    """``(flops, read_bytes, write_bytes)`` estimated from the operator's input shapes (``None`` if unknown)."""
-    if entry.nbytes is not None and entry.nbytes > 0:
-        return 0.0, float(entry.nbytes), float(entry.nbytes)
-    if entry.op is None:
-        return None
-    bmnk = entry.bmnk
-    eb0 = next((b for b in map(_elem_bytes, entry.op.input_types) if b), None)
-    if bmnk is not None and eb0 is not None:
-        b, m, n, k = bmnk
-        return 2.0 * b * m * n * k, float(eb0 * b * (m * k + k * n)), float(eb0 * b * m * n)
-    sizes = []
-    for dims, t in zip(entry.op.input_dims, entry.op.input_types, strict=False):
-        eb = _elem_bytes(t)
-        if not dims or eb is None:
-            continue
-        sizes.append((math.prod(dims), eb))
-    if not sizes:
-        return None
-    elems, eb = max(sizes)
-    return float(elems), float(sum(e * b for e, b in sizes)), float(elems * eb)
+def estimate(entries: Sequence[ProfiledEntry]) -> list[Cost]:
+    """Each entry's cost from its operator call's shapes (:func:`rlclock.workload.op_costs.costs`)."""
+    launches = [Launch(e.name, "memcpy" if e.name == "memcpy" else "kernel", e.grid, e.block, e.nbytes)
+                for e in entries]
+    return costs([e.op for e in entries], launches)
 
 
 def map_to_kernels(entries: Sequence[ProfiledEntry], cfg: TransformerConfig,
@@ -225,6 +181,7 @@ def map_to_kernels(entries: Sequence[ProfiledEntry], cfg: TransformerConfig,
     stats = MappingStats(unmatched_analytic=[k.op for j, k in enumerate(analytic) if j not in taken])
     kernels: list[Kernel] = []
     extra = 0
+    estimates = estimate(entries)
     for i, e in enumerate(entries):
         meas = (Measurement(gpu=gpu, time_s=e.time_s, source="in-sequence"),)
         grid = e.grid if e.grid and all(x > 0 for x in e.grid) else None
@@ -239,19 +196,15 @@ def map_to_kernels(entries: Sequence[ProfiledEntry], cfg: TransformerConfig,
             stats.pairs.append((i, a.op))
             continue
         extra += 1
-        est = estimate(e)
-        flops, rd, wr = est if est is not None else (0.0, 0.0, 0.0)
-        if est is None:
-            stats.time_only += 1
-        else:
+        est = estimates[i]
+        if est.known:
             stats.estimated += 1
+        else:
+            stats.time_only += 1
         opname = (e.op.name.split("::")[-1] if e.op else e.category).strip("_") or e.category
-        category = e.category if e.category != "other" or est is None else "elementwise"
-        kernels.append(Kernel(name=e.name, op=f"extra.{e.phase[:3]}.{opname}.{extra}", category=category,
-                              phase=e.phase, flops=flops, dram_read_bytes=rd, dram_write_bytes=wr, dtype=cfg.dtype,
-                              layer=0, gemm_bmnk=e.bmnk, mlp_bytes=16.0 if est is not None else None,
-                              access="reduce" if category in ("norm", "softmax") else "stream",
-                              launch_grid=grid, launch_block=block, measured=meas))
+        kernels.append(Kernel(name=e.name, op=f"extra.{e.phase[:3]}.{opname}.{extra}", phase=e.phase, layer=0,
+                              launch_grid=grid, launch_block=block, measured=meas, launch_op=e.op,
+                              **kernel_fields(est)))
     return kernels, stats
 
 

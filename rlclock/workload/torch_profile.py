@@ -16,24 +16,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rlclock.workload.trace import LaunchOp, Shape
+
 _KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 FORWARD_RANGE = "rlclock.forward"
 BACKWARD_RANGE = "rlclock.backward"
 
 
-@dataclass(frozen=True)
-class OpInfo:
-    """The operator that launched a kernel.
+def _dims(v: Any) -> Shape | tuple[Shape, ...]:
+    if isinstance(v, list) and all(isinstance(x, int) for x in v):
+        return tuple(v)
+    if isinstance(v, list) and v and all(isinstance(x, list) and all(isinstance(y, int) for y in x) for x in v):
+        return tuple(tuple(x) for x in v)  # a tensor list
+    return ()
 
-    Attributes:
-        name: Operator name, e.g. ``"aten::addmm"``.
-        input_dims: Shapes of its inputs (``[]`` for non-tensors).
-        input_types: Type names of its inputs (``"c10::BFloat16"``, ``"float"`` …).
-    """
 
-    name: str
-    input_dims: tuple[tuple[int, ...], ...] = ()
-    input_types: tuple[str, ...] = ()
+def launch_op(name: str, args: dict[str, Any], call: int = -1) -> LaunchOp:
+    """The operator of a ``cpu_op`` event (profiled with ``record_shapes=True``) from its ``args``."""
+    dims = tuple(_dims(d) for d in args.get("Input Dims", []) or [])
+    types = tuple(str(t) for t in args.get("Input type", []) or [])
+    concrete = tuple(str(c) for c in args.get("Concrete Inputs", []) or [])
+    return LaunchOp(name, dims, types, concrete, call)
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ class DeviceEvent:
     dur_us: float
     grid: tuple[int, ...] | None = None
     block: tuple[int, ...] | None = None
-    op: OpInfo | None = None
+    op: LaunchOp | None = None
     nbytes: int | None = None
     phase: str | None = None
 
@@ -76,15 +79,12 @@ def parse_chrome_trace(data: dict[str, Any]) -> list[DeviceEvent]:
         data: The parsed JSON of ``prof.export_chrome_trace``.
     """
     events = data.get("traceEvents", []) if isinstance(data, dict) else []
-    ops: dict[int, OpInfo] = {}
+    ops: dict[int, LaunchOp] = {}
     ranges: dict[str, tuple[float, float]] = {}
     for e in events:
         cat, args = e.get("cat"), e.get("args") or {}
         if cat == "cpu_op" and isinstance(args.get("External id"), int):
-            dims = tuple(tuple(d) if isinstance(d, list) and all(isinstance(x, int) for x in d) else ()
-                         for d in args.get("Input Dims", []) or [])
-            types = tuple(str(t) for t in args.get("Input type", []) or [])
-            ops[args["External id"]] = OpInfo(str(e.get("name")), dims, types)
+            ops[args["External id"]] = launch_op(str(e.get("name")), args, args["External id"])
         elif cat == "user_annotation" and e.get("name") in (FORWARD_RANGE, BACKWARD_RANGE):
             ranges[e["name"]] = (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)))
     bwd_start = ranges.get(BACKWARD_RANGE, (None, None))[0]

@@ -97,6 +97,31 @@ class Measurement:
         return self.core_mhz is None and self.mem_mhz is None
 
 
+Shape = tuple[int, ...]
+"""A tensor's sizes (``()`` for a 0-d tensor or an argument that is not a tensor)."""
+
+
+@dataclass(frozen=True)
+class LaunchOp:
+    """The framework operator whose call launched a profiled kernel, with the shapes its cost comes from.
+
+    Attributes:
+        name: Operator name, e.g. ``"aten::embedding_dense_backward"``.
+        input_dims: Per argument: a tensor's sizes, a tensor list's sizes (a tuple of shapes), or ``()``.
+        input_types: Per argument: its type as the profiler names it (``"c10::BFloat16"``, ``"float"``,
+            ``"long int"``, ``"TensorList"``, ``"Scalar"`` …).
+        concrete_inputs: Per argument: the value of a scalar argument as text (``"True"``, ``"32000"``), else
+            ``""``.
+        call: Which call of the step it was (kernels launched by one call share it), ``-1`` if unknown.
+    """
+
+    name: str
+    input_dims: tuple[Shape | tuple[Shape, ...], ...] = ()
+    input_types: tuple[str, ...] = ()
+    concrete_inputs: tuple[str, ...] = ()
+    call: int = -1
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One kernel invocation.
@@ -119,6 +144,8 @@ class Kernel:
         launch_grid: CUDA grid ``(x, y, z)`` when known.
         launch_block: CUDA block ``(x, y, z)`` when known.
         measured: Reference points measured on real GPUs.
+        launch_op: The operator call that launched it, for a profiled kernel (its FLOPs and bytes are derived
+            from it by :mod:`rlclock.workload.op_costs`).
     """
 
     name: str
@@ -136,6 +163,7 @@ class Kernel:
     launch_grid: tuple[int, int, int] | None = None
     launch_block: tuple[int, int, int] | None = None
     measured: tuple[Measurement, ...] = field(default_factory=tuple)
+    launch_op: LaunchOp | None = None
 
     @property
     def dram_bytes(self) -> float:
@@ -144,8 +172,9 @@ class Kernel:
 
     @property
     def uses_tensor_cores(self) -> bool:
-        """True for GEMM and fused attention kernels."""
-        return self.category in TENSOR_CATEGORIES
+        """True for GEMM and fused attention kernels, unless in ``fp32`` (FFMA on the SIMT units; ``tf32``
+        is fp32 data on tensor cores)."""
+        return self.category in TENSOR_CATEGORIES and self.dtype != "fp32"
 
     def measurement(self, gpu: str | None = None, auto_only: bool = True) -> Measurement | None:
         """The first measured reference point (at auto clocks by default), optionally for one GPU."""
@@ -330,12 +359,41 @@ class KernelTrace(Sequence[Kernel]):
 
 _KERNEL_FIELDS = {f for f in Kernel.__dataclass_fields__}
 _MEASUREMENT_FIELDS = {f for f in Measurement.__dataclass_fields__}
+_LAUNCH_OP_FIELDS = {f for f in LaunchOp.__dataclass_fields__}
 
 
 def _kernel_to_dict(k: Kernel) -> dict[str, Any]:
     d = asdict(k)
     d["measured"] = [asdict(m) for m in k.measured]
     return {key: (list(v) if isinstance(v, tuple) else v) for key, v in d.items() if v is not None}
+
+
+def _is_shape(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
+
+
+def _launch_op_from_dict(d: Any, where: str) -> LaunchOp:
+    if not isinstance(d, dict) or set(d) - _LAUNCH_OP_FIELDS or not isinstance(d.get("name"), str):
+        raise TraceError(f"{where}: 'launch_op' must be an object with a 'name' and only the fields "
+                         f"{sorted(_LAUNCH_OP_FIELDS)}; found {d!r}.")
+    dims: list[Shape | tuple[Shape, ...]] = []
+    for v in d.get("input_dims", []):
+        if _is_shape(v):
+            dims.append(tuple(v))
+        elif isinstance(v, list) and all(_is_shape(x) for x in v):
+            dims.append(tuple(tuple(x) for x in v))
+        else:
+            raise TraceError(f"{where}: launch_op input dims {v!r} are neither a shape nor a list of shapes.")
+    texts = {}
+    for key in ("input_types", "concrete_inputs"):
+        v = d.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise TraceError(f"{where}: launch_op {key!r} must be a list of strings, found {v!r}.")
+        texts[key] = tuple(v)
+    call = d.get("call", -1)
+    if not isinstance(call, int) or isinstance(call, bool) or call < -1:
+        raise TraceError(f"{where}: launch_op 'call' must be an integer >= -1, found {call!r}.")
+    return LaunchOp(d["name"], tuple(dims), texts["input_types"], texts["concrete_inputs"], call)
 
 
 def _where(i: int, d: Any) -> str:
@@ -375,6 +433,8 @@ def _kernel_from_dict(d: Any, i: int, source: str) -> Kernel:
             )
         parsed.append(Measurement(**m))
     kw["measured"] = tuple(parsed)
+    if kw.get("launch_op") is not None:
+        kw["launch_op"] = _launch_op_from_dict(kw["launch_op"], where)
     try:
         k = Kernel(**kw)
     except TypeError as exc:  # pragma: no cover - guarded by the field checks above

@@ -10,8 +10,8 @@ import pytest
 
 from rlclock.workload.kernel_names import classify, short_name
 from rlclock.workload.mapping import ProfiledEntry, align, estimate, gemm_bmnk, map_to_kernels
-from rlclock.workload.torch_profile import OpInfo, parse_chrome_trace
-from rlclock.workload.trace import KernelTrace
+from rlclock.workload.torch_profile import parse_chrome_trace
+from rlclock.workload.trace import KernelTrace, LaunchOp
 from rlclock.workload.transformer import TransformerConfig, layer_kernels
 
 H200 = json.loads((Path(__file__).parent / "data" / "h200_gpt3xl_layer_kernels.json").read_text())
@@ -37,11 +37,11 @@ def test_the_h200_layer_maps_onto_the_generator():
 
 
 def test_gemm_shapes_from_operators():
-    assert gemm_bmnk(OpInfo("aten::addmm", ((6144,), (8192, 2048), (2048, 6144)))) == (1, 8192, 6144, 2048)
-    assert gemm_bmnk(OpInfo("aten::mm", ((2048, 8192), (8192, 8192)))) == (1, 2048, 8192, 8192)
-    assert gemm_bmnk(OpInfo("aten::bmm", ((4, 8, 16), (4, 16, 32)))) == (4, 8, 32, 16)
-    assert gemm_bmnk(OpInfo("aten::mm", ((3, 4), (5, 6)))) is None
-    assert gemm_bmnk(OpInfo("aten::add", ((3, 4), (3, 4)))) is None
+    assert gemm_bmnk(LaunchOp("aten::addmm", ((6144,), (8192, 2048), (2048, 6144)))) == (1, 8192, 6144, 2048)
+    assert gemm_bmnk(LaunchOp("aten::mm", ((2048, 8192), (8192, 8192)))) == (1, 2048, 8192, 8192)
+    assert gemm_bmnk(LaunchOp("aten::bmm", ((4, 8, 16), (4, 16, 32)))) == (4, 8, 32, 16)
+    assert gemm_bmnk(LaunchOp("aten::mm", ((3, 4), (5, 6)))) is None
+    assert gemm_bmnk(LaunchOp("aten::add", ((3, 4), (3, 4)))) is None
 
 
 def test_gemms_out_of_order_are_paired_by_shape():
@@ -49,9 +49,9 @@ def test_gemms_out_of_order_are_paired_by_shape():
     m, h, f = cfg.tokens, cfg.hidden, cfg.ffn_dim
     # backward starts with proj's weight gradient before its input gradient (swapped against the generator)
     wgrad = ProfiledEntry("nvjet_wgrad", "gemm", "backward", 1e-5,
-                          op=OpInfo("aten::mm", ((h, m), (m, f)), ("c10::BFloat16",) * 2))
+                          op=LaunchOp("aten::mm", ((h, m), (m, f)), ("c10::BFloat16",) * 2))
     dgrad = ProfiledEntry("nvjet_dgrad", "gemm", "backward", 1e-5,
-                          op=OpInfo("aten::mm", ((m, h), (h, f)), ("c10::BFloat16",) * 2))
+                          op=LaunchOp("aten::mm", ((m, h), (h, f)), ("c10::BFloat16",) * 2))
     kernels, stats = map_to_kernels([wgrad, dgrad], cfg, "gpu")
     assert [k.op for k in kernels] == ["proj.wgrad", "proj.dgrad"]
     assert stats.mapped == 2
@@ -59,11 +59,13 @@ def test_gemms_out_of_order_are_paired_by_shape():
 
 def test_unmapped_kernels_get_estimates_never_nan():
     add = ProfiledEntry("vectorized_elementwise_kernel", "elementwise", "forward", 2e-6,
-                        op=OpInfo("aten::add", ((4, 8), (4, 8), ()), ("c10::BFloat16", "c10::BFloat16", "Scalar")))
-    assert estimate(add) == (32.0, 128.0, 64.0)
+                        op=LaunchOp("aten::add", ((4, 8), (4, 8), ()), ("c10::BFloat16", "c10::BFloat16", "Scalar")))
     copy = ProfiledEntry("memcpy", "copy", "forward", 1e-6, nbytes=4096)
-    assert estimate(copy) == (0.0, 4096.0, 4096.0)
-    assert estimate(ProfiledEntry("mystery", "other", "forward", 1e-6)) is None
+    mystery = ProfiledEntry("mystery", "other", "forward", 1e-6)
+    a, c, m = estimate([add, copy, mystery])
+    assert (a.flops, a.read_bytes, a.write_bytes, a.category) == (32.0, 128.0, 64.0, "elementwise")
+    assert (c.flops, c.read_bytes, c.write_bytes, c.category) == (0.0, 4096.0, 4096.0, "copy")
+    assert not m.known and (m.flops, m.read_bytes, m.write_bytes) == (0.0, 0.0, 0.0)
     cfg = TransformerConfig(hidden=64, heads=4, seq=16, batch=2, layers=1, head=False)
     kernels, stats = map_to_kernels([add, ProfiledEntry("mystery", "other", "backward", 1e-6)], cfg, "gpu")
     assert stats.estimated + stats.time_only == 2 or stats.mapped >= 1
@@ -119,7 +121,7 @@ def test_chrome_trace_parsing_links_operators_and_passes():
     assert [e.name for e in ev] == ["Memset", "gemm_a", "gemm_b"]
     assert ev[0].kind == "memset" and ev[0].nbytes == 4
     a = ev[1]
-    assert a.op == OpInfo("aten::addmm", ((8,), (4, 2), (2, 8)), ("float", "float", "float"))
+    assert a.op == LaunchOp("aten::addmm", ((8,), (4, 2), (2, 8)), ("float", "float", "float"), call=7)
     assert a.grid == (4, 1, 1) and a.phase == "forward" and a.dur_us == 2.5
     assert ev[2].phase == "backward" and ev[2].op is None
     assert parse_chrome_trace({}) == []
