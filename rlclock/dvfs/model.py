@@ -242,6 +242,15 @@ def power_w(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: np.n
     return static + core_dyn + memory
 
 
+def gap_power_w(spec: GpuSpec, core_mhz: float, mem_mhz: float) -> float:
+    """Board power while no kernel runs but the clocks stay up (launch gaps inside a step), W: the model's
+    power with no activity — static and leakage power, the clock tree, the memory's background."""
+    p = spec.model
+    v = float(voltage_v(spec, np.array([core_mhz]))[0])
+    return (p.p_const_w + p.k_leak_w_per_v * v + v * v * core_mhz * 1e-3 * p.c_clock_w
+            + p.p_mem_bg_w * mem_mhz / spec.max_mem_mhz)
+
+
 @dataclass(frozen=True)
 class Prediction:
     """Model output for kernels × configurations (arrays of shape ``(K, C)``)."""

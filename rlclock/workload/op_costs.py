@@ -54,6 +54,10 @@ ATTENTION_BACKWARD_FLOPS = 2.5
 """Backward over forward FLOPs of fused attention: five matrix products against two."""
 ADAM_FLOPS_PER_ELEMENT = 12.0
 """FLOPs per parameter of an Adam(W) update (moments, bias corrections, the step)."""
+VECTOR_LOAD_BYTES = 16.0
+"""Bytes in flight per thread when a kernel's loop is not known: one 128-bit vector load."""
+MULTI_TENSOR_CHUNK = 65536
+"""Elements one block of PyTorch's ``multi_tensor_apply`` kernels processes (``kChunkSize``)."""
 
 _ELEM_BYTES = {"c10::bfloat16": 2, "c10::half": 2, "float": 4, "double": 8, "long int": 8, "int": 4, "bool": 1,
                "unsigned char": 1, "signed char": 1, "short int": 2, "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
@@ -114,6 +118,7 @@ class Cost:
         access: One of :data:`~rlclock.workload.trace.ACCESS_CLASSES`.
         gemm_bmnk: ``(batch, m, n, k)`` of a matrix product.
         rule: Which rule gave it (``"gemm"``, ``"attention.backward"``, ``"elementwise"``, ``"unknown"`` …).
+        mlp_bytes: Bytes of independent loads each thread keeps in flight (:func:`loads_in_flight`).
     """
 
     flops: float
@@ -124,6 +129,7 @@ class Cost:
     access: str = "stream"
     gemm_bmnk: tuple[int, int, int, int] | None = None
     rule: str = "unknown"
+    mlp_bytes: float = VECTOR_LOAD_BYTES
 
     @property
     def known(self) -> bool:
@@ -139,16 +145,14 @@ def elem_bytes(type_name: str) -> int | None:
 
 
 def _name_elem_bytes(kernel_name: str) -> int:
-    """Element size a kernel's template arguments name (tensor lists carry no type), 4 when none does."""
+    """Element size a kernel's template arguments name (tensor lists carry no type): the first element type
+    the name mentions (``OpaqueType<N>``: N bytes), 4 when none does."""
     low = kernel_name.lower()
     m = re.search(r"opaquetype<(\d+)", low)
     if m:
         return int(m.group(1))
-    if "bfloat16" in low or "half" in low:
-        return 2
-    if "double" in low:
-        return 8
-    return 4
+    found = [(low.find(t), b) for t, b in (("bfloat16", 2), ("half", 2), ("float", 4), ("double", 8)) if t in low]
+    return min(found)[1] if found else 4
 
 
 @dataclass(frozen=True)
@@ -257,6 +261,46 @@ def gemm_bmnk(op: LaunchOp | None) -> tuple[int, int, int, int] | None:
     return None
 
 
+def loads_in_flight(launch: Launch, elements: float, read_bytes_per_element: float) -> float:
+    """Bytes of independent loads a thread of a PyTorch elementwise kernel keeps in flight.
+
+    What the kernel's name says about its loop: ``vectorized_elementwise_kernel`` and
+    ``unrolled_elementwise_kernel`` load all the elements a thread handles (``elements`` over the launch's
+    threads) before computing; the generic ``elementwise_kernel`` (strided or broadcast operands, offsets
+    computed per element) and the strided copies of ``cat`` store each element before loading the next (the
+    compiler cannot move a load past a store that may alias it), so one element's operands are in flight.
+    Other kernels: :data:`VECTOR_LOAD_BYTES`.
+    """
+    name = launch.name
+    if read_bytes_per_element <= 0:
+        return VECTOR_LOAD_BYTES
+    if "::elementwise_kernel<" in name or "CatArrayBatchedCopy" in name:
+        return read_bytes_per_element
+    if "vectorized_elementwise_kernel" in name or "unrolled_elementwise_kernel" in name:
+        per_thread = max(1.0, round(elements / launch.threads)) if launch.grid and launch.block else 4.0
+        return per_thread * read_bytes_per_element
+    return VECTOR_LOAD_BYTES
+
+
+def _spread(launches: Sequence[Launch], total: Cost, elements: float = 0.0,
+            read_bytes_per_element: float = 0.0) -> list[Cost]:
+    """An operator's work done once by its kernels together (PyTorch splits a tensor too large for 32-bit
+    offsets over several launches): each kernel gets a share in proportion to its launch size, and its loads
+    in flight (:func:`loads_in_flight`); memsets and memcpys their own bytes."""
+    kernels = [lk for lk in launches if lk.kind == "kernel"]
+    shares = iter(_share(kernels, total)) if kernels else iter(())
+    total_threads = sum(k.threads for k in kernels)
+    weights = iter([k.threads / total_threads for k in kernels])
+    out = []
+    for lk in launches:
+        if lk.kind != "kernel":
+            out.append(_kind_cost(lk, total.category))
+            continue
+        c, w = next(shares), next(weights)
+        out.append(replace(c, mlp_bytes=loads_in_flight(lk, elements * w, read_bytes_per_element)))
+    return out
+
+
 # -- the rules ---------------------------------------------------------------------------------------------
 
 def _kind_cost(launch: Launch, category: str | None = None) -> Cost:
@@ -274,7 +318,7 @@ def _share(launches: Sequence[Launch], total: Cost) -> list[Cost]:
     weights = [lk.threads for lk in launches]
     s = sum(weights)
     return [Cost(total.flops * w / s, total.read_bytes * w / s, total.write_bytes * w / s, total.category,
-                 total.dtype, total.access, total.gemm_bmnk, total.rule) for w in weights]
+                 total.dtype, total.access, total.gemm_bmnk, total.rule, total.mlp_bytes) for w in weights]
 
 
 def _gemm(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
@@ -375,8 +419,7 @@ def _embedding(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     else:
         row = table[-1] if table else 1
     read, write = float(n * (row * eb + ieb)), float(n * row * eb)
-    return [Cost(0.0, read, write, "embedding", access="gather", rule="embedding.forward")
-            if lk.kind == "kernel" else _kind_cost(lk) for lk in launches]
+    return _spread(launches, Cost(0.0, read, write, "embedding", access="gather", rule="embedding.forward"))
 
 
 def _embedding_backward(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
@@ -450,8 +493,8 @@ def _softmax(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     else:
         to_float = a.concrete(2) == "True"
         read, write = n * eb * passes, n * (4 if to_float else eb)
-    return [Cost(5.0 * n, read, write, "softmax", rule="softmax.backward" if backward else "softmax.forward")
-            if lk.kind == "kernel" else _kind_cost(lk) for lk in launches]
+    return _spread(launches, Cost(5.0 * n, read, write, "softmax",
+                                  rule="softmax.backward" if backward else "softmax.forward"))
 
 
 def _norm(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
@@ -480,23 +523,42 @@ def _norm(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
 
 
 def _optimizer(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
-    lists = [(i, shapes) for i, shapes in a.lists() if shapes]
-    if not lists:
-        return None
+    """Fused and foreach optimizers (``multi_tensor_apply``): every tensor list the kernel touches read once,
+    the updated ones written. The profiler drops the shapes of long tensor lists; then each kernel's elements
+    come from its grid, one :data:`MULTI_TENSOR_CHUNK` per block."""
     kernels = [lk for lk in launches if lk.kind == "kernel"]
-    eb = float(_name_elem_bytes(kernels[0].name)) if kernels else 4.0
-    elems = [float(sum(_numel(s) for s in shapes)) for _, shapes in lists]
+    if not kernels:
+        return None
     base = _base(a.op.name)
-    if base.startswith("fused_adam"):  # params, grads, exp_avgs, exp_avg_sqs[, max_exp_avg_sqs], state_steps
-        big = [e for e in elems if e >= elems[0] * 0.5]
-        read, write, flops = eb * sum(big), eb * (len(big) - 1) * elems[0], ADAM_FLOPS_PER_ELEMENT * elems[0]
+    lists = [shapes for _, shapes in a.lists() if shapes]
+    eb = float(_name_elem_bytes(kernels[0].name))
+    m = re.search(r"tensorlistmetadata<(\d+)", kernels[0].name.lower())
+    depth = int(m.group(1)) if m else max(1, len(lists))
+    inplace = a.op.name.endswith("_")
+    if base.startswith("fused_adam"):  # params, grads, exp_avgs, exp_avg_sqs (, max_exp_avg_sqs) in the kernel
+        reads, writes, flops_per = depth, depth - 1, ADAM_FLOPS_PER_ELEMENT
+    elif base.startswith("fused"):
+        reads, writes, flops_per = depth, max(1, depth - 2), 4.0
+    elif "norm" in base:
+        reads, writes, flops_per = depth, 0, 2.0
     else:
-        read = eb * sum(elems)
-        write = eb * (len(lists[0][1]) if "norm" in base else elems[0])
-        flops = 2.0 * elems[0]
-    total = Cost(flops, read, write, "elementwise", rule="optimizer" if base.startswith("fused") else "foreach")
-    shares = iter(_share(kernels, total)) if kernels else iter(())
-    return [next(shares) if lk.kind == "kernel" else _kind_cost(lk) for lk in launches]
+        reads, writes, flops_per = (depth if inplace else depth - 1), 1, 2.0
+    if lists:
+        total = float(sum(_numel(s) for s in lists[0]))
+        per_kernel = [c.flops for c in _share(kernels, Cost(total, 0.0, 0.0, "elementwise"))]
+    else:
+        per_kernel = [float(lk.grid[0] * MULTI_TENSOR_CHUNK) if lk.grid else 0.0 for lk in kernels]
+    rule = "optimizer" if base.startswith("fused") else "foreach"
+    it = iter(per_kernel)
+    out = []
+    for lk in launches:
+        if lk.kind != "kernel":
+            out.append(_kind_cost(lk))
+            continue
+        n = next(it)
+        out.append(Cost(flops_per * n, reads * eb * n, (writes * eb * n) if writes else 4.0, "elementwise",
+                        rule=rule if n else "unknown"))
+    return out
 
 
 def _copy(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
@@ -507,17 +569,16 @@ def _copy(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
         if not lists or not kernels:
             return None
         eb = _name_elem_bytes(kernels[0].name)
-        total_b = float(sum(_numel(s) for s in lists[0][1]) * eb)
-        shares = iter(_share(kernels, Cost(0.0, total_b, total_b, "copy", rule="cat")))
-        return [next(shares) if lk.kind == "kernel" else _kind_cost(lk) for lk in launches]
+        total_n = float(sum(_numel(s) for s in lists[0][1]))
+        return _spread(launches, Cost(0.0, total_n * eb, total_n * eb, "copy", rule="cat"), total_n, eb)
     ts = a.tensors()
     if not ts:
         return None
     dst = ts[0]
     src = ts[1] if len(ts) > 1 and base in ("copy", "copy_") else ts[0]
-    read, write = float(_numel(src[1]) * src[2]), float(_numel(dst[1]) * dst[2])
-    return [Cost(0.0, read, write, "copy", rule="copy") if lk.kind == "kernel" else _kind_cost(lk, "copy")
-            for lk in launches]
+    n = float(_numel(dst[1]))
+    read, write = float(_numel(src[1]) * src[2]), n * dst[2]
+    return _spread(launches, Cost(0.0, read, write, "copy", rule="copy"), n, src[2])
 
 
 def _fill(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
@@ -527,8 +588,7 @@ def _fill(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     _, shape, eb = ts[0]
     n = float(_numel(shape))
     read = n * 1.0 if _base(a.op.name) == "masked_fill" else 0.0  # reads its mask
-    return [Cost(0.0, read, n * eb, "memset", rule="fill") if lk.kind == "kernel" else _kind_cost(lk)
-            for lk in launches]
+    return _spread(launches, Cost(0.0, read, n * eb, "memset", rule="fill"))
 
 
 def _reduction(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
@@ -548,8 +608,7 @@ def _reduction(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     else:
         out_n, rows_contiguous = 1.0, False
     access = "stream" if rows_contiguous or out_n == 1.0 else "reduce"
-    return [Cost(n, n * eb, out_n * eb, "reduction", access=access, rule="reduction")
-            if lk.kind == "kernel" else _kind_cost(lk) for lk in launches]
+    return _spread(launches, Cost(n, n * eb, out_n * eb, "reduction", access=access, rule="reduction"))
 
 
 def _conv(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
@@ -590,17 +649,19 @@ def _elementwise(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     if not ts:
         return _optimizer(a, launches)
     base = _base(a.op.name)
-    sizes = [(_numel(s), e) for _, s, e in ts]
-    n, out_eb = max(sizes)
+    sizes = [(_numel(s), e, len(s)) for _, s, e in ts]
+    n = max(k for k, _, _ in sizes)
+    # the result's type: promoted over the tensors with dimensions (0-d ones take part as scalars)
+    out_eb = max((e for k, e, nd in sizes if nd), default=max(e for _, e, _ in sizes))
     if base in _COMPARISONS:
         out_eb = 1
     inplace = a.op.name.endswith("_") and not a.op.name.endswith("__")
-    read = float(sum(k * e for k, e in sizes))
+    read = float(sum(k * e for k, e, _ in sizes))
     write = float(sizes[0][0] * sizes[0][1] if inplace else n * out_eb)
     if base == "native_dropout":
         write += float(n)  # the keep mask, one byte per element
-    return [Cost(float(n), read, write, "elementwise", rule="elementwise") if lk.kind == "kernel"
-            else _kind_cost(lk) for lk in launches]
+    streamed = float(sum(e for k, e, _ in sizes if k == n))  # per output element; broadcast inputs stay cached
+    return _spread(launches, Cost(float(n), read, write, "elementwise", rule="elementwise"), float(n), streamed)
 
 
 Rule = Callable[[_Args, Sequence[Launch]], "list[Cost] | None"]
@@ -636,12 +697,14 @@ def _rule(op_name: str) -> Rule:
     return _elementwise
 
 
-def call_costs(op: LaunchOp | None, launches: Sequence[Launch]) -> list[Cost]:
+def call_costs(op: LaunchOp | None, launches: Sequence[Launch], strict: bool = False) -> list[Cost]:
     """The cost of each device activity one operator call launched (module docstring).
 
     Args:
         op: The operator call (``None`` when the profile could not tell).
         launches: Its kernels, memcpys and memsets, in order.
+        strict: Raise when a rule fails on the call's arguments (tests); by default the call falls back to
+            the elementwise rule, then to what each activity's kind says — a profile must never stop a run.
 
     Returns:
         One :class:`Cost` per launch.
@@ -651,7 +714,9 @@ def call_costs(op: LaunchOp | None, launches: Sequence[Launch]) -> list[Cost]:
         for rule in dict.fromkeys((_rule(op.name), _elementwise)):
             try:
                 costs = rule(_Args(op), launches)
-            except Exception:  # noqa: BLE001 - arguments a rule does not expect must not stop a training run
+            except Exception:  # arguments a rule does not expect must not stop a training run
+                if strict:
+                    raise
                 costs = None
             if costs is not None and len(costs) == len(launches):
                 break
@@ -664,7 +729,7 @@ def call_costs(op: LaunchOp | None, launches: Sequence[Launch]) -> list[Cost]:
     return [c if c.category in ("gemm", "attention") else replace(c, dtype=dtype) for c in costs]
 
 
-def costs(ops: Sequence[LaunchOp | None], launches: Sequence[Launch]) -> list[Cost]:
+def costs(ops: Sequence[LaunchOp | None], launches: Sequence[Launch], strict: bool = False) -> list[Cost]:
     """:func:`call_costs` over a step: activities grouped by their operator call (``LaunchOp.call``; ``-1``
     or ``None`` stands alone), each group's costs returned in the activities' order."""
     if len(ops) != len(launches):
@@ -675,7 +740,7 @@ def costs(ops: Sequence[LaunchOp | None], launches: Sequence[Launch]) -> list[Co
         groups.setdefault(key, []).append(i)
     out: list[Cost | None] = [None] * len(launches)
     for idx in groups.values():
-        for i, c in zip(idx, call_costs(ops[idx[0]], [launches[i] for i in idx]), strict=True):
+        for i, c in zip(idx, call_costs(ops[idx[0]], [launches[i] for i in idx], strict), strict=True):
             out[i] = c
     return [c for c in out if c is not None]
 
@@ -689,12 +754,12 @@ def launch_of(k: Kernel) -> Launch:
     return Launch(k.name, kind, k.launch_grid, k.launch_block, nbytes)
 
 
-def refresh_costs(trace: KernelTrace) -> KernelTrace:
+def refresh_costs(trace: KernelTrace, strict: bool = False) -> KernelTrace:
     """The trace with the FLOPs, bytes, category, type and access of every kernel that carries its
     :class:`~rlclock.workload.trace.LaunchOp` derived again by these rules (measurements kept) — brings a
     profiled trace up to date when the rules improve. Kernels without one are left as they are."""
     carrying = [i for i, k in enumerate(trace) if k.launch_op is not None]
-    new = costs([trace[i].launch_op for i in carrying], [launch_of(trace[i]) for i in carrying])
+    new = costs([trace[i].launch_op for i in carrying], [launch_of(trace[i]) for i in carrying], strict)
     kernels = list(trace)
     for i, c in zip(carrying, new, strict=True):
         kernels[i] = replace(kernels[i], **kernel_fields(c))
@@ -705,4 +770,4 @@ def kernel_fields(c: Cost) -> dict[str, Any]:
     """The :class:`~rlclock.workload.trace.Kernel` fields a cost sets."""
     return {"flops": c.flops, "dram_read_bytes": c.read_bytes, "dram_write_bytes": c.write_bytes,
             "category": c.category, "dtype": c.dtype, "access": c.access, "gemm_bmnk": c.gemm_bmnk,
-            "mlp_bytes": 16.0 if c.known else None}
+            "mlp_bytes": c.mlp_bytes if c.known else None}

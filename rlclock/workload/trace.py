@@ -380,14 +380,14 @@ def _launch_op_from_dict(d: Any, where: str) -> LaunchOp:
     for v in d.get("input_dims", []):
         if _is_shape(v):
             dims.append(tuple(v))
-        elif isinstance(v, list) and all(_is_shape(x) for x in v):
+        elif isinstance(v, (list, tuple)) and all(_is_shape(x) for x in v):
             dims.append(tuple(tuple(x) for x in v))
         else:
             raise TraceError(f"{where}: launch_op input dims {v!r} are neither a shape nor a list of shapes.")
     texts = {}
     for key in ("input_types", "concrete_inputs"):
         v = d.get(key, [])
-        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
             raise TraceError(f"{where}: launch_op {key!r} must be a list of strings, found {v!r}.")
         texts[key] = tuple(v)
     call = d.get("call", -1)

@@ -214,3 +214,94 @@ def test_one_definition_of_the_deploy_options():
         DeploySettings.from_args(parser.parse_args(["apply", "--schedule", "s.json", "--warmup-steps", "-1", "--"]))
     with pytest.raises(DeployError, match=r"unknown option.*latency"):
         clocked(ClockSchedule.constant("auto", 4), latency=0.006)
+
+
+class _FakeProfiler:
+    """Stands in for capture.StepProfiler on a CPU: counts its marks, returns a two-kernel profile."""
+
+    def __init__(self) -> None:
+        self.marks = 0
+
+    def start(self) -> None:
+        self.marks = 1
+
+    def mark(self) -> None:
+        self.marks += 1
+
+    def stop(self) -> dict:
+        from rlclock.deploy.capture import STEP_RANGE
+
+        events = []
+        for s in range(self.marks):  # 10 ms steps; the profiler leaves the GPU idle 6 ms of each
+            t0 = 10_000.0 * s
+            events.append({"ph": "X", "cat": "user_annotation", "name": STEP_RANGE, "ts": t0, "dur": 10_000.0,
+                           "tid": 1})
+            for j, (start, dur) in enumerate(((1000.0, 2000.0), (6000.0, 2000.0))):
+                corr = 100 * s + j
+                events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t0 + 10 * j,
+                               "dur": 2, "tid": 1, "args": {"correlation": corr}})
+                events.append({"ph": "X", "cat": "kernel", "name": f"k{j}", "ts": t0 + start, "dur": dur,
+                               "tid": 7, "args": {"correlation": corr}})
+        return {"traceEvents": events}
+
+
+def test_after_profiling_the_steps_are_timed_and_the_timeline_fitted_to_them(no_nvml, monkeypatch):
+    import torch
+
+    import rlclock.deploy.api as api
+    import rlclock.deploy.capture as capture
+
+    profiler = _FakeProfiler()
+    marks: list[int] = []
+
+    class Timer:
+        def mark(self) -> None:
+            marks.append(len(marks))
+
+        def period_s(self) -> float:
+            return 0.006  # the step runs in 6 ms without the profiler
+
+    monkeypatch.setattr(api, "cuda_present", lambda: True)
+    monkeypatch.setattr(capture, "StepProfiler", lambda: profiler)
+    monkeypatch.setattr(capture, "StepTimer", Timer)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU", raising=False)
+    seen = {}
+
+    def builder(trace, auto_time_s, latency_s):
+        seen["kernels"] = len(trace)
+        return ClockSchedule.constant("auto", len(trace))
+
+    clk = clocked(builder, warmup_steps=1, profile_steps=3, timing_steps=4, latency_s=0.001, device=0,
+                  verbose=False)
+    with clk:
+        states = []
+        for _ in range(12):
+            with clk.step():
+                states.append(clk.state)
+    assert states[:8] == ["warmup"] + ["profile"] * 3 + ["timing"] * 4 and states[8] == "control"
+    assert len(marks) == 5 and seen["kernels"] == 2  # the timer marks the start and each of the 4 timed steps
+    tl = clk.timeline
+    assert tl.period_s == pytest.approx(0.006) and tl.duration_s.tolist() == pytest.approx([0.002, 0.002])
+    # 6 ms of the profiled 10 were idle (1 before, 3 between, 2 after the kernels); 2 ms remain: a third
+    assert tl.start_s.tolist() == pytest.approx([0.001 / 3, 0.001 / 3 + 0.002 + 0.001])
+    assert clk.profile.trace.meta["profiled_period_s"] == pytest.approx(0.010)
+    assert clk.report is not None and clk.report.steps == 12 - 1 - 3 - 4
+
+
+def test_timing_steps_zero_plans_on_the_profiled_period(no_nvml, monkeypatch):
+    import torch
+
+    import rlclock.deploy.api as api
+    import rlclock.deploy.capture as capture
+
+    monkeypatch.setattr(api, "cuda_present", lambda: True)
+    monkeypatch.setattr(capture, "StepProfiler", _FakeProfiler)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU", raising=False)
+    clk = clocked(lambda t, a, lat: ClockSchedule.constant("auto", len(t)), warmup_steps=0, profile_steps=3,
+                  timing_steps=0, latency_s=0.001, device=0, verbose=False)
+    with clk:
+        for _ in range(6):
+            with clk.step():
+                pass
+    meta = clk.profile.trace.meta
+    assert clk.timeline.period_s == pytest.approx(0.010) == meta["step_period_s"] and "profiled_period_s" not in meta

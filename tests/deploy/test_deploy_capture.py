@@ -106,3 +106,16 @@ def test_without_step_ranges_or_gpu_work_it_says_so():
     x.step(0, 100)
     with pytest.raises(DeployError, match="launched no GPU work"):
         profile_from_chrome(x.data(), "GPU")
+
+
+def test_each_kernel_keeps_the_operator_call_that_launched_it():
+    x = Export()
+    for s in range(3):
+        normal_step(x, 1000.0 * s * 2)
+    prof = profile_from_chrome(x.data(), "GPU")
+    gemm, gelu, gemm_bwd, memset = prof.trace
+    assert gemm.launch_op.name == "aten::mm" and gemm.launch_op.input_dims == ((64, 128), (128, 32))
+    assert gemm.flops == 2 * 64 * 128 * 32 and gemm.gemm_bmnk == (1, 64, 32, 128)
+    assert [k.launch_op.call for k in (gemm, gelu, gemm_bwd)] == [0, 1, 2]  # renumbered in launch order
+    assert memset.launch_op is None and memset.dram_write_bytes == 4096 and memset.dram_read_bytes == 0
+    assert prof.trace.with_kernels(prof.trace.kernels) == prof.trace

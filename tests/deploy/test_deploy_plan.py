@@ -182,3 +182,24 @@ def test_a_per_kernel_schedule_on_the_measured_h200_layer_is_held_at_6_ms():
     for latency in (0.006, 0.0005):
         plan = plan_switches(schedule, timeline, latency)
         assert len(plan.segments) == 17 and plan.n_switches == 0 and plan.initial == ClockConfig(None, 2201)
+
+
+def test_a_timeline_fitted_to_a_shorter_step_keeps_durations_and_overlaps_and_scales_idle_time():
+    from rlclock.deploy.timeline import StepTimeline
+
+    tl = StepTimeline(np.array([1.0, 3.0, 3.5, 8.0]), np.array([1.0, 1.0, 2.0, 1.0]), 12.0)  # 3.5 overlaps 3
+    same = tl.fitted(12.0)
+    assert same.start_s.tolist() == pytest.approx(tl.start_s.tolist())
+    short = tl.fitted(9.0)
+    assert short.period_s == pytest.approx(9.0) and short.duration_s.tolist() == tl.duration_s.tolist()
+    assert np.diff(short.start_s)[1] == pytest.approx(0.5)  # the overlap is kept
+    idle = np.diff(short.start_s, prepend=0.0) - np.minimum(np.diff(short.start_s, prepend=0.0),
+                                                            np.concatenate([[0.0], short.duration_s[:-1]]))
+    assert idle.tolist() == pytest.approx((np.array([1.0, 1.0, 0.0, 2.5]) * idle[0]).tolist())  # one factor
+    longer = tl.fitted(15.0)
+    assert longer.period_s == pytest.approx(15.0) and np.all(longer.start_s >= tl.start_s)
+    squeezed = tl.fitted(2.25)  # below the kernels packed without gaps (4.5, the overlap kept): all halved
+    assert squeezed.duration_s.tolist() == pytest.approx((tl.duration_s / 2).tolist())
+    assert squeezed.period_s == pytest.approx(2.25)
+    with pytest.raises(DeployError, match="step period"):
+        tl.fitted(float("nan"))
