@@ -146,7 +146,7 @@ def trainer(model: Any, batch: Batch, loss_of: Callable[[Any, dict[str, Any]], A
     return step
 
 
-WARMUP, PROFILED, TIMED, CONTROLLED = 3, 5, 5, 8
+WARMUP, PROFILED, TIMED, CONTROLLED = 3, 5, 8, 8
 SWITCH_STEPS = 30
 SEGMENT_S = 0.012
 """Switch test: segments of at least this long (two switching latencies of the H200) alternate configurations."""

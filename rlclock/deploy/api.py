@@ -111,7 +111,7 @@ class Clocked:
         self._steps = 0
         self._profile_first = 0
         self._timing_first = 0
-        self._chrome: dict[str, Any] | None = None
+        self._profiled: Any = None
         self._timer: Any = None
         self._energy: tuple[Any, float, float] | None = None
 
@@ -223,11 +223,10 @@ class Clocked:
                 self.state = "timing"
                 self._timing_first = k
                 if self._profiler is not None:
-                    self._chrome = self._profiler.stop()
-                    self._profiler = None
+                    self._profiled = self._read_profile()
                     from rlclock.deploy.capture import StepTimer
 
-                    self._timer = StepTimer()
+                    self._timer = StepTimer(self.settings.timing_steps)
                     self._timer.mark()
             else:
                 return self._control_from_here()
@@ -276,30 +275,52 @@ class Clocked:
             raise
         self._begin_control()
 
-    def _build(self) -> tuple[ClockSchedule, StepTimeline]:
+    def _read_profile(self) -> Any:
+        """Stop the operator profile and read it (its raw export is dropped at once: a large object graph
+        would slow the host's garbage collector in the steps that follow)."""
+        import gc
+
         import torch
 
         from rlclock.deploy.capture import profile_from_chrome
 
-        if self._chrome is None:
-            self._chrome = self._profiler.stop()
-            self._profiler = None
-        data, self._chrome = self._chrome, None
-        device = self._device()
-        self._check_policy_gpu(device)
-        gpu = torch.cuda.get_device_name()
-        prof = profile_from_chrome(data, gpu, meta={"torch": torch.__version__})
+        data = self._profiler.stop()
+        self._profiler = None
+        prof = profile_from_chrome(data, torch.cuda.get_device_name(), meta={"torch": torch.__version__})
+        del data
+        gc.collect()
         self._say(f"profiled {prof.steps_used} of {prof.steps_profiled} steps: {len(prof.trace)} kernels, step "
                   f"{prof.timeline.period_s * 1e3:.3f} ms" + "".join(f"; {n}" for n in prof.notes))
-        running_s = self._timer.period_s() if self._timer is not None else None
-        self._timer = None
-        if running_s is not None:
-            profiled_s = prof.timeline.period_s
-            prof.timeline = prof.timeline.fitted(running_s)
-            prof.trace.meta.update(profiled_period_s=profiled_s, step_period_s=running_s)
-            prof.notes.append(f"the step ran in {running_s * 1e3:.3f} ms without the profiler "
-                              f"({profiled_s * 1e3:.3f} ms profiled): the timeline is fitted to it")
-            self._say(prof.notes[-1])
+        return prof
+
+    def _timed(self, prof: Any) -> None:
+        """Place the profile's kernels as the running step has them (:class:`~rlclock.deploy.capture.StepTimer`):
+        located without operator recording where that worked, and fitted to the event-timed period."""
+        timer, self._timer = self._timer, None
+        if timer is None:
+            return
+        running_s = timer.period_s()
+        located = timer.located(prof.timeline.names)
+        profiled_s = prof.timeline.period_s
+        base = located if located is not None else prof.timeline
+        if running_s is None:
+            running_s = base.period_s
+        prof.timeline = base.fitted(running_s)
+        prof.trace.meta.update(profiled_period_s=profiled_s, step_period_s=running_s,
+                               located_period_s=located.period_s if located is not None else None)
+        where = (f"kernels placed from {located.source}" if located is not None
+                 else "kernels placed from the operator profile (no step was located)")
+        prof.notes.append(f"the step ran in {running_s * 1e3:.3f} ms without the profiler ({profiled_s * 1e3:.3f} ms "
+                          f"profiled); {where}, the timeline fitted to it")
+        self._say(prof.notes[-1])
+
+    def _build(self) -> tuple[ClockSchedule, StepTimeline]:
+        prof, self._profiled = self._profiled, None
+        if prof is None:
+            prof = self._read_profile()
+        device = self._device()
+        self._check_policy_gpu(device)
+        self._timed(prof)
         self.profile = prof
         timeline = self.timeline if self.timeline is not None else prof.timeline
         if self.schedule is not None:
@@ -365,7 +386,9 @@ class Clocked:
             self._say(f"the loop ended while profiling ({self._steps - self._profile_first} of "
                       f"{self.settings.profile_steps} steps): no schedule was applied")
         elif previous == "timing":
-            self._chrome = self._timer = None
+            if self._timer is not None:
+                self._timer.close()
+            self._profiled = self._timer = None
             self._say(f"the loop ended while timing the steps after profiling ({self._steps - self._timing_first} "
                       f"of {self.settings.timing_steps}): no schedule was applied")
         if self.controller is None:

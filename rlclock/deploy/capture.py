@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as _dt
+import itertools
 import json
 import os
 import statistics
@@ -267,51 +268,116 @@ class StepProfiler:
     def stop(self) -> dict[str, Any]:
         """End the last profiled step and the profiler; returns the Chrome trace."""
         self._close()
-        self._torch.cuda.synchronize()
-        self._prof.__exit__(None, None, None)
-        fd, path = tempfile.mkstemp(suffix=".json", prefix="rlclock-deploy-profile-")
-        os.close(fd)
-        try:
-            self._prof.export_chrome_trace(path)
-            with open(path, encoding="utf-8") as f:
-                return json.load(f)
-        finally:
-            os.unlink(path)
+        return _stop_and_export(self._torch, self._prof)
+
+
+MARKER_KERNEL = "spin_kernel"
+"""Name of the kernel :class:`StepTimer` launches at each mark of a located step (``torch.cuda._sleep``)."""
 
 
 class StepTimer:
-    """The running step's period: a CUDA event at each step mark of steps that run without the profiler.
+    """The running step: where its kernels fall and how long it takes, without the operator profiler.
 
-    Call :meth:`mark` at each step mark; :meth:`period_s` is the median time between consecutive events
-    on the GPU (the first interval, which follows the profiler's shutdown, is left out when there are three or
-    more). An event completes when the GPU has finished everything launched before its mark, so the period is
-    the step as it runs: GPU-bound or host-bound, whichever holds.
+    Of ``steps`` timed steps, the first ``steps // 2`` run under a profile of CUDA activity alone — no
+    operator recording, so the host keeps nearly its own pace — with a marker kernel launched at each mark:
+    they *locate* every kernel in the running step (:meth:`located`). The rest are timed by CUDA events at
+    their marks alone: :meth:`period_s` is the median time between consecutive events (the first interval,
+    which follows the profile's shutdown, is left out when there are three or more). An event completes when
+    the GPU has finished everything launched before its mark, so that period is the step as it runs,
+    GPU-bound or host-bound.
+
+    Call :meth:`mark` at the mark that starts each timed step and at the one that ends the last.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, steps: int) -> None:
         import torch
 
         self._torch = torch
+        self.steps = steps
+        self.locating = steps // 2
+        self._marks = 0
         self._events: list[Any] = []
+        self._prof: Any = None
+        self._data: dict[str, Any] | None = None
+        if self.locating:
+            from torch.profiler import ProfilerActivity, profile
 
-    @property
-    def intervals(self) -> int:
-        """Step periods recorded so far."""
-        return max(0, len(self._events) - 1)
+            self._prof = profile(activities=[ProfilerActivity.CUDA])
+            self._prof.__enter__()
 
     def mark(self) -> None:
-        """Record an event at this step mark."""
-        ev = self._torch.cuda.Event(enable_timing=True)
-        ev.record()
-        self._events.append(ev)
+        """A timed step starts (or the last one ends) now."""
+        k = self._marks
+        self._marks += 1
+        if k <= self.locating and self._prof is not None:
+            self._torch.cuda._sleep(1)  # the marker: a kernel of ~1 µs where the GPU reaches this mark
+            if k == self.locating:
+                self._data = _stop_and_export(self._torch, self._prof)
+                self._prof = None
+        if k >= self.locating:
+            ev = self._torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self._events.append(ev)
+
+    def close(self) -> None:
+        """Stop the profile if the loop ended inside it."""
+        if self._prof is not None:
+            self._prof.__exit__(None, None, None)
+            self._prof = None
 
     def period_s(self) -> float | None:
-        """Median step period, seconds (``None`` with fewer than two marks)."""
+        """Median step period of the event-timed steps, seconds (``None`` with fewer than two marks)."""
         if len(self._events) < 2:
             return None
         self._events[-1].synchronize()
-        periods = [a.elapsed_time(b) * 1e-3 for a, b in zip(self._events, self._events[1:], strict=False)]
+        periods = [a.elapsed_time(b) * 1e-3 for a, b in itertools.pairwise(self._events)]
         if len(periods) >= 3:
             periods = periods[1:]
         return float(statistics.median(periods))
 
+    def located(self, names: tuple[str, ...]) -> StepTimeline | None:
+        """The located steps' timeline (:func:`timeline_from_markers`), ``None`` when none was located."""
+        return timeline_from_markers(self._data, names) if self._data is not None else None
+
+
+def timeline_from_markers(data: dict[str, Any], names: tuple[str, ...]) -> StepTimeline | None:
+    """A step timeline from a CUDA-activity profile whose steps begin with a :data:`MARKER_KERNEL`.
+
+    Each step's activities are those between two markers in GPU order, placed from the end of the first
+    marker (where the controller's anchor completes); of the steps whose activities carry exactly ``names``,
+    each activity's median offset and duration, and the median marker-to-marker period.
+
+    Returns:
+        The timeline, or ``None`` when no step launched that sequence.
+    """
+    events = data.get("traceEvents", []) if isinstance(data, dict) else []
+    acts = sorted(((float(e["ts"]), float(e.get("dur", 0.0)), str(e.get("name", "")))
+                   for e in events if e.get("cat") in _DEVICE_KINDS and e.get("ph") == "X"), key=lambda a: a[0])
+    marks = [i for i, a in enumerate(acts) if MARKER_KERNEL in a[2]]
+    offs, durs, periods = [], [], []
+    for m0, m1 in itertools.pairwise(marks):
+        step = acts[m0 + 1:m1]
+        if tuple(a[2] for a in step) != tuple(names):
+            continue
+        anchor = acts[m0][0] + acts[m0][1]
+        offs.append([(a[0] - anchor) * 1e-6 for a in step])
+        durs.append([a[1] * 1e-6 for a in step])
+        periods.append((acts[m1][0] + acts[m1][1] - anchor) * 1e-6)
+    if not offs:
+        return None
+    start = np.maximum.accumulate(np.maximum(np.median(np.array(offs), axis=0), 0.0))
+    return StepTimeline(start, np.median(np.array(durs), axis=0), float(statistics.median(periods)), names,
+                        f"{len(offs)} steps located without operator recording")
+
+
+def _stop_and_export(torch: Any, prof: Any) -> dict[str, Any]:
+    torch.cuda.synchronize()
+    prof.__exit__(None, None, None)
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="rlclock-deploy-profile-")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    finally:
+        os.unlink(path)

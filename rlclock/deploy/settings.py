@@ -71,9 +71,10 @@ class DeploySettings(Settings):
                                                       json_schema_extra=_cli(metavar="STEPS"))
     profile_steps: Annotated[Int, Field(ge=1)] = Field(5, description="steps profiled for the kernel sequence and "
                                                        "timeline", json_schema_extra=_cli(metavar="STEPS"))
-    timing_steps: Annotated[Int, Field(ge=0)] = Field(5, description="steps after profiling timed without the "
-                                                      "profiler, whose median period the timeline is fitted to "
-                                                      "(0: plan on the profiled period)",
+    timing_steps: Annotated[Int, Field(ge=0)] = Field(8, description="steps after profiling run without the "
+                                                      "operator profiler: the first half locate the kernels, "
+                                                      "the rest time the step, and the timeline is fitted to "
+                                                      "them (0: plan on the operator profile)",
                                                       json_schema_extra=_cli(metavar="STEPS"))
     worker: Literal["process", "thread"] = Field("process", description="where switches are issued from",
                                                  json_schema_extra=_cli(choices=("process", "thread")))

@@ -255,11 +255,17 @@ def test_after_profiling_the_steps_are_timed_and_the_timeline_fitted_to_them(no_
     marks: list[int] = []
 
     class Timer:
+        def __init__(self, steps: int) -> None:
+            assert steps == 4
+
         def mark(self) -> None:
             marks.append(len(marks))
 
         def period_s(self) -> float:
             return 0.006  # the step runs in 6 ms without the profiler
+
+        def located(self, names):
+            return None  # no step located: the operator profile's timeline is fitted
 
     monkeypatch.setattr(api, "cuda_present", lambda: True)
     monkeypatch.setattr(capture, "StepProfiler", lambda: profiler)
@@ -286,6 +292,7 @@ def test_after_profiling_the_steps_are_timed_and_the_timeline_fitted_to_them(no_
     assert tl.start_s.tolist() == pytest.approx([0.001 / 3, 0.001 / 3 + 0.002 + 0.001])
     assert clk.profile.trace.meta["profiled_period_s"] == pytest.approx(0.010)
     assert clk.report is not None and clk.report.steps == 12 - 1 - 3 - 4
+    assert "no step was located" in " ".join(clk.profile.notes)
 
 
 def test_timing_steps_zero_plans_on_the_profiled_period(no_nvml, monkeypatch):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlclock.deploy.capture import STEP_RANGE, profile_from_chrome
+from rlclock.deploy.capture import MARKER_KERNEL, STEP_RANGE, profile_from_chrome, timeline_from_markers
 from rlclock.errors import DeployError
 
 
@@ -119,3 +119,22 @@ def test_each_kernel_keeps_the_operator_call_that_launched_it():
     assert [k.launch_op.call for k in (gemm, gelu, gemm_bwd)] == [0, 1, 2]  # renumbered in launch order
     assert memset.launch_op is None and memset.dram_write_bytes == 4096 and memset.dram_read_bytes == 0
     assert prof.trace.with_kernels(prof.trace.kernels) == prof.trace
+
+
+def test_steps_located_by_marker_kernels_give_the_running_timeline():
+    def kernel(name: str, ts: float, dur: float) -> dict:
+        return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {}}
+
+    events = []
+    for s, jitter in enumerate((0.0, 30.0, 10.0, 500.0)):  # µs; the last step launched another sequence
+        t0 = 10_000.0 * s
+        events.append(kernel(f"void at::cuda::{MARKER_KERNEL}(long)", t0, 1.0))
+        events += [kernel("gemm", t0 + 11.0 + jitter, 4000.0), kernel("gelu", t0 + 4021.0 + jitter, 1000.0)]
+        if s == 3:
+            events.append(kernel("extra", t0 + 6000.0, 10.0))
+    events.append(kernel(f"void at::cuda::{MARKER_KERNEL}(long)", 40_000.0, 1.0))
+    tl = timeline_from_markers({"traceEvents": events}, ("gemm", "gelu"))
+    assert tl is not None and tl.start_s.tolist() == pytest.approx([10e-6 + 10e-6, 4020e-6 + 10e-6])
+    assert tl.duration_s.tolist() == pytest.approx([4000e-6, 1000e-6]) and tl.period_s == pytest.approx(0.010)
+    assert "3 steps located" in tl.source
+    assert timeline_from_markers({"traceEvents": events}, ("other",)) is None

@@ -100,9 +100,10 @@ def test_profile_build_and_dry_run_on_a_real_loop(tmp_path):
     assert prof.timeline.period_s > 0 and np.all(np.diff(prof.timeline.start_s) >= 0)
     assert any(k.flops > 0 for k in prof.trace if k.category == "gemm")
     assert all(k.launch_op is not None for k in prof.trace if not k.name.startswith(("Memset", "Memcpy")))
-    running = prof.trace.meta["step_period_s"]  # 5 steps timed without the profiler; the timeline fits them
+    running = prof.trace.meta["step_period_s"]  # 8 steps timed without the profiler; the timeline fits them
     assert prof.timeline.period_s == pytest.approx(running, rel=1e-6) and running > 0
+    assert prof.trace.meta["located_period_s"] > 0 and "steps located" in " ".join(prof.notes)
     rep = clk.report
-    assert rep is not None and rep.steps == 20 - 2 - 4 - 5 and rep.mode in ("dry-run", "plan-only")
+    assert rep is not None and rep.steps == 20 - 2 - 4 - 8 and rep.mode in ("dry-run", "plan-only")
     for name in ("step.trace.json", "step.timeline.json", "step.schedule.json", "rep.json"):
         assert (tmp_path / name).is_file()
