@@ -15,8 +15,9 @@ What happens, step by step:
 1. ``warmup_steps`` steps run untouched (compilation, allocator and autotuning settle).
 2. ``profile_steps`` steps are profiled (:mod:`rlclock.deploy.capture`): the kernel sequence with each
    kernel's duration and start offset, and a :class:`~rlclock.workload.trace.KernelTrace` with FLOPs and
-   bytes derived from the operators' shapes. Then ``timing_steps`` steps run without the profiler, timed
-   with CUDA events at their marks, and the timeline is fitted to their median period
+   bytes derived from the operators' shapes. Then ``timing_steps`` steps run without the operator profiler
+   (:class:`~rlclock.deploy.capture.StepTimer`): half of them locate the kernels in the running step, the
+   rest time it with CUDA events, and the timeline is fitted to that
    (:meth:`~rlclock.deploy.timeline.StepTimeline.fitted`): the profiler's own overhead does not reach the
    plan.
 3. The schedule is built: by the policy of ``checkpoint`` (``ClockPolicy.schedule``), taken from a file or
