@@ -54,7 +54,7 @@ def test_with_latency_the_aware_optimum_beats_every_schedule_that_fits():
     la = res["latency-aware"].evaluation
     assert la.slowdown <= 0.01 + 1e-9
     for r in res.values():
-        if r.evaluation.slowdown <= 0.01 + 1e-9:
+        if r.evaluation.slowdown <= 0.01 + 1e-9 and r.name != "power-limit":  # another action space (below)
             assert la.energy_j <= r.evaluation.energy_j * (1 + 1e-9), r.name
     assert res["kernel-global"].evaluation.off_plan_time_s > 0  # latency hurts the latency-blind plan
 
@@ -87,3 +87,21 @@ def test_cli_bad_budget_is_one_line(tmp_path, capsys):
     assert main(["baselines", "gpt3xl-rtx3080ti-paper", "--budget", "-1", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("rlclock: error:") and err.count("\n") == 1
+
+
+def test_the_power_limit_baseline_picks_the_cheapest_whole_job_limit_within_the_budget():
+    from rlclock.solve.baselines import POWER_LIMIT_STEP_W, power_limit
+
+    backend = load_env_spec(SMALL).build_backend()
+    r = power_limit(backend, 0.01)
+    ev = r.evaluation
+    assert r.schedule.n_changes == 0 and ev.switches == 0 and ev.slowdown <= 0.01 + 1e-9
+    assert ev.energy_j <= backend.auto_run().energy_j
+    watts = float(ev.name.split()[1])
+    assert watts <= backend.spec.power_limit_w and (backend.spec.power_limit_w - watts) % POWER_LIMIT_STEP_W == 0
+    capped = backend.at_power_limit(watts).auto_run()
+    assert capped.energy_j == pytest.approx(ev.energy_j)
+    lower = backend.at_power_limit(watts - POWER_LIMIT_STEP_W).auto_run()  # the next limit down: too slow or dearer
+    assert lower.time_s > backend.auto_run().time_s * 1.01 or lower.energy_j >= ev.energy_j
+    free = power_limit(backend, 1.0).evaluation
+    assert free.energy_j <= ev.energy_j

@@ -198,6 +198,16 @@ class GpuBackend(ABC):
         """The step at the driver's own clocks (cached)."""
         return self._auto_run
 
+    def at_power_limit(self, power_limit_w: float) -> GpuBackend:
+        """The same GPU and step under another board power limit (the driver's clocks then stay under it).
+
+        Raises:
+            ScheduleError: This backend cannot change its power limit (only a simulated GPU can; a real GPU's
+                limit is a setting rlclock does not change).
+        """
+        raise ScheduleError(f"{type(self).__name__} cannot run under another power limit.",
+                            "compare power limits on a simulated GPU (SimulatedGpu).")
+
     def describe(self) -> str:
         """One line: backend, GPU, trace, configurations, latency."""
         return (f"{type(self).__name__}({self.spec.key}, trace {self.trace.name!r} of {self.n_kernels} kernels, "

@@ -38,6 +38,12 @@ class SimulatedGpu(GpuBackend):
         self.seed = seed
         self.power_limit_w = spec.power_limit_w if power_limit_w is None else float(power_limit_w)
 
+    def at_power_limit(self, power_limit_w: float) -> SimulatedGpu:
+        """This simulated GPU and step under another power limit (measured points stay anchored at the
+        preset's limit, where they were taken)."""
+        return SimulatedGpu(self.spec, self.trace, self.configs, self.latency_s, self.anchor, self.noise_std,
+                            self.seed, power_limit_w)
+
     def anchored_kernels(self) -> list[int]:
         """Indices of the distinct kernels that carry a measured point for this GPU."""
         first, _ = self.trace.unique_index

@@ -16,8 +16,16 @@ name                      schedule
 ``kernel-local``          per kernel, the least energy within its own auto time × (1 + budget)
 ``kernel-global``         the paper's method: exact multiple-choice knapsack, latency ignored
 ``latency-aware``         exact optimum under the switching latency (:mod:`rlclock.solve.optimum`)
+``power-limit``           the driver's own clocks under the one board power limit (a step of
+                          :data:`POWER_LIMIT_STEP_W` from :data:`POWER_LIMIT_LOW` of the GPU's limit up) with
+                          the least energy within the budget — what Zeus's global power-limit optimizer picks
+                          for a whole job; no clock switches (simulated GPUs only)
 ``kernel-edp``            (optional) the latency-blind schedule with the lowest energy-delay product
 ========================  ===============================================================================
+
+The power limit acts inside every kernel at once (the driver lowers the clock of whichever kernel would draw
+more), so it can beat the clock optimum, whose configurations each hold one clock over whole kernels and pay
+a latency per switch.
 """
 
 from __future__ import annotations
@@ -31,13 +39,17 @@ import numpy as np
 
 from rlclock.backends.base import GpuBackend
 from rlclock.errors import ScheduleError
-from rlclock.schedule import ClockSchedule
+from rlclock.schedule import AUTO, ClockSchedule
 from rlclock.solve.evaluation import Evaluation, evaluate
 from rlclock.solve.lagrangian import best_within
 from rlclock.solve.optimum import Optimum, knapsack_optimum, latency_aware_optimum
 
 BASELINES: tuple[str, ...] = ("auto", "max", "static", "pass-local", "pass-global", "kernel-local", "kernel-global",
-                              "latency-aware")
+                              "latency-aware", "power-limit")
+POWER_LIMIT_STEP_W = 25.0
+"""Step between the power limits the ``power-limit`` baseline tries, W (Zeus steps its limits likewise)."""
+POWER_LIMIT_LOW = 0.4
+"""Lowest power limit it tries, as a share of the GPU's default limit."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,26 @@ def static(backend: GpuBackend, budget: float) -> BaselineResult:
     ok = tt <= _budget_s(backend, budget) * (1 + 1e-12)
     j = int(np.argmin(np.where(ok, ee, np.inf))) if ok.any() else 0
     return _result(backend, np.full(backend.n_kernels, j), "static")
+
+
+def power_limit(backend: GpuBackend, budget: float) -> BaselineResult:
+    """The driver's clocks under the whole-job power limit with the least energy whose step fits the budget.
+
+    Raises:
+        ScheduleError: The backend cannot change its power limit (:meth:`GpuBackend.at_power_limit`).
+    """
+    top = backend.spec.power_limit_w
+    limits = np.arange(top, POWER_LIMIT_LOW * top - 1e-9, -POWER_LIMIT_STEP_W)
+    auto_run = backend.auto_run()
+    best_w, best = top, auto_run
+    for w in limits[1:]:
+        run = backend.at_power_limit(float(w)).auto_run()
+        if run.time_s <= _budget_s(backend, budget) * (1 + 1e-12) and run.energy_j < best.energy_j:
+            best_w, best = float(w), run
+    name = f"power-limit {best_w:.0f} W"
+    evaluation = Evaluation(name=name, time_s=best.time_s, energy_j=best.energy_j, auto_time_s=auto_run.time_s,
+                            auto_energy_j=auto_run.energy_j, switches=0, off_plan_time_s=0.0, run=best)
+    return BaselineResult("power-limit", ClockSchedule.constant(AUTO, backend.n_kernels, name=name), evaluation)
 
 
 def _passes(backend: GpuBackend) -> list[np.ndarray]:
@@ -226,6 +258,11 @@ def run_baselines(backend: GpuBackend, budget: float, names: Sequence[str] = BAS
             out.append(kernel_global(backend, budget))
         elif n == "latency-aware":
             out.append(latency_aware(backend, budget, time_limit_s))
+        elif n == "power-limit":
+            try:
+                out.append(power_limit(backend, budget))
+            except ScheduleError:  # a backend whose power limit cannot change (a real GPU): not this baseline
+                continue
     if edp:
         out.append(kernel_edp(backend))
     return out
