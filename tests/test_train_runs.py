@@ -118,5 +118,7 @@ def test_a_signal_before_training_begins_leaves_a_marked_folder(tmp_path):
     assert run is not None
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "interrupted" in err + out, (proc.returncode, out, err)
+    # ended by the interrupt: status 130, or killed by SIGINT itself when Python re-raises it at shut-down
+    # (both read as 130 in a shell)
+    assert proc.returncode in (130, -signal.SIGINT) and "interrupted" in err + out, (proc.returncode, out, err)
     assert read_summary(run)["status"] == "interrupted", read_summary(run)
