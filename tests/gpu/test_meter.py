@@ -45,7 +45,7 @@ def test_energy_per_unit_is_power_times_time(fake_nvml):
     # host timing of the counter's steps jitters by a few ms on a loaded machine
     assert stats.power_w == pytest.approx(400.0, rel=0.06)
     assert stats.energy_j == pytest.approx(stats.power_w * stats.time_s, rel=0.02)  # medians of each
-    assert stats.time_s == pytest.approx(0.002 / 4, rel=0.5)  # sleep overshoots a little
+    assert 0.9 * 0.002 / 4 <= stats.time_s <= 3 * 0.002 / 4  # a sleep never undershoots; a loaded machine overshoots
     assert stats.busy_fraction == pytest.approx(1.0, rel=0.1)
     assert stats.time_cv < 0.2 and stats.energy_cv < 0.2
     assert stats.sm_clock_mhz == 1980 and stats.mem_clock_mhz == 3201
