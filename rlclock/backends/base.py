@@ -208,6 +208,15 @@ class GpuBackend(ABC):
         raise ScheduleError(f"{type(self).__name__} cannot run under another power limit.",
                             "compare power limits on a simulated GPU (SimulatedGpu).")
 
+    def with_configs(self, configs: Sequence[ClockConfig]) -> GpuBackend:
+        """The same GPU and step over another configuration set (e.g. one memory clock for a whole job).
+
+        Raises:
+            ScheduleError: This backend cannot (only a simulated GPU predicts configurations it was not given).
+        """
+        raise ScheduleError(f"{type(self).__name__} cannot run configurations it was not built with.",
+                            "compare whole-job memory clocks on a simulated GPU (SimulatedGpu).")
+
     def describe(self) -> str:
         """One line: backend, GPU, trace, configurations, latency."""
         return (f"{type(self).__name__}({self.spec.key}, trace {self.trace.name!r} of {self.n_kernels} kernels, "

@@ -44,6 +44,11 @@ class SimulatedGpu(GpuBackend):
         return SimulatedGpu(self.spec, self.trace, self.configs, self.latency_s, self.anchor, self.noise_std,
                             self.seed, power_limit_w)
 
+    def with_configs(self, configs: Sequence[ClockConfig]) -> SimulatedGpu:
+        """This simulated GPU and step over another configuration set."""
+        return SimulatedGpu(self.spec, self.trace, configs, self.latency_s, self.anchor, self.noise_std, self.seed,
+                            self.power_limit_w)
+
     def anchored_kernels(self) -> list[int]:
         """Indices of the distinct kernels that carry a measured point for this GPU."""
         first, _ = self.trace.unique_index

@@ -152,8 +152,11 @@ class EnvSpec(Settings):
         """The action set: validated configurations, ``auto`` first when included."""
         a = self.actions
         if a.configs is not None:
-            return tuple(self.gpu.validate(c) for c in a.configs)
-        return self.gpu.config_grid(a.core_step_mhz, a.core_min_mhz, a.mem_mhz, a.auto)
+            configs = tuple(self.gpu.validate(c) for c in a.configs)
+        else:
+            configs = self.gpu.config_grid(a.core_step_mhz, a.core_min_mhz, a.mem_mhz, a.auto)
+        self.gpu.check_runtime_configs(configs, f"{self.source}: actions")
+        return configs
 
     def build_trace(self) -> KernelTrace:
         """The workload's kernel trace."""

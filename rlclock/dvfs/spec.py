@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cached_property
 from importlib import resources
@@ -21,6 +21,31 @@ import yaml
 from rlclock.errors import ClockError, SpecError
 from rlclock.schedule import AUTO, ClockConfig
 from rlclock.yamlio import read_yaml
+
+MEMORY_LOCKS: tuple[str, ...] = ("runtime", "deferred", "none")
+"""How a GPU's memory clock can be locked: ``runtime`` — between kernels, like the core clock
+(``nvmlDeviceSetMemoryLockedClocks``, documented for Ampere and newer); ``deferred`` — only from the next time
+the GPU is initialised (``nvidia-smi --lock-memory-clocks-deferred``; Hopper data-centre GPUs answer a runtime
+memory lock with "not supported"), so the memory clock is a choice for a whole job; ``none`` — one memory clock,
+nothing to choose. ``docs/simulator.md`` ("Clock capabilities") gives the sources."""
+
+DEFERRED_MEMORY_ARCHITECTURES: frozenset[str] = frozenset({"hopper"})
+"""Architectures whose memory clock can be locked only deferred (lower case)."""
+
+
+def memory_locks_of(architecture: str, mem_clocks_mhz: Collection[int] | None) -> str:
+    """The memory-lock capability (one of :data:`MEMORY_LOCKS`) of a GPU of ``architecture`` offering
+    ``mem_clocks_mhz`` — the one rule the presets, the env specs and the clock control use.
+
+    Args:
+        architecture: ``"Ampere"``, ``"Hopper"`` … as a preset or NVML names it (case ignored; empty if unknown).
+        mem_clocks_mhz: The supported memory clocks, MHz (``None`` when the GPU does not list them).
+    """
+    if mem_clocks_mhz is not None and len(set(mem_clocks_mhz)) <= 1:
+        return "none"
+    if architecture.strip().lower() in DEFERRED_MEMORY_ARCHITECTURES:
+        return "deferred"
+    return "runtime"
 
 
 @dataclass(frozen=True)
@@ -115,6 +140,8 @@ class GpuSpec:
         switch_latency_s: Default time from a clock-change request to the new clocks, seconds.
         model: DVFS model parameters.
         sources: Where each group of values comes from.
+        memory_locks: How the memory clock can be locked (:data:`MEMORY_LOCKS`); empty = by
+            :func:`memory_locks_of` from the architecture and the clock table.
     """
 
     key: str
@@ -133,6 +160,14 @@ class GpuSpec:
     switch_latency_s: float
     model: DvfsParams
     sources: Mapping[str, str] = field(default_factory=dict)
+    memory_locks: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.memory_locks:
+            object.__setattr__(self, "memory_locks", memory_locks_of(self.architecture, self.clocks))
+        elif self.memory_locks not in MEMORY_LOCKS:
+            raise SpecError(f"GPU spec {self.key}: memory_locks {self.memory_locks!r} is not one of "
+                            f"{list(MEMORY_LOCKS)}.")
 
     # -- clock table -------------------------------------------------------------------------------
     @cached_property
@@ -192,6 +227,24 @@ class GpuSpec:
             return config.core_mhz
         return self.max_core_mhz(self.effective_mem_mhz(config))
 
+    @property
+    def runtime_memory(self) -> bool:
+        """Whether the memory clock can be switched between kernels (else it is fixed for a job)."""
+        return self.memory_locks == "runtime"
+
+    def check_runtime_configs(self, configs: Iterable[ClockConfig], where: str) -> None:
+        """Raise :class:`SpecError` when ``configs`` (an action set or a schedule's configurations) lock a memory
+        clock other than the default on a GPU whose memory clock cannot be switched at runtime."""
+        if self.runtime_memory:
+            return
+        other = sorted({c.mem_mhz for c in configs if c.mem_mhz is not None and c.mem_mhz != self.default_mem_mhz})
+        if other:
+            raise SpecError(
+                f"{where}: {self.name} cannot switch its memory clock while a job runs ({self.memory_locks} memory "
+                f"locks), but memory {other} MHz is asked for.",
+                f"keep the memory clock at {self.default_mem_mhz} MHz (mem_mhz: [{self.default_mem_mhz}]); the "
+                f"job's memory clock is a whole-run choice (rlclock baselines prints it).")
+
     def bandwidth_bytes_per_s(self, mem_mhz: float) -> float:
         """Peak DRAM bandwidth at a memory clock (double data rate over the bus)."""
         return 2.0 * mem_mhz * 1e6 * self.mem_bus_bits / 8.0
@@ -208,14 +261,17 @@ class GpuSpec:
         Args:
             core_step_mhz: Keep core clocks ``core_min_mhz + j·step`` (default: every supported clock).
             core_min_mhz: Lowest core clock kept (default: the lowest supported).
-            mem_mhz: Memory clocks to use (default: all supported).
+            mem_mhz: Memory clocks to use (default: all supported where the memory clock can be switched at
+                runtime, else the default one).
             auto: Include ``auto`` and ``auto@<mem>`` for every memory clock.
 
         Returns:
             ``AUTO`` first (when ``auto``), then for each memory clock (descending) its auto-core entry
             and its core clocks (descending). Only supported pairs appear, so no mask is needed.
         """
-        mems = list(self.mem_clocks_mhz if mem_mhz is None else mem_mhz)
+        if mem_mhz is None:
+            mem_mhz = self.mem_clocks_mhz if self.runtime_memory else (self.default_mem_mhz,)
+        mems = list(mem_mhz)
         for m in mems:
             self.core_clocks_mhz(m)  # raises on an unsupported memory clock
         lo = self.min_core_mhz if core_min_mhz is None else core_min_mhz
@@ -305,6 +361,7 @@ def spec_from_mapping(data: Any, where: str) -> GpuSpec:
             switch_latency_s=float(data["switch_latency_s"]),
             model=DvfsParams.from_mapping(data["model"], where),
             sources={str(k): str(v) for k, v in (data.get("sources") or {}).items()},
+            memory_locks=str(data.get("memory_locks") or ""),
         )
     except (TypeError, ValueError, AttributeError) as exc:
         raise SpecError(f"{where}: malformed GPU spec: {exc}.") from None

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from rlclock.dvfs.spec import MEMORY_LOCKS, memory_locks_of
 from rlclock.errors import ClockControlDisabledError, ClockError, NvmlNotSupportedError, RlclockError
 from rlclock.gpu import nvml
 from rlclock.schedule import AUTO, ClockConfig
@@ -128,6 +129,11 @@ class ClockControl:
         handle_signals: Restore on SIGINT/SIGTERM (installed only when created in the main thread).
         supported: Clock table to validate requests against, ``{mem_mhz: core_mhz values}``; default: read
             from NVML (no validation if the GPU does not report one).
+        memory_locks: How this GPU's memory clock can be locked (``"runtime"``, ``"deferred"``, ``"none"``;
+            :data:`rlclock.dvfs.spec.MEMORY_LOCKS`); default: from the architecture NVML reports and the number
+            of memory clocks (:func:`rlclock.dvfs.spec.memory_locks_of`). Where it is not ``runtime``, a
+            configuration may name only the memory clock in effect (read at creation), which is then left
+            alone: only the core clock is locked.
 
     Raises:
         ClockControlDisabledError: ``dry_run=False`` without ``allow_clock_control=True``.
@@ -139,7 +145,7 @@ class ClockControl:
 
     def __init__(self, device: int = 0, *, allow_clock_control: bool = False, dry_run: bool | None = None,
                  watchdog: bool = True, handle_signals: bool = True,
-                 supported: Mapping[int, Sequence[int]] | None = None) -> None:
+                 supported: Mapping[int, Sequence[int]] | None = None, memory_locks: str | None = None) -> None:
         if dry_run is None:
             dry_run = not allow_clock_control
         if not dry_run and not allow_clock_control:
@@ -165,6 +171,14 @@ class ClockControl:
                 supported = None
         self.supported: dict[int, tuple[int, ...]] | None = (
             None if supported is None else {int(m): tuple(int(c) for c in v) for m, v in supported.items()})
+        if memory_locks is None:
+            memory_locks = memory_locks_of(self.device.architecture(),
+                                           None if self.supported is None else tuple(self.supported))
+        if memory_locks not in MEMORY_LOCKS:
+            raise ClockError(f"memory_locks {memory_locks!r} is not one of {list(MEMORY_LOCKS)}.")
+        self.memory_locks: str = memory_locks
+        in_effect = None if memory_locks == "runtime" else nvml.try_read(self.device.mem_clock_mhz)
+        self.memory_in_effect_mhz: int | None = in_effect if isinstance(in_effect, int) else None
         if not self._dry_run:
             atexit.register(self._at_exit)
             if handle_signals and threading.current_thread() is threading.main_thread():
@@ -214,6 +228,14 @@ class ClockControl:
     def validate(self, config: ClockConfig | str) -> ClockConfig:
         """The parsed configuration, or :class:`ClockError` if this GPU does not support it."""
         c = ClockConfig.parse(config)
+        if c.mem_mhz is not None and self.memory_locks != "runtime" and c.mem_mhz != self.memory_in_effect_mhz:
+            held = (f"the memory clock in effect ({self.memory_in_effect_mhz} MHz)" if self.memory_in_effect_mhz
+                    else "core clocks only")
+            raise ClockError(
+                f"GPU {self.device_index} ({self.device.name}) cannot lock its memory clock while running "
+                f"({self.memory_locks} memory locks): memory {c.mem_mhz} MHz was asked for.",
+                f"plan {held}; a different memory clock is a whole-job choice (on Hopper: nvidia-smi "
+                "--lock-memory-clocks-deferred, applied when the GPU is next initialised).")
         if self.supported is None or c.is_auto:
             return c
         mems = sorted(self.supported, reverse=True)
@@ -251,7 +273,8 @@ class ClockControl:
             return self._change(c, read_back)
 
     def restore(self) -> ClockReadback:
-        """Give both clock domains back to the driver (always calls both resets when not in dry-run).
+        """Give the clocks back to the driver (when not in dry-run, always resets the core lock, and the memory lock
+        where memory locks are runtime).
 
         Returns:
             The record of the restore (``requested`` is ``auto``).
@@ -294,8 +317,12 @@ class ClockControl:
             raise ClockError(f"the clock control of GPU {self.device_index} is closed.",
                              "create a new ClockControl.")
 
+    def _locks(self, config: ClockConfig) -> ClockConfig:
+        """The locks a configuration takes on this GPU: its memory part only where memory locks are runtime."""
+        return config if self.memory_locks == "runtime" else ClockConfig(config.core_mhz, None)
+
     def _change(self, target: ClockConfig, read_back: bool = True) -> ClockReadback:
-        calls = plan_calls(self._current, target)
+        calls = plan_calls(self._locks(self._current), self._locks(target))
         latency = 0.0
         if calls and not self._dry_run:
             if any(name.startswith("set_") for name, _ in calls):
@@ -304,7 +331,17 @@ class ClockControl:
             t0 = time.perf_counter()
             core, mem = self._current.core_mhz, self._current.mem_mhz
             for name, args in calls:  # on an error, _current keeps what was applied before it
-                getattr(self.device, name)(*args)
+                try:
+                    getattr(self.device, name)(*args)
+                except NvmlNotSupportedError as exc:
+                    if name != "set_locked_mem_clocks":
+                        raise
+                    self.memory_locks = "none"  # refuse the next ones before any call
+                    self.memory_in_effect_mhz = None
+                    raise ClockError(
+                        f"GPU {self.device_index} ({self.device.name}) refused a runtime memory lock ({exc}).",
+                        "plan core clocks only (the memory clock in effect); on Hopper a memory clock is locked "
+                        "deferred for a whole job (nvidia-smi --lock-memory-clocks-deferred).") from None
                 if "core" in name:
                     core = args[0] if args else None
                 else:
@@ -327,7 +364,9 @@ class ClockControl:
         calls: list[tuple[str, tuple[int, ...]]] = []
         latency = 0.0
         if self._dirty or not self._current.is_auto:
-            calls = [("reset_locked_core_clocks", ()), ("reset_locked_mem_clocks", ())]
+            calls = [("reset_locked_core_clocks", ())]
+            if self.memory_locks == "runtime":  # never touch a memory clock this object cannot have locked
+                calls.append(("reset_locked_mem_clocks", ()))
             t0 = time.perf_counter()
             errors: list[RlclockError] = []
             for name, args in calls:

@@ -50,6 +50,15 @@ class DoctorReport:
                 "capabilities": [{"what": w, "possible": ok, "why": why} for w, ok, why in self.capabilities]}
 
 
+MEMORY_LOCK_MEANING = {
+    "runtime": "the memory clock can be switched between kernels, like the core clock",
+    "deferred": "the memory clock is locked only for a whole job (nvidia-smi --lock-memory-clocks-deferred, applied "
+                "when the GPU is next initialised); plans switch the core clock at the memory clock in effect",
+    "none": "one memory clock: plans switch the core clock only",
+}
+"""What each memory-lock capability (:data:`rlclock.dvfs.spec.MEMORY_LOCKS`) means for a plan."""
+
+
 def _range(values: tuple[int, ...]) -> str:
     if not values:
         return "none"
@@ -60,7 +69,7 @@ def _range(values: tuple[int, ...]) -> str:
 
 
 def _gpu_details(index: int, period_s: float) -> dict[str, Any]:
-    from rlclock.dvfs.spec import get_spec
+    from rlclock.dvfs.spec import get_spec, memory_locks_of
     from rlclock.gpu.meter import counter_period_s
 
     dev = nvml.NvmlDevice(index)
@@ -73,6 +82,8 @@ def _gpu_details(index: int, period_s: float) -> dict[str, Any]:
                                                    "reasons": list(s.reasons)}
     table = nvml.try_read(dev.supported_clocks)
     d["supported_clocks"] = table if isinstance(table, str) else {str(m): _range(c) for m, c in table.items()}
+    locks = memory_locks_of(dev.architecture(), None if isinstance(table, str) else tuple(table))
+    d["memory_locks"] = f"{locks} — {MEMORY_LOCK_MEANING[locks]}"
     try:
         spec = get_spec(dev.name)
         d["preset"] = spec.key
@@ -127,7 +138,7 @@ def diagnose(period_s: float = 1.0) -> DoctorReport:
         r.gpus.append(d)
         r.facts.append((f"GPU {i}", f"{d['name']} (preset {d.get('preset') or 'none: use gpu_file'})"))
         for key in ("power_limit_w", "power_w", "temperature_c", "clocks_now", "energy_counter_period_s",
-                    "preset_clock_table"):
+                    "preset_clock_table", "memory_locks"):
             if key in d:
                 r.facts.append((f"  {key}", _fmt(d[key])))
         sc = d["supported_clocks"]

@@ -56,6 +56,9 @@ NVML_ERROR_FREQ_NOT_SUPPORTED = 24
 _CLOCK_GRAPHICS = 0
 _CLOCK_SM = 1
 _CLOCK_MEM = 2
+ARCHITECTURES: dict[int, str] = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere",
+                                 8: "Ada", 9: "Hopper", 10: "Blackwell", 13: "Rubin"}
+"""NVML's ``nvmlDeviceArchitecture_t`` values → architecture names."""
 _TEMPERATURE_GPU = 0
 
 CLOCK_EVENT_REASONS: dict[int, str] = {
@@ -305,6 +308,17 @@ class NvmlDevice:
     def uuid(self) -> str:
         """The GPU's UUID."""
         return _text(self._do("reading the UUID", self._nvml.nvmlDeviceGetUUID, self._handle))
+
+    def architecture(self) -> str:
+        """The GPU's architecture (``"Hopper"`` …), or ``""`` when NVML does not say (old bindings or driver)."""
+        fn = getattr(self._nvml, "nvmlDeviceGetArchitecture", None)
+        if fn is None:
+            return ""
+        try:
+            code = int(self._do("reading the architecture", fn, self._handle))
+        except RlclockError:
+            return ""
+        return ARCHITECTURES.get(code, "")
 
     # -- energy and power -------------------------------------------------------------------------
     def total_energy_j(self) -> float:

@@ -18,7 +18,7 @@ import numpy as np
 import rlclock.policy.planner as planner
 from rlclock.backends.base import GpuBackend
 from rlclock.dvfs.spec import GpuSpec, get_spec
-from rlclock.errors import CheckpointError
+from rlclock.errors import CheckpointError, RlclockError
 from rlclock.observation.features import PRICE_REL_MAX, PRICE_REL_MIN
 from rlclock.policy.checkpoint import check_shapes, clock_table_digest, read_checkpoint
 from rlclock.policy.inputs import FirstLayerEvaluator, PreparedStep
@@ -52,6 +52,11 @@ class ClockPolicy:
         self.lookahead = int(meta["lookahead"])
         self.budget = float(meta.get("budget", 0.01))
         check_shapes(weights, meta, self.configs, self.lookahead)
+        try:
+            self.gpu.check_runtime_configs(self.configs, "this checkpoint's action set")
+        except RlclockError as exc:
+            raise CheckpointError(exc.message, "retrain it on an env spec whose actions keep one memory clock: "
+                                               f"{exc.fix}") from None
         if not any(c.core_mhz is not None and c.mem_mhz is not None for c in self.configs):
             raise CheckpointError("the policy's action set has no locked core@memory pair; its kernel clock "
                                   "response needs at least one.", "retrain with locked pairs in the env's actions.")

@@ -20,6 +20,10 @@ name                      schedule
                           :data:`POWER_LIMIT_STEP_W` from :data:`POWER_LIMIT_LOW` of the GPU's limit up) with
                           the least energy within the budget — what Zeus's global power-limit optimizer picks
                           for a whole job; no clock switches (simulated GPUs only)
+``job-memory``            where the memory clock is a whole-job choice (a GPU with deferred memory locks, such
+                          as Hopper): the one configuration — a core clock of the configuration set, or the
+                          driver's — at any memory clock the GPU offers with the least energy within the
+                          budget (simulated GPUs only); ``static`` at another memory clock
 ``kernel-edp``            (optional) the latency-blind schedule with the lowest energy-delay product
 ========================  ===============================================================================
 
@@ -39,13 +43,13 @@ import numpy as np
 
 from rlclock.backends.base import GpuBackend
 from rlclock.errors import ScheduleError
-from rlclock.schedule import AUTO, ClockSchedule
+from rlclock.schedule import AUTO, ClockConfig, ClockSchedule
 from rlclock.solve.evaluation import Evaluation, evaluate
 from rlclock.solve.lagrangian import best_within
 from rlclock.solve.optimum import Optimum, knapsack_optimum, latency_aware_optimum
 
 BASELINES: tuple[str, ...] = ("auto", "max", "static", "pass-local", "pass-global", "kernel-local", "kernel-global",
-                              "latency-aware", "power-limit")
+                              "latency-aware", "power-limit", "job-memory")
 POWER_LIMIT_STEP_W = 25.0
 """Step between the power limits the ``power-limit`` baseline tries, W (Zeus steps its limits likewise)."""
 POWER_LIMIT_LOW = 0.4
@@ -114,6 +118,24 @@ def static(backend: GpuBackend, budget: float) -> BaselineResult:
     ok = tt <= _budget_s(backend, budget) * (1 + 1e-12)
     j = int(np.argmin(np.where(ok, ee, np.inf))) if ok.any() else 0
     return _result(backend, np.full(backend.n_kernels, j), "static")
+
+
+def job_memory(backend: GpuBackend, budget: float) -> BaselineResult:
+    """The best single configuration at any memory clock of the GPU, within the budget (module table).
+
+    Raises:
+        ScheduleError: The backend cannot run other configurations (:meth:`GpuBackend.with_configs`).
+    """
+    spec = backend.spec
+    cores = sorted({c.core_mhz for c in backend.configs}, key=lambda f: -1 if f is None else f)
+    grid = [AUTO] + [ClockConfig(f, m) for m in spec.mem_clocks_mhz for f in cores
+                     if f is None or f in spec.core_clocks_mhz(m)]
+    whole = backend.with_configs(grid)
+    got = static(whole, budget)
+    chosen = got.schedule[0]
+    return BaselineResult("job-memory", ClockSchedule.constant(chosen, backend.n_kernels,
+                                                               name=f"job-memory {spec.effective_mem_mhz(chosen)} MHz"),
+                          got.evaluation)
 
 
 def power_limit(backend: GpuBackend, budget: float) -> BaselineResult:
@@ -262,6 +284,11 @@ def run_baselines(backend: GpuBackend, budget: float, names: Sequence[str] = BAS
             try:
                 out.append(power_limit(backend, budget))
             except ScheduleError:  # a backend whose power limit cannot change (a real GPU): not this baseline
+                continue
+        elif n == "job-memory" and backend.spec.memory_locks == "deferred":
+            try:
+                out.append(job_memory(backend, budget))
+            except ScheduleError:  # a backend that cannot predict other configurations (a real GPU)
                 continue
     if edp:
         out.append(kernel_edp(backend))

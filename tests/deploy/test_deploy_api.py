@@ -157,7 +157,7 @@ def test_a_real_policy_checkpoint_schedules_a_profiled_step(tmp_path):
     from rlclock.observation.lookahead import n_slots
     from rlclock.schedule import ClockConfig
 
-    configs = [ClockConfig(), ClockConfig(None, 2201), ClockConfig(1380, 3201), ClockConfig(1980, 2201)]
+    configs = [ClockConfig(), ClockConfig(None, 3201), ClockConfig(1380, 3201), ClockConfig(1980, 3201)]
     slots = n_slots(configs)
     n, rng = obs_size(4, slots), np.random.default_rng(0)
     weights = policy.PolicyWeights(((rng.normal(size=(16, n)) * 0.1, np.zeros(16)),),

@@ -59,3 +59,11 @@ def fake_nvml(tmp_path, monkeypatch):
     nvml.use_module(None)
     yield FakeNvml(path)
     nvml.use_module(None)
+
+
+@pytest.fixture
+def runtime_memory_locks(fake_nvml):
+    """The fake GPU made one whose memory clock locks at runtime (an Ampere GPU's NVML answers), for tests of
+    memory locking itself; the default fake H200 locks memory only deferred, as a real one."""
+    fake_nvml.set_device(0, architecture=fake_pynvml.NVML_DEVICE_ARCH_AMPERE, memory_locks="runtime")
+    return fake_nvml

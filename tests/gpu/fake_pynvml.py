@@ -5,7 +5,10 @@ locks clocks, the watchdog that must undo them when that program is killed — s
 that changes clocks is logged with the calling process id. Select it with
 ``RLCLOCK_NVML_MODULE=fake_pynvml`` (with this folder on ``PYTHONPATH``) or ``rlclock.gpu.nvml.use_module``.
 
-The energy counter ticks every ``tick_s`` (0.1 s, like an H200) at a constant ``power_w``.
+The energy counter ticks every ``tick_s`` (0.1 s, like an H200) at a constant ``power_w``. Each device's
+``memory_locks`` says how its memory clock can be locked, as real GPUs differ: ``"runtime"`` (Ampere and newer,
+e.g. an RTX 3080 Ti), ``"deferred"`` (Hopper, the default H200: a runtime memory lock or its reset answers
+NOT_SUPPORTED) or ``"none"`` (one memory clock; the same answer).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ NVML_CLOCK_GRAPHICS = 0
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
 NVML_TEMPERATURE_GPU = 0
+NVML_DEVICE_ARCH_AMPERE = 7
+NVML_DEVICE_ARCH_HOPPER = 9
 
 STATE_ENV = "FAKE_NVML_STATE"
 
@@ -68,6 +73,8 @@ def default_state(n_devices: int = 1) -> dict[str, Any]:
                 "default_sm_mhz": 1980,
                 "default_mem_mhz": 3201,
                 "clocks": {"3201": cores, "2201": cores},
+                "architecture": NVML_DEVICE_ARCH_HOPPER,
+                "memory_locks": "deferred",
                 "locked_core": None,
                 "locked_mem": None,
             }
@@ -156,6 +163,11 @@ def nvmlDeviceGetName(handle: int) -> str:
         return _dev(s, handle)["name"]
 
 
+def nvmlDeviceGetArchitecture(handle: int) -> int:
+    with _state() as s:
+        return int(_dev(s, handle).get("architecture", NVML_DEVICE_ARCH_HOPPER))
+
+
 def nvmlDeviceGetUUID(handle: int) -> str:
     with _state() as s:
         return _dev(s, handle)["uuid"]
@@ -230,7 +242,7 @@ def _control(handle: int, fn: str, field: str, value: list[int] | None) -> None:
         if not s["root"]:
             s["calls"][-1]["error"] = NVML_ERROR_NO_PERMISSION
             raise NVMLError(NVML_ERROR_NO_PERMISSION)
-        if not s["locked_clocks_supported"]:
+        if not s["locked_clocks_supported"] or (field == "locked_mem" and d.get("memory_locks") != "runtime"):
             s["calls"][-1]["error"] = NVML_ERROR_NOT_SUPPORTED
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         if value is not None and value[0] > value[1]:

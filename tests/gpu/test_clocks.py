@@ -16,6 +16,8 @@ from rlclock.errors import (
 from rlclock.gpu.clocks import ClockControl, plan_calls, reset_clocks
 from rlclock.schedule import AUTO, ClockConfig
 
+pytestmark = pytest.mark.usefixtures("runtime_memory_locks")  # these lock memory; see test_memory_locks.py
+
 SET_FUNCTIONS = {"nvmlDeviceSetGpuLockedClocks", "nvmlDeviceSetMemoryLockedClocks",
                  "nvmlDeviceResetGpuLockedClocks", "nvmlDeviceResetMemoryLockedClocks"}
 

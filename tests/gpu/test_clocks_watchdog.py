@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.usefixtures("runtime_memory_locks")  # the owner locks memory too
+
 OWNER = r"""
 import sys, time
 from rlclock.gpu.clocks import ClockControl
