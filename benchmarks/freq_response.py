@@ -3,14 +3,19 @@ SM clock, and each kernel class is timed there and at boost (observe mode; nothi
 
 Method (``--measure``, on the GPU):
 
+* **The clock, measured where the probe runs**: ``torch.cuda._sleep(N)`` spins for ``N`` SM clock cycles, so a
+  gauge of ``N`` = 2·10^5 cycles timed with CUDA events gives the SM clock of that moment, ``N / (t - t0)``, with
+  ``t0`` the fixed cost of a kernel between two events (from gauges of two lengths at the start). NVML's reading
+  averages over 1/6-1 s and lags short phases. A gauge runs just before and just after every probe.
 * **Capped**: bursts of large bf16 GEMMs (power-heavy: the firmware holds the SM clock below boost under the
-  board power limit) with the probe — one kernel class, on preallocated tensors — enqueued right after each
-  burst, on the same stream, timed with CUDA events around it alone (the stream is busy, so no launch gap is
-  timed). A thread reads NVML's SM clock and power every 10 ms during the bursts.
-* **Boost**: the same probe after a spin kernel (``torch.cuda._sleep``: keeps the stream busy and the SM clock
-  up, at little power), timed the same way, with NVML read beside it.
-* **Transitions**: after 1.5 s idle, a stream of 2048³ GEMMs, each timed: how long until they run at boost
-  speed; and after a burst, how long until a probe's time is back at its boost value.
+  board power limit), 0.3 s of them first, then before every timing; the probe — one kernel class, on
+  preallocated tensors — runs right after its gauge on the same stream, timed with CUDA events around it alone
+  (the stream is busy, so no launch gap is timed).
+* **Boost**: after 1 s idle (the firmware keeps a power-capped clock for long after a burst; from idle it is
+  at boost within a fraction of a millisecond), the same with a 1 ms spin before each gauge instead of a burst
+  (the stream busy, the clock up, the power low).
+* **Transitions**: gauges back to back after 1.5 s idle, and after 0.4 s of bursts: the clock against time.
+  NVML's SM clock and power are read every 10 ms beside everything.
 
 Each probe is also profiled once (``torch.profiler``) into a kernel trace whose FLOPs and bytes come from the
 operators' shapes, as a profiled training step's are (``rlclock.workload.op_costs``).
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import itertools
 import json
 import statistics
 import sys
@@ -121,35 +127,59 @@ def _profile(torch: Any, name: str, fn: Callable[[], Any]) -> dict[str, Any]:
     return profile_from_chrome(data, torch.cuda.get_device_name(0), name=name).trace.to_dict()
 
 
+GAUGE_CYCLES = 200_000
+"""SM cycles of one clock gauge (about 100 us at 1980 MHz)."""
+
+
 def measure(out: Path, reps: int, burst_gemms: int) -> None:
     import torch
 
     from rlclock.gpu.nvml import NvmlDevice
 
     dev = NvmlDevice(0)
-    torch.backends.cuda.matmul.allow_tf32 = True
     heavy_a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     heavy_b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     heavy_c = torch.empty_like(heavy_a)
 
-    def burst() -> None:
-        for _ in range(burst_gemms):
+    def burst(gemms: int = burst_gemms) -> None:
+        for _ in range(gemms):
             torch.matmul(heavy_a, heavy_b, out=heavy_c)
 
-    def timed(fn: Callable[[], Any]) -> float:
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        return e0.elapsed_time(e1) * 1e-3
+    def event() -> Any:
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def gauge() -> None:
+        torch.cuda._sleep(GAUGE_CYCLES)
+
+    def gauge_cost_s() -> float:
+        """The fixed cost of one gauge between two events (launch and retire), from gauges of N and 4N cycles."""
+        torch.cuda._sleep(50_000_000)  # ~25 ms at boost
+        pairs = []
+        for _ in range(20):
+            e0 = event()
+            torch.cuda._sleep(GAUGE_CYCLES)
+            e1 = event()
+            torch.cuda._sleep(4 * GAUGE_CYCLES)
+            e2 = event()
+            pairs.append((e0, e1, e2))
+        torch.cuda.synchronize()
+        t1 = statistics.median(a.elapsed_time(b) * 1e-3 for a, b, _ in pairs)
+        t4 = statistics.median(b.elapsed_time(c) * 1e-3 for _, b, c in pairs)
+        return max(t1 - (t4 - t1) / 3, 0.0)
 
     sampler = NvmlSampler(dev)
     table = probes(torch)
+    torch.cuda.synchronize()
+    time.sleep(1.0)
+    t0 = gauge_cost_s()
+    print(f"gauge: fixed cost {t0 * 1e6:.2f} us per kernel between events", flush=True)
     result: dict[str, Any] = {
         "gpu": dev.name, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "power_limit_w": dev.power_limit_w(), "reps": reps, "burst_gemms": burst_gemms,
-        "torch": torch.__version__, "method": __doc__.split("Method")[1].split("``--compare``")[0].strip(),
+        "gauge_cycles": GAUGE_CYCLES, "gauge_cost_s": t0,
+        "torch": torch.__version__, "method": __doc__.split("Method")[1].split("Each probe is")[0].strip(),
         "probes": {}}
     for fn in table.values():  # warm every probe (and its allocator blocks) before timing
         fn()
@@ -158,55 +188,59 @@ def measure(out: Path, reps: int, burst_gemms: int) -> None:
         entry: dict[str, Any] = {"trace": _profile(torch, name, fn)}
         for phase in ("boost", "capped"):
             if phase == "capped":
-                for _ in range(20):  # ~0.2 s of bursts first: the firmware is at the power cap before timing
-                    burst()
+                burst(8 * burst_gemms)  # the firmware at the power cap before the first timing
+            else:
+                torch.cuda.synchronize()
+                time.sleep(1.0)  # idle: the clock the last burst left behind is forgotten
             sampler.phase, sampler.on = f"{name}/{phase}", True
-            times = []
+            marks = []
             for _ in range(reps):
                 if phase == "capped":
                     burst()
                 else:
-                    torch.cuda._sleep(2_000_000)  # ~1 ms spin: the stream is busy, the clock up, the power low
-                times.append(timed(fn))
+                    torch.cuda._sleep(2_000_000)
+                e0 = event()
+                gauge()
+                e1 = event()
+                fn()
+                e2 = event()
+                gauge()
+                e3 = event()
+                marks.append((e0, e1, e2, e3))
             torch.cuda.synchronize()
             sampler.on = False
+            ms = [(a.elapsed_time(b), b.elapsed_time(c), c.elapsed_time(d)) for a, b, c, d in marks]
             s = sampler.samples.get(f"{name}/{phase}", [])
-            entry[phase] = {"time_s": times, "sm_clock_mhz": [c for c, _ in s], "power_w": [p for _, p in s]}
+            entry[phase] = {"time_s": [t * 1e-3 for _, t, _ in ms],
+                            "clock_mhz": [GAUGE_CYCLES / ((g0 + g1) / 2 * 1e-3 - t0) / 1e6 for g0, _, g1 in ms],
+                            "nvml_sm_clock_mhz": [c for c, _ in s], "nvml_power_w": [p for _, p in s]}
         result["probes"][name] = entry
         b, c = (statistics.median(entry[p]["time_s"]) for p in ("boost", "capped"))
-        print(f"{name:16s} boost {b * 1e6:9.1f} us  capped {c * 1e6:9.1f} us  ratio {c / b:.3f}  "
-              f"SM {statistics.median(entry['boost']['sm_clock_mhz'] or [0]):.0f} / "
-              f"{statistics.median(entry['capped']['sm_clock_mhz'] or [0]):.0f} MHz", flush=True)
-    result["transitions"] = transitions(torch, burst, table["gemm-2048"], timed)
+        fb, fc = (statistics.median(entry[p]["clock_mhz"]) for p in ("boost", "capped"))
+        print(f"{name:16s} boost {b * 1e6:9.1f} us at {fb:6.0f} MHz  capped {c * 1e6:9.1f} us at {fc:6.0f} MHz  "
+              f"time x{c / b:.3f} for clock x{fc / fb:.3f}", flush=True)
+    result["transitions"] = transitions(torch, burst, event, gauge, t0)
     sampler.close()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result))
     print(f"wrote {out}")
 
 
-def transitions(torch: Any, burst: Callable[[], None], probe: Callable[[], Any],
-                timed: Callable[[Callable[[], Any]], float]) -> dict[str, Any]:
-    """The firmware's own clock transitions, seen through a probe's time (each GEMM timed alone)."""
+def transitions(torch: Any, burst: Callable[..., None], event: Callable[[], Any], gauge: Callable[[], None],
+                t0: float, n: int = 1500) -> dict[str, Any]:
+    """The firmware's own clock transitions: clock gauges back to back (clock against time, from CUDA events)."""
     out: dict[str, Any] = {}
-    torch.cuda.synchronize()
-    time.sleep(1.5)  # idle: the SM clock drops
-    evs = [torch.cuda.Event(enable_timing=True) for _ in range(201)]
-    evs[0].record()
-    for e in evs[1:]:
-        probe()
-        e.record()
-    torch.cuda.synchronize()
-    out["from_idle_s"] = [evs[i].elapsed_time(evs[i + 1]) * 1e-3 for i in range(200)]
-    burst()
-    burst()
-    evs[0].record()
-    for e in evs[1:]:
-        probe()
-        e.record()
-    torch.cuda.synchronize()
-    out["after_burst_s"] = [evs[i].elapsed_time(evs[i + 1]) * 1e-3 for i in range(200)]
-    out["probe"] = "gemm-2048, back to back, each timed by the events around it"
-    _ = timed
+    for label, before in (("from_idle", lambda: time.sleep(1.5)), ("after_bursts", lambda: burst(48))):
+        torch.cuda.synchronize()
+        before()
+        evs = [event()]
+        for _ in range(n):
+            gauge()
+            evs.append(event())
+        torch.cuda.synchronize()
+        dts = [evs[i].elapsed_time(evs[i + 1]) * 1e-3 for i in range(n)]
+        out[label] = {"t_s": list(itertools.accumulate(dts)),
+                      "clock_mhz": [GAUGE_CYCLES / (dt - t0) / 1e6 for dt in dts]}
     return out
 
 
@@ -221,14 +255,13 @@ def compare(path: Path, gpu: str) -> int:
     spec = get_spec(gpu)
     mem = spec.default_mem_mhz
     print(f"# {data['gpu']} ({data['date']}, power limit {data['power_limit_w']:.0f} W), preset {spec.key}; "
-          f"medians of {data['reps']} timings per phase; model at the SM clocks NVML read, memory {mem} MHz")
+          f"medians of {data['reps']} timings per phase; model at the SM clocks the gauges measured, memory {mem} MHz")
     print(f"{'kernel class':16s} {'boost us':>9s} {'capped us':>9s} {'SM MHz':>11s} {'clock x':>7s} "
           f"{'measured x':>10s} {'shapes x':>9s} {'anchored x':>10s} {'|err| pp':>8s}  within {TOLERANCE_PP:g} pp")
     worst, misses = 0.0, 0
     for name, e in data["probes"].items():
         tb, tc = (statistics.median(e[p]["time_s"]) for p in ("boost", "capped"))
-        fb = statistics.median(e["boost"]["sm_clock_mhz"] or [spec.abs_max_core_mhz])
-        fc = statistics.median(e["capped"]["sm_clock_mhz"] or [fb])
+        fb, fc = (statistics.median(e[p]["clock_mhz"]) for p in ("boost", "capped"))
         trace = KernelTrace.from_dict(e["trace"])
         ka = model.kernel_arrays(list(trace), spec)
         clocks = np.array([[fb, fc]])
@@ -248,12 +281,19 @@ def compare(path: Path, gpu: str) -> int:
           f"(anchored); worst {worst:.1f} pp")
     tr = data.get("transitions")
     if tr:
-        for label, key in (("from 1.5 s idle", "from_idle_s"), ("after a power-capped burst", "after_burst_s")):
-            ts = np.array(tr[key])
-            settled = float(np.median(ts[-50:]))
-            first = int(np.argmax(ts <= settled * 1.03))
-            print(f"# transition {label}: first probe {ts[0] * 1e6:.1f} us, settled {settled * 1e6:.1f} us, "
-                  f"within 3 % of settled after {first} probes ({ts[:first].sum() * 1e3:.2f} ms)")
+        for label, key in (("from 1.5 s idle", "from_idle"), ("after 0.4 s of power-capped bursts", "after_bursts")):
+            t, f = np.array(tr[key]["t_s"]) * 1e3, np.array(tr[key]["clock_mhz"])
+            settled = float(np.median(f[-100:]))
+            steps = []
+            for level in np.linspace(f[0], settled, 6)[1:]:  # when a rolling median of 9 gauges first reaches it
+                rolled = np.array([np.median(f[max(0, i - 4):i + 5]) for i in range(len(f))])
+                up = level >= f[0]
+                hit = np.nonzero(rolled >= level * 0.995 if up else rolled <= level * 1.005)[0]
+                if hit.size:
+                    steps.append(f"{level:.0f} MHz at {t[hit[0]]:.1f} ms")
+            print(f"# transition {label}: first gauge {f[0]:.0f} MHz (ends {t[0]:.2f} ms), settled "
+                  f"{settled:.0f} MHz (median of the last 100 of {len(f)} gauges, {t[-1]:.0f} ms); "
+                  + "; ".join(steps))
     return 0
 
 

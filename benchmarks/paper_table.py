@@ -101,14 +101,17 @@ def latency(budgets: list[float]) -> None:
             run = backend.run_indices(k.requests)
             la = latency_aware_optimum(t, e, backend.latency_s, limit)
             la_run = backend.run_indices(la.requests)
-            survive = (1 - run.energy_j / auto.energy_j) / max(1 - k.energy_j / auto.energy_j, 1e-12)
+            planned = 1 - k.energy_j / auto.energy_j
+            survive = (1 - run.energy_j / auto.energy_j) / planned if planned > 1e-4 else None
             print(f"   {env:22s} {1e3 * backend.latency_s:6.0f}ms {100 * b:6.1f}%   "
                   f"{pct(100 * (k.time_s / auto.time_s - 1))} {pct(100 * (k.energy_j / auto.energy_j - 1))}   "
                   f"{pct(100 * (run.time_s / auto.time_s - 1))} {pct(100 * (run.energy_j / auto.energy_j - 1))} "
                   f"{run.switches:4d} sw   "
                   f"{pct(100 * (la_run.time_s / auto.time_s - 1))} {pct(100 * (la_run.energy_j / auto.energy_j - 1))} "
                   f"{la_run.switches:4d} sw")
-            print(f"   {'':40s} the blind plan keeps {100 * survive:.0f} % of its planned saving but runs "
+            kept = ("has no planned saving to keep" if survive is None
+                    else f"keeps {100 * survive:.0f} % of its planned saving")
+            print(f"   {'':40s} the blind plan {kept} but runs "
                   f"{100 * (run.time_s / auto.time_s - 1):+.1f} % over auto (budget {100 * b:+.1f} %); "
                   f"latency-aware: {100 * (1 - la.energy_j / auto.energy_j):.2f} % within budget"
                   f"{'' if la.exact else ' (not proven optimal)'}")
