@@ -18,7 +18,8 @@ from rlclock.errors import RlclockError
 from rlclock.version import __version__
 
 COMMANDS: tuple[str, ...] = (
-    "simulate", "baselines", "train", "evaluate", "profile", "measure", "doctor", "reset_clocks", "apply",
+    "simulate", "baselines", "train", "evaluate", "profile", "measure", "calibrate", "doctor", "reset_clocks",
+    "apply",
 )
 """Subcommand modules under ``rlclock.commands`` (a missing module is skipped)."""
 
@@ -28,6 +29,8 @@ EPILOG = """examples:
   rlclock baselines envs/gpt3xl-rtx3080ti.yaml --budget 0.01  baselines and the exact optimum
   rlclock train envs/gpt3xl-rtx3080ti.yaml --timesteps 300000 train a PPO clock policy
   rlclock evaluate checkpoints/gpt3xl-rtx3080ti               the policy beside the baselines
+  rlclock calibrate --table sweep.csv --gpu h200-sxm --out my-gpu.yaml
+                                                              fit a GPU's model to a clock sweep
   rlclock doctor                                              what rlclock can do on this machine
   rlclock apply --checkpoint checkpoints/gpt3xl-h200 -- python train.py
                                                               plan and apply clocks in a live loop (dry run)

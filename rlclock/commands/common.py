@@ -25,6 +25,18 @@ def add_env_args(p: argparse.ArgumentParser, positional: bool = True) -> None:
                    help="allowed slowdown against auto, e.g. 0.01 for 1 %% (default: the spec's)")
 
 
+def note_generic(specs: Sequence[EnvSpec]) -> None:
+    """Say once per GPU, on stderr, when an env's GPU preset is generic rather than fitted to that GPU."""
+    import sys
+
+    seen = set()
+    for spec in specs:
+        note = spec.gpu.generic_note()
+        if note and spec.gpu.key not in seen:
+            seen.add(spec.gpu.key)
+            print(note, file=sys.stderr)
+
+
 def env_from_args(args: argparse.Namespace) -> tuple[EnvSpec, GpuBackend]:
     """The env spec with the command-line overrides applied, and its backend."""
     from rlclock.config import load_env_spec
@@ -37,6 +49,7 @@ def env_from_args(args: argparse.Namespace) -> tuple[EnvSpec, GpuBackend]:
         changes["reward"] = {"budget": args.budget}
     if changes:
         spec = spec.with_overrides(**changes)
+    note_generic([spec])
     return spec, spec.build_backend()
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rlclock.commands.args import output_folder
-from rlclock.commands.common import print_table
+from rlclock.commands.common import note_generic, print_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     policy = ClockPolicy.load(args.checkpoint)
     specs = load_env_specs(args.env) if args.env else [load_env_spec(policy.meta["env_spec"])]
+    note_generic(specs)
     for spec in specs:  # before any work: a bad --out fails at once
         output_folder(Path(args.out) / spec.name)
     out: dict[str, Any] = {"checkpoint": str(args.checkpoint), "results": {}}

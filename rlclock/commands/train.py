@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rlclock.commands.common import print_table
+from rlclock.commands.common import note_generic, print_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         specs = load_env_specs(args.env)
         agent = load_agent_config(args.agent).with_(seed=args.seed, timesteps=args.timesteps)
         eval_specs = load_env_specs(args.eval_env) if args.eval_env else None
+    note_generic(specs)
     phases = ([f"{agent.imitation.iterations} imitation rounds"] if agent.imitation.iterations and not args.resume
               else []) + ([f"{agent.timesteps} PPO steps"] if agent.trains_ppo else [])
     print(f"{'resuming' if args.resume else 'training'} on {', '.join(s.name for s in specs)}: "

@@ -142,6 +142,8 @@ class GpuSpec:
         sources: Where each group of values comes from.
         memory_locks: How the memory clock can be locked (:data:`MEMORY_LOCKS`); empty = by
             :func:`memory_locks_of` from the architecture and the clock table.
+        fitted_to: What the model parameters were fitted to on this GPU (empty: a generic preset whose
+            parameters were carried over from other GPUs — :attr:`generic`).
     """
 
     key: str
@@ -161,6 +163,7 @@ class GpuSpec:
     model: DvfsParams
     sources: Mapping[str, str] = field(default_factory=dict)
     memory_locks: str = ""
+    fitted_to: str = ""
 
     def __post_init__(self) -> None:
         if not self.memory_locks:
@@ -226,6 +229,19 @@ class GpuSpec:
         if config.core_mhz is not None:
             return config.core_mhz
         return self.max_core_mhz(self.effective_mem_mhz(config))
+
+    @property
+    def generic(self) -> bool:
+        """Whether the model parameters were carried over from other GPUs rather than fitted to this one."""
+        return not self.fitted_to
+
+    def generic_note(self) -> str | None:
+        """One line saying that the preset is generic and how to calibrate it (``None`` for a fitted one)."""
+        if not self.generic:
+            return None
+        return (f"note: the {self.key} preset is generic — its model parameters were carried over from other GPUs, "
+                f"not fitted to an {self.name}; its figures are estimates. Calibrate it from a clock sweep: "
+                f"rlclock calibrate --table SWEEP.csv --gpu {self.key} --out my-gpu.yaml (rlclock calibrate --help).")
 
     @property
     def runtime_memory(self) -> bool:
@@ -362,6 +378,7 @@ def spec_from_mapping(data: Any, where: str) -> GpuSpec:
             model=DvfsParams.from_mapping(data["model"], where),
             sources={str(k): str(v) for k, v in (data.get("sources") or {}).items()},
             memory_locks=str(data.get("memory_locks") or ""),
+            fitted_to=str(data.get("fitted_to") or ""),
         )
     except (TypeError, ValueError, AttributeError) as exc:
         raise SpecError(f"{where}: malformed GPU spec: {exc}.") from None
@@ -386,7 +403,13 @@ _ALIASES = {
 
 
 def get_spec(key: str) -> GpuSpec:
-    """A preset by key (``rtx3080ti``, ``a100-sxm4-40gb``, ``h100-sxm``, ``h200-sxm``) or NVML name."""
+    """A preset by key (``rtx3080ti``, ``a100-sxm4-40gb``, ``h100-sxm``, ``h200-sxm``) or NVML name, or a GPU spec
+    file (a path ending in ``.yaml``/``.yml``, e.g. one written by ``rlclock calibrate``)."""
+    if key.lower().endswith((".yaml", ".yml")):
+        if not Path(key).is_file():
+            raise SpecError(f"GPU spec file {key} does not exist.",
+                            "give the path of a GPU spec YAML, or a preset key.")
+        return load_spec_file(key)
     k = _ALIASES.get(key.lower(), key.lower())
     keys = preset_keys()
     if k not in keys:

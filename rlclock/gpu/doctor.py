@@ -87,6 +87,8 @@ def _gpu_details(index: int, period_s: float) -> dict[str, Any]:
     try:
         spec = get_spec(dev.name)
         d["preset"] = spec.key
+        d["preset_model"] = (f"fitted to {spec.fitted_to}" if not spec.generic else
+                             "generic (carried over from other GPUs): calibrate with rlclock calibrate")
         if not isinstance(table, str):
             same = {int(m): tuple(sorted(c)) for m, c in table.items()} == {
                 m: tuple(sorted(c)) for m, c in spec.clocks.items()}
@@ -138,7 +140,7 @@ def diagnose(period_s: float = 1.0) -> DoctorReport:
         r.gpus.append(d)
         r.facts.append((f"GPU {i}", f"{d['name']} (preset {d.get('preset') or 'none: use gpu_file'})"))
         for key in ("power_limit_w", "power_w", "temperature_c", "clocks_now", "energy_counter_period_s",
-                    "preset_clock_table", "memory_locks"):
+                    "preset_clock_table", "preset_model", "memory_locks"):
             if key in d:
                 r.facts.append((f"  {key}", _fmt(d[key])))
         sc = d["supported_clocks"]

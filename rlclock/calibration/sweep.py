@@ -1,0 +1,352 @@
+"""Calibrating a GPU from a clock sweep: the microbenchmark suite, the sweep table, and its fit.
+
+A sweep runs each kernel of :func:`suite` at about ten core clocks per memory clock (:func:`sweep_configs`) and
+records its time and energy, plus the idle power; its rows (:class:`SweepRow`) are the CSV a user can also bring
+from elsewhere (:mod:`rlclock.calibration.table`). :func:`fit_sweep` fits the GPU's physical DVFS parameters
+(:data:`SWEEP_FIT_NAMES`) to the rows, starting from a base preset, and :func:`write_preset` stores the result as
+a GPU spec file with its provenance, which every command accepts (``--gpu my-gpu.yaml``, ``gpu_file:``).
+
+Without hardware, :func:`hidden_gpu` draws a "true" GPU whose parameters differ from a preset within
+:data:`HIDDEN_RANGES`, and :func:`simulated_sweep` measures the suite on it (with noise) — the proof that the fit
+recovers a GPU it was not given (``tests/test_calibrate.py``, ``benchmarks/calibrate_hidden.py``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from rlclock.calibration.fit import BOUNDS, fit
+from rlclock.dvfs import model
+from rlclock.dvfs.spec import GpuSpec
+from rlclock.errors import SpecError
+from rlclock.schedule import ClockConfig
+from rlclock.workload.trace import Kernel
+
+IDLE = "idle"
+"""The row name of an idle-power reading (no kernel; ``time_s`` the window, ``energy_j`` its energy)."""
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One measurement of a sweep: a kernel (or ``idle``) at a clock pair.
+
+    Attributes:
+        kernel: The kernel's name (``idle`` for an idle-power window).
+        flops: Its floating-point operations (an FMA counts 2).
+        read_bytes: Bytes it reads from device memory.
+        write_bytes: Bytes it writes.
+        category: Its category (``gemm``, ``elementwise`` … :data:`rlclock.workload.trace.CATEGORIES`).
+        dtype: Its arithmetic type (``bf16`` …).
+        core_mhz: The locked core clock, MHz.
+        mem_mhz: The memory clock, MHz.
+        time_s: Its measured time, seconds (the window, for ``idle``).
+        energy_j: Its measured energy, joules.
+        access: How it touches DRAM (``stream``, ``gather``, ``reduce``).
+        blocks: Thread blocks of its launch (0: unknown; the GPU taken as full).
+        threads_per_block: Threads per block of its launch (0: unknown).
+        gemm_mnk: ``(m, n, k)`` of a matrix product, when it is one.
+    """
+
+    kernel: str
+    flops: float
+    read_bytes: float
+    write_bytes: float
+    category: str
+    dtype: str
+    core_mhz: int
+    mem_mhz: int
+    time_s: float
+    energy_j: float
+    access: str = "stream"
+    blocks: int = 0
+    threads_per_block: int = 0
+    gemm_mnk: tuple[int, int, int] | None = None
+
+    @property
+    def is_idle(self) -> bool:
+        return self.kernel == IDLE
+
+
+def suite(spec: GpuSpec) -> list[Kernel]:
+    """The microbenchmark suite, sized for ``spec`` (each kernel runs long enough to time at any clock):
+    an FMA-bound SIMT kernel, tensor-core GEMMs at two shapes, a DRAM stream, an L2-resident stream (fits in
+    half the L2), a shared-memory-bound kernel (SIMT work on data held on chip), a reduction and a stream launched
+    on too few threads to hide DRAM latency."""
+    n_big = 4096 if spec.sm_count >= 100 else 2048
+    l2_half = spec.l2_bytes / 2
+    dram = 2.0 ** 30  # 1 GiB each way
+    return [
+        Kernel("fma_bound", "suite.fma", "elementwise", "forward", flops=2.0 * 2 ** 34, dram_read_bytes=2 ** 20,
+               dram_write_bytes=2 ** 20, dtype="fp32"),
+        Kernel("gemm_large", "suite.gemm_large", "gemm", "forward", flops=2.0 * 8192 ** 3,
+               dram_read_bytes=2 * 2 * 8192 ** 2, dram_write_bytes=2 * 8192 ** 2, gemm_bmnk=(1, 8192, 8192, 8192)),
+        Kernel("gemm_small", "suite.gemm_small", "gemm", "forward", flops=2.0 * n_big * n_big * 512,
+               dram_read_bytes=2 * (2 * n_big * 512), dram_write_bytes=2 * n_big ** 2,
+               gemm_bmnk=(1, n_big, n_big, 512)),
+        Kernel("dram_stream", "suite.dram", "copy", "forward", flops=0.0, dram_read_bytes=dram,
+               dram_write_bytes=dram, dtype="fp32"),
+        Kernel("l2_stream", "suite.l2", "elementwise", "forward", flops=l2_half / 4, dram_read_bytes=l2_half / 2,
+               dram_write_bytes=l2_half / 2, dtype="fp32"),
+        Kernel("smem_bound", "suite.smem", "other", "forward", flops=2.0 * 2 ** 31, dram_read_bytes=2 ** 24,
+               dram_write_bytes=2 ** 24, dtype="fp32"),
+        Kernel("reduction", "suite.reduce", "reduction", "forward", flops=2.0 ** 28, dram_read_bytes=2.0 ** 30,
+               dram_write_bytes=2.0 ** 14, dtype="fp32", access="reduce"),
+        # a stream whose grid fills an eighth of the GPU's threads: bound by DRAM latency, not bandwidth
+        Kernel("latency_stream", "suite.latency", "copy", "forward", flops=0.0, dram_read_bytes=2.0 ** 28,
+               dram_write_bytes=2.0 ** 28, dtype="fp32", launch_grid=(max(1, spec.sm_count // 4), 1, 1),
+               launch_block=(min(1024, spec.threads_per_sm // 2), 1, 1)),
+    ]
+
+
+def sweep_configs(spec: GpuSpec, per_memory: int = 10) -> list[ClockConfig]:
+    """About ``per_memory`` core clocks, evenly spread over the supported ones, at every lockable memory clock
+    (the memory clock in effect only, where memory locks are not runtime)."""
+    mems = spec.mem_clocks_mhz if spec.runtime_memory else (spec.default_mem_mhz,)
+    out: list[ClockConfig] = []
+    for m in mems:
+        cores = sorted(spec.core_clocks_mhz(m))
+        picks = sorted({cores[round(i)] for i in np.linspace(0, len(cores) - 1, max(2, per_memory))})
+        out.extend(ClockConfig(f, m) for f in picks)
+    return out
+
+
+def rows_from(kernels: Sequence[Kernel], configs: Sequence[ClockConfig], time_s: np.ndarray,
+              energy_j: np.ndarray) -> list[SweepRow]:
+    """Rows of a measured ``(kernels, configs)`` table."""
+    return [SweepRow(k.name, k.flops, k.dram_read_bytes, k.dram_write_bytes, k.category, k.dtype,
+                     int(c.core_mhz or 0), int(c.mem_mhz or 0), float(time_s[i, j]), float(energy_j[i, j]), k.access,
+                     int(np.prod(k.launch_grid)) if k.launch_grid else 0,
+                     int(np.prod(k.launch_block)) if k.launch_block else 0,
+                     None if k.gemm_bmnk is None else (k.gemm_bmnk[1], k.gemm_bmnk[2], k.gemm_bmnk[3]))
+            for i, k in enumerate(kernels) for j, c in enumerate(configs)]
+
+
+def kernel_of(row: SweepRow, index: int = 0) -> Kernel:
+    """The kernel a row measured, for the model."""
+    launch = row.blocks > 0 and row.threads_per_block > 0
+    return Kernel(row.kernel, f"sweep.{index}", row.category, "forward", flops=row.flops,
+                  dram_read_bytes=row.read_bytes, dram_write_bytes=row.write_bytes, dtype=row.dtype,
+                  access=row.access, launch_grid=(row.blocks, 1, 1) if launch else None,
+                  launch_block=(row.threads_per_block, 1, 1) if launch else None,
+                  gemm_bmnk=None if row.gemm_mnk is None else (1, *row.gemm_mnk))
+
+
+# -- the fit --------------------------------------------------------------------------------------------------
+
+TIME_FIT_NAMES: tuple[str, ...] = ("eta_gemm", "eta_stream", "eta_reduce", "simt_ops_per_byte", "lat_core_cycles",
+                                   "lat_mem_cycles")
+"""Parameters of the model's time, fitted first to the sweep's times (time does not depend on power)."""
+POWER_FIT_NAMES: tuple[str, ...] = ("v_min_v", "v_max_v", "f_ridge_mhz", "p_const_w", "k_leak_w_per_v", "c_clock_w",
+                                    "c_tensor_w", "c_simt_w", "e_xbar_j_per_byte", "p_mem_bg_w", "e_dram_j_per_byte")
+"""Parameters of the model's power, fitted next to the sweep's energies and idle power."""
+SWEEP_FIT_NAMES: tuple[str, ...] = TIME_FIT_NAMES + POWER_FIT_NAMES
+"""Physical parameters a sweep of the suite fits (the per-class efficiencies the suite does not exercise —
+attention, gathers, norms, launch overhead — stay as the base preset holds them)."""
+
+_BOUNDS = {**BOUNDS, "v_min_v": (0.5, 0.9), "v_max_v": (0.8, 1.2), "c_clock_w": (0.0, 300.0),
+           "p_const_w": (0.0, 300.0), "k_leak_w_per_v": (0.0, 300.0), "c_tensor_w": (1.0, 800.0),
+           "c_simt_w": (0.0, 800.0), "p_mem_bg_w": (0.0, 300.0), "f_ridge_mhz": (300.0, 2500.0)}
+
+
+def _kernels_of(rows: Sequence[SweepRow]) -> tuple[list[Kernel], np.ndarray, list[ClockConfig], np.ndarray]:
+    """The distinct kernels of the rows, each row's kernel index, the distinct clock pairs and each row's."""
+    keys: dict[tuple[Any, ...], int] = {}
+    kernels: list[Kernel] = []
+    cfg_keys: dict[tuple[int, int], int] = {}
+    ki, ci = [], []
+    for r in rows:
+        key = (r.kernel, r.flops, r.read_bytes, r.write_bytes, r.category, r.dtype, r.access, r.blocks,
+               r.threads_per_block, r.gemm_mnk)
+        if key not in keys:
+            keys[key] = len(kernels)
+            kernels.append(kernel_of(r, len(kernels)))
+        ki.append(keys[key])
+        ci.append(cfg_keys.setdefault((r.core_mhz, r.mem_mhz), len(cfg_keys)))
+    configs = [ClockConfig(f, m) for f, m in cfg_keys]
+    return kernels, np.array(ki), configs, np.array(ci)
+
+
+def sweep_residuals(spec: GpuSpec, rows: Sequence[SweepRow], parts: str = "time+energy") -> np.ndarray:
+    """Log errors of the model's time and energy on every kernel row, and of its idle power on every idle row
+    (``parts``: ``time``, ``energy`` — with the idle power — or both)."""
+    work = [r for r in rows if not r.is_idle]
+    idle = [r for r in rows if r.is_idle]
+    out = []
+    if work:
+        kernels, ki, configs, ci = _kernels_of(work)
+        pred = model.predict(model.kernel_arrays(kernels, spec), spec, configs, power_limit_w=1e9)
+        t = np.array([r.time_s for r in work])
+        e = np.array([r.energy_j for r in work])
+        if "time" in parts:
+            out.append(np.log(pred.time_s[ki, ci] / t))
+        if "energy" in parts:
+            out.append(np.log(pred.energy_j[ki, ci] / e))
+    if idle and "energy" in parts:
+        p = np.array([model.gap_power_w(spec, r.core_mhz, r.mem_mhz) for r in idle])
+        out.append(2 * np.log(p / np.array([r.energy_j / r.time_s for r in idle])))
+    return np.concatenate(out)
+
+
+def check_rows(rows: Sequence[SweepRow], spec: GpuSpec, where: str) -> None:
+    """Raise :class:`SpecError` unless the rows can calibrate ``spec``: kernel rows at two or more core clocks,
+    and every clock pair one the GPU supports."""
+    work = [r for r in rows if not r.is_idle]
+    if not work:
+        raise SpecError(f"{where}: no kernel rows to fit.", "measure the suite (or your kernels) at several clocks.")
+    if len({r.core_mhz for r in work}) < 2:
+        raise SpecError(f"{where}: every kernel row is at one core clock, so the clock response cannot be fitted.",
+                        "measure at about ten core clocks per memory clock.")
+    for r in rows:
+        if r.mem_mhz not in spec.clocks or r.core_mhz not in spec.clocks[r.mem_mhz]:
+            raise SpecError(f"{where}: {r.kernel} at {r.core_mhz}@{r.mem_mhz} MHz is not a clock pair of "
+                            f"{spec.name}.", "give the base preset of this GPU (--gpu), or fix the row.")
+
+
+def fit_sweep(base: GpuSpec, rows: Sequence[SweepRow], max_nfev: int = 300) -> tuple[GpuSpec, dict[str, float]]:
+    """Fit ``base``'s physical parameters (:data:`SWEEP_FIT_NAMES`) to a sweep.
+
+    Returns:
+        The fitted spec and the fit's figures: median and largest absolute time and energy error over the kernel
+        rows, before and after (fractions).
+    """
+    check_rows(rows, base, "sweep")
+    timed, _ = fit(base, lambda s: sweep_residuals(s, rows, "time"), TIME_FIT_NAMES, max_nfev=max_nfev,
+                   bounds=_BOUNDS)
+    powered, _ = fit(timed, lambda s: sweep_residuals(s, rows, "energy"), POWER_FIT_NAMES, max_nfev=max_nfev,
+                     bounds=_BOUNDS)
+    fitted, _cost = fit(powered, lambda s: sweep_residuals(s, rows), SWEEP_FIT_NAMES, max_nfev=max_nfev,
+                        bounds=_BOUNDS)
+    figures = {}
+    for label, s in (("before", base), ("after", fitted)):
+        n = sum(not r.is_idle for r in rows)
+        r = np.abs(np.expm1(sweep_residuals(s, rows)[:2 * n]))
+        figures[f"time_median_{label}"] = float(np.median(r[:n]))
+        figures[f"time_max_{label}"] = float(r[:n].max())
+        figures[f"energy_median_{label}"] = float(np.median(r[n:]))
+        figures[f"energy_max_{label}"] = float(r[n:].max())
+    return fitted, figures
+
+
+def _clock_range(cores: Sequence[int]) -> dict[str, int] | list[int]:
+    """A clock list as the preset format's ``{min, max, step}`` where it is evenly spaced, else as a list."""
+    v = sorted(cores)
+    steps = {b - a for a, b in itertools.pairwise(v)}
+    if len(steps) == 1:
+        return {"min": v[0], "max": v[-1], "step": steps.pop()}
+    return list(cores)
+
+
+def write_preset(spec: GpuSpec, path: Path, key: str, name: str | None, provenance: dict[str, Any]) -> Path:
+    """Write ``spec`` as a GPU spec file (the preset format) with ``provenance`` under ``sources``."""
+    data: dict[str, Any] = {
+        "key": key, "name": name or spec.name, "architecture": spec.architecture, "sm_count": spec.sm_count,
+        "threads_per_sm": spec.threads_per_sm, "mem_bus_bits": spec.mem_bus_bits, "l2_bytes": spec.l2_bytes,
+        "clocks": {int(m): _clock_range(c) for m, c in spec.clocks.items()}, "default_mem_mhz": spec.default_mem_mhz,
+        "power_limit_w": spec.power_limit_w, "idle_power_w": spec.idle_power_w,
+        "tensor_flops_per_cycle_per_sm": dict(spec.tensor_flops_per_cycle_per_sm),
+        "simt_flops_per_cycle_per_sm": spec.simt_flops_per_cycle_per_sm, "switch_latency_s": spec.switch_latency_s,
+        "memory_locks": spec.memory_locks, "fitted_to": str(provenance.get("source", "a clock sweep")),
+        "model": {k: float(f"{v:.6g}") for k, v in spec.model.as_dict().items()},
+        "sources": {**dict(spec.sources), "model": "fitted by rlclock calibrate (see calibration)",
+                    "calibration": yaml.safe_dump(provenance, default_flow_style=True, width=10 ** 6).strip()},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"# GPU spec calibrated by rlclock calibrate on "
+                    f"{_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}\n"
+                    + yaml.safe_dump(data, sort_keys=False, width=120))
+    return path
+
+
+# -- a GPU with hidden parameters (proof without hardware) -----------------------------------------------------
+
+HIDDEN_RANGES: dict[str, float] = {
+    "v_min_v": 0.05, "v_max_v": 0.05, "f_ridge_mhz": 0.15, "p_const_w": 0.30, "k_leak_w_per_v": 0.30,
+    "c_clock_w": 0.20, "c_tensor_w": 0.20, "c_simt_w": 0.20, "e_xbar_j_per_byte": 0.30, "p_mem_bg_w": 0.30,
+    "e_dram_j_per_byte": 0.30, "eta_gemm": 0.08, "eta_stream": 0.15, "eta_reduce": 0.15,
+    "simt_ops_per_byte": 0.30, "lat_core_cycles": 0.30, "lat_mem_cycles": 0.30,
+}
+"""Relative half-widths of the uniform draws of a hidden GPU's parameters around a preset's: voltage end points
+±5 %, the knee (ridge) ±15 %, power floor and leakage ±30 %, clock, tensor and SIMT power ±20 %, memory power
+±30 %, achieved GEMM fraction ±8 %, bandwidth (stream efficiency) and reductions ±15 %, SIMT work per byte and
+DRAM latency ±30 % (docs/simulator.md, "Calibrating a GPU")."""
+
+
+def hidden_gpu(base: GpuSpec, seed: int) -> GpuSpec:
+    """A GPU like ``base`` whose parameters are drawn within :data:`HIDDEN_RANGES` (efficiencies kept <= 1)."""
+    rng = np.random.default_rng(seed)
+    p = base.model.as_dict()
+    changes = {}
+    for name, half in HIDDEN_RANGES.items():
+        v = p[name] * (1.0 + rng.uniform(-half, half))
+        if name.startswith("eta_"):
+            v = min(v, 0.98)
+        changes[name] = v
+    if changes["v_max_v"] <= changes["v_min_v"] + 0.05:
+        changes["v_max_v"] = changes["v_min_v"] + 0.05
+    return replace(base.with_model(**changes), key=f"{base.key}-hidden-{seed}")
+
+
+def simulated_sweep(true_gpu: GpuSpec, per_memory: int = 10, noise_std: float = 0.01, repeats: int = 4,
+                    seed: int = 0, kernels: Sequence[Kernel] | None = None) -> list[SweepRow]:
+    """The suite measured on a simulated GPU, plus idle power at each memory clock (core at its lowest): every
+    value the median of ``repeats`` readings with log-normal noise of ``noise_std`` each (as a meter's windows)."""
+    kernels = list(suite(true_gpu) if kernels is None else kernels)
+    configs = sweep_configs(true_gpu, per_memory)
+    pred = model.predict(model.kernel_arrays(kernels, true_gpu), true_gpu, configs, power_limit_w=1e9)
+    rng = np.random.default_rng(seed)
+
+    def noisy(a: np.ndarray) -> np.ndarray:
+        return a * np.exp(np.median(rng.normal(0.0, noise_std, (max(1, repeats), *np.shape(a))), axis=0))
+
+    rows = rows_from(kernels, configs, noisy(pred.time_s), noisy(pred.energy_j))
+    for m in sorted({c.mem_mhz for c in configs if c.mem_mhz is not None}):
+        f = min(true_gpu.core_clocks_mhz(m))
+        w = float(noisy(np.array(model.gap_power_w(true_gpu, f, m))))
+        rows.append(SweepRow(IDLE, 0.0, 0.0, 0.0, "other", "fp32", f, m, 1.0, w))
+    return rows
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How a fitted model predicts kernels against the GPU it was fitted to, at every clock pair.
+
+    Attributes:
+        time_err: ``|t_fit / t_true - 1|`` per (kernel, clock pair).
+        energy_err: The same for energy.
+        optimum_steps: Per kernel and memory clock, how many core-clock steps the fitted model's energy-optimal
+            core clock lies from the true one.
+        optimum_regret: Per kernel and memory clock, how much more energy (a fraction, on the true GPU) the fitted
+            model's energy-optimal core clock costs than the true one.
+    """
+
+    time_err: np.ndarray
+    energy_err: np.ndarray
+    optimum_steps: np.ndarray
+    optimum_regret: np.ndarray
+
+
+def agreement(fitted: GpuSpec, true_gpu: GpuSpec, kernels: Sequence[Kernel]) -> Agreement:
+    """Compare ``fitted`` with ``true_gpu`` on ``kernels`` (shapes alone) at every supported clock pair that can be
+    locked for a job (:meth:`GpuSpec.config_grid`)."""
+    configs = list(true_gpu.config_grid(auto=False))
+    ka_f, ka_t = model.kernel_arrays(kernels, fitted), model.kernel_arrays(kernels, true_gpu)
+    pf = model.predict(ka_f, fitted, configs, power_limit_w=1e9)
+    pt = model.predict(ka_t, true_gpu, configs, power_limit_w=1e9)
+    steps, regret = [], []
+    rows = np.arange(len(kernels))
+    for m in sorted({true_gpu.effective_mem_mhz(c) for c in configs}):
+        cols = [j for j, c in enumerate(configs) if true_gpu.effective_mem_mhz(c) == m]  # core clocks descending
+        et = pt.energy_j[:, cols]
+        best_f, best_t = np.argmin(pf.energy_j[:, cols], axis=1), np.argmin(et, axis=1)
+        steps.append(np.abs(best_f - best_t))
+        regret.append(et[rows, best_f] / et[rows, best_t] - 1)
+    return Agreement(np.abs(pf.time_s / pt.time_s - 1), np.abs(pf.energy_j / pt.energy_j - 1),
+                     np.stack(steps, axis=1), np.stack(regret, axis=1))

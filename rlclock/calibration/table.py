@@ -1,0 +1,150 @@
+"""Sweep tables as CSV: what a user measured elsewhere, read into :class:`~rlclock.calibration.sweep.SweepRow`.
+
+Columns (a header row names them; order free):
+
+=====================  ==========  =========================================================================
+column                 required    meaning
+=====================  ==========  =========================================================================
+``kernel``             yes         the kernel's name; ``idle`` for an idle-power window (no kernel running)
+``flops``              yes         floating-point operations (an FMA counts 2); 0 for ``idle``
+``bytes``              yes\\*       DRAM bytes moved (read + written); \\*or ``read_bytes`` and ``write_bytes``
+``core_mhz``           yes         the locked core clock, MHz
+``mem_mhz``            yes         the memory clock, MHz
+``time_s``             yes         the kernel's time (the window, for ``idle``), seconds, > 0
+``energy_j``           yes         its energy, joules, > 0
+``category``           no          ``gemm``, ``attention``, ``elementwise``, ``copy`` … (default: from the name)
+``dtype``              no          ``bf16``, ``fp16``, ``fp32``, ``tf32``, ``fp8`` (default ``bf16``)
+``access``             no          ``stream``, ``gather`` or ``reduce`` (default ``stream``)
+``blocks``             no          thread blocks of the launch (with ``threads_per_block``: its occupancy)
+``threads_per_block``  no          threads per block
+``gemm_m/n/k``         no          a matrix product's shape
+=====================  ==========  =========================================================================
+
+Every malformed table is refused with one line naming the row and column and what to write instead.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from rlclock.calibration.sweep import IDLE, SweepRow
+from rlclock.errors import SpecError
+from rlclock.workload.kernel_names import classify
+from rlclock.workload.trace import ACCESS_CLASSES, CATEGORIES, DTYPES
+
+REQUIRED = ("kernel", "flops", "core_mhz", "mem_mhz", "time_s", "energy_j")
+"""Columns every table has (plus ``bytes``, or ``read_bytes`` and ``write_bytes``)."""
+OPTIONAL = ("bytes", "read_bytes", "write_bytes", "category", "dtype", "access", "blocks", "threads_per_block",
+            "gemm_m", "gemm_n", "gemm_k")
+"""Columns a table may have."""
+
+
+def _number(raw: dict[str, str], col: str, where: str, positive: bool = False, integer: bool = False,
+            default: float | None = None) -> float:
+    text = (raw.get(col) or "").strip()
+    if not text:
+        if default is not None:
+            return default
+        raise SpecError(f"{where}: column {col!r} is empty.", f"give {col} as a number.")
+    try:
+        v = float(text)
+    except ValueError:
+        raise SpecError(f"{where}: {col} {text!r} is not a number.", f"write {col} as a plain number.") from None
+    if not math.isfinite(v) or v < 0 or (positive and v <= 0):
+        raise SpecError(f"{where}: {col} must be a finite number {'> 0' if positive else '>= 0'}, found {text}.",
+                        "fix or drop the row.")
+    if integer and v != int(v):
+        raise SpecError(f"{where}: {col} must be a whole number, found {text}.", f"write {col} in whole MHz/counts.")
+    return v
+
+
+def _choice(raw: dict[str, str], col: str, allowed: Sequence[str], default: str, where: str) -> str:
+    v = (raw.get(col) or "").strip() or default
+    if v not in allowed:
+        raise SpecError(f"{where}: {col} {v!r} is not one of {list(allowed)}.", f"write one of them in {col}.")
+    return v
+
+
+def read_table(path: str | Path) -> list[SweepRow]:
+    """Read a sweep table (module docstring).
+
+    Raises:
+        SpecError: The file is missing or not a CSV table, lacks a required column, or a row holds a bad value.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"sweep table {p} does not exist.", "give the path of a CSV table (rlclock calibrate "
+                        "--help lists its columns).") from None
+    except (UnicodeDecodeError, IsADirectoryError, PermissionError) as exc:
+        raise SpecError(f"sweep table {p} cannot be read as text ({type(exc).__name__}).",
+                        "give a UTF-8 CSV file.") from None
+    reader = csv.DictReader(text.splitlines())
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    missing = [c for c in REQUIRED if c not in header]
+    if not ("bytes" in header or ("read_bytes" in header and "write_bytes" in header)):
+        missing.append("bytes (or read_bytes and write_bytes)")
+    if missing:
+        raise SpecError(f"sweep table {p}: missing column(s) {missing}; found {header or 'no header'}.",
+                        f"give a header row with {list(REQUIRED)} and bytes.")
+    unknown = [h for h in header if h not in REQUIRED + OPTIONAL]
+    if unknown:
+        raise SpecError(f"sweep table {p}: unknown column(s) {unknown}.", f"use {list(REQUIRED + OPTIONAL)}.")
+    rows = []
+    for n, raw0 in enumerate(reader, start=2):
+        where = f"sweep table {p}, line {n}"
+        if None in raw0:
+            raise SpecError(f"{where}: more fields than the header's {len(header)}.",
+                            "give every row one value per header column.")
+        raw = {k.strip(): v for k, v in raw0.items()}
+        name = (raw.get("kernel") or "").strip()
+        if not name:
+            raise SpecError(f"{where}: column 'kernel' is empty.", "name the kernel (or write idle).")
+        if "read_bytes" in header and (raw.get("read_bytes") or "").strip():
+            rb = _number(raw, "read_bytes", where)
+            wb = _number(raw, "write_bytes", where, default=0.0)
+        else:
+            rb, wb = _number(raw, "bytes", where, default=0.0 if name == IDLE else None), 0.0
+        gemm = [(raw.get(f"gemm_{d}") or "").strip() for d in "mnk"]
+        shape = None
+        if any(gemm):
+            shape = tuple(int(_number(raw, f"gemm_{d}", where, positive=True, integer=True)) for d in "mnk")
+        default_category = "other" if name == IDLE else classify(name)
+        rows.append(SweepRow(
+            kernel=name, flops=_number(raw, "flops", where), read_bytes=rb, write_bytes=wb,
+            category=_choice(raw, "category", CATEGORIES, default_category, where),
+            dtype=_choice(raw, "dtype", DTYPES, "bf16", where),
+            core_mhz=int(_number(raw, "core_mhz", where, positive=True, integer=True)),
+            mem_mhz=int(_number(raw, "mem_mhz", where, positive=True, integer=True)),
+            time_s=_number(raw, "time_s", where, positive=True),
+            energy_j=_number(raw, "energy_j", where, positive=True),
+            access=_choice(raw, "access", ACCESS_CLASSES, "stream", where),
+            blocks=int(_number(raw, "blocks", where, integer=True, default=0.0)),
+            threads_per_block=int(_number(raw, "threads_per_block", where, integer=True, default=0.0)),
+            gemm_mnk=shape if shape is None else (shape[0], shape[1], shape[2])))
+    if not rows:
+        raise SpecError(f"sweep table {p} holds a header but no rows.", "add the measurements.")
+    return rows
+
+
+def write_table(rows: Sequence[SweepRow], path: str | Path) -> Path:
+    """Write rows as a sweep table that :func:`read_table` reads back."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    cols = ["kernel", "flops", "read_bytes", "write_bytes", "category", "dtype", "access", "blocks",
+            "threads_per_block", "gemm_m", "gemm_n", "gemm_k", "core_mhz", "mem_mhz", "time_s", "energy_j"]
+    with p.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for r in rows:
+            d = asdict(r)
+            mnk = d.pop("gemm_mnk")
+            d.update({"gemm_m": "", "gemm_n": "", "gemm_k": ""} if mnk is None else
+                     {"gemm_m": mnk[0], "gemm_n": mnk[1], "gemm_k": mnk[2]})
+            w.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in d.items()})
+    return p

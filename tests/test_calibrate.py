@@ -1,0 +1,169 @@
+"""Calibrating a GPU from a clock sweep: the fit recovers GPUs with hidden parameters, sweep tables are read
+(or refused in one line), and the written spec is a GPU spec every command takes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlclock.calibration.sweep import (
+    IDLE,
+    agreement,
+    check_rows,
+    fit_sweep,
+    hidden_gpu,
+    simulated_sweep,
+    suite,
+    sweep_configs,
+    sweep_residuals,
+)
+from rlclock.calibration.table import read_table, write_table
+from rlclock.cli import main
+from rlclock.dvfs.spec import get_spec, load_spec_file
+from rlclock.errors import SpecError
+from rlclock.workload.trace import KernelTrace
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "data" / "corpus-h200"
+
+
+@pytest.fixture(scope="module")
+def corpus_kernels() -> list:
+    """Distinct kernels of three real steps (H200-profiled shapes): outside the suite."""
+    out = []
+    for name in ("llama-1b-gqa", "bert-base", "t5-base"):
+        t = KernelTrace.load(CORPUS / name / "step.trace.json.gz")
+        first, _ = t.unique_index
+        out += [t[i] for i in first if t[i].flops > 0 or t[i].dram_bytes > 0]
+    return out
+
+
+def test_the_sweep_covers_ten_core_clocks_per_lockable_memory_clock():
+    h200, rtx = get_spec("h200-sxm"), get_spec("rtx3080ti")
+    assert len(sweep_configs(h200)) == 10 and {c.mem_mhz for c in sweep_configs(h200)} == {3201}
+    assert len(sweep_configs(rtx)) == 10 * len(rtx.mem_clocks_mhz)
+    assert {k.name for k in suite(h200)} >= {"fma_bound", "gemm_large", "gemm_small", "dram_stream", "l2_stream",
+                                            "smem_bound"}
+
+
+def test_the_true_gpu_explains_its_own_sweep_to_the_noise():
+    true = hidden_gpu(get_spec("h200-sxm"), 7)
+    exact = simulated_sweep(true, noise_std=0.0)
+    assert np.abs(sweep_residuals(true, exact)).max() < 1e-9
+    assert np.abs(sweep_residuals(get_spec("h200-sxm"), exact)).max() > 0.05  # the preset does not
+
+
+@pytest.mark.parametrize("preset, seed", [("h200-sxm", 1), ("h200-sxm", 2), ("rtx3080ti", 1), ("a100-sxm4-40gb", 0)])
+def test_the_fit_recovers_a_hidden_gpu_on_kernels_outside_the_suite(preset, seed, corpus_kernels):
+    """benchmarks/calibrate_hidden.py runs this over 20 GPUs per preset and prints every miss; here: time within 5 %
+    and energy within 8 % at every clock pair, and the fitted model's energy-optimal core clocks cost under 1 % more
+    than the true ones."""
+    base = get_spec(preset)
+    true = hidden_gpu(base, seed)
+    fitted, figures = fit_sweep(base, simulated_sweep(true, seed=seed))
+    assert figures["time_max_after"] < figures["time_max_before"]
+    got, was = agreement(fitted, true, corpus_kernels), agreement(base, true, corpus_kernels)
+    assert got.time_err.max() <= 0.05 and got.energy_err.max() <= 0.08
+    assert got.optimum_regret.max() <= 0.01
+    assert was.energy_err.max() > 2 * got.energy_err.max()  # the fit did the work, not the preset
+
+
+def test_a_table_round_trips_and_fits_as_the_rows_do(tmp_path):
+    true = hidden_gpu(get_spec("h200-sxm"), 3)
+    rows = simulated_sweep(true, seed=3)
+    back = read_table(write_table(rows, tmp_path / "sweep.csv"))
+    assert back == rows
+    assert any(r.kernel == IDLE for r in back) and any(r.gemm_mnk for r in back) and any(r.blocks for r in back)
+
+
+def _csv(tmp_path, text: str) -> Path:
+    p = tmp_path / "t.csv"
+    p.write_text(text)
+    return p
+
+
+HEADER = "kernel,flops,bytes,core_mhz,mem_mhz,time_s,energy_j\n"
+
+
+@pytest.mark.parametrize("text, match", [
+    ("kernel,flops,core_mhz,mem_mhz,time_s,energy_j\nk,1,1980,3201,1e-3,1\n", r"missing column.*bytes"),
+    ("kernel,flops,bytes,core_mhz,time_s,energy_j\nk,1,1,1980,1e-3,1\n", r"missing column.*mem_mhz"),
+    (HEADER + "k,1,1,1980,3201,1e-3,1,9\n", r"line 2: more fields than the header"),
+    (HEADER.replace("energy_j", "energy_j,colour") + "k,1,1,1980,3201,1e-3,1,red\n", r"unknown column.*colour"),
+    (HEADER + "k,lots,1,1980,3201,1e-3,1\n", r"line 2: flops 'lots' is not a number"),
+    (HEADER + "k,1,1,1980,3201,0,1\n", r"line 2: time_s must be a finite number > 0"),
+    (HEADER + "k,1,1,1980,3201,1e-3,-2\n", r"energy_j must be a finite number > 0"),
+    (HEADER + "k,1,-5,1980,3201,1e-3,1\n", r"bytes must be a finite number >= 0"),
+    (HEADER + "k,1,1,1980.5,3201,1e-3,1\n", r"core_mhz must be a whole number"),
+    (HEADER + ",1,1,1980,3201,1e-3,1\n", r"column 'kernel' is empty"),
+    (HEADER + "k,1,1,1980,3201,nan,1\n", r"time_s must be a finite number"),
+    (HEADER, r"a header but no rows"),
+    ("", r"missing column"),
+    (HEADER.replace("energy_j", "energy_j,category") + "k,1,1,1980,3201,1e-3,1,matmul\n", r"category 'matmul'"),
+])
+def test_a_malformed_table_gets_one_line(tmp_path, text, match):
+    with pytest.raises(SpecError, match=match) as e:
+        read_table(_csv(tmp_path, text))
+    assert "\n" not in str(e.value)
+
+
+def test_unreadable_or_missing_tables_get_one_line(tmp_path):
+    with pytest.raises(SpecError, match="does not exist"):
+        read_table(tmp_path / "nope.csv")
+    (tmp_path / "bin.csv").write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(SpecError, match="cannot be read as text"):
+        read_table(tmp_path / "bin.csv")
+
+
+def test_a_sweep_that_cannot_calibrate_is_refused(tmp_path):
+    h200 = get_spec("h200-sxm")
+    rows = simulated_sweep(h200, seed=0)
+    with pytest.raises(SpecError, match="one core clock"):
+        check_rows([r for r in rows if r.core_mhz == rows[0].core_mhz], h200, "sweep")
+    with pytest.raises(SpecError, match=r"not a clock pair of NVIDIA H200"):
+        check_rows([*rows, rows[0].__class__(**{**rows[0].__dict__, "core_mhz": 1234})], h200, "sweep")
+    with pytest.raises(SpecError, match="no kernel rows"):
+        check_rows([r for r in rows if r.kernel == IDLE], h200, "sweep")
+
+
+def test_rlclock_calibrate_writes_a_spec_that_env_specs_and_commands_take(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["calibrate", "--simulated", "2", "--gpu", "h200-sxm", "--out", "mine.yaml",
+                 "--table-out", "sweep.csv", "--key", "my-h200"]) == 0
+    out = capsys.readouterr().out
+    assert "fitted     : time error p95" in out and "wrote mine.yaml" in out
+    spec = load_spec_file(tmp_path / "mine.yaml")
+    assert spec.key == "my-h200" and not spec.generic and spec.memory_locks == "deferred"
+    assert spec.clocks == get_spec("h200-sxm").clocks and get_spec(str(tmp_path / "mine.yaml")) == spec
+    # the same fit from the table it wrote
+    assert main(["calibrate", "--table", "sweep.csv", "--gpu", "h200-sxm", "--out", "again.yaml"]) == 0
+    again = load_spec_file(tmp_path / "again.yaml")
+    assert again.model.as_dict() == pytest.approx(spec.model.as_dict(), rel=1e-4)
+    env = tmp_path / "env.yaml"
+    env.write_text("name: mine\ngpu_file: mine.yaml\nworkload: {generator: transformer, style: gpt, hidden: 512, "
+                   "heads: 8, seq: 256, batch: 2, layers: 2, vocab: 1024}\n")
+    assert main(["simulate", str(env)]) == 0
+    assert "my-h200" in capsys.readouterr().out
+
+
+def test_the_suite_template_lists_what_to_measure(tmp_path, capsys):
+    out = tmp_path / "template.csv"
+    assert main(["calibrate", "--suite", "--gpu", "rtx3080ti", "--table-out", str(out)]) == 0
+    assert "clock pairs to measure" in capsys.readouterr().out
+    with pytest.raises(SpecError, match="time_s must be a finite number > 0"):  # not yet measured
+        read_table(out)
+
+
+def test_generic_presets_say_so_and_how_to_calibrate(tmp_path, capsys):
+    assert get_spec("h100-sxm").generic and get_spec("a100-sxm4-40gb").generic
+    assert not get_spec("h200-sxm").generic and not get_spec("rtx3080ti").generic
+    env = tmp_path / "env.yaml"
+    env.write_text("name: a100\ngpu: a100-sxm4-40gb\nworkload: {generator: transformer, style: gpt, hidden: 512, "
+                   "heads: 8, seq: 256, batch: 2, layers: 2, vocab: 1024}\n")
+    assert main(["simulate", str(env)]) == 0
+    err = capsys.readouterr().err
+    assert "a100-sxm4-40gb preset is generic" in err and "rlclock calibrate --table" in err
+    assert main(["simulate", "gpt3xl-h200"]) == 0
+    assert "generic" not in capsys.readouterr().err
