@@ -19,6 +19,8 @@ PINNED = Path(__file__).resolve().parent / "data" / "pinned_plans.json"
 CASES: dict[str, list[str]] = {
     "gpt3xl-rtx3080ti": ["gpt3xl-rtx3080ti"],
     "gpt3xl-h200": ["gpt3xl-h200"],
+    "gpt3xl-h100": ["gpt3xl-h100"],
+    "gpt3xl-a100": ["gpt3xl-a100"],
     "family-rtx3080ti": ["heldout-rtx3080ti"],
 }
 """Checkpoint → env specs (a family expands to its members) its plans are pinned on."""

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
 
 
 @pytest.mark.parametrize("name, gpu", [("gpt3xl-rtx3080ti", "rtx3080ti"), ("gpt3xl-h200", "h200-sxm"),
+                                       ("gpt3xl-h100", "h100-sxm"), ("gpt3xl-a100", "a100-sxm4-40gb"),
                                        ("family-rtx3080ti", "rtx3080ti")])
 def test_shipped_checkpoint(name, gpu):
     pol = ClockPolicy.load(ROOT / name)

@@ -78,8 +78,8 @@ class SweepRow:
 def suite(spec: GpuSpec) -> list[Kernel]:
     """The microbenchmark suite, sized for ``spec`` (each kernel runs long enough to time at any clock):
     an FMA-bound SIMT kernel, tensor-core GEMMs at two shapes, a DRAM stream, an L2-resident stream (fits in
-    half the L2), a shared-memory-bound kernel (SIMT work on data held on chip), a reduction and a stream launched
-    on too few threads to hide DRAM latency."""
+    half the L2), a shared-memory-bound kernel (SIMT work on data held on chip), a wide and a narrow reduction and
+    a stream launched on too few threads to hide DRAM latency."""
     n_big = 4096 if spec.sm_count >= 100 else 2048
     l2_half = spec.l2_bytes / 2
     dram = 2.0 ** 30  # 1 GiB each way
@@ -99,6 +99,12 @@ def suite(spec: GpuSpec) -> list[Kernel]:
                dram_write_bytes=2 ** 24, dtype="fp32"),
         Kernel("reduction", "suite.reduce", "reduction", "forward", flops=2.0 ** 28, dram_read_bytes=2.0 ** 30,
                dram_write_bytes=2.0 ** 14, dtype="fp32", access="reduce"),
+        # a reduction over few blocks (as the column sums of norm backward passes): its DRAM side, not its SIMT
+        # work, sets its time even where SIMT work per byte is high
+        Kernel("reduction_narrow", "suite.reduce_narrow", "reduction", "forward", flops=2.0 ** 26,
+               dram_read_bytes=2.0 ** 27, dram_write_bytes=2.0 ** 12, dtype="fp32", access="reduce",
+               launch_grid=(max(1, spec.sm_count // 4), 1, 1),
+               launch_block=(min(1024, spec.threads_per_sm // 2), 1, 1)),
         # a stream whose grid fills an eighth of the GPU's threads: bound by DRAM latency, not bandwidth
         Kernel("latency_stream", "suite.latency", "copy", "forward", flops=0.0, dram_read_bytes=2.0 ** 28,
                dram_write_bytes=2.0 ** 28, dtype="fp32", launch_grid=(max(1, spec.sm_count // 4), 1, 1),
