@@ -24,8 +24,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rlclock.calibration.sweep import agreement, fit_sweep, hidden_gpu, simulated_sweep  # noqa: E402
+from rlclock.calibration.sweep import agreement, fit_sweep, simulated_sweep  # noqa: E402
 from rlclock.dvfs.spec import get_spec  # noqa: E402
+from rlclock.dvfs.variants import hidden_gpu  # noqa: E402
 from rlclock.workload.trace import KernelTrace  # noqa: E402
 
 

@@ -13,7 +13,6 @@ from rlclock.calibration.sweep import (
     agreement,
     check_rows,
     fit_sweep,
-    hidden_gpu,
     simulated_sweep,
     suite,
     sweep_configs,
@@ -22,6 +21,7 @@ from rlclock.calibration.sweep import (
 from rlclock.calibration.table import read_table, write_table
 from rlclock.cli import main
 from rlclock.dvfs.spec import get_spec, load_spec_file
+from rlclock.dvfs.variants import hidden_gpu
 from rlclock.errors import SpecError
 from rlclock.workload.trace import KernelTrace
 

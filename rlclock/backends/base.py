@@ -122,6 +122,12 @@ class GpuBackend(ABC):
         e.setflags(write=False)
         return t, e
 
+    def switch_latency_s(self, current: int, target: int) -> float:
+        """Seconds from a request for configuration ``target`` (an index) to its landing, with ``current`` in
+        effect: :attr:`latency_s` on every backend the planners model (a backend standing for a real GPU may
+        differ by direction, :class:`rlclock.backends.true_gpu.TrueGpu`)."""
+        return self.latency_s
+
     def schedule_indices(self, schedule: ClockSchedule) -> np.ndarray:
         """The schedule's per-kernel indices into :attr:`configs` (validated)."""
         schedule.check_length(self.n_kernels)
@@ -172,7 +178,7 @@ class GpuBackend(ABC):
                 continue
             issue_s.append(clock)
             to.append(r)
-            stop, after_s, _, _ = fly(t_at, e_at, n, i, cur, r, self.latency_s, log)
+            stop, after_s, _, _ = fly(t_at, e_at, n, i, cur, r, self.switch_latency_s(cur, r), log)
             cfg[i:stop] = cur
             for j in range(i, stop):
                 off += log.off_plan_s[j]

@@ -6,9 +6,9 @@ from elsewhere (:mod:`rlclock.calibration.table`). :func:`fit_sweep` fits the GP
 (:data:`SWEEP_FIT_NAMES`) to the rows, starting from a base preset, and :func:`write_preset` stores the result as
 a GPU spec file with its provenance, which every command accepts (``--gpu my-gpu.yaml``, ``gpu_file:``).
 
-Without hardware, :func:`hidden_gpu` draws a "true" GPU whose parameters differ from a preset within
-:data:`HIDDEN_RANGES`, and :func:`simulated_sweep` measures the suite on it (with noise) — the proof that the fit
-recovers a GPU it was not given (``tests/test_calibrate.py``, ``benchmarks/calibrate_hidden.py``).
+Without hardware, :func:`rlclock.dvfs.variants.hidden_gpu` draws a "true" GPU whose parameters differ from a
+preset within documented ranges, and :func:`simulated_sweep` measures the suite on it (with noise) — the proof that
+the fit recovers a GPU it was not given (``tests/test_calibrate.py``, ``benchmarks/calibrate_hidden.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -269,35 +269,6 @@ def write_preset(spec: GpuSpec, path: Path, key: str, name: str | None, provenan
                     f"{_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}\n"
                     + yaml.safe_dump(data, sort_keys=False, width=120))
     return path
-
-
-# -- a GPU with hidden parameters (proof without hardware) -----------------------------------------------------
-
-HIDDEN_RANGES: dict[str, float] = {
-    "v_min_v": 0.05, "v_max_v": 0.05, "f_ridge_mhz": 0.15, "p_const_w": 0.30, "k_leak_w_per_v": 0.30,
-    "c_clock_w": 0.20, "c_tensor_w": 0.20, "c_simt_w": 0.20, "e_xbar_j_per_byte": 0.30, "p_mem_bg_w": 0.30,
-    "e_dram_j_per_byte": 0.30, "eta_gemm": 0.08, "eta_stream": 0.15, "eta_reduce": 0.15,
-    "simt_ops_per_byte": 0.30, "lat_core_cycles": 0.30, "lat_mem_cycles": 0.30,
-}
-"""Relative half-widths of the uniform draws of a hidden GPU's parameters around a preset's: voltage end points
-±5 %, the knee (ridge) ±15 %, power floor and leakage ±30 %, clock, tensor and SIMT power ±20 %, memory power
-±30 %, achieved GEMM fraction ±8 %, bandwidth (stream efficiency) and reductions ±15 %, SIMT work per byte and
-DRAM latency ±30 % (docs/simulator.md, "Calibrating a GPU")."""
-
-
-def hidden_gpu(base: GpuSpec, seed: int) -> GpuSpec:
-    """A GPU like ``base`` whose parameters are drawn within :data:`HIDDEN_RANGES` (efficiencies kept <= 1)."""
-    rng = np.random.default_rng(seed)
-    p = base.model.as_dict()
-    changes = {}
-    for name, half in HIDDEN_RANGES.items():
-        v = p[name] * (1.0 + rng.uniform(-half, half))
-        if name.startswith("eta_"):
-            v = min(v, 0.98)
-        changes[name] = v
-    if changes["v_max_v"] <= changes["v_min_v"] + 0.05:
-        changes["v_max_v"] = changes["v_min_v"] + 0.05
-    return replace(base.with_model(**changes), key=f"{base.key}-hidden-{seed}")
 
 
 def simulated_sweep(true_gpu: GpuSpec, per_memory: int = 10, noise_std: float = 0.01, repeats: int = 4,

@@ -51,10 +51,8 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from rlclock.calibration.sweep import (
-        HIDDEN_RANGES,
         agreement,
         fit_sweep,
-        hidden_gpu,
         rows_from,
         simulated_sweep,
         suite,
@@ -63,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from rlclock.calibration.table import read_table, write_table
     from rlclock.dvfs.spec import get_spec
+    from rlclock.dvfs.variants import HIDDEN_RANGES, hidden_gpu
     from rlclock.errors import SpecError
 
     if args.per_memory < 2 or args.max_nfev < 1:
