@@ -1,12 +1,13 @@
 """Calibration without hardware: GPUs with hidden parameters, swept, fitted, and judged on real-step kernels.
 
-For each preset and seed, :func:`rlclock.calibration.sweep.hidden_gpu` draws a "true" GPU whose parameters differ
+For each preset and seed, :func:`rlclock.dvfs.variants.hidden_gpu` draws a "true" GPU whose parameters differ
 from the preset's within ``HIDDEN_RANGES``; the microbenchmark suite is swept on it (about ten core clocks per
 lockable memory clock, every reading with 1 % log-normal noise, the median of four kept, plus idle power);
 ``fit_sweep`` fits the preset to the sweep; the fitted model then predicts every distinct kernel of the real
 training steps profiled on an H200 (``data/corpus-h200``, their shapes only) at every clock pair of the GPU,
-against the true GPU. Targets (the calibration issue): time within 5 % and energy within 8 % at every clock
-pair, and each kernel's energy-optimal core clock within two clock steps.
+against the true GPU (every run under the board's power limit, as a real one). Targets (the calibration issue):
+time within 5 % and energy within 8 % at every clock pair, and each kernel's energy-optimal core clock within two
+clock steps.
 
     python benchmarks/calibrate_hidden.py                      # 20 GPUs per preset, every preset
     python benchmarks/calibrate_hidden.py --presets h200-sxm --seeds 5

@@ -8,20 +8,20 @@ Method (``--measure``, on the GPU):
   ``t0`` the fixed cost of a kernel between two events (from gauges of two lengths at the start). NVML's reading
   averages over 1/6-1 s and lags short phases. A gauge runs just before and just after every probe.
 * **Capped**: bursts of large bf16 GEMMs (power-heavy: the firmware holds the SM clock below boost under the
-  board power limit), 0.3 s of them first, then before every timing; the probe — one kernel class, on
+  board power limit), 48 of them first, then before every timing; the probe — one kernel class, on
   preallocated tensors — runs right after its gauge on the same stream, timed with CUDA events around it alone
   (the stream is busy, so no launch gap is timed).
 * **Boost**: after 1 s idle (the firmware keeps a power-capped clock for long after a burst; from idle it is
   at boost within a fraction of a millisecond), the same with a 1 ms spin before each gauge instead of a burst
   (the stream busy, the clock up, the power low).
-* **Transitions**: gauges back to back after 1.5 s idle, and after 0.4 s of bursts: the clock against time.
+* **Transitions**: gauges back to back after 1.5 s idle, and after 48 bursts: the clock against time.
   NVML's SM clock and power are read every 10 ms beside everything.
 
 Each probe is also profiled once (``torch.profiler``) into a kernel trace whose FLOPs and bytes come from the
 operators' shapes, as a profiled training step's are (``rlclock.workload.op_costs``).
 
-``--compare`` (anywhere) predicts each probe's time ratio (capped / boost) with a GPU preset at the SM clocks
-NVML read, from shapes alone and anchored on the profiled time, and prints it beside the measured ratio.
+``--compare`` (anywhere) predicts each probe's time ratio (capped / boost) with a GPU preset at the SM clocks the
+gauges measured, from shapes alone and anchored on the profiled time, and prints it beside the measured ratio.
 
     python benchmarks/freq_response.py --measure --out data/h200-response.json      # on the GPU
     python benchmarks/freq_response.py --compare data/h200-response.json            # the preset against it
@@ -281,7 +281,7 @@ def compare(path: Path, gpu: str) -> int:
           f"(anchored); worst {worst:.1f} pp")
     tr = data.get("transitions")
     if tr:
-        for label, key in (("from 1.5 s idle", "from_idle"), ("after 0.4 s of power-capped bursts", "after_bursts")):
+        for label, key in (("from 1.5 s idle", "from_idle"), ("after 48 power-capped bursts", "after_bursts")):
             t, f = np.array(tr[key]["t_s"]) * 1e3, np.array(tr[key]["clock_mhz"])
             settled = float(np.median(f[-100:]))
             steps = []

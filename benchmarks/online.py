@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         step_s = nominal.auto_run().time_s
         auto_e = nominal.auto_run().energy_j
         model_saving = [1 - nominal.run_indices(pl).energy_j / auto_e for pl in plans]
+        model_slowdown = [nominal.run_indices(pl).time_s / step_s - 1 for pl in plans]
         print(f"# {wl}: {len(trace)} kernels, {1e3 * step_s:.1f} ms per step on the planning model "
               f"(N = 500 / 2 000 / 10 000 steps = {500 * step_s / 60:.1f} / {2000 * step_s / 60:.1f} / "
               f"{10000 * step_s / 60:.1f} min of the job); plans in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -114,14 +115,17 @@ def main(argv: list[str] | None = None) -> int:
                 # budget feedback reads step times only: windows of 0.2 s are enough; the others need energy
                 job = MeasuredJob(truth, plans, window_s=0.2 if name == "feedback" else 1.0, seed=seed)
                 if name == "nominal":
-                    traj = run_learner(job, NominalPlan(nominal_arm), a.budget, max(CHECKPOINTS))
+                    traj = run_learner(job, NominalPlan(nominal_arm), a.budget, max(CHECKPOINTS),
+                                       prior_slowdown=model_slowdown)
                 elif name == "feedback":
-                    learner = BudgetFeedback(a.budget, model_saving, nominal_arm)
-                    traj = run_learner(job, learner, a.budget, max(CHECKPOINTS))
+                    learner = BudgetFeedback(a.budget, model_saving)
+                    traj = run_learner(job, learner, a.budget, max(CHECKPOINTS), prior_slowdown=model_slowdown)
                 elif name == "bandit":
-                    traj = run_learner(job, SafeBandit(a.budget, nominal_arm), a.budget, max(CHECKPOINTS))
+                    traj = run_learner(job, SafeBandit(a.budget, nominal_arm), a.budget, max(CHECKPOINTS),
+                                       prior_slowdown=model_slowdown)
                 else:
-                    traj = ppo_learner(job, a.budget, max(CHECKPOINTS), nominal_arm, seed=seed)
+                    traj = ppo_learner(job, a.budget, max(CHECKPOINTS), nominal_arm, seed=seed,
+                                       prior_slowdown=model_slowdown)
                 worst.append(float(np.max(traj.running_slowdowns(job))))
                 for n in CHECKPOINTS:
                     arm = traj.committed_at(n)

@@ -105,3 +105,28 @@ def test_the_power_limit_baseline_picks_the_cheapest_whole_job_limit_within_the_
     assert lower.time_s > backend.auto_run().time_s * 1.01 or lower.energy_j >= ev.energy_j
     free = power_limit(backend, 1.0).evaluation
     assert free.energy_j <= ev.energy_j
+
+
+def test_job_memory_weighs_every_memory_clock_for_the_whole_job():
+    """On a GPU whose memory clock is a whole-job choice (the H200: deferred memory locks), ``job-memory`` is the best
+    single configuration at any of its memory clocks within the budget — never worse than ``static`` at the one in
+    effect, and exactly the better of the per-memory-clock static choices."""
+    from rlclock.config import load_env_spec
+    from rlclock.schedule import AUTO, ClockConfig
+    from rlclock.solve.baselines import job_memory, run_baselines, static
+
+    spec = load_env_spec("gpt3xl-h200")
+    backend = spec.build_backend()
+    got = job_memory(backend, 0.01)
+    assert got.evaluation.energy_j <= static(backend, 0.01).evaluation.energy_j + 1e-9
+    cores = sorted({c.core_mhz for c in backend.configs}, key=lambda f: -1 if f is None else f)
+    per_memory = []
+    for m in backend.spec.mem_clocks_mhz:
+        grid = [AUTO] + [ClockConfig(f, m) for f in cores if f is None or f in backend.spec.core_clocks_mhz(m)]
+        per_memory.append(static(backend.with_configs(grid), 0.01).evaluation.energy_j)
+    assert got.evaluation.energy_j == pytest.approx(min(per_memory))
+    assert got.evaluation.slowdown <= 0.01 + 1e-12 and "MHz" in got.schedule.name
+    names = [r.name for r in run_baselines(backend, 0.01, names=["static", "job-memory"])]
+    assert names == ["static", "job-memory"]
+    rtx = load_env_spec("gpt3xl-rtx3080ti").build_backend()  # runtime memory locks: not a whole-job question
+    assert [r.name for r in run_baselines(rtx, 0.01, names=["job-memory"])] == []

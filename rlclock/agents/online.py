@@ -2,7 +2,8 @@
 
 A plan made on the planning model is worth what the model is. On a real GPU — here a
 :class:`~rlclock.backends.true_gpu.TrueGpu` standing for one — a job can only measure what a user's GPU gives:
-each step's time (CUDA events; its noise :attr:`TrueGpuDraw.time_noise`) and the energy of a window of steps
+each step's time (CUDA events; its spread and step-to-step correlation as measured on the H200,
+:attr:`TrueGpuDraw.time_noise`) and the energy of a window of steps
 (NVML's counter, which moves every ``tick_s``: the energy of a window of duration ``D`` is off by about
 ``tick / (D·√6)``, as measured on the H200 — ``benchmarks/step_noise.py``). Its arms are candidate plans made on the
 planning model for a range of budgets (arm 0 is auto, the reference every slowdown and saving is measured against);
@@ -17,9 +18,10 @@ Four learners on the same measurements:
 * :func:`ppo_learner` — stable-baselines3 PPO over the same choice (observation: every arm's estimates and the
   running slowdown; reward: the measured saving, less a penalty for measured overrun), learning online.
 
-All three run behind :class:`SafetyLayer`: when the measured slowdown over the last ~100 steps exceeds the budget by
-more than ``margin`` (0.5 pp), the next windows run auto, until it is back. ``benchmarks/online.py`` judges them
-against the true GPU's best plan.
+All run behind :class:`SafetyLayer`, which shortens a window of an arm (a probe) or runs auto instead wherever the
+arm's worst likely slowdown could take the running slowdown over the last ~100 steps more than ``margin`` (0.5 pp)
+over the budget.
+``benchmarks/online.py`` judges them against the true GPU's best plan.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import numpy as np
 from rlclock.backends.true_gpu import TrueGpu
 
 SQRT6 = math.sqrt(6.0)
+MIN_WINDOWS = 3
+"""Windows of an arm before its estimates count (one or two windows say nothing about their own spread)."""
 
 
 class MeasuredJob:
@@ -59,8 +63,10 @@ class MeasuredJob:
                              else int(window_steps))
         self.tick_s = float(tick_s)
         self.noise = truth.draw.time_noise
+        self.rho = truth.draw.time_correlation
         self.rng = np.random.default_rng(seed)
         self.steps = 0
+        self._dev = 0.0  # the last step's relative time deviation (an AR(1) series across windows)
 
     @property
     def n_arms(self) -> int:
@@ -72,10 +78,16 @@ class MeasuredJob:
     def true_saving(self, arm: int) -> float:
         return float(1.0 - self.energy_j[arm] / self.energy_j[0])
 
-    def window(self, arm: int) -> tuple[float, float]:
-        """Run ``arm`` for one window: its measured mean step time (s) and energy per step (J)."""
-        w = self.window_steps
-        t = self.time_s[arm] * (1.0 + self.rng.normal(0.0, self.noise, w))
+    def window(self, arm: int, steps: int | None = None) -> tuple[float, float]:
+        """Run ``arm`` for one window (of ``steps``, default :attr:`window_steps`): its measured mean step time (s)
+        and energy per step (J)."""
+        w = self.window_steps if steps is None else max(1, int(steps))
+        dev = np.empty(w)
+        shocks = self.rng.normal(0.0, self.noise * math.sqrt(1.0 - self.rho ** 2), w)
+        for i in range(w):
+            self._dev = self.rho * self._dev + shocks[i]
+            dev[i] = self._dev
+        t = self.time_s[arm] * (1.0 + dev)
         duration = float(t.sum())
         e = self.energy_j[arm] * (1.0 + self.rng.normal(0.0, self.tick_s / (duration * SQRT6)))
         self.steps += w
@@ -105,11 +117,16 @@ class Estimates:
         self.e_sq[arm] += e * e
 
     def _mean_se(self, s: np.ndarray, sq: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray]:
+        """Means and standard errors, the latter widened by Student's t over the normal quantile for few windows
+        (so that ``z`` standard errors keep their meaning), infinite below :data:`MIN_WINDOWS`."""
+        from scipy.stats import t as student
+
         n = np.maximum(self.count, 1)
         mean = s / n
         var = np.maximum(sq / n - mean ** 2, 0.0) * n / np.maximum(n - 1, 1)
         se = np.sqrt(np.maximum(var, (floor * mean) ** 2) / n)
-        return mean, np.where(self.count > 0, se, np.inf)
+        widen = student.ppf(0.975, np.maximum(n - 1, 1)) / 1.96
+        return mean, np.where(self.count >= MIN_WINDOWS, se * widen, np.inf)
 
     def _relative(self, s: np.ndarray, sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each arm's mean over arm 0's, and its standard error (inf for an arm, or a reference, not yet seen)."""
@@ -134,17 +151,23 @@ class Estimates:
 
 @dataclass
 class SafetyLayer:
-    """Keeps the measured running slowdown within ``budget + margin`` (module docstring).
+    """Keeps the running slowdown within ``budget + margin`` (module docstring): before a window it projects the
+    running slowdown with the arm's worst likely slowdown — measured, its upper confidence bound; not yet measured,
+    the planning model's slowdown plus ``prior_error`` — and runs auto instead where that would cross the line.
 
     Attributes:
         budget: The slowdown budget, a fraction.
-        margin: How far over the budget the running slowdown (over ``span_steps``) may go before it steps in.
+        margin: How far over the budget the running slowdown (over ``span_steps``) may go.
         span_steps: Steps the running slowdown averages over.
+        prior_slowdown: Each arm's slowdown on the planning model (``None``: unknown, ``prior_error`` alone).
+        prior_error: How far a true slowdown may lie above the planning model's (an error of ordinary size).
     """
 
     budget: float
     margin: float = 0.005
     span_steps: int = 100
+    prior_slowdown: np.ndarray | None = None
+    prior_error: float = 0.02
     recent: list[tuple[int, float]] = field(default_factory=list)  # (steps, measured slowdown) per window
 
     def record(self, steps: int, slowdown: float) -> None:
@@ -161,9 +184,29 @@ class SafetyLayer:
         steps = sum(s for s, _ in self.recent)
         return sum(s * d for s, d in self.recent) / steps if steps else 0.0
 
-    def guard(self, arm: int) -> int:
-        """``arm``, or auto (arm 0, the fastest way back) while the running slowdown is over ``budget + margin``."""
-        return arm if self.running <= self.budget + self.margin else 0
+    def worst(self, arm: int, est: Estimates) -> float:
+        """The arm's worst likely slowdown over its next window."""
+        if arm == 0:
+            return 0.0
+        if est.count[arm] >= MIN_WINDOWS and est.count[0] >= MIN_WINDOWS:
+            slow, se = est.slowdown()
+            return float(slow[arm] + 2 * se[arm])
+        prior = 0.0 if self.prior_slowdown is None else float(self.prior_slowdown[arm])
+        return prior + self.prior_error
+
+    def guard(self, arm: int, est: Estimates, window_steps: int, shortest: int = 4) -> tuple[int, int]:
+        """``(arm, steps)`` to run next: ``arm`` for as many of ``window_steps`` steps as keep the projected running
+        slowdown within ``budget + margin`` (a short probe of an arm not yet known), or auto for the window where
+        fewer than ``shortest`` would."""
+        line, worst, run = self.budget + self.margin, self.worst(arm, est), self.running
+        if run > line:
+            return 0, window_steps  # over the line already: back the fastest way
+        if worst <= line:
+            return arm, window_steps
+        # (run * (span - w) + worst * w) / span <= line  <=>  w <= span * (line - run) / (worst - run)
+        w = int(self.span_steps * (line - run) / (worst - run)) if worst > run else window_steps
+        w = min(w, window_steps)
+        return (arm, w) if w >= shortest else (0, window_steps)
 
 
 class NominalPlan:
@@ -195,14 +238,15 @@ class SafeBandit:
 
     def choose(self, est: Estimates) -> int:
         self.windows += 1
-        if est.count[0] < 2 or self.windows % self.reference_every == 0:
+        if est.count[0] < MIN_WINDOWS or self.windows % self.reference_every == 0:
             return 0
-        if est.count[self.start] < 2:
+        if est.count[self.start] < MIN_WINDOWS:
             return self.start
         slow, sse = est.slowdown()
         save, vse = est.saving()
-        plausible = [a for a in range(est.n_arms) if est.count[a] == 0 or slow[a] - self.z * sse[a] <= self.budget]
-        unseen = [a for a in plausible if est.count[a] == 0]
+        plausible = [a for a in range(est.n_arms)
+                     if est.count[a] < MIN_WINDOWS or slow[a] - self.z * sse[a] <= self.budget]
+        unseen = [a for a in plausible if est.count[a] < MIN_WINDOWS]
         if unseen:  # the untried arm closest to the nominal one
             return min(unseen, key=lambda a: abs(a - self.start))
         return max(plausible, key=lambda a: save[a] + self.z * vse[a]) if plausible else 0
@@ -210,56 +254,52 @@ class SafeBandit:
     def commit(self, est: Estimates) -> int:
         slow, sse = est.slowdown()
         save, _ = est.saving()
-        fits = [a for a in range(est.n_arms) if est.count[a] >= 2 and slow[a] + self.z * sse[a] <= self.budget]
+        fits = [a for a in range(est.n_arms)
+                if est.count[a] >= MIN_WINDOWS and slow[a] + self.z * sse[a] <= self.budget]
         return max(fits, key=lambda a: save[a]) if fits else 0
 
 
 class BudgetFeedback:
     """The planning model's ranking of the arms by energy, the GPU's measured step time for the budget (module
-    docstring): a search along the model's ranking, from the nominal plan — one arm further up (more saving) once the
-    current one surely fits, one down once it surely overruns — committing to the most saving arm whose measured
-    slowdown surely fits. Energy readings (per window, through a 100 ms counter) are too coarse to rank plans that
-    differ by tenths of a percent; step times are not, so it needs only short windows.
+    docstring): it runs the arm the model expects to save most among those not yet shown to overrun — to settle it
+    while unsure, to keep it once it surely fits — and commits to the most saving arm whose measured slowdown surely
+    fits. An arm still undecided after ``patience`` windows is too close to the budget to tell and is passed over.
+    Energy readings (per window, through a 100 ms counter) are too coarse to rank plans that differ by tenths of a
+    percent; step times are not, so it needs only short windows.
 
     Args:
         budget: The slowdown budget.
         model_saving: Each arm's saving on the planning model (arm 0, auto: 0).
-        start: The arm to start from (the nominal plan).
         z: Width of the confidence bounds on the slowdown, in standard errors.
         reference_every: Measure auto at least once every this many windows.
+        patience: Windows an arm may stay undecided before it is passed over.
     """
 
-    def __init__(self, budget: float, model_saving: Sequence[float], start: int, z: float = 2.0,
-                 reference_every: int = 4, patience: int = 16) -> None:
+    def __init__(self, budget: float, model_saving: Sequence[float], z: float = 2.0, reference_every: int = 4,
+                 patience: int = 24) -> None:
         self.budget, self.z, self.reference_every, self.patience = budget, z, reference_every, patience
         self.order = [int(a) for a in np.argsort(-np.asarray(model_saving, dtype=float), kind="stable")]
-        self.pos = self.order.index(start)
         self.windows = 0
-        self.unsure = 0  # windows the current arm has stayed undecided
 
     def _verdict(self, est: Estimates, arm: int) -> int:
-        """+1 if ``arm`` surely fits the budget, -1 if it surely overruns, 0 while unsure."""
+        """+1 if ``arm`` surely fits the budget, -1 if it surely overruns (or stayed undecided too long), 0 while
+        unsure."""
         if arm == 0:
             return 1
-        if est.count[arm] < 2:
+        if est.count[arm] < MIN_WINDOWS or est.count[0] < MIN_WINDOWS:
             return 0
         slow, se = est.slowdown()
         if slow[arm] + self.z * se[arm] <= self.budget:
             return 1
-        return -1 if slow[arm] - self.z * se[arm] > self.budget else 0
+        if slow[arm] - self.z * se[arm] > self.budget or est.count[arm] >= self.patience:
+            return -1
+        return 0
 
     def choose(self, est: Estimates) -> int:
         self.windows += 1
-        if est.count[0] < 2 or self.windows % self.reference_every == 0:
+        if est.count[0] < MIN_WINDOWS or self.windows % self.reference_every == 0:
             return 0
-        verdict = self._verdict(est, self.order[self.pos])
-        self.unsure = self.unsure + 1 if verdict == 0 else 0
-        if verdict > 0 and self.pos > 0 and self._verdict(est, self.order[self.pos - 1]) >= 0:
-            self.pos -= 1  # fits: try the next arm up, unless it is known to overrun
-        elif (verdict < 0 or self.unsure > self.patience) and self.pos < len(self.order) - 1:
-            self.pos += 1  # overruns, or too close to the budget to tell: the next arm down
-            self.unsure = 0
-        return self.order[self.pos]
+        return next(a for a in self.order if self._verdict(est, a) >= 0)
 
     def commit(self, est: Estimates) -> int:
         return next(a for a in self.order if self._verdict(est, a) > 0)
@@ -282,7 +322,7 @@ class Trajectory:
 
     ran: list[int] = field(default_factory=list)
     committed: list[int] = field(default_factory=list)
-    steps: list[int] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)  # steps run so far, after each window
 
     def committed_at(self, steps: int) -> int:
         """The arm committed to after ``steps`` steps (auto before the first window)."""
@@ -290,24 +330,26 @@ class Trajectory:
         return self.committed[i] if i >= 0 else 0
 
     def running_slowdowns(self, job: MeasuredJob, span_steps: int = 100) -> np.ndarray:
-        """The true slowdown of the arms run, averaged over each ``span_steps`` stretch of windows."""
-        per = max(1, round(span_steps / job.window_steps))
-        true = np.array([job.true_slowdown(a) for a in self.ran])
-        if true.size < per:
+        """The true slowdown of the arms run, averaged over every stretch of ``span_steps`` consecutive steps."""
+        lengths = np.diff(np.concatenate([[0], self.steps])).astype(np.int64)
+        true = np.repeat([job.true_slowdown(a) for a in self.ran], lengths)
+        if true.size < span_steps:
             return true
-        return np.convolve(true, np.ones(per) / per, mode="valid")
+        return np.convolve(true, np.ones(span_steps) / span_steps, mode="valid")
 
 
 def run_learner(job: MeasuredJob, learner: NominalPlan | SafeBandit | BudgetFeedback, budget: float, steps: int,
-                margin: float = 0.005) -> Trajectory:
-    """Run ``learner`` behind the safety layer for ``steps`` steps of ``job``."""
-    est, safety, traj = Estimates(job.n_arms), SafetyLayer(budget, margin), Trajectory()
+                margin: float = 0.005, prior_slowdown: Sequence[float] | None = None) -> Trajectory:
+    """Run ``learner`` behind the safety layer for ``steps`` steps of ``job`` (``prior_slowdown``: each arm's
+    slowdown on the planning model, for the safety layer)."""
+    est, traj = Estimates(job.n_arms), Trajectory()
+    safety = SafetyLayer(budget, margin, prior_slowdown=None if prior_slowdown is None else np.asarray(prior_slowdown))
     while job.steps < steps:
-        arm = safety.guard(learner.choose(est))
-        t, e = job.window(arm)
+        arm, n = safety.guard(learner.choose(est), est, job.window_steps)
+        t, e = job.window(arm, n)
         est.add(arm, t, e)
         if est.count[0] > 0:
-            safety.record(job.window_steps, t / (est.t_sum[0] / est.count[0]) - 1.0)
+            safety.record(n, t / (est.t_sum[0] / est.count[0]) - 1.0)
         traj.ran.append(arm)
         traj.committed.append(learner.commit(est))
         traj.steps.append(job.steps)
@@ -315,14 +357,15 @@ def run_learner(job: MeasuredJob, learner: NominalPlan | SafeBandit | BudgetFeed
 
 
 def ppo_learner(job: MeasuredJob, budget: float, steps: int, start: int, seed: int = 0, margin: float = 0.005,
-                penalty: float = 10.0) -> Trajectory:
+                penalty: float = 10.0, prior_slowdown: Sequence[float] | None = None) -> Trajectory:
     """Stable-baselines3 PPO learning the arm choice online from the job's measurements (module docstring): one
     environment step per window; the first windows measure auto and the nominal plan; it commits to the arm its
     policy prefers among those whose slowdown surely fits (else auto)."""
     import gymnasium as gym
     from stable_baselines3 import PPO
 
-    est, safety, traj = Estimates(job.n_arms), SafetyLayer(budget, margin), Trajectory()
+    est, traj = Estimates(job.n_arms), Trajectory()
+    safety = SafetyLayer(budget, margin, prior_slowdown=None if prior_slowdown is None else np.asarray(prior_slowdown))
     bandit_rule = SafeBandit(budget, start)
 
     class _Env(gym.Env):
@@ -336,16 +379,16 @@ def ppo_learner(job: MeasuredJob, budget: float, steps: int, start: int, seed: i
 
         def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
             arm = int(action)
-            if est.count[0] < 2:
+            if est.count[0] < MIN_WINDOWS:
                 arm = 0
-            elif est.count[start] < 2:
+            elif est.count[start] < MIN_WINDOWS:
                 arm = start
-            arm = safety.guard(arm)
-            t, e = job.window(arm)
+            arm, n = safety.guard(arm, est, job.window_steps)
+            t, e = job.window(arm, n)
             est.add(arm, t, e)
             t0, e0 = est.t_sum[0] / est.count[0], est.e_sum[0] / est.count[0]
             slow = t / t0 - 1.0
-            safety.record(job.window_steps, slow)
+            safety.record(n, slow)
             reward = 100 * ((1.0 - e / e0) - penalty * max(0.0, slow - budget))
             traj.ran.append(arm)
             traj.steps.append(job.steps)
@@ -353,8 +396,9 @@ def ppo_learner(job: MeasuredJob, budget: float, steps: int, start: int, seed: i
             return observation(est, safety), float(reward), False, job.steps >= steps, {}
 
     def _commit() -> int:
-        fits = [a for a in range(job.n_arms) if est.count[a] >= 2 and
-                est.slowdown()[0][a] + bandit_rule.z * est.slowdown()[1][a] <= budget]
+        slow, se = est.slowdown()
+        fits = [a for a in range(job.n_arms)
+                if est.count[a] >= MIN_WINDOWS and slow[a] + bandit_rule.z * se[a] <= budget]
         if not fits:
             return 0
         obs = observation(est, safety)

@@ -10,7 +10,8 @@ Drawn by :func:`draw_true_gpu` around a preset:
   nominal power limit (0–5 %), so under the cap a clock lands below the request where the model expects it to hold;
   and raising the core clock takes longer than lowering it (× 1–3 of the latency: on the H200 the clock drops at
   once under the power cap and climbs back over ~100 ms, ``docs/simulator.md``);
-* **kernel-time noise** of 1–3 % per step (:attr:`TrueGpuDraw.time_noise`), applied by whoever measures steps.
+* **step-time noise** of 2–9 % from step to step, correlated 0.7–0.8 with the step before (as measured on real
+  training steps on the H200), applied by whoever measures steps (:attr:`TrueGpuDraw.time_noise`).
 
 Anchored on the same measured auto-clock points as the planning model: the true GPU reproduces the measured step at
 auto clocks and differs in how it answers other clocks.
@@ -35,8 +36,12 @@ RAISE_FACTOR = (1.0, 3.0)
 """Range of how much longer a switch to a higher core clock takes than one to a lower."""
 CAP_MARGIN = (0.0, 0.05)
 """Range of the share of the nominal power limit the firmware keeps in reserve."""
-TIME_NOISE = (0.01, 0.03)
-"""Range of the per-step relative noise of kernel time."""
+TIME_NOISE = (0.02, 0.09)
+"""Range of the relative spread of a step's time from step to step (2.3-9.3 % measured on real training steps on
+the H200, ``data/h200-step-noise.json``)."""
+TIME_CORRELATION = (0.7, 0.8)
+"""Range of the correlation of one step's time deviation with the next's (0.7-0.8 measured there: slow phases
+last several steps)."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,7 @@ class TrueGpuDraw:
         cap_margin: Share of the power limit the firmware keeps in reserve.
         time_noise: Relative standard deviation of a step's time from one step to the next.
         seed: The seed it was drawn with.
+        time_correlation: Correlation of one step's time deviation with the next's.
     """
 
     spec: GpuSpec
@@ -58,6 +64,7 @@ class TrueGpuDraw:
     cap_margin: float
     time_noise: float
     seed: int
+    time_correlation: float = 0.0
 
     def describe(self) -> str:
         return (f"true {self.spec.name} #{self.seed}: latency x{self.latency_scale:.2f} (raising "
@@ -70,7 +77,8 @@ def draw_true_gpu(base: GpuSpec, seed: int) -> TrueGpuDraw:
     rng = np.random.default_rng(10_000 + seed)
     spec = replace(hidden_gpu(base, seed), key=base.key)
     return TrueGpuDraw(spec, float(np.exp(rng.uniform(*np.log(LATENCY_SCALE)))), float(rng.uniform(*RAISE_FACTOR)),
-                       float(rng.uniform(*CAP_MARGIN)), float(rng.uniform(*TIME_NOISE)), seed)
+                       float(rng.uniform(*CAP_MARGIN)), float(rng.uniform(*TIME_NOISE)), seed,
+                       float(rng.uniform(*TIME_CORRELATION)))
 
 
 class TrueGpu(SimulatedGpu):

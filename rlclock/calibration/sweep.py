@@ -182,13 +182,14 @@ def _kernels_of(rows: Sequence[SweepRow]) -> tuple[list[Kernel], np.ndarray, lis
 
 def sweep_residuals(spec: GpuSpec, rows: Sequence[SweepRow], parts: str = "time+energy") -> np.ndarray:
     """Log errors of the model's time and energy on every kernel row, and of its idle power on every idle row
-    (``parts``: ``time``, ``energy`` — with the idle power — or both)."""
+    (``parts``: ``time``, ``energy`` — with the idle power — or both). The model runs each row under the board's
+    power limit, as the GPU did: a locked clock that would draw more lands lower."""
     work = [r for r in rows if not r.is_idle]
     idle = [r for r in rows if r.is_idle]
     out = []
     if work:
         kernels, ki, configs, ci = _kernels_of(work)
-        pred = model.predict(model.kernel_arrays(kernels, spec), spec, configs, power_limit_w=1e9)
+        pred = model.predict(model.kernel_arrays(kernels, spec), spec, configs)  # under the board's power cap
         t = np.array([r.time_s for r in work])
         e = np.array([r.energy_j for r in work])
         if "time" in parts:
@@ -277,7 +278,7 @@ def simulated_sweep(true_gpu: GpuSpec, per_memory: int = 10, noise_std: float = 
     value the median of ``repeats`` readings with log-normal noise of ``noise_std`` each (as a meter's windows)."""
     kernels = list(suite(true_gpu) if kernels is None else kernels)
     configs = sweep_configs(true_gpu, per_memory)
-    pred = model.predict(model.kernel_arrays(kernels, true_gpu), true_gpu, configs, power_limit_w=1e9)
+    pred = model.predict(model.kernel_arrays(kernels, true_gpu), true_gpu, configs)  # capped, as a real run
     rng = np.random.default_rng(seed)
 
     def noisy(a: np.ndarray) -> np.ndarray:
@@ -315,8 +316,8 @@ def agreement(fitted: GpuSpec, true_gpu: GpuSpec, kernels: Sequence[Kernel]) -> 
     locked for a job (:meth:`GpuSpec.config_grid`)."""
     configs = list(true_gpu.config_grid(auto=False))
     ka_f, ka_t = model.kernel_arrays(kernels, fitted), model.kernel_arrays(kernels, true_gpu)
-    pf = model.predict(ka_f, fitted, configs, power_limit_w=1e9)
-    pt = model.predict(ka_t, true_gpu, configs, power_limit_w=1e9)
+    pf = model.predict(ka_f, fitted, configs)
+    pt = model.predict(ka_t, true_gpu, configs)
     steps, regret = [], []
     rows = np.arange(len(kernels))
     for m in sorted({true_gpu.effective_mem_mhz(c) for c in configs}):

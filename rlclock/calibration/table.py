@@ -96,8 +96,8 @@ def read_table(path: str | Path) -> list[SweepRow]:
     if unknown:
         raise SpecError(f"sweep table {p}: unknown column(s) {unknown}.", f"use {list(REQUIRED + OPTIONAL)}.")
     rows = []
-    for n, raw0 in enumerate(reader, start=2):
-        where = f"sweep table {p}, line {n}"
+    for raw0 in reader:
+        where = f"sweep table {p}, line {reader.line_num}"
         if None in raw0:
             raise SpecError(f"{where}: more fields than the header's {len(header)}.",
                             "give every row one value per header column.")

@@ -249,17 +249,18 @@ class GpuSpec:
         return self.memory_locks == "runtime"
 
     def check_runtime_configs(self, configs: Iterable[ClockConfig], where: str) -> None:
-        """Raise :class:`SpecError` when ``configs`` (an action set or a schedule's configurations) lock a memory
-        clock other than the default on a GPU whose memory clock cannot be switched at runtime."""
+        """Raise :class:`SpecError` when ``configs`` (an action set or a schedule's configurations) lock more than
+        one memory clock on a GPU whose memory clock cannot be switched at runtime (one is the job's: the default,
+        or another locked deferred for the whole job)."""
         if self.runtime_memory:
             return
-        other = sorted({c.mem_mhz for c in configs if c.mem_mhz is not None and c.mem_mhz != self.default_mem_mhz})
-        if other:
+        locked = sorted({c.mem_mhz for c in configs if c.mem_mhz is not None})
+        if len(locked) > 1:
             raise SpecError(
                 f"{where}: {self.name} cannot switch its memory clock while a job runs ({self.memory_locks} memory "
-                f"locks), but memory {other} MHz is asked for.",
-                f"keep the memory clock at {self.default_mem_mhz} MHz (mem_mhz: [{self.default_mem_mhz}]); the "
-                f"job's memory clock is a whole-run choice (rlclock baselines prints it).")
+                f"locks), but memory clocks {locked} MHz are asked for.",
+                f"keep one memory clock, the job's (mem_mhz: [{self.default_mem_mhz}] by default); which one pays "
+                f"for a whole job is the job-memory baseline of rlclock baselines.")
 
     def bandwidth_bytes_per_s(self, mem_mhz: float) -> float:
         """Peak DRAM bandwidth at a memory clock (double data rate over the bus)."""

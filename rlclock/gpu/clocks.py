@@ -161,6 +161,7 @@ class ClockControl:
         self._watchdog: Watchdog | None = None
         self._current = AUTO
         self._dirty = False  # some lock may be in effect
+        self._mem_locked = False  # this object has locked the memory clock (and must give it back)
         self._closed = False
         self._history: list[ClockReadback] = []
         self._prev_handlers: dict[int, Any] = {}
@@ -333,11 +334,14 @@ class ClockControl:
             for name, args in calls:  # on an error, _current keeps what was applied before it
                 try:
                     getattr(self.device, name)(*args)
+                    if name == "set_locked_mem_clocks":
+                        self._mem_locked = True
                 except NvmlNotSupportedError as exc:
                     if name != "set_locked_mem_clocks":
                         raise
-                    self.memory_locks = "none"  # refuse the next ones before any call
-                    self.memory_in_effect_mhz = None
+                    self.memory_locks = "deferred"  # refuse the next ones before any call; keep the one in effect
+                    in_effect = nvml.try_read(self.device.mem_clock_mhz)
+                    self.memory_in_effect_mhz = in_effect if isinstance(in_effect, int) else None
                     raise ClockError(
                         f"GPU {self.device_index} ({self.device.name}) refused a runtime memory lock ({exc}).",
                         "plan core clocks only (the memory clock in effect); on Hopper a memory clock is locked "
@@ -358,15 +362,15 @@ class ClockControl:
 
     def _restore(self) -> ClockReadback:
         if self._dry_run:
-            rec = self._record(AUTO, tuple(_fmt(c) for c in plan_calls(self._current, AUTO)), False, 0.0)
+            rec = self._record(AUTO, tuple(_fmt(c) for c in plan_calls(self._locks(self._current), AUTO)), False, 0.0)
             self._current = AUTO
             return rec
         calls: list[tuple[str, tuple[int, ...]]] = []
         latency = 0.0
         if self._dirty or not self._current.is_auto:
             calls = [("reset_locked_core_clocks", ())]
-            if self.memory_locks == "runtime":  # never touch a memory clock this object cannot have locked
-                calls.append(("reset_locked_mem_clocks", ()))
+            if self.memory_locks == "runtime" or self._mem_locked:  # never touch a memory lock this object
+                calls.append(("reset_locked_mem_clocks", ()))    # cannot have taken
             t0 = time.perf_counter()
             errors: list[RlclockError] = []
             for name, args in calls:
@@ -380,6 +384,7 @@ class ClockControl:
             if errors:
                 raise errors[0]
             self._dirty = False
+            self._mem_locked = False
             if self._watchdog is not None:
                 self._watchdog.disarm()
         self._current = AUTO

@@ -32,8 +32,9 @@ def test_a_deferred_gpu_gets_an_action_set_at_its_memory_clock():
     h200 = get_spec("h200-sxm")
     assert {c.mem_mhz for c in h200.config_grid(core_step_mhz=105)} == {None, 3201}
     assert {c.mem_mhz for c in get_spec("rtx3080ti").config_grid(core_step_mhz=210)} >= {405, 9501}
-    with pytest.raises(SpecError, match=r"cannot switch its memory clock .*deferred.*2201.*mem_mhz: \[3201\]"):
+    with pytest.raises(SpecError, match=r"memory clock .*deferred.*\[2201, 3201\].*mem_mhz: \[3201\]"):
         h200.check_runtime_configs(h200.config_grid(core_step_mhz=105, mem_mhz=[3201, 2201]), "actions")
+    h200.check_runtime_configs(h200.config_grid(core_step_mhz=105, mem_mhz=[2201]), "actions")  # one: a job's
 
 
 def test_an_env_spec_that_switches_hopper_memory_is_refused():
@@ -100,9 +101,12 @@ def test_a_runtime_lock_the_driver_refuses_becomes_one_clear_error(fake_nvml):
                       memory_locks="runtime") as clocks:
         with pytest.raises(ClockError, match=r"refused a runtime memory lock.*core clocks only"):
             clocks.apply("1410@2201")
-        assert clocks.memory_locks == "none"
+        assert clocks.memory_locks == "deferred" and clocks.memory_in_effect_mhz == 3201
         with pytest.raises(ClockError, match="cannot lock its memory clock"):
             clocks.apply("1410@2201")
+        n_calls = len(fake_nvml.calls())
+        assert clocks.apply("1200@3201").calls == ("set_locked_core_clocks(1200, 1200)",)  # the one in effect: fine
+        assert len(fake_nvml.calls()) == n_calls + 1
     assert fake_nvml.device()["locked_core"] is None
 
 
