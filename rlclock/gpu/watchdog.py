@@ -133,10 +133,20 @@ def process_alive(pid: int) -> bool:
 
 
 def _restore(devices: Sequence[int], owner: int) -> None:
+    from rlclock.dvfs.spec import memory_locks_of
     from rlclock.gpu import nvml
 
     for index in devices:
-        for what, fn in (("core", "reset_locked_core_clocks"), ("memory", "reset_locked_mem_clocks")):
+        resets = [("core", "reset_locked_core_clocks")]
+        try:  # a GPU whose memory locks are not runtime had none taken: leave a deferred lock for the job alone
+            dev = nvml.NvmlDevice(index)
+            mems = nvml.try_read(dev.supported_mem_clocks_mhz)
+            runtime = memory_locks_of(dev.architecture(), None if isinstance(mems, str) else mems) == "runtime"
+        except Exception:  # unsure: reset both, as before
+            runtime = True
+        if runtime:
+            resets.append(("memory", "reset_locked_mem_clocks"))
+        for what, fn in resets:
             try:
                 getattr(nvml.NvmlDevice(index), fn)()
             except Exception as exc:  # report every failure, restore what can be restored
