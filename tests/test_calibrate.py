@@ -167,3 +167,22 @@ def test_generic_presets_say_so_and_how_to_calibrate(tmp_path, capsys):
     assert "a100-sxm4-40gb preset is generic" in err and "rlclock calibrate --table" in err
     assert main(["simulate", "gpt3xl-h200"]) == 0
     assert "generic" not in capsys.readouterr().err
+
+
+def test_a_policy_trained_for_a_calibrated_gpu_carries_its_spec(tmp_path):
+    """A checkpoint for a GPU that is not a shipped preset (a calibrated spec file) holds the spec itself, so it
+    loads anywhere; a preset's checkpoint only names it."""
+    from dataclasses import replace
+
+    from rlclock.observation.layout import obs_size
+    from rlclock.observation.lookahead import n_slots
+    from rlclock.policy import ClockPolicy, PolicyWeights, policy_meta, save_checkpoint
+
+    mine = replace(hidden_gpu(get_spec("h200-sxm"), 5), key="my-h200", fitted_to="a sweep")
+    configs = list(mine.config_grid(core_step_mhz=315, core_min_mhz=345))
+    slots, n = n_slots(configs), obs_size(4, n_slots(configs))
+    weights = PolicyWeights(((np.zeros((8, n)), np.zeros(8)),), (np.zeros((slots + 1, 8)), np.zeros(slots + 1)), "tanh")
+    save_checkpoint(tmp_path / "mine", weights, policy_meta(mine, configs, 4, n, 0.006, 0.01, {}))
+    assert ClockPolicy.load(tmp_path / "mine").gpu == mine
+    preset = get_spec("h200-sxm")
+    assert "gpu_spec" not in policy_meta(preset, configs, 4, n, 0.006, 0.01, {})

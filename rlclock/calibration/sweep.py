@@ -14,7 +14,6 @@ the fit recovers a GPU it was not given (``tests/test_calibrate.py``, ``benchmar
 from __future__ import annotations
 
 import datetime as _dt
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ import yaml
 
 from rlclock.calibration.fit import BOUNDS, fit
 from rlclock.dvfs import model
-from rlclock.dvfs.spec import GpuSpec
+from rlclock.dvfs.spec import GpuSpec, spec_to_mapping
 from rlclock.errors import SpecError
 from rlclock.schedule import ClockConfig
 from rlclock.workload.trace import Kernel
@@ -242,29 +241,13 @@ def fit_sweep(base: GpuSpec, rows: Sequence[SweepRow], max_nfev: int = 300) -> t
     return fitted, figures
 
 
-def _clock_range(cores: Sequence[int]) -> dict[str, int] | list[int]:
-    """A clock list as the preset format's ``{min, max, step}`` where it is evenly spaced, else as a list."""
-    v = sorted(cores)
-    steps = {b - a for a, b in itertools.pairwise(v)}
-    if len(steps) == 1:
-        return {"min": v[0], "max": v[-1], "step": steps.pop()}
-    return list(cores)
-
-
 def write_preset(spec: GpuSpec, path: Path, key: str, name: str | None, provenance: dict[str, Any]) -> Path:
     """Write ``spec`` as a GPU spec file (the preset format) with ``provenance`` under ``sources``."""
-    data: dict[str, Any] = {
-        "key": key, "name": name or spec.name, "architecture": spec.architecture, "sm_count": spec.sm_count,
-        "threads_per_sm": spec.threads_per_sm, "mem_bus_bits": spec.mem_bus_bits, "l2_bytes": spec.l2_bytes,
-        "clocks": {int(m): _clock_range(c) for m, c in spec.clocks.items()}, "default_mem_mhz": spec.default_mem_mhz,
-        "power_limit_w": spec.power_limit_w, "idle_power_w": spec.idle_power_w,
-        "tensor_flops_per_cycle_per_sm": dict(spec.tensor_flops_per_cycle_per_sm),
-        "simt_flops_per_cycle_per_sm": spec.simt_flops_per_cycle_per_sm, "switch_latency_s": spec.switch_latency_s,
-        "memory_locks": spec.memory_locks, "fitted_to": str(provenance.get("source", "a clock sweep")),
-        "model": {k: float(f"{v:.6g}") for k, v in spec.model.as_dict().items()},
-        "sources": {**dict(spec.sources), "model": "fitted by rlclock calibrate (see calibration)",
-                    "calibration": yaml.safe_dump(provenance, default_flow_style=True, width=10 ** 6).strip()},
-    }
+    data = spec_to_mapping(spec)
+    data.update(key=key, name=name or spec.name, fitted_to=str(provenance.get("source", "a clock sweep")),
+                model={k: float(f"{v:.6g}") for k, v in spec.model.as_dict().items()})
+    data["sources"] = {**dict(spec.sources), "model": "fitted by rlclock calibrate (see calibration)",
+                       "calibration": yaml.safe_dump(provenance, default_flow_style=True, width=10 ** 6).strip()}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"# GPU spec calibrated by rlclock calibrate on "
                     f"{_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}\n"

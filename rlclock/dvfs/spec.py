@@ -341,6 +341,25 @@ def _clock_table(raw: Any, where: str) -> dict[int, tuple[int, ...]]:
     return table
 
 
+def spec_to_mapping(spec: GpuSpec) -> dict[str, Any]:
+    """``spec`` in the preset format (what :func:`spec_from_mapping` reads back to an equal spec)."""
+    def clock_range(cores: Sequence[int]) -> dict[str, int] | list[int]:
+        v = sorted(cores)
+        steps = {b - a for a, b in itertools.pairwise(v)}
+        return {"min": v[0], "max": v[-1], "step": steps.pop()} if len(steps) == 1 else list(cores)
+
+    return {
+        "key": spec.key, "name": spec.name, "architecture": spec.architecture, "sm_count": spec.sm_count,
+        "threads_per_sm": spec.threads_per_sm, "mem_bus_bits": spec.mem_bus_bits, "l2_bytes": spec.l2_bytes,
+        "clocks": {int(m): clock_range(c) for m, c in spec.clocks.items()}, "default_mem_mhz": spec.default_mem_mhz,
+        "power_limit_w": spec.power_limit_w, "idle_power_w": spec.idle_power_w,
+        "tensor_flops_per_cycle_per_sm": dict(spec.tensor_flops_per_cycle_per_sm),
+        "simt_flops_per_cycle_per_sm": spec.simt_flops_per_cycle_per_sm, "switch_latency_s": spec.switch_latency_s,
+        "memory_locks": spec.memory_locks, "fitted_to": spec.fitted_to, "model": spec.model.as_dict(),
+        "sources": dict(spec.sources),
+    }
+
+
 def load_spec_file(path: str | Path) -> GpuSpec:
     """Load a GPU spec from a YAML file (the preset format)."""
     return spec_from_mapping(read_yaml(path, "GPU spec"), str(path))

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from rlclock import resources
-from rlclock.dvfs.spec import GpuSpec, get_spec
+from rlclock.dvfs.spec import GpuSpec, get_spec, preset_keys, spec_from_mapping, spec_to_mapping
 from rlclock.errors import CheckpointError, SpecError
 from rlclock.observation.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
 from rlclock.observation.layout import obs_size
@@ -45,12 +45,25 @@ def clock_table_digest(spec: GpuSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _is_preset(gpu: GpuSpec) -> bool:
+    """Whether ``gpu`` is a shipped preset as it ships (else a checkpoint carries the spec itself)."""
+    return gpu.key in preset_keys() and get_spec(gpu.key) == gpu
+
+
+def checkpoint_gpu(meta: dict[str, Any]) -> GpuSpec:
+    """The GPU a checkpoint was trained for: the spec it carries (a calibrated GPU), else the preset it names."""
+    if isinstance(meta.get("gpu_spec"), dict):
+        return spec_from_mapping(meta["gpu_spec"], "the checkpoint's GPU spec")
+    return get_spec(str(meta["gpu_key"]))
+
+
 def policy_meta(gpu: GpuSpec, configs: Sequence[ClockConfig], lookahead: int, obs_entries: int, latency_s: float,
                 budget: float, extra: dict[str, Any]) -> dict[str, Any]:
     """The metadata a checkpoint carries (see the module docstring)."""
     return {
         "gpu_key": gpu.key,
         "gpu_name": gpu.name,
+        **({} if _is_preset(gpu) else {"gpu_spec": spec_to_mapping(gpu)}),
         "clock_table": clock_table_digest(gpu),
         "configs": [str(c) for c in configs],
         "feature_schema_version": FEATURE_SCHEMA_VERSION,
@@ -119,7 +132,7 @@ def read_checkpoint(name: str | Path) -> tuple[PolicyWeights, dict[str, Any]]:
     if meta.get("activation", "tanh") not in ACTIVATIONS:
         raise CheckpointError(f"{meta_path}: activation {meta.get('activation')!r} is unknown; rlclock's policies "
                               f"use {list(ACTIVATIONS)}.")
-    gpu = get_spec(str(meta["gpu_key"]))
+    gpu = checkpoint_gpu(meta)
     if meta["clock_table"] != clock_table_digest(gpu):
         raise CheckpointError(f"{folder}: clock table of {gpu.name} differs from the one the policy was trained "
                               "on.", "retrain the policy for this GPU preset.")

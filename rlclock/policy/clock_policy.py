@@ -20,7 +20,7 @@ from rlclock.backends.base import GpuBackend
 from rlclock.dvfs.spec import GpuSpec, get_spec
 from rlclock.errors import CheckpointError, RlclockError
 from rlclock.observation.features import PRICE_REL_MAX, PRICE_REL_MIN
-from rlclock.policy.checkpoint import check_shapes, clock_table_digest, read_checkpoint
+from rlclock.policy.checkpoint import check_shapes, checkpoint_gpu, clock_table_digest, read_checkpoint
 from rlclock.policy.inputs import FirstLayerEvaluator, PreparedStep
 from rlclock.policy.network import PolicyWeights
 from rlclock.policy.rollout import Choices, Overrides, Plan, rollout
@@ -47,7 +47,7 @@ class ClockPolicy:
     def __init__(self, weights: PolicyWeights, meta: dict[str, Any]) -> None:
         self.weights = weights
         self.meta = meta
-        self.gpu = get_spec(meta["gpu_key"])
+        self.gpu = checkpoint_gpu(meta)
         self.configs: tuple[ClockConfig, ...] = tuple(ClockConfig.parse(c) for c in meta["configs"])
         self.lookahead = int(meta["lookahead"])
         self.budget = float(meta.get("budget", 0.01))
