@@ -31,10 +31,12 @@ from rlclock.dvfs.variants import hidden_gpu  # noqa: E402
 from rlclock.workload.trace import KernelTrace  # noqa: E402
 
 
-def corpus_kernels(folder: Path) -> list:
-    """The distinct kernels with work of every corpus step."""
+def corpus_kernels(folder: Path, models: list[str] | None = None) -> list:
+    """The distinct kernels with work of the corpus steps (all, or ``models``)."""
     out = []
     for p in sorted(folder.glob("*/step.trace.json.gz")):
+        if models and p.parent.name not in models:
+            continue
         t = KernelTrace.load(p)
         first, _ = t.unique_index
         out += [t[i] for i in first if t[i].flops > 0 or t[i].dram_bytes > 0]
@@ -47,9 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--noise", type=float, default=0.01)
     p.add_argument("--corpus", type=Path, default=ROOT / "data" / "corpus-h200")
+    p.add_argument("--models", nargs="*", default=None, help="corpus steps to judge on (default: all)")
     a = p.parse_args(argv)
-    kernels = corpus_kernels(a.corpus)
-    print(f"# {len(kernels)} distinct corpus kernels ({a.corpus.name}); noise {a.noise:g} per reading, median of 4")
+    kernels = corpus_kernels(a.corpus, a.models)
+    print(f"# {len(kernels)} distinct corpus kernels ({a.corpus.name}: {', '.join(a.models or ['all'])}); "
+          f"noise {a.noise:g} per reading, median of 4")
     print(f"{'preset':16s} {'seed':>4s} {'rows':>5s} {'fit s':>6s} {'t p95':>6s} {'t max':>6s} {'E p95':>6s} "
           f"{'E max':>6s} {'opt<=2':>7s} {'regret':>7s}   (base preset: t max, E max, opt<=2)   targets")
     met_all = 0

@@ -116,9 +116,9 @@ def test_the_safety_layer_runs_auto_where_an_arm_could_cross_the_line():
     layer.record(50, 0.012)
     assert layer.running == pytest.approx(0.008)
     assert layer.guard(1, est, 20) == (1, 20)  # (0.008 * 80 + ~0.007 * 20) / 100 fits
-    arm, steps = layer.guard(2, est, 20)  # (0.008 * 80 + 0.05 * 20) / 100 = 1.64 % would not: a probe
-    assert arm == 2 and steps == int(100 * (0.015 - 0.008) / (0.05 - 0.008)) == 16
-    assert (0.008 * (100 - steps) + 0.05 * steps) / 100 <= 0.015
+    arm, steps = layer.guard(2, est, 20)  # (0.008 * 80 + 0.05 * 20) / 100 = 1.64 % would not: a short probe that
+    assert arm == 2 and steps == int(100 * (0.01 - 0.008) / (0.05 - 0.008)) == 4  # keeps the projection in budget
+    assert (0.008 * (100 - steps) + 0.05 * steps) / 100 <= 0.01
     layer.record(100, 0.03)
     assert layer.running == pytest.approx(0.03) and layer.guard(1, est, 20) == (0, 20)  # over already: auto
 

@@ -201,10 +201,11 @@ class SafetyLayer:
         line, worst, run = self.budget + self.margin, self.worst(arm, est), self.running
         if run > line:
             return 0, window_steps  # over the line already: back the fastest way
-        if worst <= line:
+        if worst <= self.budget:
             return arm, window_steps
-        # (run * (span - w) + worst * w) / span <= line  <=>  w <= span * (line - run) / (worst - run)
-        w = int(self.span_steps * (line - run) / (worst - run)) if worst > run else window_steps
+        # probe so that the projection stays within the budget itself, the margin left to the measurement's own
+        # error: (run * (span - w) + worst * w) / span <= budget  <=>  w <= span * (budget - run) / (worst - run)
+        w = int(self.span_steps * (self.budget - run) / (worst - run)) if worst > run else window_steps
         w = min(w, window_steps)
         return (arm, w) if w >= shortest else (0, window_steps)
 
