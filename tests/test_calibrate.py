@@ -146,6 +146,12 @@ def test_rlclock_calibrate_writes_a_spec_that_env_specs_and_commands_take(tmp_pa
                    "heads: 8, seq: 256, batch: 2, layers: 2, vocab: 1024}\n")
     assert main(["simulate", str(env)]) == 0
     assert "my-h200" in capsys.readouterr().out
+    (tmp_path / "envs").mkdir()
+    other = tmp_path / "envs" / "env2.yaml"  # gpu: PATH.yaml resolves against the env spec's folder, as gpu_file:
+    other.write_text(env.read_text().replace("gpu_file: mine.yaml", "gpu: ../mine.yaml"))
+    monkeypatch.chdir(tmp_path / "envs")
+    assert main(["simulate", str(other)]) == 0
+    assert "my-h200" in capsys.readouterr().out
 
 
 def test_the_suite_template_lists_what_to_measure(tmp_path, capsys):

@@ -190,8 +190,10 @@ def parse_env_spec(data: Any, source: str = "<dict>") -> EnvSpec:
     if (spec.gpu_key is None) == (spec.gpu_file is None):
         raise SpecError(f"{source}: give exactly one of 'gpu' and 'gpu_file'.",
                         "name a preset (rtx3080ti, h200-sxm, …) or give gpu_file: a GPU spec file.")
-    if spec.gpu_file is not None:
-        path = Path(spec.gpu_file)
+    file = spec.gpu_file if spec.gpu_file is not None else (
+        spec.gpu_key if spec.gpu_key is not None and spec.gpu_key.lower().endswith((".yaml", ".yml")) else None)
+    if file is not None:  # a GPU spec file, relative to the env spec's folder (gpu_file:, or gpu: PATH.yaml)
+        path = Path(file)
         if not path.is_absolute() and source != "<dict>":
             path = Path(source).parent / path
         gpu = load_spec_file(path)
