@@ -111,9 +111,8 @@ class NvmlSampler:
 
 def _profile(torch: Any, name: str, fn: Callable[[], Any]) -> dict[str, Any]:
     """One probe profiled into a kernel trace (shapes → FLOPs and bytes), as a training step is."""
-    import tempfile
-
     from rlclock.deploy.capture import STEP_RANGE, profile_from_chrome
+    from rlclock.workload.torch_profile import export_chrome
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                             torch.profiler.ProfilerActivity.CUDA], record_shapes=True) as prof:
@@ -121,10 +120,7 @@ def _profile(torch: Any, name: str, fn: Callable[[], Any]) -> dict[str, Any]:
             with torch.profiler.record_function(STEP_RANGE):
                 fn()
             torch.cuda.synchronize()
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        prof.export_chrome_trace(f.name)
-        data = json.loads(Path(f.name).read_text())
-    return profile_from_chrome(data, torch.cuda.get_device_name(0), name=name).trace.to_dict()
+    return profile_from_chrome(export_chrome(prof), torch.cuda.get_device_name(0), name=name).trace.to_dict()
 
 
 GAUGE_CYCLES = 200_000

@@ -24,10 +24,7 @@ from __future__ import annotations
 import bisect
 import datetime as _dt
 import itertools
-import json
-import os
 import statistics
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -37,7 +34,7 @@ import numpy as np
 from rlclock.deploy.timeline import StepTimeline
 from rlclock.errors import DeployError, GpuUnavailableError
 from rlclock.workload.op_costs import Launch, costs, kernel_fields
-from rlclock.workload.torch_profile import launch_op
+from rlclock.workload.torch_profile import export_chrome, launch_op
 from rlclock.workload.trace import Kernel, KernelTrace, LaunchOp, Measurement
 
 STEP_RANGE = "rlclock.deploy.step"
@@ -373,11 +370,4 @@ def timeline_from_markers(data: dict[str, Any], names: tuple[str, ...]) -> StepT
 def _stop_and_export(torch: Any, prof: Any) -> dict[str, Any]:
     torch.cuda.synchronize()
     prof.__exit__(None, None, None)
-    fd, path = tempfile.mkstemp(suffix=".json", prefix="rlclock-deploy-profile-")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    finally:
-        os.unlink(path)
+    return export_chrome(prof)

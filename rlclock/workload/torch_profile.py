@@ -105,7 +105,8 @@ def parse_chrome_trace(data: dict[str, Any]) -> list[DeviceEvent]:
     return out
 
 
-def _export(prof: Any) -> dict[str, Any]:
+def export_chrome(prof: Any) -> dict[str, Any]:
+    """A finished ``torch.profiler.profile``'s Chrome trace, parsed (through a temporary file, removed after)."""
     fd, path = tempfile.mkstemp(suffix=".json", prefix="rlclock-profile-")
     os.close(fd)
     try:
@@ -137,7 +138,7 @@ def profile_eager(forward: Callable[[], Any], backward: Callable[[Any], None]) -
         with record_function(BACKWARD_RANGE):
             backward(out)
             torch.cuda.synchronize()
-    return parse_chrome_trace(_export(prof))
+    return parse_chrome_trace(export_chrome(prof))
 
 
 def profile_replays(replay: Callable[[], None], replays: int) -> list[DeviceEvent]:
@@ -154,4 +155,4 @@ def profile_replays(replay: Callable[[], None], replays: int) -> list[DeviceEven
         for _ in range(replays):
             replay()
             torch.cuda.synchronize()
-    return parse_chrome_trace(_export(prof))
+    return parse_chrome_trace(export_chrome(prof))
