@@ -37,9 +37,7 @@ def corpus_kernels(folder: Path, models: list[str] | None = None) -> list:
     for p in sorted(folder.glob("*/step.trace.json.gz")):
         if models and p.parent.name not in models:
             continue
-        t = KernelTrace.load(p)
-        first, _ = t.unique_index
-        out += [t[i] for i in first if t[i].flops > 0 or t[i].dram_bytes > 0]
+        out += KernelTrace.load(p).distinct_with_work()
     return out
 
 

@@ -35,8 +35,7 @@ def corpus_kernels() -> list:
     out = []
     for name in ("llama-1b-gqa", "bert-base", "t5-base"):
         t = KernelTrace.load(CORPUS / name / "step.trace.json.gz")
-        first, _ = t.unique_index
-        out += [t[i] for i in first if t[i].flops > 0 or t[i].dram_bytes > 0]
+        out += t.distinct_with_work()
     return out
 
 

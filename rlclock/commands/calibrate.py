@@ -125,6 +125,5 @@ def _check_kernels() -> list:
     traces += [load_env_spec(n).build_trace() for n in ("gpt3xl-h200", "llama-1b-h200")]
     out = []
     for t in traces:
-        first, _ = t.unique_index
-        out += [t[i] for i in first if t[i].flops > 0 or t[i].dram_bytes > 0]
+        out += t.distinct_with_work()
     return out

@@ -242,6 +242,11 @@ class KernelTrace(Sequence[Kernel]):
     __hash__ = None  # type: ignore[assignment]
 
     # -- derived views -----------------------------------------------------------------------------
+    def distinct_with_work(self) -> list[Kernel]:
+        """The first invocation of each distinct kernel that does work (FLOPs or DRAM bytes), in trace order."""
+        first, _ = self.unique_index
+        return [self.kernels[i] for i in first if self.kernels[i].flops > 0 or self.kernels[i].dram_bytes > 0]
+
     @cached_property
     def unique_index(self) -> tuple[list[int], np.ndarray]:
         """``(first, inverse)``: indices of the first invocation of each distinct kernel, and for every
