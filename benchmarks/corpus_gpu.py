@@ -19,6 +19,7 @@ and packs the lot into ``OUT/corpus.tar.gz`` when ``--pack`` is given.
 
     python benchmarks/corpus_gpu.py --out data/corpus                  # every model
     python benchmarks/corpus_gpu.py --out /tmp/c --only llama --windows 1 --window-s 0.5
+    python benchmarks/corpus_gpu.py --out /tmp/t --timing-only      # the controller's timing, both ways
 """
 
 from __future__ import annotations
@@ -148,6 +149,8 @@ def trainer(model: Any, batch: Batch, loss_of: Callable[[Any, dict[str, Any]], A
 
 WARMUP, PROFILED, TIMED, CONTROLLED = 3, 5, 8, 8
 SWITCH_STEPS = 30
+SWITCH_FIELDS = ("steps", "issued", "missed", "late", "late_fraction", "issue_error", "switch_error", "step_time_s",
+                 "excluded", "pace")
 SEGMENT_S = 0.012
 """Switch test: segments of at least this long (two switching latencies of the H200) alternate configurations."""
 
@@ -179,16 +182,18 @@ def alternating(timeline: Any, segment_s: float) -> Any:
     return ClockSchedule(["auto", "1500@3201"], index.tolist(), name="switch-test")
 
 
-def switching(step: Callable[[], None], out: Path) -> dict[str, Any]:
+def switching(step: Callable[[], None], out: Path, follow_pace: bool = True,
+              report: str = "switch_report.json") -> dict[str, Any]:
     """The controller timing the switches of :func:`alternating` in the running loop, on the profiled
-    (fitted) timeline; dry run — nothing is set. Its report goes to ``switch_report.json``."""
+    (fitted) timeline, stretched to the running steps' pace or not (``follow_pace``); dry run — nothing is
+    set. Its report goes to ``out/report``."""
     import rlclock.deploy
     from rlclock.deploy.timeline import StepTimeline
 
     timeline = StepTimeline.load(out / "step.timeline.json")
     schedule = alternating(timeline, SEGMENT_S)
-    with rlclock.deploy.clocked(schedule, timeline=timeline, report=str(out / "switch_report.json"),
-                                control="dry-run", verbose=False, time_all_steps=True) as clk:
+    with rlclock.deploy.clocked(schedule, timeline=timeline, report=str(out / report), control="dry-run",
+                                verbose=False, time_all_steps=True, follow_pace=follow_pace) as clk:
         for _ in range(SWITCH_STEPS):
             with clk.step():
                 step()
@@ -256,8 +261,7 @@ def record(name: str, task: str, model: Any, shape: dict[str, Any], config: Any,
         "config": config.to_dict() if hasattr(config, "to_dict") else config,
         "kernels": len(trace["kernels"]), "profiled_period_s": trace["meta"].get("profiled_period_s"),
         "timeline_period_s": timeline.get("period_s"), "running_step_s": report.get("step_time_s"),
-        "switch_test": {k: switches.get(k) for k in ("steps", "issued", "missed", "late", "late_fraction",
-                                                      "issue_error", "switch_error", "step_time_s", "excluded")},
+        "switch_test": {k: switches.get(k) for k in SWITCH_FIELDS},
         "bare": measured, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
         "transformers": transformers.__version__, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         "how": "random init, random data; full step (forward, loss, backward, fused AdamW) under bf16 autocast; "
@@ -268,6 +272,36 @@ def record(name: str, task: str, model: Any, shape: dict[str, Any], config: Any,
     return summary
 
 
+def timing_only(name: str, step: Callable[[], None], out: Path) -> dict[str, Any]:
+    """The deployment's profile and timeline, then the switch test twice — on the timeline as profiled and
+    stretched to the running pace — without the cost measurements; ``out/<name>/timing.json``."""
+    import gzip
+    import shutil
+
+    folder = out / name
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    profile(step, folder)
+    trace = json.loads((folder / "step.trace.json").read_text())
+    timeline = json.loads((folder / "step.timeline.json").read_text())
+    report = json.loads((folder / "report.json").read_text())
+    runs = {}
+    for label, pace in (("profiled", False), ("paced", True)):
+        sw = switching(step, folder, follow_pace=pace, report=f"switch_{label}.json")
+        runs[label] = {k: sw.get(k) for k in SWITCH_FIELDS}
+    summary = {"model": name, "kernels": len(trace["kernels"]),
+               "profiled_period_s": trace["meta"].get("profiled_period_s"),
+               "step_period_s": trace["meta"].get("step_period_s"), "timeline_period_s": timeline.get("period_s"),
+               "running_step_s": report.get("step_time_s"), "switch_test": runs,
+               "date": _dt.datetime.now(_dt.timezone.utc).isoformat(), "wall_s": time.perf_counter() - started}
+    (folder / "timing.json").write_text(json.dumps(summary, indent=1, default=str))
+    with open(folder / "step.timeline.json", "rb") as src, gzip.open(folder / "step.timeline.json.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    for f in ("step.trace.json", "step.timeline.json", "step.schedule.json"):
+        (folder / f).unlink(missing_ok=True)
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder to write the corpus to")
@@ -275,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=int, default=3, help="energy windows per model (default 3)")
     parser.add_argument("--window-s", type=float, default=2.0, help="seconds per window, at least (default 2)")
     parser.add_argument("--pack", action="store_true", help="also write OUT/corpus.tar.gz")
+    parser.add_argument("--timing-only", action="store_true",
+                        help="only the profile, the timeline and the switch test on the timeline as profiled and "
+                             "stretched to the running pace (OUT/<model>/timing.json); no cost measurements")
     args = parser.parse_args(argv)
     import torch
 
@@ -299,6 +336,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"=== {name}", flush=True)
         try:
             model, step, task, config, shape = make()
+            if args.timing_only:
+                t = timing_only(name, step, args.out)
+                for label, sw in t["switch_test"].items():
+                    print(f"{name} ({label}): timeline {1e3 * t['timeline_period_s']:.1f} ms, running "
+                          f"{1e3 * (t['running_step_s'] or float('nan')):.1f} ms, switch test step "
+                          f"{1e3 * sw['step_time_s']:.1f} ms, pace x{sw['pace']:.3f}, {sw['issued']} issued, "
+                          f"issue p95 {1e3 * sw['issue_error']['p95_abs_s']:.2f} ms, switch p95 "
+                          f"{1e3 * sw['switch_error']['p95_abs_s']:.2f} ms, late {sw['late']}", flush=True)
+                summaries[name] = t
+                continue
             s = record(name, task, model, shape, config, step, args.out, args.windows, args.window_s)
             b = s["bare"]
             sw = s["switch_test"]

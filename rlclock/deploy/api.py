@@ -358,7 +358,7 @@ class Clocked:
             latency_s=self._latency_s(), lookahead_s=s.lookahead_s, min_dwell_s=s.min_dwell_s,
             read_back=s.read_back, worker=s.worker, nvml=use_nvml,
             anchor_every=None if s.anchor_every is None else int(s.anchor_every),
-            time_all_steps=s.time_all_steps).start()
+            time_all_steps=s.time_all_steps, follow_pace=s.follow_pace).start()
         self.state = "control"
         self._say(f"applying schedule {self.schedule.name!r} ({s.control}) on GPU {device}: "
                   f"{self.controller.plan.describe()}")
@@ -439,8 +439,8 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
             checkpoint whose ``ClockPolicy`` builds the schedule), ``control`` (``"dry-run"`` by default, or
             ``"on"``: set clocks, needs root), ``device``, ``latency_s``, ``lookahead_s``, ``min_dwell_s``,
             ``warmup_steps``, ``profile_steps``, ``worker``, ``read_back``, ``anchor_every``, ``time_all_steps``,
-            ``search``, ``report``, ``save``, ``verbose``; each documented there (and in ``rlclock apply
-            --help``). ``None`` leaves an option at its default.
+            ``follow_pace``, ``search``, ``report``, ``save``, ``verbose``; each documented there (and in
+            ``rlclock apply --help``). ``None`` leaves an option at its default.
 
     Returns:
         The deployment; use it as a context manager.

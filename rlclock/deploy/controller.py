@@ -149,6 +149,8 @@ class ClockController:
         time_all_steps: Mark every step on the GPU for the report, while the worker still hears only every
             ``anchor_every``-th: the switch-time error is then measured against every step's actual start
             (this costs the loop a mark per step, as ``anchor_every=1`` does).
+        follow_pace: Stretch the timeline to the running step period the anchors show (the worker's
+            ``pace``; :mod:`rlclock.deploy.worker`); ``False``: time switches by the timeline as profiled.
 
     Raises:
         DeployError: Bad latency/lookahead/anchor_every, no NVML for a live run, unknown latency, worker failure.
@@ -159,7 +161,8 @@ class ClockController:
     def __init__(self, schedule: ClockSchedule, timeline: StepTimeline, *, device: int = 0,
                  allow_clock_control: bool = False, latency_s: float | None = None, lookahead_s: float | None = None,
                  min_dwell_s: float = 0.0, read_back: bool = True, worker: str = "process", anchor: str = "auto",
-                 nvml: bool | None = None, anchor_every: int | None = None, time_all_steps: bool = False) -> None:
+                 nvml: bool | None = None, anchor_every: int | None = None, time_all_steps: bool = False,
+                 follow_pace: bool = True) -> None:
         if anchor not in ANCHOR_SOURCES:
             raise DeployError(f"anchor source {anchor!r} is not known.", f"use one of {list(ANCHOR_SOURCES)}.")
         check_anchor_every(anchor_every)
@@ -176,6 +179,7 @@ class ClockController:
         self.plan: SwitchPlan = plan_switches(schedule, timeline, float(latency_s), lookahead_s, min_dwell_s)
         self.anchor_every = default_anchor_every(self.plan) if anchor_every is None else int(anchor_every)
         self.time_all_steps = bool(time_all_steps)
+        self.follow_pace = bool(follow_pace)
         self.read_back = bool(read_back)
         self.worker_mode = worker
         if anchor == "auto":
@@ -226,7 +230,8 @@ class ClockController:
                 raise DeployError("this clock controller was closed.", "create a new ClockController.")
             settings = {"plan": self.plan.to_dict(), "device": self.device,
                         "allow_clock_control": self.allow_clock_control, "nvml": self.use_nvml,
-                        "read_back": self.read_back, "anchor_every": self.anchor_every}
+                        "read_back": self.read_back, "anchor_every": self.anchor_every,
+                        "follow_pace": self.follow_pace}
             handle = WorkerHandle(settings, self.worker_mode)
             try:
                 self._anchors = (CudaAnchors(handle.send_anchor) if self.anchor_source == "cuda"

@@ -35,7 +35,8 @@ class WorkerHandle:
 
     Args:
         settings: ``plan`` (:meth:`SwitchPlan.to_dict`), ``device`` (NVML index), ``allow_clock_control``,
-            ``nvml`` (False: plan-only dry run), ``read_back``, ``anchor_every`` (steps between anchors).
+            ``nvml`` (False: plan-only dry run), ``read_back``, ``anchor_every`` (steps between anchors),
+            ``follow_pace``.
         mode: ``"process"`` or ``"thread"``.
 
     Raises:
@@ -98,7 +99,8 @@ class WorkerHandle:
         control = build_control(self.settings, handle_signals=True)
         worker = SwitchWorker(SwitchPlan.from_dict(self.settings["plan"]), control,
                               read_back=bool(self.settings.get("read_back", True)),
-                              anchor_every=int(self.settings.get("anchor_every", 1)))
+                              anchor_every=int(self.settings.get("anchor_every", 1)),
+                              follow_pace=bool(self.settings.get("follow_pace", True)))
         self.info = describe_control(control)
 
         def run() -> None:

@@ -7,6 +7,12 @@ loop never waits on NVML. The training process sends it one message per step: th
 read the same time). For every step the worker then
 
 * issues the step's switches at ``anchor + issue_s``;
+* follows the running step's pace: the profiled timeline says where each segment starts in a step of the
+  plan's period, but a running loop's steps often take longer or shorter than the steps that were profiled
+  (the host's share of a step changes from one phase of a run to the next). Once :data:`PACE_MIN_STEPS`
+  anchor intervals are known, the segments' starts and ends are stretched by the pace, the estimated period
+  over the plan's (within :data:`PACE_RANGE`), and each switch still goes out its own lookahead before its
+  segment's stretched start: ``anchor + pace * start_s - (start_s - issue_s)``;
 * issues the switches of the steps after it at ``anchor + n * period + issue_s`` for the step ``n`` ahead
   that they serve (those planned during an earlier step have a negative ``issue_s``), with the per-step
   period estimated from recent anchors, and re-times them whenever a newer anchor arrives. Not every step
@@ -67,6 +73,13 @@ PERIOD_HISTORY = 16
 MAX_PAUSES = 2
 """An anchor interval over :data:`~rlclock.deploy.report.PAUSE_FACTOR` times the estimated period per step is a
 pause and stays out of the estimate, unless this many came in a row (then the step itself got longer)."""
+PACE_MIN_STEPS = 1
+"""Anchor intervals the worker needs before it follows the running step's pace (fewer: the plan's own timing). One
+is enough: the timeline is fitted to steps timed just before the control starts, and those can differ from the
+running steps by a quarter (docs/deploy.md); a pause is kept out of the estimate all the same."""
+PACE_RANGE = (0.5, 2.0)
+"""Bounds of the pace (running period over the plan's): a step outside them is not the step that was planned,
+and stretching its plan would place switches nowhere in particular."""
 RESYNC_FRACTION = 0.5
 """An anchor further than this fraction of the step period from the estimate the worker had timed its step by
 means those switches served no step (the loop paused): the step's switches are issued again."""
@@ -124,10 +137,13 @@ class SwitchWorker:
         read_back: Read the clocks one latency after each switch.
         clock: The time source, seconds (``time.monotonic``; replaceable in tests).
         anchor_every: Steps between anchors the training process sends (the worker schedules that far ahead).
+        follow_pace: Stretch the plan's timing to the running step period (module docstring); ``False``: the
+            profiled timeline as it is.
     """
 
     def __init__(self, plan: SwitchPlan, control: Any, read_back: bool = True,
-                 clock: Callable[[], float] = time.monotonic, anchor_every: int = 1) -> None:
+                 clock: Callable[[], float] = time.monotonic, anchor_every: int = 1,
+                 follow_pace: bool = True) -> None:
         if anchor_every < 1:
             raise DeployError(f"anchor_every must be >= 1 step, found {anchor_every!r}.")
         self.plan = plan
@@ -136,6 +152,7 @@ class SwitchWorker:
         self.clock = clock
         self.latency_s = plan.latency_s
         self.anchor_every = int(anchor_every)
+        self.follow_pace = bool(follow_pace)
         self._tasks: list[_Task] = []
         self._seq = 0
         self._scheduled: set[tuple[int, int]] = set()
@@ -153,8 +170,6 @@ class SwitchWorker:
         status ``switch``, ``missed``, ``stale``, ``noop`` or ``resync``; ``issued_s`` is NaN unless issued."""
         self.reads: list[tuple[int, int, float, int | None, int | None, str, str]] = []
         """``(step, event, time_s, sm_clock_mhz, mem_clock_mhz, reasons, requested)`` per read-back."""
-        self._pre = [i for i, e in enumerate(plan.events) if e.pre_issued]
-        self._in = [i for i, e in enumerate(plan.events) if not e.pre_issued]
 
     # -- scheduling --------------------------------------------------------------------------------------
     @property
@@ -164,6 +179,22 @@ class SwitchWorker:
         if not self._intervals:
             return self.plan.period_s
         return max(statistics.median(self._intervals), 0.1 * self.plan.period_s)
+
+    @property
+    def pace(self) -> float:
+        """How much longer the running steps take than the planned one (estimated period over the plan's, within
+        :data:`PACE_RANGE`); 1 until :data:`PACE_MIN_STEPS` intervals are known, or without ``follow_pace``."""
+        if not self.follow_pace or len(self._intervals) < PACE_MIN_STEPS or self.plan.period_s <= 0:
+            return 1.0
+        lo, hi = PACE_RANGE
+        return min(max(self.period_s / self.plan.period_s, lo), hi)
+
+    def issue_offset_s(self, event: int, pace: float | None = None) -> float:
+        """When event ``event`` is issued, seconds after the anchor of the step it serves, at ``pace`` (default
+        :attr:`pace`): its segment's start stretched, less the lookahead the plan gave it."""
+        ev = self.plan.events[event]
+        pace = self.pace if pace is None else pace
+        return pace * ev.start_s - (ev.start_s - ev.issue_s)
 
     def next_due(self) -> float | None:
         """When the next task is due (``None`` if none is pending)."""
@@ -197,7 +228,7 @@ class SwitchWorker:
                 self._paused = 0
         self._last_anchor = (step, anchor_s)
         self.last_step = step
-        period = self.period_s
+        period, pace = self.period_s, self.pace
         estimate = self._targets.get(step)
         self._targets = {s: t for s, t in self._targets.items() if s > step}
         self._handled = {h for h in self._handled if h[0] >= step - 1}
@@ -213,32 +244,30 @@ class SwitchWorker:
                 self.records.append(("stale", t.step, t.event, t.planned_s, float("nan"), 0.0, t.estimated))
             elif t.kind == "switch" and t.estimated:  # a switch for this or a later step: re-time it
                 target = anchor_s + (t.step - step) * period
-                due = target + events[t.event].issue_s
+                due = target + self.issue_offset_s(t.event, pace)
                 keep.append(_Task(due, t.seq, t.kind, t.step, t.event, target, t.step > step, due))
             else:
                 keep.append(t)
         self._tasks = keep
         heapq.heapify(self._tasks)
         horizon = anchor_s + (self.anchor_every + 1) * period
-        for i in self._in:
-            for n in range(self.anchor_every + 1):
-                self._schedule(step, n, i, anchor_s, period, horizon)
-        for i in self._pre:
-            ahead = math.ceil(-events[i].issue_s / period - 1e-9)
+        for i in range(len(events)):
+            ahead = max(0, math.ceil(-self.issue_offset_s(i, pace) / period - 1e-9))  # issued steps ahead
             for n in range(self.anchor_every + ahead + 1):
-                self._schedule(step, n, i, anchor_s, period, horizon)
+                self._schedule(step, n, i, anchor_s, period, horizon, pace)
         for s in range(step + 1, step + self.anchor_every + 2):
             self._targets[s] = anchor_s + (s - step) * period
         if not events and self.control.current != self.plan.initial:
             self._push(anchor_s, "resync", step, -1, anchor_s, False)
 
-    def _schedule(self, step: int, n: int, event: int, anchor_s: float, period_s: float, horizon_s: float) -> None:
+    def _schedule(self, step: int, n: int, event: int, anchor_s: float, period_s: float, horizon_s: float,
+                  pace: float) -> None:
         """Schedule event ``event`` of step ``step + n`` unless it is scheduled or done, or due after the horizon."""
         key = (step + n, event)
         if key in self._scheduled or key in self._handled:
             return
         target = anchor_s + n * period_s
-        due = target + self.plan.events[event].issue_s
+        due = target + self.issue_offset_s(event, pace)
         if due >= horizon_s:
             return
         kind = "resync" if due < anchor_s else "switch"  # its time passed before this anchor came: catch up
@@ -267,7 +296,7 @@ class SwitchWorker:
             self._done(t)
             if t.event >= 0:
                 ev = self.plan.events[t.event]
-                config, end = ev.config, t.anchor_s + ev.end_s
+                config, end = ev.config, t.anchor_s + self.pace * ev.end_s
             else:
                 config, end = self.plan.initial, t.anchor_s + self.plan.span_s + self.plan.period_s
             if now + self.latency_s >= end - self.plan.min_dwell_s:
@@ -298,7 +327,7 @@ class SwitchWorker:
     def result(self) -> dict[str, Any]:
         """What the worker did, as plain data for the training process."""
         return {"records": list(self.records), "reads": list(self.reads), "period_s": self.period_s,
-                "resyncs": self.resyncs}
+                "pace": self.pace, "resyncs": self.resyncs}
 
 
 # -- the loop ----------------------------------------------------------------------------------------------
@@ -417,7 +446,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         plan = SwitchPlan.from_dict(settings["plan"])
         worker = SwitchWorker(plan, control, read_back=bool(settings.get("read_back", True)),
-                              anchor_every=int(settings.get("anchor_every", 1)))
+                              anchor_every=int(settings.get("anchor_every", 1)),
+                              follow_pace=bool(settings.get("follow_pace", True)))
         conn.send(("ready", describe_control(control)))
         why = serve(conn, worker, args.parent)
     except (EOFError, OSError):

@@ -8,7 +8,7 @@ import pytest
 
 from rlclock.deploy.plan import plan_switches
 from rlclock.deploy.timeline import StepTimeline
-from rlclock.deploy.worker import PlanOnlyControl, SwitchWorker, build_control
+from rlclock.deploy.worker import PACE_MIN_STEPS, PACE_RANGE, PlanOnlyControl, SwitchWorker, build_control
 from rlclock.errors import ClockError, DeployError
 from rlclock.schedule import ClockConfig, ClockSchedule
 
@@ -184,8 +184,9 @@ def test_sparse_anchors_time_the_steps_between_from_the_last_anchor_and_retime_t
     clock.t = 100.1705
     worker.on_anchor(4, 100.17)
     assert worker.period_s == pytest.approx(0.0425)  # per step: the anchor interval over the 4 steps it spans
+    starts = [e.start_s for e in plan.events]  # and stretched to that pace: each segment 6.25 % later
     for step, event, due, estimated in pending(worker):
-        assert due == pytest.approx(100.17 + (step - 4) * 0.0425 + issue[event])
+        assert due == pytest.approx(100.17 + (step - 4) * 0.0425 + 1.0625 * starts[event] - 0.006)
         assert estimated == (step > 4)
     assert {s for s, *_ in pending(worker)} == {4, 5, 6, 7, 8, 9}
     # step 4's early switch went out on the estimate (100.154) and is not issued again; its other switches are
@@ -229,3 +230,51 @@ def test_worker_rejects_a_bad_anchor_spacing(alternating):
     plan = plan_switches(schedule, timeline, latency_s=0.006)
     with pytest.raises(DeployError, match="anchor_every"):
         SwitchWorker(plan, PlanOnlyControl(), anchor_every=0)
+
+
+def run_steps(worker: SwitchWorker, clock: Clock, period_s: float, steps: int) -> None:
+    for k in range(steps):
+        clock.t = 100.0 + period_s * k
+        worker.on_anchor(k, clock.t)
+        run_until(worker, clock, clock.t + period_s - 1e-6)
+
+
+def issued_in_step(worker: SwitchWorker, step: int) -> list[tuple[int, float]]:
+    return [(r[2], r[4]) for r in worker.records if r[0] == "switch" and r[1] == step]
+
+
+@pytest.mark.parametrize("period_s", [0.032, 0.05])
+def test_the_worker_follows_the_running_steps_pace(alternating, period_s):
+    plan, clock, _control, worker = make(alternating)
+    starts = [e.start_s for e in plan.events]
+    assert starts == pytest.approx([0.0, 0.01, 0.02, 0.03]) and plan.period_s == pytest.approx(0.04)
+    run_steps(worker, clock, period_s, 6)
+    pace = period_s / 0.04
+    assert worker.pace == pytest.approx(pace) and worker.result()["pace"] == pytest.approx(pace)
+    # step 4: every segment's start stretched by the pace, each switch its 6 ms lookahead before it
+    anchor = 100.0 + 4 * period_s
+    got = dict(issued_in_step(worker, 4))
+    assert sorted(got) == [0, 1, 2, 3]
+    # (the first segment starts at the anchor: its switch went out one lookahead before, during step 3)
+    assert [got[e] for e in range(4)] == pytest.approx([anchor + pace * s - 0.006 for s in starts])
+    assert "missed" not in [r[0] for r in worker.records]
+
+
+def test_the_pace_waits_for_enough_steps_is_bounded_and_can_be_turned_off(alternating):
+    plan, clock, _control, worker = make(alternating)
+    worker.on_anchor(0, 100.0)  # no interval yet: the plan's own timing
+    assert worker.pace == 1.0 and PACE_MIN_STEPS == 1
+    worker.on_anchor(1, 100.032)
+    assert worker.pace == pytest.approx(0.8)
+    _plan, clock, _control, fixed = make(alternating)
+    fixed.follow_pace = False
+    run_steps(fixed, clock, 0.032, 6)
+    assert fixed.pace == 1.0
+    anchor = 100.0 + 4 * 0.032
+    got = [t for _, t in issued_in_step(fixed, 4)]
+    assert got[1:] == pytest.approx([anchor + e.issue_s for e in plan.events[1:]])
+    # at the profiled timing the early switch crowds step 3's last one (24 ms into a 32 ms step) and waits for it
+    assert got[0] == pytest.approx(anchor - 0.032 + 0.024 + 0.006)
+    _plan, clock, _control, slow = make(alternating)
+    run_steps(slow, clock, 0.1, 5)  # 2.5 times the plan: the plan is stretched no further than PACE_RANGE
+    assert slow.pace == pytest.approx(PACE_RANGE[1])
