@@ -12,6 +12,11 @@ is made of parts that change at very different rates, so the first layer's sum i
   the slots holding it, its own features — filled the first time a rollout holds it
   (:meth:`FirstLayerEvaluator.now_column`).
 
+The rest of the network runs on :data:`DECISION_BLOCK` situations at a time, per price and configuration in
+effect (:meth:`FirstLayerEvaluator.decide`): a rollout mostly keeps the configuration in effect from one kernel
+to the next, so the decisions of the kernels ahead are wanted next (matrix products instead of one product per
+decision; the logits equal the one-by-one ones to rounding).
+
 A decision is taken only with no switch in flight (a request then would be ignored), so the ``pending``,
 ``in_flight`` and ``time_to_land`` state entries are zero at every decision and take no part. Every sum is the
 same float arithmetic as the network on the env's observation (``tests/test_agent.py`` checks it).
@@ -39,6 +44,26 @@ from rlclock.policy.network import PolicyWeights
 from rlclock.policy.step import PlanningStep
 from rlclock.schedule import ClockConfig
 
+DECISION_BLOCK = 64
+"""Situations whose decisions are computed together, at one price and configuration in effect: blocks of
+consecutive situation numbers, the same for every rollout of a step, so that a decision's value does not depend
+on which rollout asked for it first."""
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """The policy's decisions at one price and configuration in effect, per situation (filled a block at a time).
+
+    Attributes:
+        action: ``(situations,)`` the action (argmax of the logits); -1 where not computed yet.
+        margin: ``(situations,)`` its logit's margin over the second choice's.
+        second: ``(situations,)`` the second choice.
+    """
+
+    action: np.ndarray
+    margin: np.ndarray
+    second: np.ndarray
+
 
 @dataclass
 class PriceTables:
@@ -50,8 +75,7 @@ class PriceTables:
         slot_part: ``(U, H)`` first-layer sum over the slots' features but their in-effect flags.
         now: configuration → ``(U, H)`` first-layer sum over everything that depends on it being in effect.
         pre: ``(situations, H)`` the first layer's sum over everything but the configuration in effect.
-        slots: ``candidates`` as lists (fast lookups).
-        decided: ``(situation, configuration in effect)`` → the policy's action and its logits.
+        decided: configuration in effect → the policy's decisions there (:meth:`FirstLayerEvaluator.decide`).
     """
 
     price_rel: float
@@ -59,8 +83,7 @@ class PriceTables:
     slot_part: np.ndarray
     now: dict[int, np.ndarray]
     pre: np.ndarray
-    slots: list[list[int]] = field(default_factory=list)
-    decided: dict[tuple[int, int], tuple[int, np.ndarray]] = field(default_factory=dict)
+    decided: dict[int, Decisions] = field(default_factory=dict)
 
 
 @dataclass
@@ -71,7 +94,7 @@ class PreparedStep:
         base: ``(situations, H)`` first-layer sum over the price- and state-independent inputs.
         look: The step's binned look-ahead and candidate slots.
         per_price: price → :class:`PriceTables`.
-        situation: Per kernel its row of ``base`` (:func:`situations`).
+        situation: ``(n,)`` per kernel its row of ``base`` (:func:`situations`).
         situation_context: ``(situations,)`` the look-ahead context of each.
         moves: ``(context, in effect, requested)`` → ``(kernels, seconds, joules)`` of the move a decision makes.
     """
@@ -79,7 +102,7 @@ class PreparedStep:
     base: np.ndarray
     look: StepLookahead
     per_price: dict[float, PriceTables]
-    situation: list[int]
+    situation: np.ndarray
     situation_context: np.ndarray
     moves: dict[tuple[int, int, int], tuple[int, float, float]] = field(default_factory=dict)
 
@@ -184,7 +207,7 @@ class FirstLayerEvaluator:
         base += b1 + look.occupancy_by_context[look.context[firsts]] @ first.occupancy
         base += np.outer(remaining[firsts], first.time_left)
         base += latency_feature(step.latency_s) * first.latency
-        return PreparedStep(base, look, {}, situation.tolist(), look.context[firsts])
+        return PreparedStep(base, look, {}, situation, look.context[firsts])
 
     def price_tables(self, prepared: PreparedStep, price_rel: float) -> PriceTables:
         """The :class:`PriceTables` of one price (computed once per price and step)."""
@@ -200,11 +223,42 @@ class FirstLayerEvaluator:
             slot_part = (feats.reshape(U, -1) @ self.first.slots).astype(np.float64)
             pre = prepared.base + slot_part[prepared.situation_context]
             pre += float(price_feature(price_rel)) * self.first.price
-            got = PriceTables(price_rel, cand, slot_part, {}, pre, cand.tolist())
+            got = PriceTables(price_rel, cand, slot_part, {}, pre)
             if len(prepared.per_price) >= 32:
                 prepared.per_price.clear()
             prepared.per_price[price_rel] = got
         return got
+
+    def decide(self, prepared: PreparedStep, tables: PriceTables, config: int, wanted: np.ndarray
+               ) -> tuple[Decisions, int]:
+        """The policy's decisions at the tables' price with configuration ``config`` in effect, computed for
+        (at least) the situations ``wanted``, and how many it computed now: those not computed before, with
+        the rest of their :data:`DECISION_BLOCK`, as one batch through the network."""
+        got = tables.decided.get(config)
+        m = len(prepared.situation_context)
+        if got is None:
+            got = Decisions(np.full(m, -1, dtype=np.int64), np.empty(m), np.empty(m, dtype=np.int64))
+            tables.decided[config] = got
+        missing = wanted[got.action[wanted] < 0]
+        if not missing.size:
+            return got, 0
+        now = tables.now.get(config)
+        if now is None:
+            now = self.now_column(prepared.look, tables, config)
+        computed = 0
+        for block in np.unique(missing // DECISION_BLOCK).tolist():
+            rows = slice(block * DECISION_BLOCK, min(m, (block + 1) * DECISION_BLOCK))
+            z = self.weights.logits_from_first_rows(tables.pre[rows] + now[prepared.situation_context[rows]])
+            action = z.argmax(axis=1)
+            picked = np.arange(len(z)), action
+            first = z[picked]
+            z[picked] = -np.inf
+            second = z.argmax(axis=1)
+            got.margin[rows] = first - z[np.arange(len(z)), second]
+            got.second[rows] = second
+            got.action[rows] = action
+            computed += len(z)
+        return got, computed
 
     def now_column(self, look: StepLookahead, tables: PriceTables, config: int) -> np.ndarray:
         """``(U, H)``: the first layer's sum over everything that depends on configuration ``config`` being in
@@ -229,8 +283,9 @@ def situations(kernel_ids: np.ndarray, context: np.ndarray, remaining: np.ndarra
     """``(situation, first)``: per kernel a number shared by the kernels that see the same inputs but for the
     state and the price — the same kernel window (``kernel_ids``: equal numbers for equal rows of the window,
     :func:`~rlclock.observation.features.distinct_kernels`), look-ahead context and time left (which saturates
-    eight latencies before the end) —, and the first kernel of each. Repeated layers share them, so their
-    decisions are computed once per state (exact: the groups are checked element by element)."""
+    eight latencies before the end) —, and the first kernel of each, numbered in step order. Repeated layers
+    share them, so their decisions are computed once per state (exact: the groups are checked element by
+    element)."""
     n = len(context)
     padding = np.full(lookahead, int(kernel_ids.max()) + 1)  # the rows past the step's end: one more kind
     ids = np.concatenate([kernel_ids, padding]).astype(np.uint64)
@@ -240,6 +295,10 @@ def situations(kernel_ids: np.ndarray, context: np.ndarray, remaining: np.ndarra
         for j in range(lookahead + 1):
             key += ids[j : j + n] * mults[j + 2]
     situation, first = distinct(key)
+    order = np.argsort(first)  # situations numbered in step order (repeated layers: consecutive kernels, one block)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    situation, first = rank[situation], first[order]
     same = [context, remaining, *(ids[j : j + n] for j in range(lookahead + 1))]
     if not all(np.array_equal(x[first[situation]], x) for x in same):
         return np.arange(n), np.arange(n)

@@ -44,6 +44,18 @@ class PolicyWeights:
         z += self.head[1]
         return z
 
+    def logits_from_first_rows(self, h: np.ndarray) -> np.ndarray:
+        """``(m, actions)`` logits of ``m`` decisions from their first layer's pre-activations ``(m, H)``
+        (overwritten): :meth:`logits_from_first` row by row, as matrix products."""
+        self.activate(h)
+        for w, b in self.hidden[1:]:
+            h = h @ w.T
+            h += b
+            self.activate(h)
+        z = h @ self.head[0].T
+        z += self.head[1]
+        return z
+
     def tensors(self) -> dict[str, np.ndarray]:
         """The weights by name, float32 (the checkpoint's ``policy.safetensors``)."""
         out = {}

@@ -3,7 +3,9 @@
 At every kernel where nothing is in flight the policy picks a slot (or keep); a switch then flies
 (:func:`rlclock.backends.switching.fly`) and nothing is decided until it lands. Decisions and the moves they
 make are reused across repeated layers and across a step's rollouts (exact: the same inputs give the same
-numbers).
+numbers). A run of kernels whose decisions keep the configuration in effect is found a window at a time from
+decisions computed in blocks, and accounted as one move (its kernels' seconds and joules added in kernel
+order, as one by one).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 
 from rlclock.backends.switching import fly
 from rlclock.errors import CheckpointError
-from rlclock.policy.inputs import FirstLayerEvaluator, PreparedStep
+from rlclock.policy.inputs import Decisions, FirstLayerEvaluator, PreparedStep, PriceTables
 from rlclock.policy.step import PlanningStep
 
 Overrides = dict[float, dict[tuple[int, int], int]]
@@ -33,7 +35,8 @@ class Plan:
         time_s: The step's seconds on the planning model.
         energy_j: Its joules on the planning model.
         computed: Decisions the rollout computed (the others reused a repeated layer's, or an earlier
-            rollout's).
+            rollout's); in blocks (:meth:`FirstLayerEvaluator.decide`), some of them ahead of kernels the
+            rollout did not decide at.
     """
 
     requests: np.ndarray
@@ -63,9 +66,10 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
     the candidate slots and the plan's accounting). ``prepared`` is :meth:`FirstLayerEvaluator.prepare` of the
     step, when the caller rolls it out at several prices (it keeps what each price needs). ``timings``
     receives the seconds spent per decision, ``first_layer`` the first layer's input-side sum ``W1 · obs + b1``
-    at each decision (for checking against the env's observations). ``overrides`` replaces the policy's action
-    at some states (:func:`rlclock.policy.search.refine`); ``choices`` receives, at every state visited (in a
-    rollout at a single price), the policy's margin over its second choice and that choice.
+    at each decision (for checking against the env's observations); either makes the loop compute every
+    decision on its own. ``overrides`` replaces the policy's action at some states
+    (:func:`rlclock.policy.search.refine`); ``choices`` receives, at every state visited (in a rollout at a
+    single price), the policy's margin over its second choice and that choice.
     """
     n = step.n
     latency_s = step.latency_s
@@ -76,33 +80,51 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
         raise CheckpointError(f"price of time {price_rel!r}: need one finite price >= 0 or one per kernel ({n}).")
     prices = np.broadcast_to(price, (n,))
     look = prepared.look
-    context = look.context.tolist()
     levels, which_array = np.unique(prices, return_inverse=True)
     tables = [evaluator.price_tables(prepared, float(p)) for p in levels]
     replaced = [(overrides or {}).get(float(p), {}) for p in levels]
     which = which_array.tolist()
-    situation = prepared.situation
+    # where each run of kernels at one price ends
+    level_ends = [*(np.flatnonzero(np.diff(which_array)) + 1).tolist(), n]
+    situation, context = prepared.situation.item, look.context.item
     # a decision depends on the kernel's inputs, the price and the configuration in effect only, and the
     # move it makes (the kernels it covers, their time and energy) on its context, the configuration in
     # effect and the one requested, while those kernels lie within the context's span: kernels of repeated
     # layers, and later rollouts of the step, reuse both unless each decision is recorded
     reuse = first_layer is None and timings is None
     moves = prepared.moves if reuse else {}
-    span = look.span.tolist()
+    keeps = _KeepRuns(evaluator, step, prepared, tables, replaced, choices) if reuse else None
+    span = look.span.item
     keep = look.n_slots  # the action that issues nothing
     t_at, e_at = step.time_s.item, step.energy_j.item
     clock = time.perf_counter
     held: list[int] = []  # the configuration requested over each move, and the kernels it covers
     covers: list[int] = []
-    cur, k, total_t, total_e, computed = 0, 0, 0.0, 0.0, 0
-    while k < n:  # one pass per decision
+    cur, k, total_t, total_e, computed, run = 0, 0, 0.0, 0.0, 0, 0
+    while k < n:  # one pass per decision that issues a switch (or, deciding one by one, per decision)
         t0 = clock() if timings is not None else 0.0
         level = which[k]
         tab = tables[level]
-        s, u = situation[k], context[k]
+        s, u = situation(k), context(k)
         key = (s, cur)
-        got = tab.decided.get(key) if reuse else None
-        if got is None:
+        if keeps is not None:
+            # the kernels from here on (at this price) whose decision keeps the configuration in effect run
+            # there, one kernel per decision
+            while level_ends[run] <= k:
+                run += 1
+            kept, got = keeps.run(level, cur, k, level_ends[run])
+            computed += got
+            if kept:
+                total_t, total_e = keeps.account(cur, k, kept, total_t, total_e)
+                held.append(cur)
+                covers.append(kept)
+                k += kept
+                continue
+            decided = tab.decided[cur]
+            action = int(decided.action[s])
+            if choices is not None and key not in choices:
+                choices[key] = (float(decided.margin[s]), int(decided.second[s]))
+        else:
             now = tab.now.get(cur)
             if now is None:
                 now = evaluator.now_column(look, tab, cur)
@@ -110,14 +132,12 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
             if first_layer is not None:
                 first_layer.append(h.copy())
             z = evaluator.logits(h)
-            got = (int(z.argmax()), z)
-            if reuse:
-                tab.decided[key] = got
+            action = int(z.argmax())
             computed += 1
-        if choices is not None and key not in choices:
-            choices[key] = runner_up(*got)
-        a = replaced[level].get(key, got[0])
-        a = cur if a >= keep else tab.slots[u][a]
+            if choices is not None and key not in choices:
+                choices[key] = runner_up(action, z)
+        a = replaced[level].get(key, action)
+        a = cur if a >= keep else tab.candidates.item(u, a)
         if timings is not None:
             timings.append(clock() - t0)
         move = moves.get((u, cur, a))
@@ -126,7 +146,7 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
                 j, dt, de = k + 1, t_at(k, a), e_at(k, a)
             else:
                 j, _, dt, de = fly(t_at, e_at, n, k, cur, a, latency_s)
-            if reuse and j - k <= span[u]:
+            if reuse and j - k <= span(u):
                 moves[(u, cur, a)] = (j - k, dt, de)
         else:
             j, dt, de = move
@@ -138,3 +158,75 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
         covers.append(j - k)
         k = j
     return Plan(np.repeat(np.asarray(held, dtype=np.int64), covers), total_t, total_e, computed)
+
+
+class _KeepRuns:
+    """The runs of kernels whose decisions keep the configuration in effect, found a window of kernels at a
+    time from decisions computed in blocks (:meth:`FirstLayerEvaluator.decide`), and their accounting."""
+
+    def __init__(self, evaluator: FirstLayerEvaluator, step: PlanningStep, prepared: PreparedStep,
+                 tables: list[PriceTables], replaced: list[dict[tuple[int, int], int]],
+                 choices: Choices | None) -> None:
+        self.evaluator = evaluator
+        self.step = step
+        self.prepared = prepared
+        self.tables = tables
+        self.replaced = replaced
+        self.choices = choices
+        self.keep = prepared.look.n_slots
+        self._overridden: dict[tuple[int, int], np.ndarray | None] = {}
+
+    def overridden(self, level: int, cur: int) -> np.ndarray | None:
+        """Per situation the action that replaces the policy's with ``cur`` in effect at price ``level`` (-1:
+        none), or ``None`` if none is replaced there."""
+        key = (level, cur)
+        if key not in self._overridden:
+            given = [(s, a) for (s, c), a in self.replaced[level].items() if c == cur]
+            got = None
+            if given:
+                got = np.full(len(self.prepared.situation_context), -1, dtype=np.int64)
+                where, what = zip(*given, strict=True)
+                got[list(where)] = what
+            self._overridden[key] = got
+        return self._overridden[key]
+
+    def run(self, level: int, cur: int, k: int, stop: int) -> tuple[int, int]:
+        """``(kept, computed)``: how many kernels from ``k`` on (before ``stop``) decide to keep ``cur`` in
+        effect at price ``level``, and the decisions computed to find out (those up to the first that does
+        not keep are then computed too)."""
+        tab = self.tables[level]
+        over = self.overridden(level, cur)
+        width, kept, computed = 16, 0, 0
+        while k + kept < stop:
+            lo, hi = k + kept, min(stop, k + kept + width)
+            sits = self.prepared.situation[lo:hi]
+            decided, got = self.evaluator.decide(self.prepared, tab, cur, sits)
+            computed += got
+            action = decided.action[sits]
+            if over is not None:
+                action = np.where(over[sits] >= 0, over[sits], action)
+            slot = tab.candidates[self.prepared.look.context[lo:hi], np.minimum(action, self.keep - 1)]
+            same = (action >= self.keep) | (slot == cur)
+            m = hi - lo if same.all() else int(same.argmin())
+            if self.choices is not None:
+                self._record(decided, sits[:m], cur)
+            kept += m
+            if m < hi - lo:
+                break
+            width *= 4
+        return kept, computed
+
+    def _record(self, decided: Decisions, sits: np.ndarray, cur: int) -> None:
+        """Add the states visited at ``sits`` (in order) to the choices, where not there already."""
+        assert self.choices is not None
+        for s, margin, second in zip(sits.tolist(), decided.margin[sits].tolist(), decided.second[sits].tolist(),
+                                     strict=True):
+            if (s, cur) not in self.choices:
+                self.choices[(s, cur)] = (margin, second)
+
+    def account(self, cur: int, k: int, kept: int, time_s: float, energy_j: float) -> tuple[float, float]:
+        """The running totals after kernels ``k .. k + kept - 1`` run at ``cur``, added one at a time in kernel
+        order (as kernel-by-kernel accounting adds them)."""
+        t = np.concatenate(([time_s], self.step.time_s[k : k + kept, cur]))
+        e = np.concatenate(([energy_j], self.step.energy_j[k : k + kept, cur]))
+        return float(np.cumsum(t)[-1]), float(np.cumsum(e)[-1])
