@@ -111,6 +111,7 @@ def compare(path: Path, gpu: str) -> int:
     from rlclock.dvfs import model
     from rlclock.dvfs.spec import get_spec
     from rlclock.schedule import AUTO
+    from rlclock.workload.op_costs import refresh_costs
     from rlclock.workload.trace import KernelTrace
 
     data = json.loads(path.read_text())
@@ -120,7 +121,7 @@ def compare(path: Path, gpu: str) -> int:
     print(f"{'kernel':40s} {'MB moved':>8s} {'cold us':>8s} {'hot us':>8s} {'replay us':>9s} {'cold GB/s':>9s} "
           f"{'hot GB/s':>8s} {'model us':>8s} {'model/cold':>10s} {'model/hot':>9s}")
     for key, e in data["cases"].items():
-        trace = KernelTrace.from_dict(e["trace"])
+        trace = refresh_costs(KernelTrace.from_dict(e["trace"]))  # FLOPs and bytes by the current rules
         ks = [k for k in trace if k.dram_read_bytes + k.dram_write_bytes > 0]
         moved = sum(k.dram_read_bytes + k.dram_write_bytes for k in ks)
         ka = model.kernel_arrays(ks, spec)

@@ -170,6 +170,15 @@ def test_elementwise_results_take_the_promoted_type_and_broadcast_inputs_stream_
     assert eq.write_bytes == 8 * 1024
 
 
+def test_an_out_tensor_is_written_not_read():
+    pytest.importorskip("torch")  # the position of ``out`` comes from the operator's schema
+    x = (2048, 1024)
+    added = one(LaunchOp("aten::add", (x, x, (), x), (BF16, BF16, "Scalar", BF16)))
+    assert added.read_bytes == 2 * 2 * 2048 * 1024 and added.write_bytes == 2 * 2048 * 1024
+    plain = one(LaunchOp("aten::add", (x, x, ()), (BF16, BF16, "Scalar")))
+    assert (plain.read_bytes, plain.write_bytes) == (added.read_bytes, added.write_bytes)
+
+
 def test_norms_split_input_and_weight_gradients():
     x = (8, 1024, 1024)
     op = LaunchOp("aten::native_layer_norm_backward", (x, x, (), (8, 1024, 1), (8, 1024, 1), (1024,), (1024,)),

@@ -150,7 +150,8 @@ class ClockController:
             ``anchor_every``-th: the switch-time error is then measured against every step's actual start
             (this costs the loop a mark per step, as ``anchor_every=1`` does).
         follow_pace: Stretch the timeline to the running step period the anchors show (the worker's
-            ``pace``; :mod:`rlclock.deploy.worker`); ``False``: time switches by the timeline as profiled.
+            ``pace``; :mod:`rlclock.deploy.worker`); default: time switches by the timeline as profiled (on the
+            H200's real steps following the pace helped on some loops and hurt on others; docs/deploy.md).
 
     Raises:
         DeployError: Bad latency/lookahead/anchor_every, no NVML for a live run, unknown latency, worker failure.
@@ -162,7 +163,7 @@ class ClockController:
                  allow_clock_control: bool = False, latency_s: float | None = None, lookahead_s: float | None = None,
                  min_dwell_s: float = 0.0, read_back: bool = True, worker: str = "process", anchor: str = "auto",
                  nvml: bool | None = None, anchor_every: int | None = None, time_all_steps: bool = False,
-                 follow_pace: bool = True) -> None:
+                 follow_pace: bool = False) -> None:
         if anchor not in ANCHOR_SOURCES:
             raise DeployError(f"anchor source {anchor!r} is not known.", f"use one of {list(ANCHOR_SOURCES)}.")
         check_anchor_every(anchor_every)

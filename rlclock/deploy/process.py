@@ -100,7 +100,7 @@ class WorkerHandle:
         worker = SwitchWorker(SwitchPlan.from_dict(self.settings["plan"]), control,
                               read_back=bool(self.settings.get("read_back", True)),
                               anchor_every=int(self.settings.get("anchor_every", 1)),
-                              follow_pace=bool(self.settings.get("follow_pace", True)))
+                              follow_pace=bool(self.settings.get("follow_pace", False)))
         self.info = describe_control(control)
 
         def run() -> None:

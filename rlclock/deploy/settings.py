@@ -84,9 +84,8 @@ class DeploySettings(Settings):
                                                              "the GPU (default: every step when the plan has "
                                                              "switches, every 40 ms when it has none)",
                                                              json_schema_extra=_cli(metavar="STEPS"))
-    follow_pace: bool = Field(True, description="stretch the profiled timeline to the running step period",
-                              json_schema_extra=_cli(help="time switches by the profiled timeline as it is, not "
-                                                          "stretched to the period the running steps take"))
+    follow_pace: bool = Field(False, description="stretch the profiled timeline to the period the running steps "
+                              "take (default: the timeline as profiled)")
     time_all_steps: bool = Field(False, description="time every step on the GPU for the report (measures the "
                                  "switch-time error of sparse anchors; a mark per step)")
     search: bool = Field(False, description="plan the checkpoint's schedule with the search over the policy's "

@@ -7,12 +7,12 @@ loop never waits on NVML. The training process sends it one message per step: th
 read the same time). For every step the worker then
 
 * issues the step's switches at ``anchor + issue_s``;
-* follows the running step's pace: the profiled timeline says where each segment starts in a step of the
-  plan's period, but a running loop's steps often take longer or shorter than the steps that were profiled
-  (the host's share of a step changes from one phase of a run to the next). Once :data:`PACE_MIN_STEPS`
-  anchor intervals are known, the segments' starts and ends are stretched by the pace, the estimated period
-  over the plan's (within :data:`PACE_RANGE`), and each switch still goes out its own lookahead before its
-  segment's stretched start: ``anchor + pace * start_s - (start_s - issue_s)``;
+* with ``follow_pace``, follows the running step's pace: the profiled timeline says where each segment
+  starts in a step of the plan's period, but a running loop's steps often take longer or shorter than the
+  steps that were profiled (the host's share of a step changes from one phase of a run to the next). Once
+  :data:`PACE_MIN_STEPS` anchor intervals are known, the segments' starts and ends are stretched by the pace,
+  the estimated period over the plan's (within :data:`PACE_RANGE`), and each switch still goes out its own
+  lookahead before its segment's stretched start: ``anchor + pace * start_s - (start_s - issue_s)``;
 * issues the switches of the steps after it at ``anchor + n * period + issue_s`` for the step ``n`` ahead
   that they serve (those planned during an earlier step have a negative ``issue_s``), with the per-step
   period estimated from recent anchors, and re-times them whenever a newer anchor arrives. Not every step
@@ -75,8 +75,8 @@ MAX_PAUSES = 2
 pause and stays out of the estimate, unless this many came in a row (then the step itself got longer)."""
 PACE_MIN_STEPS = 1
 """Anchor intervals the worker needs before it follows the running step's pace (fewer: the plan's own timing). One
-is enough: the timeline is fitted to steps timed just before the control starts, and those can differ from the
-running steps by a quarter (docs/deploy.md); a pause is kept out of the estimate all the same."""
+is enough to start: the timeline is fitted to steps timed just before the control starts, and those can differ
+from the running steps by a quarter (docs/deploy.md); a pause is kept out of the estimate all the same."""
 PACE_RANGE = (0.5, 2.0)
 """Bounds of the pace (running period over the plan's): a step outside them is not the step that was planned,
 and stretching its plan would place switches nowhere in particular."""
@@ -137,13 +137,13 @@ class SwitchWorker:
         read_back: Read the clocks one latency after each switch.
         clock: The time source, seconds (``time.monotonic``; replaceable in tests).
         anchor_every: Steps between anchors the training process sends (the worker schedules that far ahead).
-        follow_pace: Stretch the plan's timing to the running step period (module docstring); ``False``: the
+        follow_pace: Stretch the plan's timing to the running step period (module docstring); default: the
             profiled timeline as it is.
     """
 
     def __init__(self, plan: SwitchPlan, control: Any, read_back: bool = True,
                  clock: Callable[[], float] = time.monotonic, anchor_every: int = 1,
-                 follow_pace: bool = True) -> None:
+                 follow_pace: bool = False) -> None:
         if anchor_every < 1:
             raise DeployError(f"anchor_every must be >= 1 step, found {anchor_every!r}.")
         self.plan = plan
@@ -447,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan = SwitchPlan.from_dict(settings["plan"])
         worker = SwitchWorker(plan, control, read_back=bool(settings.get("read_back", True)),
                               anchor_every=int(settings.get("anchor_every", 1)),
-                              follow_pace=bool(settings.get("follow_pace", True)))
+                              follow_pace=bool(settings.get("follow_pace", False)))
         conn.send(("ready", describe_control(control)))
         why = serve(conn, worker, args.parent)
     except (EOFError, OSError):

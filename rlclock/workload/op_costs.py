@@ -28,7 +28,8 @@ Rules, by operator family (``aten::`` names, with or without the leading undersc
   and memsets (written only), memcpys;
 * reductions (input read, the reduced output written);
 * any other operator with tensor inputs: elementwise — each input read once at its own size, the largest
-  written (one byte per element for comparisons, plus the mask of a dropout).
+  written (one byte per element for comparisons, plus the mask of a dropout); an ``out=`` tensor is written
+  only.
 
 A device activity whose operator is unknown gets only what its kind says (a memset's or memcpy's bytes);
 nothing is ever NaN.
@@ -649,7 +650,9 @@ def _elementwise(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     if not ts:
         return _optimizer(a, launches)
     base = _base(a.op.name)
-    sizes = [(_numel(s), e, len(s)) for _, s, e in ts]
+    out_pos = _arg_index(a.op.name, "out") if len(ts) > 1 else None
+    given_out = next(((s, e) for i, s, e in ts if i == out_pos), None)  # an ``out=`` tensor: written, not read
+    sizes = [(_numel(s), e, len(s)) for i, s, e in ts if i != out_pos or given_out is None]
     n = max(k for k, _, _ in sizes)
     # the result's type: promoted over the tensors with dimensions (0-d ones take part as scalars)
     out_eb = max((e for k, e, nd in sizes if nd), default=max(e for _, e, _ in sizes))
@@ -657,7 +660,10 @@ def _elementwise(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
         out_eb = 1
     inplace = a.op.name.endswith("_") and not a.op.name.endswith("__")
     read = float(sum(k * e for k, e, _ in sizes))
-    write = float(sizes[0][0] * sizes[0][1] if inplace else n * out_eb)
+    if given_out is not None:
+        write = float(_numel(given_out[0]) * given_out[1])
+    else:
+        write = float(sizes[0][0] * sizes[0][1] if inplace else n * out_eb)
     if base == "native_dropout":
         write += float(n)  # the keep mask, one byte per element
     streamed = float(sum(e for k, e, _ in sizes if k == n))  # per output element; broadcast inputs stay cached

@@ -34,12 +34,13 @@ class Recording(PlanOnlyControl):
         self.log.append((self.clock(), self.current))
 
 
-def make(alternating, read_back=False):
+def make(alternating, read_back=False, follow_pace=False):
     schedule, timeline = alternating
     plan = plan_switches(schedule, timeline, latency_s=0.006, lookahead_s=0.006)
     clock = Clock()
     control = Recording(clock)
-    return plan, clock, control, SwitchWorker(plan, control, read_back=read_back, clock=clock)
+    return plan, clock, control, SwitchWorker(plan, control, read_back=read_back, clock=clock,
+                                              follow_pace=follow_pace)
 
 
 def run_until(worker: SwitchWorker, clock: Clock, t: float) -> None:
@@ -184,9 +185,8 @@ def test_sparse_anchors_time_the_steps_between_from_the_last_anchor_and_retime_t
     clock.t = 100.1705
     worker.on_anchor(4, 100.17)
     assert worker.period_s == pytest.approx(0.0425)  # per step: the anchor interval over the 4 steps it spans
-    starts = [e.start_s for e in plan.events]  # and stretched to that pace: each segment 6.25 % later
     for step, event, due, estimated in pending(worker):
-        assert due == pytest.approx(100.17 + (step - 4) * 0.0425 + 1.0625 * starts[event] - 0.006)
+        assert due == pytest.approx(100.17 + (step - 4) * 0.0425 + issue[event])
         assert estimated == (step > 4)
     assert {s for s, *_ in pending(worker)} == {4, 5, 6, 7, 8, 9}
     # step 4's early switch went out on the estimate (100.154) and is not issued again; its other switches are
@@ -245,7 +245,7 @@ def issued_in_step(worker: SwitchWorker, step: int) -> list[tuple[int, float]]:
 
 @pytest.mark.parametrize("period_s", [0.032, 0.05])
 def test_the_worker_follows_the_running_steps_pace(alternating, period_s):
-    plan, clock, _control, worker = make(alternating)
+    plan, clock, _control, worker = make(alternating, follow_pace=True)
     starts = [e.start_s for e in plan.events]
     assert starts == pytest.approx([0.0, 0.01, 0.02, 0.03]) and plan.period_s == pytest.approx(0.04)
     run_steps(worker, clock, period_s, 6)
@@ -260,14 +260,13 @@ def test_the_worker_follows_the_running_steps_pace(alternating, period_s):
     assert "missed" not in [r[0] for r in worker.records]
 
 
-def test_the_pace_waits_for_enough_steps_is_bounded_and_can_be_turned_off(alternating):
-    plan, clock, _control, worker = make(alternating)
+def test_the_pace_waits_for_enough_steps_is_bounded_and_is_off_by_default(alternating):
+    plan, clock, _control, worker = make(alternating, follow_pace=True)
     worker.on_anchor(0, 100.0)  # no interval yet: the plan's own timing
     assert worker.pace == 1.0 and PACE_MIN_STEPS == 1
     worker.on_anchor(1, 100.032)
     assert worker.pace == pytest.approx(0.8)
-    _plan, clock, _control, fixed = make(alternating)
-    fixed.follow_pace = False
+    _plan, clock, _control, fixed = make(alternating)  # the default: the timeline as profiled
     run_steps(fixed, clock, 0.032, 6)
     assert fixed.pace == 1.0
     anchor = 100.0 + 4 * 0.032
@@ -275,6 +274,6 @@ def test_the_pace_waits_for_enough_steps_is_bounded_and_can_be_turned_off(altern
     assert got[1:] == pytest.approx([anchor + e.issue_s for e in plan.events[1:]])
     # at the profiled timing the early switch crowds step 3's last one (24 ms into a 32 ms step) and waits for it
     assert got[0] == pytest.approx(anchor - 0.032 + 0.024 + 0.006)
-    _plan, clock, _control, slow = make(alternating)
+    _plan, clock, _control, slow = make(alternating, follow_pace=True)
     run_steps(slow, clock, 0.1, 5)  # 2.5 times the plan: the plan is stretched no further than PACE_RANGE
     assert slow.pace == pytest.approx(PACE_RANGE[1])
