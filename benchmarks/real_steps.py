@@ -105,6 +105,25 @@ def timing(corpus: Path) -> None:
     print(f"targets met on {met} of {len(models)} models (timeline period within 3 % of the running step, issue "
           "and switch-time error p95 <= 1 ms, overhead <= 1 %; running: the all-auto controlled run's median "
           "step; overhead: the switch test's median step against the timed steps', without a controller)\n")
+    paced = [(f, json.loads((f / "timing.json").read_text())) for f in models if (f / "timing.json").exists()]
+    if not paced:
+        return
+    print("== timing, the switch test on the timeline as profiled and stretched to the running pace "
+          "(benchmarks/corpus_gpu.py --timing-only: a later profile of each model, then both switch tests one "
+          "after the other)")
+    print(f"{'model':16s} {'timeline':>8s} {'running':>8s} | {'step':>7s} {'issue p95':>9s} {'switch p95':>10s} "
+          f"{'late':>5s} | {'step':>7s} {'pace':>6s} {'issue p95':>9s} {'switch p95':>10s} {'late':>5s}")
+    better = 0
+    for folder, t in paced:
+        a, b = t["switch_test"]["profiled"], t["switch_test"]["paced"]
+        better += b["switch_error"]["p95_abs_s"] < a["switch_error"]["p95_abs_s"]
+        print(f"{folder.name:16s} {1e3 * t['timeline_period_s']:7.1f}ms {1e3 * t['running_step_s']:7.1f}ms | "
+              f"{1e3 * a['step_time_s']:6.1f}ms {1e3 * a['issue_error']['p95_abs_s']:7.2f}ms "
+              f"{1e3 * a['switch_error']['p95_abs_s']:8.2f}ms {100 * a['late_fraction']:4.0f}% | "
+              f"{1e3 * b['step_time_s']:6.1f}ms x{b['pace']:.3f} {1e3 * b['issue_error']['p95_abs_s']:7.2f}ms "
+              f"{1e3 * b['switch_error']['p95_abs_s']:8.2f}ms {100 * b['late_fraction']:4.0f}%")
+    print(f"following the pace lowered the switch-time error p95 on {better} of {len(paced)} models (left: the "
+          "timeline as profiled; right: stretched by the pace the worker estimated, at the end of the run)\n")
 
 
 def policy(corpus: Path, checkpoint: str, budget: float, time_limit_s: float) -> None:
