@@ -172,6 +172,15 @@ def profile(step: Callable[[], None], out: Path) -> None:
                 step()
 
 
+def profiled(step: Callable[[], None], folder: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """:func:`profile` into ``folder``, and what it wrote: the trace, the timeline and the all-auto report."""
+    folder.mkdir(parents=True, exist_ok=True)
+    profile(step, folder)
+    trace, timeline, report = (json.loads((folder / f).read_text())
+                               for f in ("step.trace.json", "step.timeline.json", "report.json"))
+    return trace, timeline, report
+
+
 def alternating(timeline: Any, segment_s: float) -> Any:
     """A schedule that switches between auto and a lower core clock every ``segment_s`` of the timeline."""
     import numpy as np
@@ -248,12 +257,8 @@ def record(name: str, task: str, model: Any, shape: dict[str, Any], config: Any,
     import transformers
 
     folder = out / name
-    folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    profile(step, folder)
-    trace = json.loads((folder / "step.trace.json").read_text())
-    timeline = json.loads((folder / "step.timeline.json").read_text())
-    report = json.loads((folder / "report.json").read_text())
+    trace, timeline, report = profiled(step, folder)
     switches = switching(step, folder)
     measured = bare(step, windows, window_s)
     summary = {
@@ -279,12 +284,8 @@ def timing_only(name: str, step: Callable[[], None], out: Path) -> dict[str, Any
     import shutil
 
     folder = out / name
-    folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    profile(step, folder)
-    trace = json.loads((folder / "step.trace.json").read_text())
-    timeline = json.loads((folder / "step.timeline.json").read_text())
-    report = json.loads((folder / "report.json").read_text())
+    trace, timeline, report = profiled(step, folder)
     runs = {}
     for label, pace in (("profiled", False), ("paced", True)):
         sw = switching(step, folder, follow_pace=pace, report=f"switch_{label}.json")
