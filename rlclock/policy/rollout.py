@@ -120,10 +120,7 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
                 covers.append(kept)
                 k += kept
                 continue
-            decided = tab.decided[cur]
-            action = int(decided.action[s])
-            if choices is not None and key not in choices:
-                choices[key] = (float(decided.margin[s]), int(decided.second[s]))
+            action = tab.decided[cur].action.item(s)  # recorded in the choices by the run
         else:
             now = tab.now.get(cur)
             if now is None:
@@ -160,6 +157,10 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
     return Plan(np.repeat(np.asarray(held, dtype=np.int64), covers), total_t, total_e, computed)
 
 
+_SCALAR_RUN = 8
+"""Kernels a run of kept configurations is followed one by one before it is followed a window at a time."""
+
+
 class _KeepRuns:
     """The runs of kernels whose decisions keep the configuration in effect, found a window of kernels at a
     time from decisions computed in blocks (:meth:`FirstLayerEvaluator.decide`), and their accounting."""
@@ -193,23 +194,41 @@ class _KeepRuns:
     def run(self, level: int, cur: int, k: int, stop: int) -> tuple[int, int]:
         """``(kept, computed)``: how many kernels from ``k`` on (before ``stop``) decide to keep ``cur`` in
         effect at price ``level``, and the decisions computed to find out (those up to the first that does
-        not keep are then computed too)."""
+        not keep are then computed too). Kernel by kernel while their decisions are known (short runs, as
+        between frequent switches), then a window at a time."""
         tab = self.tables[level]
         over = self.overridden(level, cur)
-        width, kept, computed = 16, 0, 0
+        decided = tab.decided.get(cur)
+        situation, context, candidates = self.prepared.situation, self.prepared.look.context, tab.candidates
+        kept = 0
+        if decided is not None:
+            known = decided.action
+            while kept < _SCALAR_RUN and k + kept < stop:
+                s = situation.item(k + kept)
+                a = known.item(s)
+                if a < 0:
+                    break
+                if over is not None and over.item(s) >= 0:
+                    a = over.item(s)
+                if self.choices is not None and (s, cur) not in self.choices:
+                    self.choices[(s, cur)] = (decided.margin.item(s), decided.second.item(s))
+                if a < self.keep and candidates.item(context.item(k + kept), a) != cur:
+                    return kept, 0
+                kept += 1
+        width, computed = 4 * _SCALAR_RUN, 0
         while k + kept < stop:
             lo, hi = k + kept, min(stop, k + kept + width)
-            sits = self.prepared.situation[lo:hi]
+            sits = situation[lo:hi]
             decided, got = self.evaluator.decide(self.prepared, tab, cur, sits)
             computed += got
             action = decided.action[sits]
             if over is not None:
                 action = np.where(over[sits] >= 0, over[sits], action)
-            slot = tab.candidates[self.prepared.look.context[lo:hi], np.minimum(action, self.keep - 1)]
+            slot = candidates[context[lo:hi], np.minimum(action, self.keep - 1)]
             same = (action >= self.keep) | (slot == cur)
             m = hi - lo if same.all() else int(same.argmin())
             if self.choices is not None:
-                self._record(decided, sits[:m], cur)
+                self._record(decided, sits[: m + 1], cur)
             kept += m
             if m < hi - lo:
                 break
@@ -227,6 +246,12 @@ class _KeepRuns:
     def account(self, cur: int, k: int, kept: int, time_s: float, energy_j: float) -> tuple[float, float]:
         """The running totals after kernels ``k .. k + kept - 1`` run at ``cur``, added one at a time in kernel
         order (as kernel-by-kernel accounting adds them)."""
+        if kept <= _SCALAR_RUN:
+            t_at, e_at = self.step.time_s.item, self.step.energy_j.item
+            for j in range(k, k + kept):
+                time_s += t_at(j, cur)
+                energy_j += e_at(j, cur)
+            return time_s, energy_j
         t = np.concatenate(([time_s], self.step.time_s[k : k + kept, cur]))
         e = np.concatenate(([energy_j], self.step.energy_j[k : k + kept, cur]))
         return float(np.cumsum(t)[-1]), float(np.cumsum(e)[-1])
