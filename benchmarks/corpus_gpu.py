@@ -191,23 +191,78 @@ def alternating(timeline: Any, segment_s: float) -> Any:
     return ClockSchedule(["auto", "1500@3201"], index.tolist(), name="switch-test")
 
 
-def switching(step: Callable[[], None], out: Path, follow_pace: bool = True,
-              report: str = "switch_report.json") -> dict[str, Any]:
+def switching(step: Callable[[], None], out: Path, follow_pace: bool = False,
+              report: str = "switch_report.json", kernel_times: bool = False) -> dict[str, Any]:
     """The controller timing the switches of :func:`alternating` in the running loop, on the profiled
     (fitted) timeline, stretched to the running steps' pace or not (``follow_pace``); dry run — nothing is
-    set. Its report goes to ``out/report``."""
+    set. Its report goes to ``out/report``. With ``kernel_times`` the steps also run under a profile of CUDA
+    activity alone, a marker kernel at each mark, and each switch is judged against the GPU start of its
+    segment's first kernel (:func:`judged_on_kernels`: the report's ``kernel_judged``)."""
+    import torch
+
     import rlclock.deploy
     from rlclock.deploy.timeline import StepTimeline
+    from rlclock.workload.torch_profile import export_chrome
 
     timeline = StepTimeline.load(out / "step.timeline.json")
     schedule = alternating(timeline, SEGMENT_S)
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) if kernel_times else None
     with rlclock.deploy.clocked(schedule, timeline=timeline, report=str(out / report), control="dry-run",
                                 verbose=False, time_all_steps=True, follow_pace=follow_pace) as clk:
+        if prof is not None:
+            prof.__enter__()
         for _ in range(SWITCH_STEPS):
             with clk.step():
+                if prof is not None:
+                    torch.cuda._sleep(1)  # the marker: right behind the mark's event on the stream
                 step()
-    assert clk.report is not None
-    return clk.report.as_dict()
+        if prof is not None:
+            torch.cuda.synchronize()
+            prof.__exit__(None, None, None)
+    assert clk.report is not None and clk.controller is not None
+    rep = clk.report.as_dict()
+    if prof is not None:
+        rep["kernel_judged"] = judged_on_kernels(export_chrome(prof), clk.controller, timeline)
+        (out / report).write_text(json.dumps(rep, indent=1, default=str))
+    return rep
+
+
+def judged_on_kernels(data: dict[str, Any], ctl: Any, timeline: Any) -> dict[str, Any]:
+    """Each issued switch against the GPU start of its segment's first kernel in its own step.
+
+    A step's activities are those between two markers in GPU order (``rlclock.deploy.capture.marked_steps``);
+    a step whose activities are not the timeline's (other names, count or order) is left out. GPU times map to
+    the anchors' clock through the step's marker: the kernel's start after the marker's end, added to the step's
+    anchor (``time.monotonic()``). Error = issued − (kernel start − lookahead); late = the switch would land
+    (issued + latency) after the kernel started.
+    """
+    import numpy as np
+
+    from rlclock.deploy.capture import marked_steps
+
+    names = tuple(timeline.names)
+    steps = [(anchor, [a[0] for a in body]) if tuple(a[2] for a in body) == names else None
+             for anchor, body in marked_steps(data)]
+    steps = steps[max(0, len(steps) - ctl.steps):]  # the controller's step 0 is the first step it marked
+    plan, log = ctl.plan, ctl.anchor_log
+    anchors = dict(zip(log.step, log.final_anchors_s(), strict=True))
+    errors, late, skipped = [], 0, 0
+    for status, k, event, _planned, issued, _call, _est in ctl.worker_result.get("records", []):
+        if status != "switch":
+            continue
+        first = plan.segments[plan.events[int(event)].segment].first_kernel
+        got = steps[k] if 0 <= k < len(steps) else None
+        if got is None or k not in anchors:
+            skipped += 1
+            continue
+        start = anchors[k] + (got[1][first] - got[0]) * 1e-6
+        errors.append(issued - (start - plan.lookahead_s))
+        late += int(issued + plan.latency_s > start)
+    a = np.abs(np.array(errors)) if errors else np.array([np.nan])
+    return {"judged": len(errors), "skipped": skipped, "steps_matched": sum(s is not None for s in steps),
+            "steps": len(steps), "median_s": float(np.median(errors)) if errors else None,
+            "p95_abs_s": float(np.percentile(a, 95)) if errors else None, "late": late,
+            "late_fraction": late / len(errors) if errors else None}
 
 
 def bare(step: Callable[[], None], windows: int, window_s: float) -> dict[str, Any]:
@@ -277,9 +332,10 @@ def record(name: str, task: str, model: Any, shape: dict[str, Any], config: Any,
     return summary
 
 
-def timing_only(name: str, step: Callable[[], None], out: Path) -> dict[str, Any]:
+def timing_only(name: str, step: Callable[[], None], out: Path, kernel_times: bool = False) -> dict[str, Any]:
     """The deployment's profile and timeline, then the switch test twice — on the timeline as profiled and
-    stretched to the running pace — without the cost measurements; ``out/<name>/timing.json``."""
+    stretched to the running pace, judged on the kernels' own GPU times too with ``kernel_times`` — without the
+    cost measurements; ``out/<name>/timing.json``."""
     import gzip
     import shutil
 
@@ -288,8 +344,8 @@ def timing_only(name: str, step: Callable[[], None], out: Path) -> dict[str, Any
     trace, timeline, report = profiled(step, folder)
     runs = {}
     for label, pace in (("profiled", False), ("paced", True)):
-        sw = switching(step, folder, follow_pace=pace, report=f"switch_{label}.json")
-        runs[label] = {k: sw.get(k) for k in SWITCH_FIELDS}
+        sw = switching(step, folder, follow_pace=pace, report=f"switch_{label}.json", kernel_times=kernel_times)
+        runs[label] = {k: sw.get(k) for k in (*SWITCH_FIELDS, "kernel_judged")}
     summary = {"model": name, "kernels": len(trace["kernels"]),
                "profiled_period_s": trace["meta"].get("profiled_period_s"),
                "step_period_s": trace["meta"].get("step_period_s"), "timeline_period_s": timeline.get("period_s"),
@@ -303,6 +359,13 @@ def timing_only(name: str, step: Callable[[], None], out: Path) -> dict[str, Any
     return summary
 
 
+def _kernel_judged(k: dict[str, Any] | None) -> str:
+    if not k or not k.get("judged"):
+        return ""
+    return (f"; on the kernels' GPU times ({k['judged']} judged, {k['steps_matched']} of {k['steps']} steps "
+            f"matched): p95 {1e3 * k['p95_abs_s']:.2f} ms, late {k['late']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder to write the corpus to")
@@ -310,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=int, default=3, help="energy windows per model (default 3)")
     parser.add_argument("--window-s", type=float, default=2.0, help="seconds per window, at least (default 2)")
     parser.add_argument("--pack", action="store_true", help="also write OUT/corpus.tar.gz")
+    parser.add_argument("--kernel-times", action="store_true",
+                        help="with --timing-only: run the switch tests under a CUDA-activity profile and judge each "
+                             "switch against its kernels' own GPU start")
     parser.add_argument("--timing-only", action="store_true",
                         help="only the profile, the timeline and the switch test on the timeline as profiled and "
                              "stretched to the running pace (OUT/<model>/timing.json); no cost measurements")
@@ -338,13 +404,14 @@ def main(argv: list[str] | None = None) -> int:
         try:
             model, step, task, config, shape = make()
             if args.timing_only:
-                t = timing_only(name, step, args.out)
+                t = timing_only(name, step, args.out, args.kernel_times)
                 for label, sw in t["switch_test"].items():
                     print(f"{name} ({label}): timeline {1e3 * t['timeline_period_s']:.1f} ms, running "
                           f"{1e3 * (t['running_step_s'] or float('nan')):.1f} ms, switch test step "
                           f"{1e3 * sw['step_time_s']:.1f} ms, pace x{sw['pace']:.3f}, {sw['issued']} issued, "
                           f"issue p95 {1e3 * sw['issue_error']['p95_abs_s']:.2f} ms, switch p95 "
-                          f"{1e3 * sw['switch_error']['p95_abs_s']:.2f} ms, late {sw['late']}", flush=True)
+                          f"{1e3 * sw['switch_error']['p95_abs_s']:.2f} ms, late {sw['late']}"
+                          + _kernel_judged(sw.get("kernel_judged")), flush=True)
                 summaries[name] = t
                 continue
             s = record(name, task, model, shape, config, step, args.out, args.windows, args.window_s)

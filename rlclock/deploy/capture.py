@@ -337,6 +337,18 @@ class StepTimer:
         return timeline_from_markers(self._data, names) if self._data is not None else None
 
 
+def marked_steps(data: dict[str, Any]) -> list[tuple[float, list[tuple[float, float, str]]]]:
+    """The steps of a CUDA-activity profile whose steps begin with a :data:`MARKER_KERNEL`: per marker, in GPU
+    order, the end of the marker (µs, the profile's clock) and the device activities after it up to the next
+    marker (or the end), each ``(start µs, duration µs, name)``."""
+    events = data.get("traceEvents", []) if isinstance(data, dict) else []
+    acts = sorted(((float(e["ts"]), float(e.get("dur", 0.0)), str(e.get("name", "")))
+                   for e in events if e.get("cat") in _DEVICE_KINDS and e.get("ph") == "X"), key=lambda a: a[0])
+    marks = [i for i, a in enumerate(acts) if MARKER_KERNEL in a[2]]
+    return [(acts[m0][0] + acts[m0][1], acts[m0 + 1:m1]) for m0, m1 in zip(marks, [*marks[1:], len(acts)],
+                                                                            strict=True)]
+
+
 def timeline_from_markers(data: dict[str, Any], names: tuple[str, ...]) -> StepTimeline | None:
     """A step timeline from a CUDA-activity profile whose steps begin with a :data:`MARKER_KERNEL`.
 
@@ -347,19 +359,13 @@ def timeline_from_markers(data: dict[str, Any], names: tuple[str, ...]) -> StepT
     Returns:
         The timeline, or ``None`` when no step launched that sequence.
     """
-    events = data.get("traceEvents", []) if isinstance(data, dict) else []
-    acts = sorted(((float(e["ts"]), float(e.get("dur", 0.0)), str(e.get("name", "")))
-                   for e in events if e.get("cat") in _DEVICE_KINDS and e.get("ph") == "X"), key=lambda a: a[0])
-    marks = [i for i, a in enumerate(acts) if MARKER_KERNEL in a[2]]
     offs, durs, periods = [], [], []
-    for m0, m1 in itertools.pairwise(marks):
-        step = acts[m0 + 1:m1]
+    for (anchor, step), (next_anchor, _) in itertools.pairwise(marked_steps(data)):
         if tuple(a[2] for a in step) != tuple(names):
             continue
-        anchor = acts[m0][0] + acts[m0][1]
         offs.append([(a[0] - anchor) * 1e-6 for a in step])
         durs.append([a[1] * 1e-6 for a in step])
-        periods.append((acts[m1][0] + acts[m1][1] - anchor) * 1e-6)
+        periods.append((next_anchor - anchor) * 1e-6)
     if not offs:
         return None
     start = np.maximum.accumulate(np.maximum(np.median(np.array(offs), axis=0), 0.0))

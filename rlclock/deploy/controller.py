@@ -38,8 +38,9 @@ import math
 import numbers
 import threading
 import time
+from typing import Any
 
-from rlclock.deploy.anchor import CudaAnchors, HostAnchors
+from rlclock.deploy.anchor import AnchorLog, CudaAnchors, HostAnchors
 from rlclock.deploy.plan import SwitchPlan, plan_switches
 from rlclock.deploy.process import WorkerHandle
 from rlclock.deploy.report import PAUSE_FACTOR, ControllerReport, build_report
@@ -190,6 +191,10 @@ class ClockController:
                                       "use anchor='host' (or 'auto') on a machine without a GPU.")
         self.anchor_source = anchor
         self.report: ControllerReport | None = None
+        self.anchor_log: AnchorLog | None = None
+        """After :meth:`close`: what the step anchors saw, per marked step (raw data of the report)."""
+        self.worker_result: dict[str, Any] = {}
+        """After :meth:`close`: the switch worker's records and read-backs (raw data of the report)."""
         self._handle: WorkerHandle | None = None
         self._anchors: CudaAnchors | HostAnchors | None = None
         self._step = -1
@@ -285,11 +290,10 @@ class ClockController:
             info = self._handle.info
             if not result and self.allow_clock_control:
                 _reset_after_failure(self.device)
-            from rlclock.deploy.anchor import AnchorLog
-
-            self.report = build_report(self.plan, log if log is not None else AnchorLog(self.anchor_source),
-                                       result, info, self.worker_mode, steps=self.steps,
-                                       anchor_every=self.anchor_every)
+            self.anchor_log = log if log is not None else AnchorLog(self.anchor_source)
+            self.worker_result = result
+            self.report = build_report(self.plan, self.anchor_log, result, info, self.worker_mode,
+                                       steps=self.steps, anchor_every=self.anchor_every)
             if self._handle.send_errors:
                 self.report.notes.append(f"{self._handle.send_errors} step anchors could not be sent to the worker")
             self._handle = None

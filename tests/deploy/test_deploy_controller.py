@@ -57,6 +57,9 @@ def test_plan_only_dry_run_issues_every_switch_on_time(no_nvml, alternating, wor
     assert abs(rep.switch_error.median_s) < 3e-3
     assert rep.step_time_s == pytest.approx(0.04, rel=0.25)
     assert "switches issued" in rep.text()
+    # the report's raw data stay on the controller: every mark the anchors saw, every switch the worker handled
+    assert ctl.anchor_log is not None and ctl.anchor_log.step == list(range(12))
+    assert sum(r[0] == "switch" for r in ctl.worker_result["records"]) == rep.issued
 
 
 def test_fake_gpu_dry_run_sets_nothing(fake_gpu, alternating):
