@@ -62,6 +62,7 @@ class AnchorLog:
             (``time.monotonic()``).
         busy_s: GPU time from the step's start mark to its end mark, seconds (NaN without an end mark).
         sent: Whether the anchor went to the switch worker (``False`` for steps timed for the report only).
+        points: The points inside steps that went to the worker.
         errors: Problems the anchor thread met (it keeps going where it can).
     """
 
@@ -73,6 +74,8 @@ class AnchorLog:
     busy_s: list[float] = field(default_factory=list)
     sent: list[bool] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    points: list[tuple[int, int, float]] = field(default_factory=list)
+    """``(step, point, time_s)`` of every point inside a step that went to the worker (``time.monotonic()``)."""
 
     def final_anchors_s(self, window: int = OFFSET_WINDOW) -> np.ndarray:
         """Anchors recomputed with all observations: the offset of each mark is the minimum of ``seen − gpu``
@@ -117,14 +120,24 @@ class HostAnchors:
 
     Args:
         on_anchor: Called with ``(step, anchor_s)`` for every mark sent.
+        on_point: Called with ``(step, point, time_s)`` for every point inside a step.
     """
 
     source = "host"
 
-    def __init__(self, on_anchor: Callable[[int, float], Any]) -> None:
+    def __init__(self, on_anchor: Callable[[int, float], Any],
+                 on_point: Callable[[int, int, float], Any] | None = None) -> None:
         self.on_anchor = on_anchor
+        self.on_point = on_point
         self.log = AnchorLog("host")
         self._open: tuple[int, float] | None = None
+
+    def mark_point(self, step: int, point: int) -> None:
+        """The loop passes point ``point`` of step ``step`` now."""
+        now = time.monotonic()
+        self.log.points.append((step, point, now))
+        if self.on_point is not None:
+            self.on_point(step, point, now)
 
     def mark_start(self, step: int, send: bool = True) -> None:
         """The loop starts step ``step`` now; ``send``: tell the worker."""
@@ -150,6 +163,8 @@ class CudaAnchors:
 
     Args:
         on_anchor: Called from the helper thread with ``(step, anchor_s)`` for every mark sent.
+        on_point: Called from the helper thread with ``(step, point, time_s)`` for every point inside a step
+            (:meth:`mark_point`), placed as anchors are.
         window: Marks of the sliding minimum that sets the clock offset.
         defer_s: Pause between seeing a step start and the rest of the thread's work, seconds.
         pool: Events created up front.
@@ -160,7 +175,8 @@ class CudaAnchors:
 
     def __init__(self, on_anchor: Callable[[int, float], Any], window: int = OFFSET_WINDOW,
                  defer_s: float = DEFER_S, pool: int = POOL_EVENTS,
-                 new_event: Callable[[], Any] | None = None) -> None:
+                 new_event: Callable[[], Any] | None = None,
+                 on_point: Callable[[int, int, float], Any] | None = None) -> None:
         if new_event is None:
             import torch
 
@@ -169,6 +185,7 @@ class CudaAnchors:
 
         self.defer_s = float(defer_s)
         self.on_anchor = on_anchor
+        self.on_point = on_point
         self.log = AnchorLog("cuda")
         self.created = 0
         """Events created so far (the pool's, and any made when the pool ran dry)."""
@@ -208,6 +225,11 @@ class CudaAnchors:
         """Record the end of step ``step`` on the current stream."""
         self._queue.put((1, step, self._record(), False))
 
+    def mark_point(self, step: int, point: int) -> None:
+        """Record point ``point`` inside step ``step`` on the current stream; the worker hears of it as soon as
+        the GPU passes it (no deferral: the point times the rest of the step)."""
+        self._queue.put((2, step, self._record(), point))
+
     def close(self, timeout_s: float = 30.0) -> AnchorLog:
         """Wait for the marks recorded so far and stop the helper thread; returns the log."""
         self._queue.put(None)
@@ -227,6 +249,9 @@ class CudaAnchors:
                 return
             kind, step, ev, send = item
             try:
+                if kind == 2:
+                    self._point(step, int(send), ev)
+                    continue
                 if kind == 1:  # an end mark: no wait now, it is complete by the time the next start is
                     if end is not None:
                         self._release(end[1])
@@ -253,6 +278,22 @@ class CudaAnchors:
             except Exception as exc:  # keep anchoring later steps; the report shows the error
                 if len(self.log.errors) < 10:
                     self.log.errors.append(f"step {step}: {type(exc).__name__}: {exc}")
+
+    def _point(self, step: int, point: int, ev: Any) -> None:
+        """Place a point as an anchor is placed, and tell the worker."""
+        try:
+            ev.synchronize()
+            seen = time.monotonic()
+            if self._ref is None:
+                return
+            gpu = self._ref.elapsed_time(ev) / 1e3
+            self._obs.append(seen - gpu)
+            at = min(self._obs) + gpu
+            self.log.points.append((step, point, at))
+            if self.on_point is not None:
+                self.on_point(step, point, at)
+        finally:
+            self._release(ev)
 
     def _finish_end(self, start_ev: Any, end: tuple[int, Any] | None, index: int, wait: bool) -> None:
         """Record the GPU time from the last start mark to its end mark."""

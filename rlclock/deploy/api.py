@@ -10,6 +10,9 @@
                 loss = model(batch); loss.backward(); opt.step(); opt.zero_grad()
     print(clk.report.text())
 
+``clk.watch(model)`` (before the loop) also marks a point at every layer's start, forward and backward, so the
+controller follows each step as it runs rather than only from its start (:meth:`Clocked.watch`).
+
 What happens, step by step:
 
 1. ``warmup_steps`` steps run untouched (compilation, allocator and autotuning settle).
@@ -246,6 +249,62 @@ class Clocked:
         self._finish_profile()
         assert self.controller is not None
         return self.controller.step()
+
+    def point(self) -> None:
+        """Mark a point inside the current step — at the same places in every step (each layer's start, say).
+
+        In the steps that locate the kernels a marker kernel places the point in the timeline; once the schedule
+        is applied, the controller re-times the rest of the step's switches from each point the GPU passes
+        (:meth:`ClockController.point`). Elsewhere it does nothing. :meth:`watch` calls it from module hooks.
+        """
+        if self.state == "control" and self.controller is not None:
+            self.controller.point()
+        elif self.state == "timing" and self._timer is not None:
+            self._timer.point()
+
+    def watch(self, model: Any, blocks: Any = None) -> Callable[[], None]:
+        """Mark a point at the start of every block of ``model``, in the forward pass and in the backward pass.
+
+        Args:
+            model: A ``torch.nn.Module``.
+            blocks: The modules to mark (default: the children of the model's longest ``nn.ModuleList``, which
+                in a transformer are its layers).
+
+        Returns:
+            A function that removes the hooks.
+
+        Raises:
+            DeployError: No blocks were given and the model holds no ``nn.ModuleList``.
+        """
+        import torch
+
+        if blocks is None:
+            lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m)]
+            if not lists:
+                raise DeployError(f"{type(model).__name__} holds no nn.ModuleList to find its layers in.",
+                                  "pass blocks=[...] (the modules to mark a point at).")
+            blocks = max(lists, key=len)
+        handles: list[Any] = []
+
+        def before(module: Any, args: Any) -> None:
+            self.point()
+
+        def after(module: Any, args: Any, output: Any) -> None:
+            out = output[0] if isinstance(output, (tuple, list)) and output else output
+            if isinstance(out, torch.Tensor) and out.requires_grad:
+                out.register_hook(_backward_point)  # the block's backward starts with this gradient
+
+        def _backward_point(grad: Any) -> None:
+            self.point()
+
+        for block in blocks:
+            handles += [block.register_forward_pre_hook(before), block.register_forward_hook(after)]
+
+        def remove() -> None:
+            for h in handles:
+                h.remove()
+
+        return remove
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` with a step mark around every call (for loops written as a step function)."""

@@ -26,6 +26,7 @@ import datetime as _dt
 import itertools
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -292,6 +293,8 @@ class StepTimer:
         self._torch = torch
         self.steps = steps
         self.locating = steps // 2
+        self.points: list[int] = []
+        """Points the loop marked inside each located step (:meth:`point`), per step."""
         self._marks = 0
         self._events: list[Any] = []
         self._prof: Any = None
@@ -308,6 +311,8 @@ class StepTimer:
         self._marks += 1
         if k <= self.locating and self._prof is not None:
             self._torch.cuda._sleep(1)  # the marker: a kernel of ~1 µs where the GPU reaches this mark
+            if k < self.locating:
+                self.points.append(0)
             if k == self.locating:
                 self._data = _stop_and_export(self._torch, self._prof)
                 self._prof = None
@@ -315,6 +320,12 @@ class StepTimer:
             ev = self._torch.cuda.Event(enable_timing=True)
             ev.record()
             self._events.append(ev)
+
+    def point(self) -> None:
+        """The loop passes a point inside the step now: in a located step a marker kernel places it."""
+        if self._prof is not None and 0 < self._marks <= self.locating:
+            self._torch.cuda._sleep(1)
+            self.points[-1] += 1
 
     def close(self) -> None:
         """Stop the profile if the loop ended inside it."""
@@ -334,7 +345,7 @@ class StepTimer:
 
     def located(self, names: tuple[str, ...]) -> StepTimeline | None:
         """The located steps' timeline (:func:`timeline_from_markers`), ``None`` when none was located."""
-        return timeline_from_markers(self._data, names) if self._data is not None else None
+        return timeline_from_markers(self._data, names, self.points) if self._data is not None else None
 
 
 def marked_steps(data: dict[str, Any]) -> list[tuple[float, list[tuple[float, float, str]]]]:
@@ -349,28 +360,47 @@ def marked_steps(data: dict[str, Any]) -> list[tuple[float, list[tuple[float, fl
                                                                             strict=True)]
 
 
-def timeline_from_markers(data: dict[str, Any], names: tuple[str, ...]) -> StepTimeline | None:
+def timeline_from_markers(data: dict[str, Any], names: tuple[str, ...],
+                          points: Sequence[int] = ()) -> StepTimeline | None:
     """A step timeline from a CUDA-activity profile whose steps begin with a :data:`MARKER_KERNEL`.
 
-    Each step's activities are those between two markers in GPU order, placed from the end of the first
+    Each step's activities are those between two step markers in GPU order, placed from the end of the first
     marker (where the controller's anchor completes); of the steps whose activities carry exactly ``names``,
-    each activity's median offset and duration, and the median marker-to-marker period.
+    each activity's median offset and duration, and the median marker-to-marker period. ``points`` gives, per
+    step in order, how many point markers (:meth:`StepTimer.point`) follow its step marker: each point is
+    placed before the activity that follows its marker, and the timeline keeps the points where every
+    matching step had them at the same places.
 
     Returns:
         The timeline, or ``None`` when no step launched that sequence.
     """
-    offs, durs, periods = [], [], []
-    for (anchor, step), (next_anchor, _) in itertools.pairwise(marked_steps(data)):
+    segments = marked_steps(data)
+    steps: list[tuple[float, list[tuple[float, float, str]], tuple[int, ...]]] = []
+    i = 0
+    for n_points in ([*points, 0] if points else [0] * len(segments)):  # the last marker ends the last step
+        if i + n_points >= len(segments):
+            break
+        anchor, body = segments[i]
+        at: list[int] = []
+        for _, part in segments[i + 1:i + 1 + n_points]:
+            at.append(len(body))
+            body = [*body, *part]
+        steps.append((anchor, body, tuple(at)))
+        i += 1 + n_points
+    offs, durs, periods, placed = [], [], [], []
+    for (anchor, step, at), (next_anchor, _, _) in itertools.pairwise(steps):
         if tuple(a[2] for a in step) != tuple(names):
             continue
         offs.append([(a[0] - anchor) * 1e-6 for a in step])
         durs.append([a[1] * 1e-6 for a in step])
         periods.append((next_anchor - anchor) * 1e-6)
+        placed.append(at)
     if not offs:
         return None
     start = np.maximum.accumulate(np.maximum(np.median(np.array(offs), axis=0), 0.0))
+    kept = placed[0] if all(p == placed[0] for p in placed) else ()
     return StepTimeline(start, np.median(np.array(durs), axis=0), float(statistics.median(periods)), names,
-                        f"{len(offs)} steps located without operator recording")
+                        f"{len(offs)} steps located without operator recording", kept)
 
 
 def _stop_and_export(torch: Any, prof: Any) -> dict[str, Any]:

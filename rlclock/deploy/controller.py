@@ -198,6 +198,9 @@ class ClockController:
         self._handle: WorkerHandle | None = None
         self._anchors: CudaAnchors | HostAnchors | None = None
         self._step = -1
+        self._point = 0
+        self._pointed_step = -1  # the last anchored step: its points go to the worker
+        self._points = len(self.plan.points_s)
         self._next_anchor = 0
         self._last_mark_s = -math.inf
         self._pause_s = PAUSE_FACTOR * self.plan.period_s
@@ -240,8 +243,9 @@ class ClockController:
                         "follow_pace": self.follow_pace}
             handle = WorkerHandle(settings, self.worker_mode)
             try:
-                self._anchors = (CudaAnchors(handle.send_anchor) if self.anchor_source == "cuda"
-                                 else HostAnchors(handle.send_anchor))
+                self._anchors = (CudaAnchors(handle.send_anchor, on_point=handle.send_point)
+                                 if self.anchor_source == "cuda"
+                                 else HostAnchors(handle.send_anchor, handle.send_point))
             except BaseException:
                 handle.stop()
                 raise
@@ -265,14 +269,26 @@ class ClockController:
         now = time.monotonic()
         paused = now - self._last_mark_s > self._pause_s
         self._last_mark_s = now
+        self._point = 0
         if k >= self._next_anchor or paused:
             self._next_anchor = k + self.anchor_every
             self._anchors.mark_start(k, True)  # type: ignore[union-attr]
+            self._pointed_step = k
             return StepMark(self, k)
         if self.time_all_steps:
             self._anchors.mark_start(k, False)  # type: ignore[union-attr]
             return StepMark(self, k)
         return StepMark(None, k)
+
+    def point(self) -> None:
+        """Mark the next point inside the current step (at the same places in every step, e.g. each layer's
+        start: :meth:`rlclock.deploy.Clocked.watch` registers them). On an anchored step, and for the points the
+        timeline knows, a CUDA event is recorded and the worker re-times the rest of the step from it; otherwise
+        this only counts."""
+        j = self._point
+        self._point = j + 1
+        if self._pointed_step == self._step and j < self._points and self._anchors is not None:
+            self._anchors.mark_point(self._step, j)
 
     def _mark_end(self, step: int) -> None:
         if self._anchors is not None and step == self._step:

@@ -133,6 +133,8 @@ class SwitchPlan:
         period_s: Anchor-to-anchor time of back-to-back steps, seconds.
         span_s: From the anchor to the end of the last kernel, seconds.
         on_plan_fraction: Share of the step's kernel time expected to run at the requested configuration.
+        points_s: When each point of the step (:attr:`StepTimeline.points`) is expected, seconds after the
+            anchor.
     """
 
     segments: tuple[Segment, ...]
@@ -145,6 +147,7 @@ class SwitchPlan:
     period_s: float
     span_s: float
     on_plan_fraction: float
+    points_s: tuple[float, ...] = ()
 
     @property
     def n_switches(self) -> int:
@@ -171,7 +174,7 @@ class SwitchPlan:
             "events": [[e.segment, str(e.config), e.issue_s, e.land_s, e.start_s, e.end_s] for e in self.events],
             "skipped": list(self.skipped), "initial": str(self.initial), "latency_s": self.latency_s,
             "lookahead_s": self.lookahead_s, "min_dwell_s": self.min_dwell_s, "period_s": self.period_s,
-            "span_s": self.span_s, "on_plan_fraction": self.on_plan_fraction,
+            "span_s": self.span_s, "on_plan_fraction": self.on_plan_fraction, "points_s": list(self.points_s),
         }
 
     @classmethod
@@ -184,7 +187,8 @@ class SwitchPlan:
                            for j, c, i, land, s, e in data["events"])
             return cls(segs, events, tuple(int(x) for x in data["skipped"]), ClockConfig.parse(data["initial"]),
                        float(data["latency_s"]), float(data["lookahead_s"]), float(data["min_dwell_s"]),
-                       float(data["period_s"]), float(data["span_s"]), float(data["on_plan_fraction"]))
+                       float(data["period_s"]), float(data["span_s"]), float(data["on_plan_fraction"]),
+                       tuple(float(x) for x in data.get("points_s", ())))
         except (KeyError, TypeError, ValueError) as exc:
             raise DeployError(f"malformed switch plan: {exc}.") from None
 
@@ -314,4 +318,5 @@ def plan_switches(schedule: ClockSchedule, timeline: StepTimeline, latency_s: fl
     events, skipped = best
     initial = _in_effect(events, hold, np.array([0.0]), period)[0]
     return SwitchPlan(segments, tuple(events), tuple(sorted(skipped)), initial, float(latency_s), lookahead,
-                      float(min_dwell_s), period, timeline.span_s, _on_plan_fraction(schedule, timeline, events, hold))
+                      float(min_dwell_s), period, timeline.span_s, _on_plan_fraction(schedule, timeline, events, hold),
+                      tuple(float(x) for x in timeline.points_s))

@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from rlclock.deploy.plan import SwitchPlan
-from rlclock.deploy.worker import STEP_MESSAGE, STOP_MESSAGE, SwitchWorker, build_control, describe_control, serve
+from rlclock.deploy.worker import (
+    POINT_MESSAGE,
+    STEP_MESSAGE,
+    STOP_MESSAGE,
+    SwitchWorker,
+    build_control,
+    describe_control,
+    serve,
+)
 from rlclock.errors import DeployError, RlclockError
 
 READY_TIMEOUT_S = 120.0
@@ -142,6 +150,16 @@ class WorkerHandle:
         try:
             with self._lock:
                 self._conn.send_bytes(STEP_MESSAGE.pack(b"S", int(step), float(anchor_s)))
+            return True
+        except (OSError, ValueError):
+            self.send_errors += 1
+            return False
+
+    def send_point(self, step: int, point: int, point_s: float) -> bool:
+        """Tell the worker that point ``point`` of step ``step`` passed on the GPU at ``point_s``."""
+        try:
+            with self._lock:
+                self._conn.send_bytes(POINT_MESSAGE.pack(b"P", int(step), int(point), float(point_s)))
             return True
         except (OSError, ValueError):
             self.send_errors += 1

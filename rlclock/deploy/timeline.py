@@ -7,15 +7,20 @@ serves. Offsets are measured from the step's *anchor*: the moment the GPU reache
 previous step's work and the host has asked for the next one. Durations are the kernels' times at the
 driver's own clocks ("auto"), from a profile of the same step.
 
+A step can also hold *points*: marks the training loop makes inside the step (``clk.point()``, or the hooks
+of ``clk.watch(model)`` at every layer), each just before a known kernel. The controller re-times the rest of
+the step's switches from each point it sees (:mod:`rlclock.deploy.worker`).
+
 On disk a timeline is JSON::
 
     {"format": "rlclock.timeline", "version": 1, "period_s": ..., "start_s": [...], "duration_s": [...],
-     "names": [...], "source": "..."}
+     "names": [...], "source": "...", "points": [...]}
 """
 
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -43,6 +48,8 @@ class StepTimeline:
             (at least the end of the last kernel; larger when the host leaves the GPU idle between steps).
         names: Kernel names (optional, for reports).
         source: Where the figures come from (``"profile"``, ``"trace ..."``, ``"durations"``).
+        points: For each point the loop marks inside the step, in order, the index of the kernel it precedes
+            (``len`` when it follows the last); non-decreasing. Empty: the step has no points.
     """
 
     start_s: np.ndarray
@@ -50,6 +57,7 @@ class StepTimeline:
     period_s: float
     names: tuple[str, ...] = ()
     source: str = ""
+    points: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         start = np.asarray(self.start_s, dtype=float).reshape(-1)
@@ -72,6 +80,11 @@ class StepTimeline:
                               "give the anchor-to-anchor time of back-to-back steps, in seconds.")
         if self.names and len(self.names) != start.size:
             raise DeployError(f"a step timeline has {start.size} kernels but {len(self.names)} names.")
+        points = tuple(int(x) for x in self.points)
+        if any(not 0 <= x <= start.size for x in points) or any(b < a for a, b in itertools.pairwise(points)):
+            raise DeployError(f"a step timeline's points must be kernel indices in 0..{start.size}, in order; "
+                              f"found {list(points)[:8]}.", "locate the points in a profile of the step.")
+        object.__setattr__(self, "points", points)
         start.setflags(write=False)
         dur.setflags(write=False)
         object.__setattr__(self, "start_s", start)
@@ -95,6 +108,13 @@ class StepTimeline:
     def span_s(self) -> float:
         """From the anchor to the end of the last kernel, seconds."""
         return float(np.max(self.end_s))
+
+    @property
+    def points_s(self) -> np.ndarray:
+        """When each point is expected, seconds after the anchor: the start of the kernel it precedes (the end
+        of the last kernel for a point after it)."""
+        at = np.append(self.start_s, self.span_s)
+        return at[np.asarray(self.points, dtype=int)] if self.points else np.zeros(0)
 
     @property
     def busy_s(self) -> float:
@@ -138,7 +158,7 @@ class StepTimeline:
         label = source or f"{self.source}, fitted to a {period_s * 1e3:.3f} ms step"
         if period_s <= packed:
             scale = period_s / packed
-            return StepTimeline(cum_busy * scale, dur * scale, period_s, self.names, label)
+            return StepTimeline(cum_busy * scale, dur * scale, period_s, self.names, label, self.points)
         lo, hi = 0.0, 1.0
         while period(hi) < period_s:
             hi *= 2.0
@@ -146,7 +166,7 @@ class StepTimeline:
             mid = 0.5 * (lo + hi)
             lo, hi = (mid, hi) if period(mid) < period_s else (lo, mid)
         f = 0.5 * (lo + hi)
-        return StepTimeline(cum_busy + f * cum_idle, dur, period_s, self.names, label)
+        return StepTimeline(cum_busy + f * cum_idle, dur, period_s, self.names, label, self.points)
 
     # -- constructors ------------------------------------------------------------------------------------
     @classmethod
@@ -201,7 +221,7 @@ class StepTimeline:
         """JSON form."""
         return {"format": TIMELINE_FORMAT, "version": TIMELINE_VERSION, "period_s": self.period_s,
                 "start_s": self.start_s.tolist(), "duration_s": self.duration_s.tolist(),
-                "names": list(self.names), "source": self.source}
+                "names": list(self.names), "source": self.source, "points": list(self.points)}
 
     @classmethod
     def from_dict(cls, data: Any) -> StepTimeline:
@@ -214,7 +234,8 @@ class StepTimeline:
                               f"(this rlclock reads version {TIMELINE_VERSION}).", "re-profile the step.")
         try:
             return cls(np.asarray(data["start_s"], dtype=float), np.asarray(data["duration_s"], dtype=float),
-                       float(data["period_s"]), tuple(data.get("names", ())), str(data.get("source", "")))
+                       float(data["period_s"]), tuple(data.get("names", ())), str(data.get("source", "")),
+                       tuple(data.get("points", ())))
         except (KeyError, TypeError, ValueError) as exc:
             raise DeployError(f"malformed step timeline: {exc}.", "re-profile the step.") from None
 

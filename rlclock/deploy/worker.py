@@ -19,6 +19,11 @@ read the same time). For every step the worker then
   is anchored (``anchor_every``): from one anchor the worker schedules every switch due before the step after
   the next expected anchor, so a late anchor leaves no gap, and a loop that stops leaves the clocks alone
   after that;
+* re-times the rest of a step's switches from each *point* of the step it hears of (a mark the loop makes
+  inside the step, e.g. at every layer; :attr:`~rlclock.deploy.timeline.StepTimeline.points`): the step's
+  anchor as that point places it is ``point_s - pace * planned point``, and every switch still pending for a
+  segment that starts after the point, and the next steps' early ones, are timed from it — so a step whose
+  kernels run late or early by some milliseconds is followed within it;
 * issues a step's switches again when its anchor shows that they were timed for a step that was not there
   (a pause: the anchor is more than :data:`RESYNC_FRACTION` of a period off the estimate);
 * never issues a switch less than the latency after the previous one, and drops a switch that could no
@@ -60,6 +65,8 @@ from rlclock.schedule import AUTO, ClockConfig
 
 STEP_MESSAGE = struct.Struct("<cqd")
 """Training process to worker: ``(b"S", step index, anchor time_s)``."""
+POINT_MESSAGE = struct.Struct("<cqid")
+"""Training process to worker: ``(b"P", step index, point index, time_s)``, a point inside the step passed."""
 STOP_MESSAGE = b"Q"
 POLL_MAX_S = 0.5
 """Longest wait without a look at whether the training process still exists, seconds."""
@@ -161,6 +168,8 @@ class SwitchWorker:
         self._targets: dict[int, float] = {}  # step -> the anchor estimated for it when its switches were timed
         self._intervals: deque[float] = deque(maxlen=PERIOD_HISTORY)
         self._paused = 0
+        self.points = 0
+        """Points that re-timed switches."""
         self.resyncs = 0
         """Anchors that showed the switches timed for their step were off by a pause (issued again)."""
         self._last_issue_s = -float("inf")
@@ -260,6 +269,33 @@ class SwitchWorker:
         if not events and self.control.current != self.plan.initial:
             self._push(anchor_s, "resync", step, -1, anchor_s, False)
 
+    def on_point(self, step: int, point: int, point_s: float) -> None:
+        """Point ``point`` of step ``step`` passed on the GPU at ``point_s``: re-time the switches still pending for
+        segments after it in this step, and those of the next steps, from the anchor it implies (module
+        docstring). A point of another step than the last anchored one, or one the plan does not know, is
+        ignored."""
+        planned = self.plan.points_s
+        if step != self.last_step or not 0 <= point < len(planned):
+            return
+        period, pace = self.period_s, self.pace
+        anchor_s = point_s - pace * planned[point]
+        events = self.plan.events
+        keep: list[_Task] = []
+        moved = False
+        for t in self._tasks:
+            if t.kind == "switch" and (t.step > step or (t.step == step and events[t.event].start_s >= planned[point])):
+                target = anchor_s + (t.step - step) * period
+                due = target + self.issue_offset_s(t.event, pace)
+                keep.append(_Task(due, t.seq, t.kind, t.step, t.event, target, t.estimated, due))
+                moved = True
+            else:
+                keep.append(t)
+        self._tasks = keep
+        heapq.heapify(self._tasks)
+        for s in self._targets:
+            self._targets[s] = anchor_s + (s - step) * period
+        self.points += moved
+
     def _schedule(self, step: int, n: int, event: int, anchor_s: float, period_s: float, horizon_s: float,
                   pace: float) -> None:
         """Schedule event ``event`` of step ``step + n`` unless it is scheduled or done, or due after the horizon."""
@@ -327,7 +363,7 @@ class SwitchWorker:
     def result(self) -> dict[str, Any]:
         """What the worker did, as plain data for the training process."""
         return {"records": list(self.records), "reads": list(self.reads), "period_s": self.period_s,
-                "pace": self.pace, "resyncs": self.resyncs}
+                "pace": self.pace, "resyncs": self.resyncs, "points": self.points}
 
 
 # -- the loop ----------------------------------------------------------------------------------------------
@@ -340,6 +376,9 @@ def _handle(worker: SwitchWorker, data: bytes) -> bool:
     if len(data) == STEP_MESSAGE.size and data[:1] == b"S":
         _, step, anchor_s = STEP_MESSAGE.unpack(data)
         worker.on_anchor(int(step), float(anchor_s))
+    elif len(data) == POINT_MESSAGE.size and data[:1] == b"P":
+        _, step, point, point_s = POINT_MESSAGE.unpack(data)
+        worker.on_point(int(step), int(point), float(point_s))
     return True
 
 

@@ -14,6 +14,7 @@ import pytest
 import rlclock.deploy
 from rlclock.deploy.api import Clocked, clocked, load_policy
 from rlclock.deploy.settings import ACTIVE_ENV, DeploySettings
+from rlclock.deploy.timeline import StepTimeline
 from rlclock.errors import DeployError
 from rlclock.schedule import ClockSchedule
 
@@ -312,3 +313,27 @@ def test_timing_steps_zero_plans_on_the_profiled_period(no_nvml, monkeypatch):
                 pass
     meta = clk.profile.trace.meta
     assert clk.timeline.period_s == pytest.approx(0.010) == meta["step_period_s"] and "profiled_period_s" not in meta
+
+
+def test_watch_marks_a_point_at_every_block_forward_and_backward(no_nvml, alternating):
+    torch = pytest.importorskip("torch")
+    schedule, tl = alternating
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(3)]))
+    points = (5, 10, 15, 25, 30, 35)  # three blocks forward, three backward
+    timeline = StepTimeline(tl.start_s, tl.duration_s, tl.period_s, points=points)
+    with clocked(schedule, timeline=timeline, latency_s=0.006, worker="thread", verbose=False) as clk:
+        remove = clk.watch(model)
+        for _ in range(4):
+            with clk.step():
+                x = model[0](torch.ones(2, 4))
+                for block in model[1]:
+                    x = block(x)
+                x.sum().backward()
+        remove()
+        with clk.step():  # no hooks any more: no points
+            model[1][0](torch.ones(2, 4))
+    log = clk.controller.anchor_log
+    assert [(s, j) for s, j, _ in log.points] == [(s, j) for s in range(4) for j in range(6)]
+    assert clk.controller.worker_result["points"] > 0  # the worker re-timed switches from them
+    with pytest.raises(DeployError, match="ModuleList"):
+        clk.watch(torch.nn.Linear(2, 2))

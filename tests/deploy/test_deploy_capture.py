@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from rlclock.deploy.capture import MARKER_KERNEL, STEP_RANGE, profile_from_chrome, timeline_from_markers
+from rlclock.deploy.timeline import StepTimeline
 from rlclock.errors import DeployError
 
 
@@ -138,3 +139,27 @@ def test_steps_located_by_marker_kernels_give_the_running_timeline():
     assert tl.duration_s.tolist() == pytest.approx([4000e-6, 1000e-6]) and tl.period_s == pytest.approx(0.010)
     assert "3 steps located" in tl.source
     assert timeline_from_markers({"traceEvents": events}, ("other",)) is None
+
+
+def test_points_inside_located_steps_are_placed_before_the_kernel_that_follows_them():
+    def kernel(name: str, ts: float, dur: float) -> dict:
+        return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {}}
+
+    marker = f"void at::cuda::{MARKER_KERNEL}(long)"
+    events = []
+    for s in range(3):  # each step: its marker, gemm, a point's marker, gelu, another point's marker, add
+        t0 = 10_000.0 * s
+        events += [kernel(marker, t0, 1.0), kernel("gemm", t0 + 10.0, 4000.0), kernel(marker, t0 + 4011.0, 1.0),
+                   kernel("gelu", t0 + 4020.0, 1000.0), kernel(marker, t0 + 5021.0, 1.0),
+                   kernel("add", t0 + 5030.0, 100.0)]
+    events.append(kernel(marker, 30_000.0, 1.0))
+    tl = timeline_from_markers({"traceEvents": events}, ("gemm", "gelu", "add"), points=[2, 2, 2])
+    assert tl is not None and tl.points == (1, 2)  # before gelu, before add
+    assert tl.points_s.tolist() == pytest.approx([4019e-6, 5029e-6]) and tl.period_s == pytest.approx(0.010)
+    # without the count of points per step every marker would start a step: no step has the whole sequence
+    assert timeline_from_markers({"traceEvents": events}, ("gemm", "gelu", "add")) is None
+    # a timeline keeps its points through a fit, a save and a load
+    again = StepTimeline.from_dict(tl.fitted(0.012).to_dict())
+    assert again.points == (1, 2)
+    with pytest.raises(DeployError, match="points"):
+        StepTimeline(tl.start_s, tl.duration_s, tl.period_s, points=(2, 1))

@@ -277,3 +277,49 @@ def test_the_pace_waits_for_enough_steps_is_bounded_and_is_off_by_default(altern
     _plan, clock, _control, slow = make(alternating, follow_pace=True)
     run_steps(slow, clock, 0.1, 5)  # 2.5 times the plan: the plan is stretched no further than PACE_RANGE
     assert slow.pace == pytest.approx(PACE_RANGE[1])
+
+
+def make_with_points(points=(10, 20, 30)):
+    timeline = StepTimeline(np.arange(40) * 1e-3, np.full(40, 1e-3), 0.04, points=points)
+    schedule = ClockSchedule([A, B], [0] * 10 + [1] * 10 + [0] * 10 + [1] * 10)
+    plan = plan_switches(schedule, timeline, latency_s=0.006, lookahead_s=0.006)
+    clock = Clock()
+    control = Recording(clock)
+    return plan, clock, control, SwitchWorker(plan, control, read_back=False, clock=clock)
+
+
+def test_a_point_inside_the_step_retimes_the_rest_of_it():
+    plan, clock, _control, worker = make_with_points()
+    assert plan.points_s == pytest.approx((0.01, 0.02, 0.03))
+    worker.on_anchor(0, 100.0)
+    run_until(worker, clock, 100.0125)
+    # the step runs 3 ms late: its first point, planned at 10 ms, passes at 13 ms
+    worker.on_point(0, 0, 100.013)
+    got = {(s, e): due for s, e, due, _ in pending(worker)}
+    assert got[(0, 2)] == pytest.approx(100.003 + 0.014) and got[(0, 3)] == pytest.approx(100.003 + 0.024)
+    assert got[(1, 0)] == pytest.approx(100.003 + 0.04 - 0.006)  # the next step's early switch too
+    assert worker.points == 1
+    run_until(worker, clock, 100.05)
+    issued = {(r[1], r[2]): r[4] for r in worker.records if r[0] == "switch"}
+    # issued before the point, as planned from the anchor (one latency after the first step's catch-up switch)
+    assert issued[(0, 1)] == pytest.approx(100.006)
+    assert issued[(0, 2)] == pytest.approx(100.017) and issued[(0, 3)] == pytest.approx(100.027)
+
+
+def test_points_of_another_step_or_unknown_ones_change_nothing():
+    _plan, _clock, _control, worker = make_with_points()
+    worker.on_anchor(0, 100.0)
+    before = pending(worker)
+    worker.on_point(1, 0, 100.02)  # not the anchored step
+    worker.on_point(0, 5, 100.02)  # the plan has three points
+    assert pending(worker) == before and worker.points == 0
+    _plan, _clock, _control, plain = make(_alternating())
+    plain.on_anchor(0, 100.0)
+    before = pending(plain)
+    plain.on_point(0, 0, 100.02)  # a plan without points
+    assert pending(plain) == before
+
+
+def _alternating():
+    timeline = StepTimeline.from_durations(np.full(40, 1e-3))
+    return ClockSchedule([A, B], [0] * 10 + [1] * 10 + [0] * 10 + [1] * 10), timeline
