@@ -150,14 +150,15 @@ def trainer(model: Any, batch: Batch, loss_of: Callable[[Any, dict[str, Any]], A
 WARMUP, PROFILED, TIMED, CONTROLLED = 3, 5, 8, 8
 SWITCH_STEPS = 30
 SWITCH_FIELDS = ("steps", "issued", "missed", "late", "late_fraction", "issue_error", "switch_error", "step_time_s",
-                 "excluded", "pace")
+                 "excluded", "pace", "points")
 SEGMENT_S = 0.012
 """Switch test: segments of at least this long (two switching latencies of the H200) alternate configurations."""
 
 
-def profile(step: Callable[[], None], out: Path) -> None:
+def profile(step: Callable[[], None], out: Path, model: Any = None) -> None:
     """The deployment's profile of the step, as ``rlclock apply --save`` takes it (an all-auto schedule: the
-    controller issues nothing; dry run): warm-up, profiled and timed steps, then controlled ones."""
+    controller issues nothing; dry run): warm-up, profiled and timed steps, then controlled ones. With
+    ``model``, points at every layer (``clk.watch``) are located in the timeline too."""
     import rlclock.deploy
     from rlclock.schedule import AUTO, ClockSchedule
 
@@ -167,15 +168,19 @@ def profile(step: Callable[[], None], out: Path) -> None:
     with rlclock.deploy.clocked(all_auto, save=str(out), report=str(out / "report.json"), control="dry-run",
                                 warmup_steps=WARMUP, profile_steps=PROFILED, timing_steps=TIMED,
                                 verbose=False) as clk:
+        remove = clk.watch(model) if model is not None else None
         for _ in range(WARMUP + PROFILED + TIMED + CONTROLLED):
             with clk.step():
                 step()
+        if remove is not None:
+            remove()
 
 
-def profiled(step: Callable[[], None], folder: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def profiled(step: Callable[[], None], folder: Path, model: Any = None
+             ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """:func:`profile` into ``folder``, and what it wrote: the trace, the timeline and the all-auto report."""
     folder.mkdir(parents=True, exist_ok=True)
-    profile(step, folder)
+    profile(step, folder, model)
     trace, timeline, report = (json.loads((folder / f).read_text())
                                for f in ("step.trace.json", "step.timeline.json", "report.json"))
     return trace, timeline, report
@@ -192,12 +197,13 @@ def alternating(timeline: Any, segment_s: float) -> Any:
 
 
 def switching(step: Callable[[], None], out: Path, follow_pace: bool = False,
-              report: str = "switch_report.json", kernel_times: bool = False) -> dict[str, Any]:
+              report: str = "switch_report.json", kernel_times: bool = False, model: Any = None) -> dict[str, Any]:
     """The controller timing the switches of :func:`alternating` in the running loop, on the profiled
     (fitted) timeline, stretched to the running steps' pace or not (``follow_pace``); dry run — nothing is
     set. Its report goes to ``out/report``. With ``kernel_times`` the steps also run under a profile of CUDA
     activity alone, a marker kernel at each mark, and each switch is judged against the GPU start of its
-    segment's first kernel (:func:`judged_on_kernels`: the report's ``kernel_judged``)."""
+    segment's first kernel (:func:`judged_on_kernels`: the report's ``kernel_judged``). With ``model`` the
+    loop marks the timeline's points at every layer (``clk.watch``) and the controller re-times from them."""
     import torch
 
     import rlclock.deploy
@@ -209,6 +215,7 @@ def switching(step: Callable[[], None], out: Path, follow_pace: bool = False,
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) if kernel_times else None
     with rlclock.deploy.clocked(schedule, timeline=timeline, report=str(out / report), control="dry-run",
                                 verbose=False, time_all_steps=True, follow_pace=follow_pace) as clk:
+        remove = clk.watch(model) if model is not None else None
         if prof is not None:
             prof.__enter__()
         for _ in range(SWITCH_STEPS):
@@ -219,6 +226,8 @@ def switching(step: Callable[[], None], out: Path, follow_pace: bool = False,
         if prof is not None:
             torch.cuda.synchronize()
             prof.__exit__(None, None, None)
+        if remove is not None:
+            remove()
     assert clk.report is not None and clk.controller is not None
     rep = clk.report.as_dict()
     if prof is not None:
@@ -332,24 +341,30 @@ def record(name: str, task: str, model: Any, shape: dict[str, Any], config: Any,
     return summary
 
 
-def timing_only(name: str, step: Callable[[], None], out: Path, kernel_times: bool = False) -> dict[str, Any]:
+def timing_only(name: str, step: Callable[[], None], out: Path, kernel_times: bool = False,
+                model: Any = None) -> dict[str, Any]:
     """The deployment's profile and timeline, then the switch test twice — on the timeline as profiled and
-    stretched to the running pace, judged on the kernels' own GPU times too with ``kernel_times`` — without the
-    cost measurements; ``out/<name>/timing.json``."""
+    stretched to the running pace, or (with ``model``) from the step's anchors alone and re-timed from points
+    at every layer too — judged on the kernels' own GPU times too with ``kernel_times``; without the cost
+    measurements; ``out/<name>/timing.json``."""
     import gzip
     import shutil
 
     folder = out / name
     started = time.perf_counter()
-    trace, timeline, report = profiled(step, folder)
+    trace, timeline, report = profiled(step, folder, model)
     runs = {}
-    for label, pace in (("profiled", False), ("paced", True)):
-        sw = switching(step, folder, follow_pace=pace, report=f"switch_{label}.json", kernel_times=kernel_times)
+    variants = ((("profiled", False, None), ("paced", True, None)) if model is None
+                else (("profiled", False, None), ("points", False, model)))
+    for label, pace, watched in variants:
+        sw = switching(step, folder, follow_pace=pace, report=f"switch_{label}.json", kernel_times=kernel_times,
+                       model=watched)
         runs[label] = {k: sw.get(k) for k in (*SWITCH_FIELDS, "kernel_judged")}
     summary = {"model": name, "kernels": len(trace["kernels"]),
                "profiled_period_s": trace["meta"].get("profiled_period_s"),
                "step_period_s": trace["meta"].get("step_period_s"), "timeline_period_s": timeline.get("period_s"),
                "running_step_s": report.get("step_time_s"), "switch_test": runs,
+               "points": len(timeline.get("points", [])),
                "date": _dt.datetime.now(_dt.timezone.utc).isoformat(), "wall_s": time.perf_counter() - started}
     (folder / "timing.json").write_text(json.dumps(summary, indent=1, default=str))
     with open(folder / "step.timeline.json", "rb") as src, gzip.open(folder / "step.timeline.json.gz", "wb") as dst:
@@ -376,6 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernel-times", action="store_true",
                         help="with --timing-only: run the switch tests under a CUDA-activity profile and judge each "
                              "switch against its kernels' own GPU start")
+    parser.add_argument("--watch", action="store_true",
+                        help="with --timing-only: points at every layer (clk.watch); the second switch test re-times "
+                             "from them instead of following the pace")
     parser.add_argument("--timing-only", action="store_true",
                         help="only the profile, the timeline and the switch test on the timeline as profiled and "
                              "stretched to the running pace (OUT/<model>/timing.json); no cost measurements")
@@ -404,11 +422,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             model, step, task, config, shape = make()
             if args.timing_only:
-                t = timing_only(name, step, args.out, args.kernel_times)
+                t = timing_only(name, step, args.out, args.kernel_times, model if args.watch else None)
                 for label, sw in t["switch_test"].items():
                     print(f"{name} ({label}): timeline {1e3 * t['timeline_period_s']:.1f} ms, running "
                           f"{1e3 * (t['running_step_s'] or float('nan')):.1f} ms, switch test step "
-                          f"{1e3 * sw['step_time_s']:.1f} ms, pace x{sw['pace']:.3f}, {sw['issued']} issued, "
+                          f"{1e3 * sw['step_time_s']:.1f} ms, pace x{sw['pace']:.3f}, points {sw.get('points', 0)}, "
+                          f"{sw['issued']} issued, "
                           f"issue p95 {1e3 * sw['issue_error']['p95_abs_s']:.2f} ms, switch p95 "
                           f"{1e3 * sw['switch_error']['p95_abs_s']:.2f} ms, late {sw['late']}"
                           + _kernel_judged(sw.get("kernel_judged")), flush=True)

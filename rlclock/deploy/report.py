@@ -109,6 +109,7 @@ class ControllerReport:
         energy_time_s: Wall time the energy was measured over, seconds.
         pace: The running step period over the plan's that the worker followed at the end (1: the timeline as
             profiled; :mod:`rlclock.deploy.worker`).
+        points: Points inside a step (``clk.point()``, ``clk.watch``) from which the worker re-timed switches.
         notes: Anything the user should know (errors of the anchor thread, the worker's end, a restore failure).
     """
 
@@ -141,6 +142,7 @@ class ControllerReport:
     energy_j: float | None = None
     energy_time_s: float | None = None
     pace: float = 1.0
+    points: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -158,7 +160,8 @@ class ControllerReport:
             f"  steps {self.steps} (anchored every {self.anchor_every}: {self.anchored}; timed on the GPU "
             f"{self.timed}), step {self.step_time_s * 1e3:.3f} ms (GPU, median); switches issued "
             f"{self.issued}, missed {self.missed}, stale {self.stale}, resync {self.resync}, "
-            f"excluded from timing {self.excluded}; timeline stretched to the running pace x{self.pace:.3f}",
+            f"excluded from timing {self.excluded}; timeline stretched to the running pace x{self.pace:.3f}; "
+            f"re-timed from {self.points} points inside steps",
             f"  issue error (issued - planned), median / p95 |e| / max |e|: {self.issue_error.ms()}",
             f"  switch-time error (issued - ideal from the kernels' GPU times): {self.switch_error.ms()}; "
             f"late {self.late} of {self.switch_error.n}"
@@ -232,6 +235,7 @@ def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any]
             periods[i] > PAUSE_FACTOR * med
 
     rep.pace = float(worker_result.get("pace", 1.0))
+    rep.points = int(worker_result.get("points", 0))
     records = worker_result.get("records", [])
     issue_err, switch_err, calls = [], [], []
     for status, step, event, planned, issued, call_s, _estimated in records:
