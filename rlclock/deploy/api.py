@@ -267,8 +267,9 @@ class Clocked:
 
         Args:
             model: A ``torch.nn.Module``.
-            blocks: The modules to mark (default: the children of the model's longest ``nn.ModuleList``, which
-                in a transformer are its layers).
+            blocks: The modules to mark (default: the children of the model's longest ``nn.ModuleList`` — and of
+                any other as long, such as a decoder's beside its encoder's —, which in a transformer are its
+                layers).
 
         Returns:
             A function that removes the hooks.
@@ -283,7 +284,8 @@ class Clocked:
             if not lists:
                 raise DeployError(f"{type(model).__name__} holds no nn.ModuleList to find its layers in.",
                                   "pass blocks=[...] (the modules to mark a point at).")
-            blocks = max(lists, key=len)
+            longest = max(len(m) for m in lists)
+            blocks = [b for m in lists if len(m) == longest for b in m]  # an encoder's and a decoder's layers
         handles: list[Any] = []
 
         def before(module: Any, args: Any) -> None:
