@@ -16,6 +16,13 @@ operators' shapes (``rlclock.workload.op_costs``), so ``--compare`` can put the 
 
     python benchmarks/l2_reuse.py --measure --out data/h200-l2-reuse.json     # on the GPU
     python benchmarks/l2_reuse.py --compare data/h200-l2-reuse.json           # anywhere
+    python benchmarks/l2_reuse.py --refit 0.25                                # an experiment, anywhere
+
+``--refit W`` refits the H200 preset's parameters (``rlclock.calibration.measured``: the GPT-3 XL layer's
+isolated replays and their priors) with these kernels' times beside them, weighted ``W``, each in its case: no
+L2 residency when cold, the rewritten input's share of the footprint when hot, the model's replay residency in
+replay. It prints the layer's fit errors, these kernels' and the corpus's shapes-only accuracy
+(``benchmarks/real_steps.py --part costs``' kernel column) before and after; nothing is written.
 """
 
 from __future__ import annotations
@@ -133,13 +140,71 @@ def compare(path: Path, gpu: str) -> int:
     return 0
 
 
+def _cases(path: Path) -> list[tuple[Any, float, float]]:
+    """``(kernel, measured time, L2-resident share of its footprint)`` per single-kernel case and condition."""
+    from rlclock.workload.op_costs import refresh_costs
+    from rlclock.workload.trace import KernelTrace
+
+    out = []
+    for e in json.loads(path.read_text())["cases"].values():
+        ks = [k for k in refresh_costs(KernelTrace.from_dict(e["trace"])) if k.dram_read_bytes + k.dram_write_bytes]
+        if len(ks) != 1:
+            continue
+        k = ks[0]
+        hot = min(1.0, e["input_mib"] * 2**20 / (k.dram_read_bytes + k.dram_write_bytes))
+        for case, share in (("cold", 0.0), ("hot", hot), ("replay", 1.0)):
+            out.append((k, statistics.median(e["time_s"][case]), share))
+    return out
+
+
+def refit(path: Path, weight: float, gpu: str) -> int:
+    import numpy as np
+    from real_steps import kernel_accuracy
+
+    from rlclock.calibration import measured as fitted_to
+    from rlclock.calibration.fit import fit
+    from rlclock.dvfs import model
+    from rlclock.dvfs.spec import get_spec
+    from rlclock.schedule import AUTO
+
+    spec = get_spec(gpu)
+    cases = _cases(path)
+    measured_t = np.array([t for _, t, _ in cases])
+    kernels, t, e, f = fitted_to.isolated_points(fitted_to.measured_trace(spec), spec)
+
+    def l2_times(s: Any) -> np.ndarray:
+        return np.array([float(model.predict(model.kernel_arrays([k], c := s.with_model(
+            l2_hit_fraction=s.model.l2_hit_fraction * share)), c, [AUTO]).time_s[0, 0]) for k, _, share in cases])
+
+    def residuals(s: Any) -> np.ndarray:
+        return np.concatenate([fitted_to._residuals(s, kernels, t, e, f),
+                               weight * 2 * np.log(l2_times(s) / measured_t)])
+
+    def show(s: Any, label: str) -> None:
+        p = fitted_to.predict_auto(s, kernels)
+        et, ee = np.abs(p.time_s[:, 0] / t - 1), np.abs(p.energy_j[:, 0] / e - 1)
+        big = t >= 20e-6
+        l2 = np.abs(l2_times(s) / measured_t - 1)
+        print(f"{label}: GPT-3 XL layer (isolated, kernels >= 20 us) largest error time {100 * et[big].max():.1f} %, "
+              f"energy {100 * ee[big].max():.1f} % (its target 20 %); these kernels' time error median "
+              f"{100 * np.median(l2):.0f} %, p90 {100 * np.percentile(l2, 90):.0f} %")
+        print("  corpus kernels >= 20 us within 25 %: " + ", ".join(
+            f"{name} {100 * share:.0f} %" for name, share in kernel_accuracy(s)))
+
+    show(spec, "preset")
+    new, _cost = fit(spec, residuals, fitted_to.FIT_NAMES, max_nfev=300, bounds=fitted_to._BOUNDS)
+    show(new, f"refit (weight {weight:g})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--measure", action="store_true", help="measure on this machine's GPU (observe mode)")
     parser.add_argument("--out", type=Path, default=ROOT / "data" / "h200-l2-reuse.json")
     parser.add_argument("--reps", type=int, default=15, help="timings per case (default 15)")
     parser.add_argument("--compare", type=Path, help="a measured file to put the preset beside")
-    parser.add_argument("--gpu", default="h200-sxm", help="preset for --compare (default h200-sxm)")
+    parser.add_argument("--gpu", default="h200-sxm", help="preset for --compare and --refit (default h200-sxm)")
+    parser.add_argument("--refit", type=float, metavar="W", help="refit the preset with these kernels at weight W")
     args = parser.parse_args(argv)
     if args.measure:
         sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -147,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.compare:
         return compare(args.compare, args.gpu)
+    if args.refit is not None:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        return refit(args.out, args.refit, args.gpu)
     parser.error("give --measure (on a GPU) or --compare FILE")
     return 2
 

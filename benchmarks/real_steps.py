@@ -34,6 +34,7 @@ import gzip
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,12 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def costs(corpus: Path, gpu: str) -> None:
-    from rlclock.backends.simulated import SimulatedGpu
     from rlclock.dvfs.model import gap_power_w
     from rlclock.dvfs.spec import get_spec
-    from rlclock.schedule import AUTO
-    from rlclock.workload.op_costs import refresh_costs
-    from rlclock.workload.trace import KernelTrace
 
     spec = get_spec(gpu)
     gap_w = gap_power_w(spec, spec.abs_max_core_mhz, spec.max_mem_mhz)
@@ -58,19 +55,16 @@ def costs(corpus: Path, gpu: str) -> None:
     met = 0
     models = _models(corpus)
     for folder in models:
-        trace = refresh_costs(KernelTrace.load(folder / "step.trace.json.gz"))
+        trace, measured, t, e = shapes_only(spec, folder)
         summary = json.loads((folder / "summary.json").read_text())
-        measured = np.array([next((m.time_s for m in k.measured if m.source == "in-sequence"), np.nan)
-                             for k in trace])
-        t, e = SimulatedGpu(spec, trace, [AUTO], anchor=False).tables
         bare_s, bare_j = summary["bare"]["step_time_s_median"], summary["bare"]["energy_j_per_step"]
-        kernel_s, predicted_s = float(np.nansum(measured)), float(t[:, 0].sum())
+        kernel_s, predicted_s = float(np.nansum(measured)), float(t.sum())
         idle_s = max(0.0, bare_s - kernel_s)
         step_err = (predicted_s + idle_s) / bare_s - 1
-        energy = float(e[:, 0].sum()) + gap_w * idle_s
+        energy = float(e.sum()) + gap_w * idle_s
         energy_err = energy / bare_j - 1
         big = measured >= 20e-6
-        within = int((np.abs(t[big, 0] / measured[big] - 1) <= 0.25).sum())
+        within = int((np.abs(t[big] / measured[big] - 1) <= 0.25).sum())
         ok = abs(step_err) <= 0.10 and abs(energy_err) <= 0.15 and within >= 0.85 * big.sum()
         met += ok
         print(f"{folder.name:16s} {len(trace):7d} {1e3 * kernel_s:9.1f} {1e3 * predicted_s:9.1f} "
@@ -79,6 +73,31 @@ def costs(corpus: Path, gpu: str) -> None:
               f"{within:>8d}/{int(big.sum()):<5d} ({100 * within / max(big.sum(), 1):.0f} %)")
     print(f"targets met on {met} of {len(models)} models (step time within 10 %, energy within 15 %, >= 85 % of "
           "the kernels of 20 us or more within 25 %)\n")
+
+
+def shapes_only(spec: Any, folder: Path) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+    """A corpus model's trace (FLOPs and bytes by the current rules), its kernels' measured in-sequence times,
+    and ``spec``'s auto-clock time and energy of each from shapes alone."""
+    from rlclock.backends.simulated import SimulatedGpu
+    from rlclock.schedule import AUTO
+    from rlclock.workload.op_costs import refresh_costs
+    from rlclock.workload.trace import KernelTrace
+
+    trace = refresh_costs(KernelTrace.load(folder / "step.trace.json.gz"))
+    measured = np.array([next((m.time_s for m in k.measured if m.source == "in-sequence"), np.nan) for k in trace])
+    t, e = SimulatedGpu(spec, trace, [AUTO], anchor=False).tables
+    return trace, measured, t[:, 0], e[:, 0]
+
+
+def kernel_accuracy(spec: Any, corpus: Path = ROOT / "data" / "corpus-h200") -> list[tuple[str, float]]:
+    """Per corpus model, the share of its kernels of 20 us or more that ``spec`` predicts from shapes alone
+    within 25 % of their measured in-sequence time."""
+    out = []
+    for folder in _models(corpus):
+        _trace, measured, t, _e = shapes_only(spec, folder)
+        big = measured >= 20e-6
+        out.append((folder.name, float(np.mean(np.abs(t[big] / measured[big] - 1) <= 0.25))))
+    return out
 
 
 def timing(corpus: Path) -> None:
