@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import itertools
 import json
 import statistics
 import sys
@@ -374,6 +375,44 @@ def timing_only(name: str, step: Callable[[], None], out: Path, kernel_times: bo
     return summary
 
 
+def points_overhead(name: str, step: Callable[[], None], out: Path, model: Any, rounds: int = 8,
+                    block: int = 5) -> dict[str, Any]:
+    """What points at every layer cost the running loop: the deployment's profile with points, then one
+    controlled dry run of the switch test in which blocks of ``block`` steps with the hooks (``clk.watch``) and
+    without them alternate, ``rounds`` times, the order reversed every other round; the step period is the GPU
+    time between CUDA events recorded at consecutive step starts (nothing synchronises, so a host-bound loop
+    shows the hooks' host time)."""
+    import torch
+
+    import rlclock.deploy
+    from rlclock.deploy.timeline import StepTimeline
+
+    folder = out / name
+    profiled(step, folder, model)
+    timeline = StepTimeline.load(folder / "step.timeline.json")
+    marks: list[tuple[str, Any]] = []
+    with rlclock.deploy.clocked(alternating(timeline, SEGMENT_S), timeline=timeline, control="dry-run",
+                                verbose=False) as clk:
+        for r in range(rounds):
+            for on in ((True, False) if r % 2 == 0 else (False, True)):
+                remove = clk.watch(model) if on else None
+                for _ in range(block):
+                    ev = torch.cuda.Event(enable_timing=True)
+                    ev.record()
+                    marks.append(("points" if on else "none", ev))
+                    with clk.step():
+                        step()
+                if remove is not None:
+                    remove()
+        torch.cuda.synchronize()
+    periods: dict[str, list[float]] = {"points": [], "none": []}
+    for (label, a), (_, b) in itertools.pairwise(marks):
+        periods[label].append(a.elapsed_time(b) * 1e-3)
+    med = {k: statistics.median(v[1:]) for k, v in periods.items()}
+    return {"model": name, "points": len(timeline.points), "median_step_s": med,
+            "overhead": med["points"] / med["none"] - 1, "steps": {k: len(v) for k, v in periods.items()}}
+
+
 def _kernel_judged(k: dict[str, Any] | None) -> str:
     if not k or not k.get("judged"):
         return ""
@@ -394,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--watch", action="store_true",
                         help="with --timing-only: points at every layer (clk.watch); the second switch test re-times "
                              "from them instead of following the pace")
+    parser.add_argument("--points-overhead", action="store_true",
+                        help="only what points at every layer cost the running loop (blocks with and without "
+                             "the hooks, alternating, in one controlled dry run)")
     parser.add_argument("--timing-only", action="store_true",
                         help="only the profile, the timeline and the switch test on the timeline as profiled and "
                              "stretched to the running pace (OUT/<model>/timing.json); no cost measurements")
@@ -421,6 +463,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"=== {name}", flush=True)
         try:
             model, step, task, config, shape = make()
+            if args.points_overhead:
+                summaries[name] = o = points_overhead(name, step, args.out, model)
+                print(f"{name}: {o['points']} points per step; median step {1e3 * o['median_step_s']['none']:.2f} ms "
+                      f"without them, {1e3 * o['median_step_s']['points']:.2f} ms with them "
+                      f"({100 * o['overhead']:+.2f} %)", flush=True)
+                continue
             if args.timing_only:
                 t = timing_only(name, step, args.out, args.kernel_times, model if args.watch else None)
                 for label, sw in t["switch_test"].items():
