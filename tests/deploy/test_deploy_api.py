@@ -337,3 +337,20 @@ def test_watch_marks_a_point_at_every_block_forward_and_backward(no_nvml, altern
     assert clk.controller.worker_result["points"] > 0  # the worker re-timed switches from them
     with pytest.raises(DeployError, match="ModuleList"):
         clk.watch(torch.nn.Linear(2, 2))
+    with pytest.raises(DeployError, match="every"):
+        clk.watch(model, every=0)
+
+
+def test_watch_every_kth_block(no_nvml, alternating):
+    torch = pytest.importorskip("torch")
+    schedule, tl = alternating
+    blocks = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(4)])
+    timeline = StepTimeline(tl.start_s, tl.duration_s, tl.period_s, points=(10, 20, 30, 35))
+    with clocked(schedule, timeline=timeline, latency_s=0.006, worker="thread", verbose=False) as clk:
+        clk.watch(blocks, blocks=blocks, every=2)  # blocks 0 and 2, forward and backward: 4 points
+        with clk.step():
+            x = torch.ones(2, 4, requires_grad=True)
+            for block in blocks:
+                x = block(x)
+            x.sum().backward()
+    assert [(s, j) for s, j, _ in clk.controller.anchor_log.points] == [(0, j) for j in range(4)]
