@@ -381,13 +381,14 @@ def timeline_from_markers(data: dict[str, Any], names: tuple[str, ...],
         if i + n_points >= len(segments):
             break
         anchor, body = segments[i]
-        at: list[int] = []
+        before: list[int] = []
         for _, part in segments[i + 1:i + 1 + n_points]:
-            at.append(len(body))
+            before.append(len(body))
             body = [*body, *part]
-        steps.append((anchor, body, tuple(at)))
+        steps.append((anchor, body, tuple(before)))
         i += 1 + n_points
-    offs, durs, periods, placed = [], [], [], []
+    offs, durs, periods = [], [], []
+    placed: list[tuple[int, ...]] = []
     for (anchor, step, at), (next_anchor, _, _) in itertools.pairwise(steps):
         if tuple(a[2] for a in step) != tuple(names):
             continue
@@ -398,7 +399,7 @@ def timeline_from_markers(data: dict[str, Any], names: tuple[str, ...],
     if not offs:
         return None
     start = np.maximum.accumulate(np.maximum(np.median(np.array(offs), axis=0), 0.0))
-    kept = placed[0] if all(p == placed[0] for p in placed) else ()
+    kept: tuple[int, ...] = placed[0] if all(p == placed[0] for p in placed) else ()
     return StepTimeline(start, np.median(np.array(durs), axis=0), float(statistics.median(periods)), names,
                         f"{len(offs)} steps located without operator recording", kept)
 
