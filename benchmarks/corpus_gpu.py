@@ -426,19 +426,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="models whose name contains this")
     parser.add_argument("--windows", type=int, default=3, help="energy windows per model (default 3)")
     parser.add_argument("--window-s", type=float, default=2.0, help="seconds per window, at least (default 2)")
-    parser.add_argument("--pack", action="store_true", help="also write OUT/corpus.tar.gz")
-    parser.add_argument("--kernel-times", action="store_true",
-                        help="with --timing-only: run the switch tests under a CUDA-activity profile and judge each "
-                             "switch against its kernels' own GPU start")
-    parser.add_argument("--watch", action="store_true",
-                        help="with --timing-only: points at every layer (clk.watch); the second switch test re-times "
-                             "from them instead of following the pace")
-    parser.add_argument("--points-overhead", action="store_true",
-                        help="only what points at every layer cost the running loop (blocks with and without "
-                             "the hooks, alternating, in one controlled dry run)")
-    parser.add_argument("--timing-only", action="store_true",
-                        help="only the profile, the timeline and the switch test on the timeline as profiled and "
-                             "stretched to the running pace (OUT/<model>/timing.json); no cost measurements")
+    for flag, text in (
+            ("--pack", "also write OUT/corpus.tar.gz"),
+            ("--timing-only", "only the profile, the timeline and the switch test on the timeline as profiled and "
+                              "stretched to the running pace (OUT/<model>/timing.json); no cost measurements"),
+            ("--kernel-times", "with --timing-only: run the switch tests under a CUDA-activity profile and judge "
+                               "each switch against its kernels' own GPU start"),
+            ("--watch", "with --timing-only: points at every layer (clk.watch); the second switch test re-times "
+                        "from them instead of following the pace"),
+            ("--points-overhead", "only what points at every layer cost the running loop (blocks with and without "
+                                  "the hooks, alternating, in one controlled dry run)")):
+        parser.add_argument(flag, action="store_true", help=text)
     args = parser.parse_args(argv)
     import torch
 
