@@ -22,7 +22,7 @@ from rlclock.env import KernelClockEnv, episode_tables
 from rlclock.errors import CheckpointError, SpecError
 from rlclock.observation.lookahead import CURRENT_WIDTH
 from rlclock.policy import DEFAULT_PRICE_REL, ClockPolicy, PlanningStep, save_checkpoint
-from rlclock.policy.search import refine
+from rlclock.policy.search import second_choices
 from rlclock.schedule import ClockSchedule
 from tests.wandb_offline import read_offline_run
 
@@ -350,24 +350,28 @@ def test_repeated_layers_share_decisions_and_the_plan_is_unchanged():
 
 
 def test_the_search_over_second_choices_only_lowers_the_objective_and_keeps_the_budget():
-    """refine replaces first choices by second ones only where the planned step's energy + price·time drops;
-    the rollout honours the replacements; a plan with the search fits the budget and uses no more energy
-    than the plan without it."""
+    """The search replaces first choices by second ones only, and its plan's energy + price·time is the least it
+    counted and no more than the first choices'; without replacements the plan is the first choices'; a plan
+    with the search fits the budget and uses no more energy than the plan without it."""
     pol, step = _random_policy(6)
     prepared = pol.prepare(step)
     price = 1.2
     weight = price * step.auto_energy_j.sum() / step.auto_time_s.sum()
-    seen: dict = {}
-    plain = pol.rollout(step, price, prepared=prepared, choices=seen)
+    plain = pol.rollout(step, price, prepared=prepared)
     before = plain.energy_j + weight * plain.time_s
-    assert seen and all(m >= 0 and 0 <= a <= prepared.look.n_slots for m, a in seen.values())
-    chosen = refine(pol.evaluator, step, prepared, price)
-    assert set(chosen) <= set(seen) and all(chosen[s] == seen[s][1] for s in chosen)  # second choices only
-    assert np.array_equal(pol.rollout(step, price, prepared=prepared, overrides={price: {}}).requests,
+    found = second_choices(pol.evaluator, step, prepared, price)
+    tab = pol.evaluator.price_tables(prepared, price)
+    k, c = np.nonzero(found.overrides >= 0)
+    assert k.size and all(found.overrides[i, j] == tab.decided[j].second[prepared.situation[i]]
+                          for i, j in zip(k.tolist(), c.tolist(), strict=True))  # second choices only
+    none = np.full_like(found.overrides, -1)
+    assert np.array_equal(pol.rollout(step, price, prepared=prepared, overrides={price: none}).requests,
                           plain.requests)
-    searched = pol.rollout(step, price, prepared=prepared, overrides={price: chosen})
+    searched = pol.rollout(step, price, prepared=prepared, overrides={price: found.overrides})
     after = searched.energy_j + weight * searched.time_s
-    assert after <= before and (after < before) == (not np.array_equal(searched.requests, plain.requests))
+    assert after == pytest.approx(found.objective_j, rel=1e-12)
+    assert after <= before * (1 + 1e-12) and (after < before) == (not np.array_equal(searched.requests,
+                                                                                      plain.requests))
     spec = load_env_spec(SMALL)
     backend = KernelClockEnv(spec).backend
     auto = backend.auto_run()

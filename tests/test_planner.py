@@ -1,14 +1,19 @@
 """The shipped H200 policy's planner on a real training step (anchored on its measured kernel times): the
-rollout's fast path against decision-by-decision, and the budget planner's stages."""
+rollout's fast path against decision-by-decision, the exact search over the policy's second choices, and the
+budget planner's stages."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import rlclock.policy.planner as planner
 from rlclock.policy import ClockPolicy, PlanningStep
+from rlclock.policy.rollout import Plan
+from rlclock.policy.search import second_choices
 from rlclock.workload.op_costs import refresh_costs
 from rlclock.workload.trace import KernelTrace
 
@@ -31,24 +36,17 @@ def _prices(n: int) -> list[float | np.ndarray]:
 
 def test_the_fast_path_plans_and_accounts_as_decision_by_decision(real_step):
     """Runs of kept configurations found from decisions computed in blocks give the plan, the seconds and the
-    joules (to the last bit) and the states visited (in order, with the same second choices) of the loop
-    that computes every decision on its own — with and without actions overridden."""
+    joules (to the last bit) of the loop that computes every decision on its own — with and without actions
+    overridden."""
     pol, step = real_step
     prepared = pol.prepare(step)
     for price in _prices(step.n):
-        seen: dict = {}
-        fast = pol.rollout(step, price, prepared=prepared, choices=seen)
-        each_seen: dict = {}
-        each = pol.rollout(step, price, prepared=prepared, timings=[], choices=each_seen)
+        fast = pol.rollout(step, price, prepared=prepared)
+        each = pol.rollout(step, price, prepared=prepared, timings=[])
         assert np.array_equal(fast.requests, each.requests) and len(np.unique(fast.requests)) > 1
         assert (fast.time_s, fast.energy_j) == (each.time_s, each.energy_j)
-        assert list(seen) == list(each_seen) and len(seen) > 100
-        assert [v[1] for v in seen.values()] == [v[1] for v in each_seen.values()]
-        np.testing.assert_allclose([v[0] for v in seen.values()], [v[0] for v in each_seen.values()],
-                                   rtol=1e-9, atol=1e-12)
-        levels = np.unique(np.broadcast_to(price, (step.n,)))
-        replaced = {float(p): {s: second for i, (s, (_, second)) in enumerate(seen.items()) if i % 5 == 0}
-                    for p in levels}
+        levels = np.unique(np.broadcast_to(price, (step.n,))).tolist()
+        replaced = {p: second_choices(pol.evaluator, step, prepared, p).overrides for p in levels}
         fast = pol.rollout(step, price, prepared=prepared, overrides=replaced)
         each = pol.rollout(step, price, prepared=prepared, timings=[], overrides=replaced)
         assert np.array_equal(fast.requests, each.requests)
@@ -66,3 +64,89 @@ def test_decisions_do_not_depend_on_which_rollout_asked_first(real_step):
     again = pol.rollout(step, 0.6, prepared=prepared)
     assert np.array_equal(first.requests, again.requests) and (first.time_s, first.energy_j) == (
         again.time_s, again.energy_j)
+
+
+@pytest.mark.parametrize("latency_s", [None, 0.0, 0.0005, 0.03])
+def test_the_search_counts_its_plan_as_the_rollout_does(real_step, latency_s):
+    """The search's least ``energy + price·time`` is that of the plan the rollout makes with its overrides (its
+    model of the switching rule is the rule), no more than the first choices' and no more than any plan that
+    takes one other second choice on the way; overrides hold second choices only."""
+    pol, step = real_step
+    if latency_s is not None:
+        step = dataclasses.replace(step, latency_s=latency_s)
+    prepared = pol.prepare(step)
+    rng = np.random.default_rng(0)
+    for price in (0.4, 0.7, 1.5):
+        weight = price * step.mean_power_w
+        found = second_choices(pol.evaluator, step, prepared, price)
+        searched = pol.rollout(step, price, prepared=prepared, overrides={price: found.overrides})
+        assert searched.objective(weight) == pytest.approx(found.objective_j, rel=1e-12)
+        assert found.objective_j <= pol.rollout(step, price, prepared=prepared).objective(weight) * (1 + 1e-12)
+        tab = pol.evaluator.price_tables(prepared, price)
+        k, c = np.nonzero(found.overrides >= 0)
+        second = np.array([tab.decided[j].second[prepared.situation[i]] for i, j in zip(k, c, strict=True)])
+        assert np.array_equal(found.overrides[k, c], second)
+        # one decision on the searched plan's path taken the other way: never better
+        path = np.flatnonzero(np.diff(np.concatenate([[0], searched.requests])) != 0)
+        for i in rng.choice(path, size=min(4, len(path)), replace=False).tolist():
+            cur = int(searched.requests[i - 1]) if i else 0
+            flipped = found.overrides.copy()
+            flipped[i, cur] = -1 if flipped[i, cur] >= 0 else tab.decided[cur].second[prepared.situation[i]]
+            other = pol.rollout(step, price, prepared=prepared, overrides={price: flipped})
+            assert other.objective(weight) >= found.objective_j * (1 - 1e-12)
+
+
+def _stages(pol: ClockPolicy, step: PlanningStep, budget: float) -> planner._Budget:
+    """The budget planner's state after all its stages, with the search."""
+    auto_s, auto_j = step.auto_total_s, float(step.auto_energy_j.sum())
+    state = planner._Budget(pol.evaluator, step, pol.prepare(step), auto_s * (1 + budget) * (1 + 1e-12),
+                            Plan(np.zeros(step.n, dtype=np.int64), auto_s, auto_j, 0))
+    planner.price_grid(state, 24)
+    planner.time_share(state, 2, 8)
+    first = state.best
+    planner.search_second_choices(state, 4)
+    planner.time_share(state, 4, 8, distinct=True)
+    planner.switch_earlier(state, sorted(state.points), 2, 8)
+    assert state.best.energy_j <= first.energy_j
+    return state
+
+
+@pytest.mark.parametrize("budget", [0.005, 0.01, 0.02])
+def test_the_plan_with_the_search_fits_saves_and_asks_only_for_the_policys_choices(real_step, budget):
+    """With the search the plan fits the budget and uses no more energy than the plan from first choices alone;
+    it is the rollout at the prices and overrides it was found with, whose overrides are second choices at
+    their price: every request is the policy's first or second choice at the price its kernel decided at."""
+    pol, step = real_step
+    plain = pol.plan(step, budget)
+    state = _stages(pol, step, budget)
+    best = state.best
+    assert best.time_s <= step.auto_total_s * (1 + budget) * (1 + 1e-9) and best.energy_j <= plain.energy_j
+    assert best.energy_j < float(step.auto_energy_j.sum())
+    assert state.best_prices is not None
+    replay = pol.rollout(step, state.best_prices, prepared=state.prepared, overrides=state.best_overrides)
+    assert np.array_equal(replay.requests, best.requests) and replay.energy_j == best.energy_j
+    for price, over in state.best_overrides.items():
+        tab = pol.evaluator.price_tables(state.prepared, price)
+        k, c = np.nonzero(over >= 0)
+        second = [tab.decided[j].second[state.prepared.situation[i]] for i, j in zip(k, c, strict=True)]
+        assert over[k, c].tolist() == [int(x) for x in second]
+    assert np.array_equal(pol.plan(step, budget, search=True).requests, best.requests)
+
+
+def test_issuing_switches_earlier_spends_the_budget_left(real_step):
+    """Moving a switch of the best plan earlier (where the policy requests the same configuration there) uses
+    budget the plan left, saves energy and stays within the budget."""
+    pol, step = real_step
+    budget = 0.01
+    auto_s, auto_j = step.auto_total_s, float(step.auto_energy_j.sum())
+    state = planner._Budget(pol.evaluator, step, pol.prepare(step), auto_s * (1 + budget) * (1 + 1e-12),
+                            Plan(np.zeros(step.n, dtype=np.int64), auto_s, auto_j, 0))
+    planner.price_grid(state, 24)
+    planner.time_share(state, 2, 8)
+    before = state.best
+    assert before.time_s < state.limit_s * (1 - 1e-3)  # this step's first choices leave budget unused
+    planner.switch_earlier(state, sorted(state.points), 2, 8)
+    after = state.best
+    assert before.time_s < after.time_s <= state.limit_s and after.energy_j < before.energy_j
+    switched = np.flatnonzero(np.diff(after.requests))[0]
+    assert switched < np.flatnonzero(np.diff(before.requests))[0]

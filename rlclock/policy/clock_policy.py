@@ -23,7 +23,7 @@ from rlclock.observation.features import PRICE_REL_MAX, PRICE_REL_MIN
 from rlclock.policy.checkpoint import check_shapes, checkpoint_gpu, clock_table_digest, read_checkpoint
 from rlclock.policy.inputs import FirstLayerEvaluator, PreparedStep
 from rlclock.policy.network import PolicyWeights
-from rlclock.policy.rollout import Choices, Overrides, Plan, rollout
+from rlclock.policy.rollout import Overrides, Plan, rollout
 from rlclock.policy.step import PlanningStep
 from rlclock.schedule import ClockConfig, ClockSchedule
 from rlclock.workload.trace import KernelTrace, Measurement
@@ -135,7 +135,7 @@ class ClockPolicy:
             meet_budget: Choose the price of time so the plan fits the budget (:meth:`plan`); otherwise plan at
                 the trained price.
             search: Let the planner weigh the policy's second choices on the planning model (:meth:`plan`;
-                0.1-2 s instead of 0.05-0.2 s on the presets' steps).
+                about twice the planning time).
         """
         if backend is None:
             backend = self.backend_for(trace, auto_time_s, auto_energy_j, latency_s)
@@ -161,8 +161,6 @@ class ClockPolicy:
 
     def rollout(self, backend: GpuBackend | PlanningStep, price_rel: float | np.ndarray,
                 prepared: PreparedStep | None = None, timings: list[float] | None = None,
-                first_layer: list[np.ndarray] | None = None, overrides: Overrides | None = None,
-                choices: Choices | None = None) -> Plan:
+                first_layer: list[np.ndarray] | None = None, overrides: Overrides | None = None) -> Plan:
         """One rollout at a price of time (:func:`rlclock.policy.rollout.rollout`)."""
-        return rollout(self.evaluator, self.step_of(backend), price_rel, prepared, timings, first_layer, overrides,
-                       choices)
+        return rollout(self.evaluator, self.step_of(backend), price_rel, prepared, timings, first_layer, overrides)

@@ -56,12 +56,10 @@ class Decisions:
 
     Attributes:
         action: ``(situations,)`` the action (argmax of the logits); -1 where not computed yet.
-        margin: ``(situations,)`` its logit's margin over the second choice's.
-        second: ``(situations,)`` the second choice.
+        second: ``(situations,)`` the second choice (the argmax of the others).
     """
 
     action: np.ndarray
-    margin: np.ndarray
     second: np.ndarray
 
 
@@ -97,6 +95,8 @@ class PreparedStep:
         situation: ``(n,)`` per kernel its row of ``base`` (:func:`situations`).
         situation_context: ``(situations,)`` the look-ahead context of each.
         moves: ``(context, in effect, requested)`` → ``(kernels, seconds, joules)`` of the move a decision makes.
+        landings: Where a switch issued at each kernel with each configuration in effect lands, and the share of
+            that kernel at the old clocks (the switching rule's landing table; filled by the search).
     """
 
     base: np.ndarray
@@ -105,6 +105,7 @@ class PreparedStep:
     situation: np.ndarray
     situation_context: np.ndarray
     moves: dict[tuple[int, int, int], tuple[int, float, float]] = field(default_factory=dict)
+    landings: tuple[np.ndarray, np.ndarray] | None = None
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ class FirstLayerEvaluator:
         got = tables.decided.get(config)
         m = len(prepared.situation_context)
         if got is None:
-            got = Decisions(np.full(m, -1, dtype=np.int64), np.empty(m), np.empty(m, dtype=np.int64))
+            got = Decisions(np.full(m, -1, dtype=np.int64), np.empty(m, dtype=np.int64))
             tables.decided[config] = got
         missing = wanted[got.action[wanted] < 0]
         if not missing.size:
@@ -245,20 +246,18 @@ class FirstLayerEvaluator:
         now = tables.now.get(config)
         if now is None:
             now = self.now_column(prepared.look, tables, config)
-        computed = 0
-        for block in np.unique(missing // DECISION_BLOCK).tolist():
-            rows = slice(block * DECISION_BLOCK, min(m, (block + 1) * DECISION_BLOCK))
-            z = self.weights.logits_from_first_rows(tables.pre[rows] + now[prepared.situation_context[rows]])
-            action = z.argmax(axis=1)
-            picked = np.arange(len(z)), action
-            first = z[picked]
-            z[picked] = -np.inf
-            second = z.argmax(axis=1)
-            got.margin[rows] = first - z[np.arange(len(z)), second]
-            got.second[rows] = second
-            got.action[rows] = action
-            computed += len(z)
-        return got, computed
+        blocks = np.unique(missing // DECISION_BLOCK)
+        rows = (blocks[:, None] * DECISION_BLOCK + np.arange(DECISION_BLOCK)).ravel()
+        rows = rows[rows < m]  # only the step's last block can be short, and it comes last
+        h = tables.pre[rows] + now[prepared.situation_context[rows]]
+        z = np.empty((len(rows), self.weights.head[1].shape[0]))
+        for lo in range(0, len(rows), DECISION_BLOCK):
+            z[lo : lo + DECISION_BLOCK] = self.weights.logits_from_first_rows(h[lo : lo + DECISION_BLOCK])
+        action = z.argmax(axis=1)
+        z[np.arange(len(z)), action] = -np.inf
+        got.second[rows] = z.argmax(axis=1)
+        got.action[rows] = action
+        return got, len(rows)
 
     def now_column(self, look: StepLookahead, tables: PriceTables, config: int) -> np.ndarray:
         """``(U, H)``: the first layer's sum over everything that depends on configuration ``config`` being in

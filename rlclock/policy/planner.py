@@ -8,15 +8,24 @@
    a discrete schedule has gaps). For the ``pairs`` most promising pairs of a fitting and a missing plan (by
    the saving their straight-line mix would reach at the budget), the policy runs the first ``K`` kernels at
    one price and the rest at the other, both ways round, with ``K`` bisected (``mix_tries`` rollouts each).
-3. **Search** (optional): at the prices of those pairs and of the best plan that fits on its own, wherever the
-   policy's second choice lowers the plan's ``energy + price·time`` on the planning model it replaces the
-   first (:func:`rlclock.policy.search.refine`); then the time-sharing again.
+
+With the search (``search=True``), three more:
+
+3. **Search**: at ``searches`` prices, the plan of least ``energy + price·time`` among those taking the
+   policy's first or second choice at every decision (exact: :func:`rlclock.policy.search.second_choices`) —
+   at the two prices of the most promising pair, then at prices that bracket the budget between searched
+   plans.
+4. **Time-sharing again**, over ``2 · pairs`` pairs of distinct plans (searched ones among them).
+5. **Switching earlier**: the budget the best plan leaves unused goes into issuing its switches earlier, where
+   the policy's first or second choice at the kernel's price or a grid price ``notches`` steps below
+   requests the same configuration (:func:`switch_earlier`).
 
 The cheapest plan within the budget wins; if none fits or saves energy, every kernel is left to the driver
-(auto). Every request comes from the policy (its first or, with the search, its second choice). Plans are
-weighed on the planning model — on a real GPU they are worth what the planning model is.
+(auto). With the search it is never worse than without (stages 1 and 2 are the same). Every request comes from
+the policy: its first choice at the price of the kernel's decision (one price, or one per kernel) or, with the
+search, its second. Plans are weighed on the planning model — on a real GPU they are worth what the planning
+model is.
 """
-
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,13 +35,14 @@ import numpy as np
 from rlclock.observation.features import PRICE_REL_MAX, PRICE_REL_MIN
 from rlclock.policy.inputs import FirstLayerEvaluator, PreparedStep
 from rlclock.policy.rollout import Overrides, Plan, rollout
-from rlclock.policy.search import refine
+from rlclock.policy.search import second_choices
 from rlclock.policy.step import PlanningStep
 
 
 @dataclass
 class _Budget:
-    """The plans tried against a time limit: the cheapest that fits so far, and each one-price plan's cost."""
+    """The plans tried against a time limit: the cheapest that fits so far (with the prices and overrides that
+    made it), and each one-price plan's cost."""
 
     evaluator: FirstLayerEvaluator
     step: PlanningStep
@@ -41,12 +51,18 @@ class _Budget:
     best: Plan
     overrides: Overrides = field(default_factory=dict)
     points: dict[float, tuple[float, float]] = field(default_factory=dict)  # price → (seconds, joules)
+    best_prices: np.ndarray | None = None  # per kernel the price the best plan decided at (None: auto)
+    best_overrides: Overrides = field(default_factory=dict)
 
-    def attempt(self, price: float | np.ndarray) -> Plan:
-        """Plan at ``price`` (one, or one per kernel); keep the plan if it fits and is the cheapest so far."""
-        got = rollout(self.evaluator, self.step, price, prepared=self.prepared, overrides=self.overrides)
+    def attempt(self, price: float | np.ndarray, overrides: Overrides | None = None) -> Plan:
+        """Plan at ``price`` (one, or one per kernel) with ``overrides`` (default: the searched prices'); keep the
+        plan if it fits and is the cheapest so far."""
+        replaced = self.overrides if overrides is None else overrides
+        got = rollout(self.evaluator, self.step, price, prepared=self.prepared, overrides=replaced)
         if got.time_s <= self.limit_s and got.energy_j < self.best.energy_j:
             self.best = got
+            self.best_prices = np.broadcast_to(np.asarray(price, dtype=float), (self.step.n,)).copy()
+            self.best_overrides = dict(replaced)
         return got
 
     def price_point(self, price: float) -> None:
@@ -71,13 +87,19 @@ def price_grid(budget: _Budget, prices: int) -> None:
         budget.price_point(float(p))
 
 
-def time_share(budget: _Budget, pairs: int, mix_tries: int) -> None:
+def time_share(budget: _Budget, pairs: int, mix_tries: int, distinct: bool = False) -> None:
     """Stage 2: for the most promising pairs of a fitting and a missing price, the first ``K`` kernels at one and
-    the rest at the other, both ways round, ``K`` bisected towards the budget."""
+    the rest at the other, both ways round, ``K`` bisected towards the budget. ``distinct``: pairs whose plans
+    land where a pair's tried before did count once (prices of one plateau of the trade-off curve)."""
     n = budget.step.n
-    for estimate, p_fit, p_miss in budget.mixes()[:pairs]:
-        if estimate >= budget.best.energy_j:
+    tried: list[tuple[tuple[float, float], tuple[float, float]]] = []
+    for estimate, p_fit, p_miss in budget.mixes():
+        if len(tried) >= pairs or estimate >= budget.best.energy_j:
             break
+        landing = (budget.points[p_fit], budget.points[p_miss])
+        if distinct and landing in tried:
+            continue
+        tried.append(landing)
         for first, second in ((p_miss, p_fit), (p_fit, p_miss)):
             lo, hi = 0, n
             split = np.empty(n)
@@ -94,20 +116,112 @@ def time_share(budget: _Budget, pairs: int, mix_tries: int) -> None:
                     hi = k
 
 
-def search_second_choices(budget: _Budget, pairs: int) -> None:
-    """Stage 3: the search over the policy's second choices at the prices that matter — those of the most
-    promising pairs and of the cheapest plan that fits on its own."""
-    chosen = {p for _, pf, pm in budget.mixes()[:pairs] for p in (pf, pm)}
-    fitting = [p for p, (tp, _) in budget.points.items() if tp <= budget.limit_s]
-    if fitting:
-        chosen.add(min(fitting, key=lambda p: budget.points[p][1]))
-    for p in sorted(chosen):
-        budget.overrides[p] = refine(budget.evaluator, budget.step, budget.prepared, p)
-        budget.price_point(p)
+def search_second_choices(budget: _Budget, searches: int) -> None:
+    """Stage 3: the search over the policy's second choices (:func:`rlclock.policy.search.second_choices`, exact
+    at one price) at ``searches`` prices: the two of the most promising pair, then prices that bracket the
+    budget between searched plans — a step along the grid while all of them fit or all miss, else the
+    geometric middle of the cheapest searched plan that fits and the nearest searched one that misses."""
+    mixes = budget.mixes()
+    if mixes:
+        queue = [mixes[0][1], mixes[0][2]]
+    else:  # everything fits (or nothing does): search where the grid's plan is cheapest
+        queue = [min(budget.points, key=lambda p: budget.points[p][1])]
+    grid = sorted(budget.points)
+    for _ in range(searches):
+        price = queue.pop(0) if queue else _bracket(budget, grid)
+        if price is None or price in budget.overrides:
+            break
+        budget.overrides[price] = second_choices(budget.evaluator, budget.step, budget.prepared, price).overrides
+        budget.price_point(price)
+
+
+def _bracket(budget: _Budget, grid: list[float]) -> float | None:
+    """The next price to search at (:func:`search_second_choices`), ``None`` when the grid ends."""
+    searched = list(budget.overrides)
+    fits = [p for p in searched if budget.points[p][0] <= budget.limit_s]
+    misses = [p for p in searched if budget.points[p][0] > budget.limit_s]
+    if not fits:  # all too slow: a higher price of time
+        above = [p for p in grid if p > max(searched)]
+        return above[0] if above else None
+    if not misses:  # all fit: a lower one
+        below = [p for p in grid if p < min(searched)]
+        return below[-1] if below else None
+    cheapest = min(fits, key=lambda p: budget.points[p][1])
+    nearest = min(misses, key=lambda p: abs(np.log(p / cheapest)))
+    return float(np.sqrt(cheapest * nearest))
+
+
+def switch_earlier(budget: _Budget, grid: list[float], notches: int, tries: int) -> None:
+    """Stage 5 (with the search): the budget the best plan leaves unused, spent on issuing its switches earlier.
+    For each switch in turn (from ``c`` to ``r`` at kernel ``k``), the kernels before it since the switch before
+    where the policy's first or second choice with ``c`` in effect — at the kernel's own price, or up to
+    ``notches`` steps lower on the ``grid`` — requests ``r``; of those, the earliest whose plan still fits
+    (bisected, ``tries`` rollouts). A switch issued earlier at another price is that one kernel decided there."""
+    done = 0
+    while budget.best_prices is not None and budget.limit_s - budget.best.time_s > _SLACK * budget.limit_s:
+        requests = budget.best.requests
+        switches = (np.flatnonzero(np.diff(requests)) + 1).tolist()
+        if done >= len(switches):
+            break
+        k = switches[done]
+        start = switches[done - 1] + 1 if done else 1
+        done += 1
+        kernels, prices, actions = _earlier_requests(budget, grid, notches, np.arange(start, k),
+                                                     int(requests[k - 1]), int(requests[k]))
+        lo, hi = 0, len(kernels)
+        base_prices, base_overrides = budget.best_prices, budget.best_overrides
+        for _ in range(tries):
+            if lo >= hi:
+                break
+            i = (lo + hi) // 2
+            trial_prices = base_prices.copy()
+            trial_prices[kernels[i]] = prices[i]
+            trial = dict(base_overrides)
+            if actions[i] >= 0:
+                over = trial.get(prices[i])
+                over = np.full(budget.step.time_s.shape, -1, dtype=np.int64) if over is None else over.copy()
+                over[kernels[i], requests[k - 1]] = actions[i]
+                trial[prices[i]] = over
+            if budget.attempt(trial_prices, trial).time_s <= budget.limit_s:
+                hi = i  # fits: try earlier
+            else:
+                lo = i + 1
+
+
+_SLACK = 1e-5
+"""Unused share of the time limit below which :func:`switch_earlier` stops."""
+
+
+def _earlier_requests(budget: _Budget, grid: list[float], notches: int, kernels: np.ndarray, current: int,
+                      target: int) -> tuple[np.ndarray, list[float], list[int]]:
+    """The kernels among ``kernels`` (in order) where the policy requests ``target`` with ``current`` in effect, at
+    the best plan's price there or up to ``notches`` grid steps lower, by its first choice or else its second:
+    those kernels, the price at each and the second choice to take there (-1 where the first requests it)."""
+    evaluator, prepared = budget.evaluator, budget.prepared
+    assert budget.best_prices is not None
+    own = budget.best_prices[kernels]
+    steps = np.asarray(grid)
+    below = np.searchsorted(steps, own)  # grid index of the first price at or above each kernel's
+    price = np.full(len(kernels), np.nan)
+    action = np.full(len(kernels), -1, dtype=np.int64)
+    keep = prepared.look.n_slots
+    for notch in range(notches + 1):
+        at = own if notch == 0 else steps[np.maximum(below - notch, 0)]
+        for p in np.unique(at[np.isnan(price)]).tolist():
+            which = np.flatnonzero(np.isnan(price) & (at == p))
+            tab = evaluator.price_tables(prepared, p)
+            situations = prepared.situation[kernels[which]]
+            decided, _ = evaluator.decide(prepared, tab, current, situations)
+            for first, choice in ((True, decided.action[situations]), (False, decided.second[situations])):
+                slot = tab.candidates[prepared.look.context[kernels[which]], np.minimum(choice, keep - 1)]
+                hit = (choice < keep) & (slot == target) & np.isnan(price[which])
+                price[which[hit]], action[which[hit]] = p, -1 if first else choice[hit]
+    found = np.flatnonzero(~np.isnan(price))
+    return kernels[found], price[found].tolist(), action[found].tolist()
 
 
 def plan(evaluator: FirstLayerEvaluator, step: PlanningStep, budget: float, prices: int = 24, pairs: int = 2,
-         mix_tries: int = 8, search: bool = False) -> Plan:
+         mix_tries: int = 8, search: bool = False, searches: int = 4, notches: int = 2) -> Plan:
     """The cheapest plan within ``budget`` (a slowdown fraction against auto) on the planning model (module
     docstring)."""
     n = step.n
@@ -118,8 +232,9 @@ def plan(evaluator: FirstLayerEvaluator, step: PlanningStep, budget: float, pric
     price_grid(state, prices)
     time_share(state, pairs, mix_tries)
     if search:
-        search_second_choices(state, pairs)
-        time_share(state, pairs, mix_tries)
+        search_second_choices(state, searches)
+        time_share(state, 2 * pairs, mix_tries, distinct=True)  # stage 4
+        switch_earlier(state, sorted(state.points), notches, mix_tries)
     return state.best
 
 
@@ -128,5 +243,5 @@ def plan_at(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
     if not search:
         return rollout(evaluator, step, price_rel)
     prepared = evaluator.prepare(step)
-    chosen = refine(evaluator, step, prepared, price_rel)
+    chosen = second_choices(evaluator, step, prepared, price_rel).overrides
     return rollout(evaluator, step, price_rel, prepared=prepared, overrides={price_rel: chosen})

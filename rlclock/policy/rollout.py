@@ -17,13 +17,12 @@ import numpy as np
 
 from rlclock.backends.switching import fly
 from rlclock.errors import CheckpointError
-from rlclock.policy.inputs import Decisions, FirstLayerEvaluator, PreparedStep, PriceTables
+from rlclock.policy.inputs import FirstLayerEvaluator, PreparedStep, PriceTables
 from rlclock.policy.step import PlanningStep
 
-Overrides = dict[float, dict[tuple[int, int], int]]
-"""price → ``(situation, configuration in effect)`` → the action that replaces the policy's there."""
-Choices = dict[tuple[int, int], tuple[float, int]]
-"""``(situation, configuration in effect)`` → the policy's logit margin over its second choice, and that choice."""
+Overrides = dict[float, np.ndarray]
+"""price → ``(n, C)`` per kernel and configuration in effect the action that replaces the policy's there when
+the kernel decides at that price (-1: the policy's own; :func:`rlclock.policy.search.second_choices`)."""
 
 
 @dataclass(frozen=True)
@@ -49,16 +48,9 @@ class Plan:
         return self.energy_j + weight_j_per_s * self.time_s
 
 
-def runner_up(action: int, logits: np.ndarray) -> tuple[float, int]:
-    """The policy's margin between its choice ``action`` and its second choice, and that second action."""
-    second = int(np.argmax(np.where(np.arange(len(logits)) == action, -np.inf, logits)))
-    return float(logits[action] - logits[second]), second
-
-
 def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float | np.ndarray,
             prepared: PreparedStep | None = None, timings: list[float] | None = None,
-            first_layer: list[np.ndarray] | None = None, overrides: Overrides | None = None,
-            choices: Choices | None = None) -> Plan:
+            first_layer: list[np.ndarray] | None = None, overrides: Overrides | None = None) -> Plan:
     """The decision loop (numpy only) at a price of time ``price_rel`` (J/s per watt of mean auto power; one
     for the step or one per kernel).
 
@@ -67,11 +59,11 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
     step, when the caller rolls it out at several prices (it keeps what each price needs). ``timings``
     receives the seconds spent per decision, ``first_layer`` the first layer's input-side sum ``W1 · obs + b1``
     at each decision (for checking against the env's observations); either makes the loop compute every
-    decision on its own. ``overrides`` replaces the policy's action at some states
-    (:func:`rlclock.policy.search.refine`); ``choices`` receives, at every state visited (in a rollout at a
-    single price), the policy's margin over its second choice and that choice.
+    decision on its own. ``overrides`` replaces the policy's action at some kernels and configurations in
+    effect, per price (:func:`rlclock.policy.search.second_choices`).
     """
     n = step.n
+    C = step.time_s.shape[1]
     latency_s = step.latency_s
     if prepared is None:
         prepared = evaluator.prepare(step)
@@ -82,7 +74,9 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
     look = prepared.look
     levels, which_array = np.unique(prices, return_inverse=True)
     tables = [evaluator.price_tables(prepared, float(p)) for p in levels]
-    replaced = [(overrides or {}).get(float(p), {}) for p in levels]
+    replaced = [(overrides or {}).get(float(p)) for p in levels]
+    if any(r is not None and r.shape != (n, C) for r in replaced):
+        raise CheckpointError(f"overrides: need one action per kernel and configuration, ({n}, {C}).")
     which = which_array.tolist()
     # where each run of kernels at one price ends
     level_ends = [*(np.flatnonzero(np.diff(which_array)) + 1).tolist(), n]
@@ -93,7 +87,7 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
     # layers, and later rollouts of the step, reuse both unless each decision is recorded
     reuse = first_layer is None and timings is None
     moves = prepared.moves if reuse else {}
-    keeps = _KeepRuns(evaluator, step, prepared, tables, replaced, choices) if reuse else None
+    keeps = _KeepRuns(evaluator, step, prepared, tables, replaced) if reuse else None
     span = look.span.item
     keep = look.n_slots  # the action that issues nothing
     t_at, e_at = step.time_s.item, step.energy_j.item
@@ -106,7 +100,6 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
         level = which[k]
         tab = tables[level]
         s, u = situation(k), context(k)
-        key = (s, cur)
         if keeps is not None:
             # the kernels from here on (at this price) whose decision keeps the configuration in effect run
             # there, one kernel per decision
@@ -120,7 +113,7 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
                 covers.append(kept)
                 k += kept
                 continue
-            action = tab.decided[cur].action.item(s)  # recorded in the choices by the run
+            action = tab.decided[cur].action.item(s)
         else:
             now = tab.now.get(cur)
             if now is None:
@@ -128,13 +121,12 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
             h = tab.pre[s] + now[u]
             if first_layer is not None:
                 first_layer.append(h.copy())
-            z = evaluator.logits(h)
-            action = int(z.argmax())
+            action = int(evaluator.logits(h).argmax())
             computed += 1
-            if choices is not None and key not in choices:
-                choices[key] = runner_up(action, z)
-        a = replaced[level].get(key, action)
-        a = cur if a >= keep else tab.candidates.item(u, a)
+        over = replaced[level]
+        if over is not None and over.item(k, cur) >= 0:
+            action = over.item(k, cur)
+        a = cur if action >= keep else tab.candidates.item(u, action)
         if timings is not None:
             timings.append(clock() - t0)
         move = moves.get((u, cur, a))
@@ -166,30 +158,13 @@ class _KeepRuns:
     time from decisions computed in blocks (:meth:`FirstLayerEvaluator.decide`), and their accounting."""
 
     def __init__(self, evaluator: FirstLayerEvaluator, step: PlanningStep, prepared: PreparedStep,
-                 tables: list[PriceTables], replaced: list[dict[tuple[int, int], int]],
-                 choices: Choices | None) -> None:
+                 tables: list[PriceTables], replaced: list[np.ndarray | None]) -> None:
         self.evaluator = evaluator
         self.step = step
         self.prepared = prepared
         self.tables = tables
         self.replaced = replaced
-        self.choices = choices
         self.keep = prepared.look.n_slots
-        self._overridden: dict[tuple[int, int], np.ndarray | None] = {}
-
-    def overridden(self, level: int, cur: int) -> np.ndarray | None:
-        """Per situation the action that replaces the policy's with ``cur`` in effect at price ``level`` (-1:
-        none), or ``None`` if none is replaced there."""
-        key = (level, cur)
-        if key not in self._overridden:
-            given = [(s, a) for (s, c), a in self.replaced[level].items() if c == cur]
-            got = None
-            if given:
-                got = np.full(len(self.prepared.situation_context), -1, dtype=np.int64)
-                where, what = zip(*given, strict=True)
-                got[list(where)] = what
-            self._overridden[key] = got
-        return self._overridden[key]
 
     def run(self, level: int, cur: int, k: int, stop: int) -> tuple[int, int]:
         """``(kept, computed)``: how many kernels from ``k`` on (before ``stop``) decide to keep ``cur`` in
@@ -197,21 +172,18 @@ class _KeepRuns:
         not keep are then computed too). Kernel by kernel while their decisions are known (short runs, as
         between frequent switches), then a window at a time."""
         tab = self.tables[level]
-        over = self.overridden(level, cur)
+        over = self.replaced[level]
         decided = tab.decided.get(cur)
         situation, context, candidates = self.prepared.situation, self.prepared.look.context, tab.candidates
         kept = 0
         if decided is not None:
             known = decided.action
             while kept < _SCALAR_RUN and k + kept < stop:
-                s = situation.item(k + kept)
-                a = known.item(s)
+                a = known.item(situation.item(k + kept))
                 if a < 0:
                     break
-                if over is not None and over.item(s) >= 0:
-                    a = over.item(s)
-                if self.choices is not None and (s, cur) not in self.choices:
-                    self.choices[(s, cur)] = (decided.margin.item(s), decided.second.item(s))
+                if over is not None and over.item(k + kept, cur) >= 0:
+                    a = over.item(k + kept, cur)
                 if a < self.keep and candidates.item(context.item(k + kept), a) != cur:
                     return kept, 0
                 kept += 1
@@ -223,25 +195,16 @@ class _KeepRuns:
             computed += got
             action = decided.action[sits]
             if over is not None:
-                action = np.where(over[sits] >= 0, over[sits], action)
+                mine = over[lo:hi, cur]
+                action = np.where(mine >= 0, mine, action)
             slot = candidates[context[lo:hi], np.minimum(action, self.keep - 1)]
             same = (action >= self.keep) | (slot == cur)
             m = hi - lo if same.all() else int(same.argmin())
-            if self.choices is not None:
-                self._record(decided, sits[: m + 1], cur)
             kept += m
             if m < hi - lo:
                 break
             width *= 4
         return kept, computed
-
-    def _record(self, decided: Decisions, sits: np.ndarray, cur: int) -> None:
-        """Add the states visited at ``sits`` (in order) to the choices, where not there already."""
-        assert self.choices is not None
-        for s, margin, second in zip(sits.tolist(), decided.margin[sits].tolist(), decided.second[sits].tolist(),
-                                     strict=True):
-            if (s, cur) not in self.choices:
-                self.choices[(s, cur)] = (margin, second)
 
     def account(self, cur: int, k: int, kept: int, time_s: float, energy_j: float) -> tuple[float, float]:
         """The running totals after kernels ``k .. k + kept - 1`` run at ``cur``, added one at a time in kernel
