@@ -49,10 +49,13 @@ def test_plan_only_dry_run_issues_every_switch_on_time(no_nvml, alternating, wor
     assert rep.mode == "plan-only" and rep.worker == worker and rep.steps == 12
     # 4 switches per step; the first step catches up on its early switch; the last step's early switch, for a
     # step that never came, is excluded from the timing — and so, on a loaded machine, are the switches of a step
-    # that ran so late it reads as a pause (at most the dropped fraction's worth)
+    # that ran so late it reads as a pause (at most the dropped fraction's worth), whose anchor also makes the
+    # worker issue what that step still needs again (its ``resyncs``: at most 4 switches each)
+    again = ctl.worker_result["resyncs"]
     handled = rep.issued + rep.resync + rep.missed
-    assert handled in (12 * 4, 12 * 4 + 1) and few_missed(rep) and rep.resync == 1
-    assert handled - 12 * 4 - rep.missed <= rep.excluded <= handled - 12 * 4 + MAX_MISSED_FRACTION * handled
+    assert 12 * 4 <= handled <= 12 * 4 + 1 + 4 * again and few_missed(rep) and 1 <= rep.resync <= 1 + 4 * again
+    assert (handled - 12 * 4 - rep.missed - 4 * again <= rep.excluded
+            <= handled - 12 * 4 + MAX_MISSED_FRACTION * handled)
     assert rep.issue_error.n >= 40 and rep.issue_error.median_s < 2e-3
     assert abs(rep.switch_error.median_s) < 3e-3
     assert rep.step_time_s == pytest.approx(0.04, rel=0.25)
