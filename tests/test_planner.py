@@ -96,13 +96,19 @@ def test_the_search_counts_its_plan_as_the_rollout_does(real_step, latency_s):
             assert other.objective(weight) >= found.objective_j * (1 - 1e-12)
 
 
-def _stages(pol: ClockPolicy, step: PlanningStep, budget: float) -> planner._Budget:
-    """The budget planner's state after all its stages, with the search."""
+def _first_stages(pol: ClockPolicy, step: PlanningStep, budget: float) -> planner._Budget:
+    """The budget planner's state after its price grid and time-sharing (the plan from first choices)."""
     auto_s, auto_j = step.auto_total_s, float(step.auto_energy_j.sum())
     state = planner._Budget(pol.evaluator, step, pol.prepare(step), auto_s * (1 + budget) * (1 + 1e-12),
                             Plan(np.zeros(step.n, dtype=np.int64), auto_s, auto_j, 0))
     planner.price_grid(state, 24)
     planner.time_share(state, 2, 8)
+    return state
+
+
+def _stages(pol: ClockPolicy, step: PlanningStep, budget: float) -> planner._Budget:
+    """The budget planner's state after all its stages, with the search."""
+    state = _first_stages(pol, step, budget)
     first = state.best
     planner.search_second_choices(state, 4)
     planner.time_share(state, 4, 8, distinct=True)
@@ -137,12 +143,7 @@ def test_issuing_switches_earlier_spends_the_budget_left(real_step):
     """Moving a switch of the best plan earlier (where the policy requests the same configuration there) uses
     budget the plan left, saves energy and stays within the budget."""
     pol, step = real_step
-    budget = 0.01
-    auto_s, auto_j = step.auto_total_s, float(step.auto_energy_j.sum())
-    state = planner._Budget(pol.evaluator, step, pol.prepare(step), auto_s * (1 + budget) * (1 + 1e-12),
-                            Plan(np.zeros(step.n, dtype=np.int64), auto_s, auto_j, 0))
-    planner.price_grid(state, 24)
-    planner.time_share(state, 2, 8)
+    state = _first_stages(pol, step, 0.01)
     before = state.best
     assert before.time_s < state.limit_s * (1 - 1e-3)  # this step's first choices leave budget unused
     planner.switch_earlier(state, sorted(state.points), 2, 8)
