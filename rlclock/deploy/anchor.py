@@ -267,9 +267,7 @@ class CudaAnchors:
                     end = None
                 if self._ref is None:
                     self._ref = ev
-                gpu = self._ref.elapsed_time(ev) / 1e3 if ev is not self._ref else 0.0
-                self._obs.append(seen - gpu)
-                anchor = min(self._obs) + gpu
+                gpu, anchor = self._place(ev, seen)
                 self._release(start_ev)
                 start_ev = ev
                 index = self.log._append(step, gpu, seen, anchor, bool(send))
@@ -279,6 +277,13 @@ class CudaAnchors:
                 if len(self.log.errors) < 10:
                     self.log.errors.append(f"step {step}: {type(exc).__name__}: {exc}")
 
+    def _place(self, ev: Any, seen: float) -> tuple[float, float]:
+        """An event seen complete at host time ``seen``: its GPU time after the first mark, and its place on the
+        host clock (the least-delayed offset over the window, module docstring)."""
+        gpu = self._ref.elapsed_time(ev) / 1e3 if ev is not self._ref else 0.0
+        self._obs.append(seen - gpu)
+        return gpu, min(self._obs) + gpu
+
     def _point(self, step: int, point: int, ev: Any) -> None:
         """Place a point as an anchor is placed, and tell the worker."""
         try:
@@ -286,9 +291,7 @@ class CudaAnchors:
             seen = time.monotonic()
             if self._ref is None:
                 return
-            gpu = self._ref.elapsed_time(ev) / 1e3
-            self._obs.append(seen - gpu)
-            at = min(self._obs) + gpu
+            _, at = self._place(ev, seen)
             self.log.points.append((step, point, at))
             if self.on_point is not None:
                 self.on_point(step, point, at)

@@ -19,15 +19,14 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from rlclock.deploy.plan import SwitchPlan
 from rlclock.deploy.worker import (
     POINT_MESSAGE,
     STEP_MESSAGE,
     STOP_MESSAGE,
-    SwitchWorker,
     build_control,
     describe_control,
     serve,
+    worker_from_settings,
 )
 from rlclock.errors import DeployError, RlclockError
 
@@ -105,10 +104,7 @@ class WorkerHandle:
     def _start_thread(self, child: socket.socket) -> None:
         conn = Connection(child.detach())
         control = build_control(self.settings, handle_signals=True)
-        worker = SwitchWorker(SwitchPlan.from_dict(self.settings["plan"]), control,
-                              read_back=bool(self.settings.get("read_back", True)),
-                              anchor_every=int(self.settings.get("anchor_every", 1)),
-                              follow_pace=bool(self.settings.get("follow_pace", False)))
+        worker = worker_from_settings(self.settings, control)
         self.info = describe_control(control)
 
         def run() -> None:
@@ -147,19 +143,17 @@ class WorkerHandle:
         Returns:
             False if the worker can no longer be reached (counted in :attr:`send_errors`).
         """
-        try:
-            with self._lock:
-                self._conn.send_bytes(STEP_MESSAGE.pack(b"S", int(step), float(anchor_s)))
-            return True
-        except (OSError, ValueError):
-            self.send_errors += 1
-            return False
+        return self._send(STEP_MESSAGE.pack(b"S", int(step), float(anchor_s)))
 
     def send_point(self, step: int, point: int, point_s: float) -> bool:
-        """Tell the worker that point ``point`` of step ``step`` passed on the GPU at ``point_s``."""
+        """Tell the worker that point ``point`` of step ``step`` passed on the GPU at ``point_s`` (as
+        :meth:`send_anchor`)."""
+        return self._send(POINT_MESSAGE.pack(b"P", int(step), int(point), float(point_s)))
+
+    def _send(self, message: bytes) -> bool:
         try:
             with self._lock:
-                self._conn.send_bytes(POINT_MESSAGE.pack(b"P", int(step), int(point), float(point_s)))
+                self._conn.send_bytes(message)
             return True
         except (OSError, ValueError):
             self.send_errors += 1

@@ -252,9 +252,7 @@ class SwitchWorker:
                 self._done(t)
                 self.records.append(("stale", t.step, t.event, t.planned_s, float("nan"), 0.0, t.estimated))
             elif t.kind == "switch" and t.estimated:  # a switch for this or a later step: re-time it
-                target = anchor_s + (t.step - step) * period
-                due = target + self.issue_offset_s(t.event, pace)
-                keep.append(_Task(due, t.seq, t.kind, t.step, t.event, target, t.step > step, due))
+                keep.append(self._retimed(t, step, anchor_s, period, pace, t.step > step))
             else:
                 keep.append(t)
         self._tasks = keep
@@ -284,9 +282,7 @@ class SwitchWorker:
         moved = False
         for t in self._tasks:
             if t.kind == "switch" and (t.step > step or (t.step == step and events[t.event].start_s >= planned[point])):
-                target = anchor_s + (t.step - step) * period
-                due = target + self.issue_offset_s(t.event, pace)
-                keep.append(_Task(due, t.seq, t.kind, t.step, t.event, target, t.estimated, due))
+                keep.append(self._retimed(t, step, anchor_s, period, pace, t.estimated))
                 moved = True
             else:
                 keep.append(t)
@@ -295,6 +291,14 @@ class SwitchWorker:
         for s in self._targets:
             self._targets[s] = anchor_s + (s - step) * period
         self.points += moved
+
+    def _retimed(self, t: _Task, step: int, anchor_s: float, period_s: float, pace: float,
+                 estimated: bool) -> _Task:
+        """Task ``t`` timed from step ``step``'s anchor ``anchor_s`` (its own step's anchor ``period_s`` per step
+        after it)."""
+        target = anchor_s + (t.step - step) * period_s
+        due = target + self.issue_offset_s(t.event, pace)
+        return _Task(due, t.seq, t.kind, t.step, t.event, target, estimated, due)
 
     def _schedule(self, step: int, n: int, event: int, anchor_s: float, period_s: float, horizon_s: float,
                   pace: float) -> None:
@@ -452,6 +456,15 @@ def build_control(settings: dict[str, Any], handle_signals: bool) -> Any:
     return control
 
 
+def worker_from_settings(settings: dict[str, Any], control: Any) -> SwitchWorker:
+    """The worker the controller's settings describe (``plan``, ``read_back``, ``anchor_every``, ``follow_pace``),
+    on ``control``."""
+    return SwitchWorker(SwitchPlan.from_dict(settings["plan"]), control,
+                        read_back=bool(settings.get("read_back", True)),
+                        anchor_every=int(settings.get("anchor_every", 1)),
+                        follow_pace=bool(settings.get("follow_pace", False)))
+
+
 def describe_control(control: Any) -> dict[str, Any]:
     """Mode, GPU and process of a worker's control, for the report."""
     device = getattr(control, "device", None)
@@ -483,10 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except RlclockError as exc:
             conn.send(("error", exc))
             return 1
-        plan = SwitchPlan.from_dict(settings["plan"])
-        worker = SwitchWorker(plan, control, read_back=bool(settings.get("read_back", True)),
-                              anchor_every=int(settings.get("anchor_every", 1)),
-                              follow_pace=bool(settings.get("follow_pace", False)))
+        worker = worker_from_settings(settings, control)
         conn.send(("ready", describe_control(control)))
         why = serve(conn, worker, args.parent)
     except (EOFError, OSError):
