@@ -8,19 +8,32 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from rlclock.agents.measured import Estimates, MeasuredJob, Mix, PairedSlowdown, StepSafety
 from rlclock.agents.online import (
     BudgetFeedback,
-    Estimates,
-    MeasuredJob,
-    NominalPlan,
+    PairedTracker,
     SafeBandit,
-    SafetyLayer,
+    Session,
+    best_mix,
+    candidate_plans,
     ppo_learner,
     run_learner,
+    run_nominal,
 )
 from rlclock.backends.simulated import SimulatedGpu
-from rlclock.backends.true_gpu import CAP_MARGIN, LATENCY_SCALE, RAISE_FACTOR, TrueGpu, TrueGpuDraw, draw_true_gpu
+from rlclock.backends.true_gpu import (
+    CAP_MARGIN,
+    LATENCY_SCALE,
+    RAISE_FACTOR,
+    REPLAY_BLOCK_STEPS,
+    StepNoise,
+    TrueGpu,
+    TrueGpuDraw,
+    draw_true_gpu,
+    measured_noise,
+)
 from rlclock.dvfs.spec import get_spec
+from rlclock.errors import RlclockError
 from rlclock.schedule import ClockConfig
 from rlclock.solve.optimum import latency_aware_optimum
 from rlclock.workload.transformer import TransformerConfig, transformer_step
@@ -91,66 +104,175 @@ def test_a_measured_job_is_as_noisy_as_its_readings(trace, plans):
     truth = TrueGpu(draw_true_gpu(H200, 1), trace, CONFIGS)
     with pytest.raises(ValueError, match="arm 0 must be the all-auto plan"):
         MeasuredJob(truth, plans[0][1:])
-    job = MeasuredJob(truth, plans[0], window_s=0.5, seed=0)
+    job = MeasuredJob(truth, plans[0], noise="ar1", window_s=0.5, seed=0)
     assert job.window_steps == max(8, int(np.ceil(0.5 / job.time_s[0])))
     t, e = zip(*(job.window(2) for _ in range(400)))
     duration = job.window_steps * job.time_s[2]
-    assert np.std(e) / job.energy_j[2] == pytest.approx(0.1 / (duration * np.sqrt(6)), rel=0.2)
-    # an AR(1) series of spread s and correlation r: a window mean of w steps spreads by about
-    # s * sqrt((1 + r) / (1 - r) / w) when w is long against 1 / (1 - r)
+    # the counter's two readings are each up to a tick stale: uniform errors, spread tick / (D sqrt 6) together,
+    # on top of the step noise the window's energy carries with its time
+    tick_spread = 0.1 / (duration * np.sqrt(6))
     s, r, w = truth.draw.time_noise, truth.draw.time_correlation, job.window_steps
-    assert np.std(t) / job.time_s[2] == pytest.approx(s * np.sqrt((1 + r) / (1 - r) / w), rel=0.3)
+    time_spread = s * np.sqrt((1 + r) / (1 - r) / w)  # an AR(1) series' window mean, w long against 1 / (1 - r)
+    assert np.std(t) / job.time_s[2] == pytest.approx(time_spread, rel=0.3)
+    assert np.std(e) / job.energy_j[2] == pytest.approx(np.hypot(tick_spread, time_spread), rel=0.3)
     assert 0.02 <= s <= 0.09 and 0.7 <= r <= 0.8
     assert job.steps == 400 * job.window_steps
+    readings = []
+    for _ in range(200):
+        job.run([2 if len(readings) % 3 else 0])
+        readings.append(job.read_energy_j())
+    moved = np.diff(readings)
+    assert np.all(moved >= 0) and 0 < np.mean(moved > 0) < 1  # never back; still between some steps (100 ms ticks)
 
 
-def test_the_safety_layer_runs_auto_where_an_arm_could_cross_the_line():
-    est = Estimates(3)
-    for _ in range(4):
-        est.add(0, 1.000, 10.0)
-        est.add(1, 1.006, 9.9)
-    layer = SafetyLayer(0.01, margin=0.005, span_steps=100, prior_slowdown=np.array([0.0, 0.005, 0.03]))
-    assert layer.worst(1, est) == pytest.approx(est.slowdown()[0][1] + 2 * est.slowdown()[1][1])
-    assert layer.worst(2, est) == pytest.approx(0.03 + 0.02)  # not measured: the model's plus an ordinary error
-    layer.record(50, 0.004)
-    layer.record(50, 0.012)
-    assert layer.running == pytest.approx(0.008)
-    assert layer.guard(1, est, 20) == (1, 20)  # (0.008 * 80 + ~0.007 * 20) / 100 fits
-    arm, steps = layer.guard(2, est, 20)  # (0.008 * 80 + 0.05 * 20) / 100 = 1.64 % would not: a short probe that
-    assert arm == 2 and steps == int(100 * (0.01 - 0.008) / (0.05 - 0.008)) == 4  # keeps the projection in budget
-    assert (0.008 * (100 - steps) + 0.05 * steps) / 100 <= 0.01
-    layer.record(100, 0.03)
-    assert layer.running == pytest.approx(0.03) and layer.guard(1, est, 20) == (0, 20)  # over already: auto
+def test_replayed_noise_is_the_measured_series_in_blocks(trace):
+    draw = draw_true_gpu(H200, 2)
+    base = measured_noise()[draw.noise_series]
+    x = StepNoise("replay", draw).series(1000, np.random.default_rng(0))
+    assert x.shape == (1000,)
+    block = min(REPLAY_BLOCK_STEPS, base.size // 2)
+    starts = [int(np.flatnonzero(np.isclose(base, x[i]))[0]) for i in range(0, 1000, block)]
+    for i, s0 in zip(range(0, 1000, block), starts, strict=True):
+        n = min(block, 1000 - i)
+        np.testing.assert_allclose(x[i:i + n], base[s0:s0 + n])
+    assert {d.noise_series for d in (draw_true_gpu(H200, s) for s in range(20))} == set(measured_noise())
+    with pytest.raises(RlclockError, match="step noise 'white' is not known"):
+        StepNoise("white", draw)
+
+
+def test_a_malformed_noise_measurement_is_one_clear_error(tmp_path, monkeypatch):
+    import rlclock.resources
+
+    bad = tmp_path / "h200-step-noise.json"
+    bad.write_text('{"models": {"m": {"gpu_time_s": [0.01, -1]}}}')
+    monkeypatch.setattr(rlclock.resources, "measurement", lambda name: bad)
+    measured_noise.cache_clear()
+    try:
+        with pytest.raises(RlclockError, match="cannot be read: model 'm'"):
+            measured_noise()
+    finally:
+        measured_noise.cache_clear()
+
+
+def _alternate(paired: PairedSlowdown, arm: int, slowdown: float, noise: np.ndarray) -> None:
+    for i, dev in enumerate(noise):
+        a = arm if i % 2 else 0
+        paired.add(a, 0.05 * (1 + (slowdown if a else 0.0)) * (1 + dev))
+
+
+def test_paired_readings_cancel_slow_drift_that_windows_carry():
+    steps = 4000
+    i = np.arange(steps)
+    drift = 0.10 * (np.sin(2 * np.pi * i / 900) > 0) + np.random.default_rng(0).normal(0, 0.01, steps)
+    paired = PairedSlowdown([0.0, 0.01])
+    _alternate(paired, 1, 0.01, drift)
+    mean, var, seen = paired._means()
+    assert seen[1] and abs(mean[1] - np.log1p(0.01)) <= 3 * np.sqrt(var[1]) and np.sqrt(var[1]) < 0.001
+    # a window of each in turn (450 steps) carries the drift: its estimate is off by far more
+    est = Estimates(2)
+    for w in range(0, steps, 450):
+        arm = (w // 450) % 2
+        t = 0.05 * (1 + 0.01 * arm) * (1 + drift[w:w + 450])
+        est.add(arm, float(t.mean()), 1.0)
+    assert abs(est.slowdown()[0][1] - 0.01) > 0.02
+
+
+@pytest.mark.parametrize("series", sorted(measured_noise()))
+def test_paired_readings_of_the_measured_noise_are_unbiased(series):
+    """A plan exactly as fast as auto reads as such, within its own standard error, on every measured series."""
+    sn = StepNoise("replay", replace(draw_true_gpu(H200, 0), noise_series=series))
+    rng = np.random.default_rng(3)
+    z = []
+    for _ in range(40):
+        paired = PairedSlowdown([0.0, 0.01])
+        _alternate(paired, 1, 0.0, sn.series(2000, rng))
+        mean, var, _ = paired._means()
+        z.append(mean[1] / np.sqrt(var[1]))
+    z = np.array(z)
+    assert abs(z.mean()) < 3 / np.sqrt(z.size) + 0.2 and np.mean(np.abs(z) <= 2) >= 0.8
+
+
+def test_the_posterior_pools_arms_through_the_planning_model():
+    paired = PairedSlowdown([0.0, 0.005, 0.01, 0.02], scale_sd=0.6, shape_sd=0.3, floor=0.001)
+    np.testing.assert_allclose(paired.slowdown(), [0.0, 0.005, 0.01, 0.02], rtol=1e-9)  # no readings: the model
+    _alternate(paired, 2, 0.02, np.random.default_rng(1).normal(0, 0.005, 2000))  # arm 2 runs twice as slow
+    est, up = paired.slowdown(), paired.slowdown(2.5)
+    assert est[2] == pytest.approx(0.02, abs=0.001)
+    assert est[3] > 0.03 and est[1] > 0.0075  # the other arms: slower too, through the common factor
+    assert up[3] - est[3] > up[2] - est[2]  # known less well than the measured arm
+    assert est[0] == up[0] == 0.0
+    with pytest.raises(ValueError, match="auto"):
+        PairedSlowdown([0.01, 0.02])
+    with pytest.raises(ValueError, match="parts"):
+        PairedSlowdown([0.0, 0.01], parts=np.ones((3, 2)))
+
+
+def test_the_safety_layer_charges_every_step_with_its_arms_bound():
+    layer = StepSafety(0.01, margin=0.005, span_steps=10)
+    upper = np.array([0.0, 0.01, 0.04])
+    for _ in range(5):
+        layer.record(1)
+    assert layer.allows(1, upper)  # 6 steps at 1 %: 6 % of 15 % for the span
+    assert layer.allows(2, upper)  # 5 + 4 = 9 <= 15
+    layer.record(2)
+    layer.record(2)
+    assert not layer.allows(2, upper)  # 5 + 8 + 4 = 17 > 15
+    assert layer.fallback(2, upper) == 1 and layer.allows(0, upper)
+    for _ in range(9):
+        layer.record(0)
+    assert layer.allows(2, upper)  # the span moved on: only auto in it
+
+
+def test_best_mix_time_shares_two_arms_to_the_budget():
+    paired = PairedSlowdown([0.0, 0.005, 0.02], floor=0.001)
+    rng = np.random.default_rng(0)
+    for arm, slow in ((1, 0.005), (2, 0.02)):
+        _alternate(paired, arm, slow, rng.normal(0, 0.001, 4000))
+    mix = best_mix(paired, [0.0, 0.01, 0.03], budget=0.01, tolerance=0.002)
+    assert (mix.lo, mix.hi) == (1, 2) and mix.share_hi == pytest.approx(1 / 3, abs=0.03)
+    small = best_mix(paired, [0.0, 0.01, 0.03], budget=0.001)  # auto with a little of the least slow arm
+    assert (small.lo, small.hi) == (0, 1) and 0 < small.share_hi <= 0.2
+    assert best_mix(paired, [0.0, 0.01, 0.03], budget=0.0) == Mix.of(0)  # nothing fits: auto
+    w = mix.weights(3)
+    assert w.sum() == pytest.approx(1.0) and w[1] == pytest.approx(1 - mix.share_hi)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_budget_feedback_commits_within_the_budget(trace, plans, seed):
-    """With the H200's measured step noise it commits only within the budget and keeps the running slowdown near
-    the line; with quiet steps (1 %, uncorrelated) it also finds the best arm that clearly fits."""
+def test_the_paired_tracker_keeps_the_budget_and_its_safety_line(trace, plans, seed):
+    """On true GPUs with the measured step noise: every 100 steps within budget + 0.5 pp while it learns, the plan it
+    commits to within budget + 0.2 pp, and saving energy once it has measured."""
     arms, saving, slowdown = plans
-    draw = draw_true_gpu(H200, seed)
-    for quiet in (False, True):
-        d = replace(draw, time_noise=0.01, time_correlation=0.0) if quiet else draw
-        truth = TrueGpu(d, trace, CONFIGS)
-        job = MeasuredJob(truth, arms, window_s=0.2, seed=seed)
-        traj = run_learner(job, BudgetFeedback(0.01, saving), 0.01, 4000, prior_slowdown=slowdown)
-        arm = traj.committed_at(4000)
-        assert job.true_slowdown(arm) <= 0.01 + 0.002
-        # the running true slowdown: the line, plus what the measured one may miss (its spread over 100 steps)
-        spread = d.time_noise * np.sqrt((1 + d.time_correlation) / (1 - d.time_correlation) / 100)
-        assert np.max(traj.running_slowdowns(job)) <= 0.01 + 0.005 + 3 * spread
-        if quiet:
-            clearly = [a for a in range(job.n_arms) if job.true_slowdown(a) <= 0.01 - 0.002]
-            assert job.true_saving(arm) >= 0.9 * max(job.true_saving(a) for a in clearly)
+    truth = TrueGpu(draw_true_gpu(H200, seed), trace, CONFIGS)
+    job = MeasuredJob(truth, arms, seed=seed)
+    traj = PairedTracker(Session(job, 0.01, slowdown), saving).run(4000)
+    assert len(traj.ran) == job.steps >= 4000
+    assert np.max(traj.running_slowdowns(job)) <= 0.015
+    mix = traj.committed_at(4000)
+    assert job.true_slowdown(mix) <= 0.012 and job.true_saving(mix) > 0
 
 
-def test_nominal_and_bandit_and_ppo_run_behind_the_safety_layer(trace, plans):
-    arms, _, _ = plans
+def test_the_window_learners_and_ppo_run_in_a_session(trace, plans):
+    arms, saving, slowdown = plans
     truth = TrueGpu(replace(draw_true_gpu(H200, 4), latency_scale=1.0), trace, CONFIGS)
-    for learner in (NominalPlan(2), SafeBandit(0.01, 2)):
-        traj = run_learner(MeasuredJob(truth, arms, seed=1), learner, 0.01, 1500)
-        assert len(traj.ran) == len(traj.committed) == len(traj.steps) and traj.steps[-1] >= 1500
+    for learner in (SafeBandit(0.01, 2), BudgetFeedback(0.01, saving)):
+        job = MeasuredJob(truth, arms, seed=1)
+        traj = run_learner(Session(job, 0.01, slowdown), learner, 1500)
+        assert len(traj.ran) == job.steps >= 1500 and np.max(traj.running_slowdowns(job)) <= 0.015
+    traj = run_nominal(MeasuredJob(truth, arms), 2, 300)
+    assert traj.ran == [2] * 300 and traj.committed_at(0) == Mix.of(2)
     pytest.importorskip("stable_baselines3")
     job = MeasuredJob(truth, arms, seed=2)
-    traj = ppo_learner(job, 0.01, 600, start=2, seed=0)
-    assert traj.steps[-1] >= 600 and all(0 <= a < job.n_arms for a in traj.ran + traj.committed)
+    traj = ppo_learner(Session(job, 0.01, slowdown), 600, start=2, seed=0)
+    assert job.steps >= 600 and all(0 <= a < job.n_arms for a in traj.ran)
+    assert all(0 <= m.lo < job.n_arms for m in traj.committed)
+
+
+def test_candidate_plans_span_budgets_and_latencies(trace):
+    model = SimulatedGpu(H200, trace, CONFIGS)
+    cand = candidate_plans(model, budgets=(0.0, 0.01, 0.01), latency_scales=(3.0,), latency_budgets=(0.01,),
+                           time_limit_s=5.0)
+    assert cand.labels[:3] == ["auto", "0 %", "1 %"] and cand.labels[3:] in ([], ["1 % at latency x3"])
+    assert not any(np.array_equal(a, b) for i, a in enumerate(cand.plans) for b in cand.plans[:i])  # each once
+    assert np.all(cand.plans[0] == 0) and cand.slowdown[0] == 0.0
+    assert cand.slowdown[2] <= 0.01 + 1e-9 and cand.saving[2] >= cand.saving[1] - 1e-12
+    np.testing.assert_allclose(cand.parts.sum(axis=1), cand.slowdown, atol=1e-12)

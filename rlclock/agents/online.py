@@ -1,27 +1,29 @@
-"""Learning on the GPU itself: choosing among plans from measurements only, keeping the slowdown budget.
+"""Learning on the GPU itself: choosing a plan from measurements only, within the slowdown budget.
 
 A plan made on the planning model is worth what the model is. On a real GPU — here a
-:class:`~rlclock.backends.true_gpu.TrueGpu` standing for one — a job can only measure what a user's GPU gives:
-each step's time (CUDA events; its spread and step-to-step correlation as measured on the H200,
-:attr:`TrueGpuDraw.time_noise`) and the energy of a window of steps
-(NVML's counter, which moves every ``tick_s``: the energy of a window of duration ``D`` is off by about
-``tick / (D·√6)``, as measured on the H200 — ``benchmarks/step_noise.py``). Its arms are candidate plans made on the
-planning model for a range of budgets (arm 0 is auto, the reference every slowdown and saving is measured against);
-every window of :attr:`MeasuredJob.window_steps` steps runs one arm.
+:class:`~rlclock.backends.true_gpu.TrueGpu` standing for one — a job can only measure what a user's GPU gives
+(:class:`~rlclock.agents.measured.MeasuredJob`: each step's time, the energy counter). The arms are candidate plans
+made on the planning model for a range of budgets (arm 0 is auto, the reference of every slowdown and saving).
 
-Four learners on the same measurements:
+Learners on the same measurements:
 
-* :class:`NominalPlan` — the plan made for the budget, always (what rlclock does without feedback);
-* :class:`SafeBandit` — confidence bounds on each arm's slowdown and saving: it runs the arm with the best
-  optimistic saving among those whose slowdown may fit, and commits to the best one whose slowdown surely fits;
-* :class:`BudgetFeedback` — the planning model's energy ranking of the arms, the measured step time for the budget;
-* :func:`ppo_learner` — stable-baselines3 PPO over the same choice (observation: every arm's estimates and the
-  running slowdown; reward: the measured saving, less a penalty for measured overrun), learning online.
+* :class:`NominalPlan` — the plan made for the budget, always (what rlclock does without feedback; run without the
+  safety layer, as a user would run it);
+* :class:`PairedTracker` — the budget's own root: it reads slowdowns step by step against interleaved auto steps
+  (:class:`~rlclock.agents.measured.PairedSlowdown`, which cancels the slow drift of real step times and pools every
+  arm through the planning model), and commits to the time-shared pair of neighbouring arms that saves most (by the
+  planning model's ranking) while its slowdown is likely within the budget;
+* :class:`SafeBandit` — confidence bounds on each arm's measured slowdown and saving, a window (>= 1 s) per arm:
+  the bandit baseline over the plan parameter (the planning budget);
+* :class:`BudgetFeedback` — the planning model's energy ranking of the arms, the measured step time for the budget,
+  a window at a time;
+* :func:`ppo_learner` — stable-baselines3 PPO over the same choice (observation: every arm's estimates; reward:
+  the measured saving less a penalty for measured overrun), learning online a window at a time.
 
-All run behind :class:`SafetyLayer`, which shortens a window of an arm (a probe) or runs auto instead wherever the
-arm's worst likely slowdown could take the running slowdown over the last ~100 steps more than ``margin`` (0.5 pp)
-over the budget.
-``benchmarks/online.py`` judges them against the true GPU's best plan.
+All but the nominal plan run in a :class:`Session`, behind :class:`~rlclock.agents.measured.StepSafety`: a step
+runs an arm only if every step of the last ~100, each charged with its arm's upper bound (the paired estimate plus
+``z_safe`` standard deviations, as known now), stays within ``budget + margin`` (0.5 pp); otherwise a lower arm or
+auto runs. ``benchmarks/online.py`` judges them against the true GPU's best plan.
 """
 
 from __future__ import annotations
@@ -32,182 +34,64 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rlclock.backends.true_gpu import TrueGpu
+from rlclock.agents.measured import MIN_WINDOWS, Estimates, MeasuredJob, Mix, PairedSlowdown, StepSafety
+from rlclock.backends.simulated import SimulatedGpu
 
-SQRT6 = math.sqrt(6.0)
-MIN_WINDOWS = 3
-"""Windows of an arm before its estimates count (one or two windows say nothing about their own spread)."""
-
-
-class MeasuredJob:
-    """A job on a true GPU, measured as a user's GPU measures it.
-
-    Args:
-        truth: The true GPU over the job's step.
-        plans: Candidate plans (per-kernel configuration indices into ``truth.configs``); arm 0 must be auto.
-        window_steps: Steps per measurement window (one arm per window; default: as many as last
-            ``window_s`` on the true GPU at auto clocks, at least 8).
-        window_s: The shortest window, seconds, when ``window_steps`` is not given.
-        tick_s: The energy counter's update period, seconds.
-        seed: Seed of the measurement noise.
-    """
-
-    def __init__(self, truth: TrueGpu, plans: Sequence[np.ndarray], window_steps: int | None = None,
-                 window_s: float = 1.0, tick_s: float = 0.1, seed: int = 0) -> None:
-        if not len(plans) or np.any(np.asarray(plans[0]) != 0):
-            raise ValueError("arm 0 must be the all-auto plan (the reference of every measurement).")
-        runs = [truth.run_indices(np.asarray(p, dtype=np.int64)) for p in plans]
-        self.time_s = np.array([r.time_s for r in runs])
-        self.energy_j = np.array([r.energy_j for r in runs])
-        self.window_steps = (max(8, math.ceil(window_s / self.time_s[0])) if window_steps is None
-                             else int(window_steps))
-        self.tick_s = float(tick_s)
-        self.noise = truth.draw.time_noise
-        self.rho = truth.draw.time_correlation
-        self.rng = np.random.default_rng(seed)
-        self.steps = 0
-        self._dev = 0.0  # the last step's relative time deviation (an AR(1) series across windows)
-
-    @property
-    def n_arms(self) -> int:
-        return len(self.time_s)
-
-    def true_slowdown(self, arm: int) -> float:
-        return float(self.time_s[arm] / self.time_s[0] - 1.0)
-
-    def true_saving(self, arm: int) -> float:
-        return float(1.0 - self.energy_j[arm] / self.energy_j[0])
-
-    def window(self, arm: int, steps: int | None = None) -> tuple[float, float]:
-        """Run ``arm`` for one window (of ``steps``, default :attr:`window_steps`): its measured mean step time (s)
-        and energy per step (J)."""
-        w = self.window_steps if steps is None else max(1, int(steps))
-        dev = np.empty(w)
-        shocks = self.rng.normal(0.0, self.noise * math.sqrt(1.0 - self.rho ** 2), w)
-        for i in range(w):
-            self._dev = self.rho * self._dev + shocks[i]
-            dev[i] = self._dev
-        t = self.time_s[arm] * (1.0 + dev)
-        duration = float(t.sum())
-        e = self.energy_j[arm] * (1.0 + self.rng.normal(0.0, self.tick_s / (duration * SQRT6)))
-        self.steps += w
-        return float(t.mean()), float(e)
+PLAN_BUDGETS = (0.0, 0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.04, 0.06)
+"""Planning budgets of the candidate plans (fractions)."""
+LATENCY_SCALES = (3.0,)
+"""Further switching latencies, over the planning model's, the candidate plans are also made for (at
+:data:`LATENCY_BUDGETS`): a GPU whose clock settles slower than the model's wants plans that switch less."""
+LATENCY_BUDGETS = (0.005, 0.01, 0.02)
 
 
-@dataclass
-class Estimates:
-    """Running means and spreads of each arm's measured step time and energy per step."""
-
-    n_arms: int
-    count: np.ndarray = field(init=False)
-    t_sum: np.ndarray = field(init=False)
-    t_sq: np.ndarray = field(init=False)
-    e_sum: np.ndarray = field(init=False)
-    e_sq: np.ndarray = field(init=False)
-
-    def __post_init__(self) -> None:
-        z = lambda: np.zeros(self.n_arms)  # noqa: E731
-        self.count, self.t_sum, self.t_sq, self.e_sum, self.e_sq = z(), z(), z(), z(), z()
-
-    def add(self, arm: int, t: float, e: float) -> None:
-        self.count[arm] += 1
-        self.t_sum[arm] += t
-        self.t_sq[arm] += t * t
-        self.e_sum[arm] += e
-        self.e_sq[arm] += e * e
-
-    def _mean_se(self, s: np.ndarray, sq: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray]:
-        """Means and standard errors, the latter widened by Student's t over the normal quantile for few windows
-        (so that ``z`` standard errors keep their meaning), infinite below :data:`MIN_WINDOWS`."""
-        from scipy.stats import t as student
-
-        n = np.maximum(self.count, 1)
-        mean = s / n
-        var = np.maximum(sq / n - mean ** 2, 0.0) * n / np.maximum(n - 1, 1)
-        se = np.sqrt(np.maximum(var, (floor * mean) ** 2) / n)
-        widen = student.ppf(0.975, np.maximum(n - 1, 1)) / 1.96
-        return mean, np.where(self.count >= MIN_WINDOWS, se * widen, np.inf)
-
-    def _relative(self, s: np.ndarray, sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each arm's mean over arm 0's, and its standard error (inf for an arm, or a reference, not yet seen)."""
-        m, se = self._mean_se(s, sq, 0.002)
-        if self.count[0] == 0 or m[0] <= 0:
-            return np.full(self.n_arms, np.nan), np.full(self.n_arms, np.inf)
-        ratio = m / m[0]
-        with np.errstate(invalid="ignore"):
-            err = np.sqrt(se ** 2 + (se[0] * ratio) ** 2) / m[0]
-        return ratio, np.where(self.count > 0, err, np.inf)
-
-    def slowdown(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each arm's estimated slowdown against arm 0 and its standard error."""
-        ratio, err = self._relative(self.t_sum, self.t_sq)
-        return ratio - 1.0, err
-
-    def saving(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each arm's estimated energy saving against arm 0 and its standard error."""
-        ratio, err = self._relative(self.e_sum, self.e_sq)
-        return 1.0 - ratio, err
-
-
-@dataclass
-class SafetyLayer:
-    """Keeps the running slowdown within ``budget + margin`` (module docstring): before a window it projects the
-    running slowdown with the arm's worst likely slowdown — measured, its upper confidence bound; not yet measured,
-    the planning model's slowdown plus ``prior_error`` — and runs auto instead where that would cross the line.
+@dataclass(frozen=True)
+class Candidates:
+    """Candidate plans for a step and what the planning model says of them.
 
     Attributes:
-        budget: The slowdown budget, a fraction.
-        margin: How far over the budget the running slowdown (over ``span_steps``) may go.
-        span_steps: Steps the running slowdown averages over.
-        prior_slowdown: Each arm's slowdown on the planning model (``None``: unknown, ``prior_error`` alone).
-        prior_error: How far a true slowdown may lie above the planning model's (an error of ordinary size).
+        plans: Per-kernel configuration indices, auto first.
+        labels: What each plan was made for.
+        slowdown: Each plan's slowdown on the planning model, a fraction.
+        saving: Each plan's energy saving on the planning model, a fraction.
+        parts: Each plan's slowdown split into the clocks' part (switches landing at once) and the switching
+            latency's (``(plans, 2)``, fractions).
     """
 
-    budget: float
-    margin: float = 0.005
-    span_steps: int = 100
-    prior_slowdown: np.ndarray | None = None
-    prior_error: float = 0.02
-    recent: list[tuple[int, float]] = field(default_factory=list)  # (steps, measured slowdown) per window
+    plans: list[np.ndarray]
+    labels: list[str]
+    slowdown: np.ndarray
+    saving: np.ndarray
+    parts: np.ndarray
 
-    def record(self, steps: int, slowdown: float) -> None:
-        self.recent.append((steps, slowdown))
-        total = 0
-        for i in range(len(self.recent) - 1, -1, -1):
-            total += self.recent[i][0]
-            if total >= self.span_steps:
-                del self.recent[:i]
-                break
 
-    @property
-    def running(self) -> float:
-        steps = sum(s for s, _ in self.recent)
-        return sum(s * d for s, d in self.recent) / steps if steps else 0.0
+def candidate_plans(model: SimulatedGpu, budgets: Sequence[float] = PLAN_BUDGETS,
+                    latency_scales: Sequence[float] = LATENCY_SCALES,
+                    latency_budgets: Sequence[float] = LATENCY_BUDGETS, time_limit_s: float = 20.0) -> Candidates:
+    """Auto and the planning model's exact latency-aware optima at ``budgets``, and at ``latency_budgets`` for each
+    switching latency ``latency_scales`` times the model's, each plan once (all judged on the model as it is)."""
+    from rlclock.solve.optimum import latency_aware_optimum
 
-    def worst(self, arm: int, est: Estimates) -> float:
-        """The arm's worst likely slowdown over its next window."""
-        if arm == 0:
-            return 0.0
-        if est.count[arm] >= MIN_WINDOWS and est.count[0] >= MIN_WINDOWS:
-            slow, se = est.slowdown()
-            return float(slow[arm] + 2 * se[arm])
-        prior = 0.0 if self.prior_slowdown is None else float(self.prior_slowdown[arm])
-        return prior + self.prior_error
-
-    def guard(self, arm: int, est: Estimates, window_steps: int, shortest: int = 4) -> tuple[int, int]:
-        """``(arm, steps)`` to run next: ``arm`` for as many of ``window_steps`` steps as keep the projected running
-        slowdown within ``budget + margin`` (a short probe of an arm not yet known), or auto for the window where
-        fewer than ``shortest`` would."""
-        line, worst, run = self.budget + self.margin, self.worst(arm, est), self.running
-        if run > line:
-            return 0, window_steps  # over the line already: back the fastest way
-        if worst <= self.budget:
-            return arm, window_steps
-        # probe so that the projection stays within the budget itself, the margin left to the measurement's own
-        # error: (run * (span - w) + worst * w) / span <= budget  <=>  w <= span * (budget - run) / (worst - run)
-        w = int(self.span_steps * (self.budget - run) / (worst - run)) if worst > run else window_steps
-        w = min(w, window_steps)
-        return (arm, w) if w >= shortest else (0, window_steps)
+    t, e = model.tables
+    auto = model.auto_run()
+    plans = [np.zeros(len(model.trace), dtype=np.int64)]
+    labels = ["auto"]
+    for scale in (1.0, *latency_scales):
+        for b in budgets if scale == 1.0 else latency_budgets:
+            plan = latency_aware_optimum(t, e, model.latency_s * scale, auto.time_s * (1 + b),
+                                         time_limit_s=time_limit_s).requests
+            if any(np.array_equal(plan, p) for p in plans):
+                continue  # the same plan (e.g. auto itself, where no switch pays at that latency)
+            plans.append(plan)
+            labels.append(f"{100 * b:g} %" + ("" if scale == 1.0 else f" at latency x{scale:g}"))
+    runs = [model.run_indices(p) for p in plans]
+    slowdown = np.array([r.time_s / auto.time_s - 1 for r in runs])
+    saving = np.array([1 - r.energy_j / auto.energy_j for r in runs])
+    instant = SimulatedGpu(model.spec, model.trace, model.configs, 0.0, anchor=model.anchor,
+                           power_limit_w=model.power_limit_w)
+    base = instant.auto_run().time_s
+    clock = np.array([instant.run_indices(p).time_s / base - 1 for p in plans])
+    return Candidates(plans, labels, slowdown, saving, np.c_[clock, slowdown - clock])
 
 
 class NominalPlan:
@@ -306,77 +190,262 @@ class BudgetFeedback:
         return next(a for a in self.order if self._verdict(est, a) > 0)
 
 
-def observation(est: Estimates, safety: SafetyLayer) -> np.ndarray:
+@dataclass
+class Trajectory:
+    """What a learner did: the arm each step ran, and the plan it would commit to from each step on."""
+
+    ran: list[int] = field(default_factory=list)
+    commit_steps: list[int] = field(default_factory=list)  # the step count at which each commitment was made
+    committed: list[Mix] = field(default_factory=list)
+
+    def commit(self, steps: int, mix: Mix) -> None:
+        if not self.committed or self.committed[-1] != mix:
+            self.commit_steps.append(steps)
+            self.committed.append(mix)
+
+    def committed_at(self, steps: int) -> Mix:
+        """The plan committed to after ``steps`` steps (auto before the first commitment)."""
+        i = int(np.searchsorted(self.commit_steps, steps, side="right")) - 1
+        return self.committed[i] if i >= 0 else Mix.of(0)
+
+    def running_slowdowns(self, job: MeasuredJob, span_steps: int = 100) -> np.ndarray:
+        """The true slowdown of the arms run, averaged over every stretch of ``span_steps`` consecutive steps."""
+        slow = job.time_s / job.time_s[0] - 1.0
+        true = slow[np.asarray(self.ran, dtype=np.int64)]
+        if true.size < span_steps:
+            return true
+        return np.convolve(true, np.ones(span_steps) / span_steps, mode="valid")
+
+    def mean_saving(self, job: MeasuredJob) -> float:
+        """The true energy saving of the steps run so far, against auto (what the job saved while learning)."""
+        ran = np.asarray(self.ran, dtype=np.int64)
+        return float(1.0 - job.energy_j[ran].mean() / job.energy_j[0]) if ran.size else 0.0
+
+
+class Session:
+    """A learner's run on ``job``: steps through the safety layer, every step's time into the paired estimator
+    (the safety layer's bounds), windows' readings into :class:`~rlclock.agents.measured.Estimates`.
+
+    Args:
+        job: The measured job.
+        budget: The slowdown budget, a fraction.
+        model_slowdown: Each arm's slowdown on the planning model (the paired estimator's prior).
+        parts: Optional split of each arm's model slowdown into parts a GPU may scale differently
+            (:class:`~rlclock.agents.measured.PairedSlowdown`).
+        margin: How far over the budget any ``span_steps`` may run.
+        z_safe: Standard deviations above its estimate an arm's slowdown is charged with.
+        span_steps: The span the safety layer keeps.
+    """
+
+    def __init__(self, job: MeasuredJob, budget: float, model_slowdown: Sequence[float],
+                 parts: np.ndarray | None = None, margin: float = 0.005, z_safe: float = 2.5,
+                 span_steps: int = 100) -> None:
+        self.job, self.budget, self.z_safe = job, float(budget), float(z_safe)
+        self.paired = PairedSlowdown(model_slowdown, parts)
+        self.safety = StepSafety(budget, margin, span_steps)
+        self.est = Estimates(job.n_arms)
+        self.traj = Trajectory()
+        self._upper: np.ndarray | None = None
+        self._readings = -1
+
+    def upper(self) -> np.ndarray:
+        """Every arm's slowdown bound now (recomputed when a reading came in)."""
+        n = int(self.paired.count().sum())
+        if self._upper is None or n != self._readings:
+            self._upper, self._readings = self.paired.slowdown(self.z_safe), n
+        return self._upper
+
+    def step(self, arm: int) -> tuple[int, float]:
+        """One step of ``arm``, or of what the safety layer runs instead: ``(arm run, its time in seconds)``."""
+        ran = self.safety.fallback(arm, self.upper())
+        t = float(self.job.run([ran])[0])
+        self.paired.add(ran, t)
+        self.safety.record(ran)
+        self.traj.ran.append(ran)
+        return ran, t
+
+    def window(self, arm: int, steps: int | None = None) -> tuple[int, float, float, int]:
+        """A window of ``arm`` for as many of ``steps`` (default the job's window) as the safety layer allows, or of
+        auto when it allows none: ``(arm run, mean step time s, energy per step J, steps)``."""
+        w = self.job.window_steps if steps is None else int(steps)
+        if arm and not self.safety.allows(arm, self.upper()):
+            arm = 0
+        e0, ts = self.job.read_energy_j(), []
+        for _ in range(w):
+            if arm and ts and not self.safety.allows(arm, self.upper()):
+                break
+            ts.append(self.step(arm)[1])
+        n = len(ts)
+        t, e = float(np.mean(ts)), (self.job.read_energy_j() - e0) / n
+        self.est.add(arm, t, e)
+        return arm, t, e, n
+
+
+def best_mix(paired: PairedSlowdown, model_saving: Sequence[float], budget: float, tolerance: float = 0.002,
+             z: float = 2.0, grid: int = 51) -> Mix:
+    """The pair of arms neighbouring in estimated slowdown, time-shared step by step, that saves most by the
+    planning model's ranking among those whose estimated slowdown is within ``budget`` and whose slowdown ``z``
+    standard deviations up is within ``budget + tolerance`` (auto if none). Only neighbours are mixed: a plan's
+    saving is known from the model only, and the model's savings of plans far apart need not scale as the GPU's
+    do (interpolating between neighbours leans on that least)."""
+    saving = np.asarray(model_saving, dtype=float)
+    order = np.argsort(paired.slowdown(), kind="stable")
+    lo, hi = order[:-1], order[1:]
+    if not lo.size:
+        return Mix.of(0)
+    mu, cov = paired.posterior()
+    share = np.linspace(0.0, 1.0, grid)[None, :]
+    mean = (1 - share) * mu[lo][:, None] + share * mu[hi][:, None]
+    var = (1 - share) ** 2 * cov[lo, lo][:, None] + share ** 2 * cov[hi, hi][:, None] \
+        + 2 * share * (1 - share) * cov[lo, hi][:, None]
+    up = mean + z * np.sqrt(np.maximum(var, 0.0))
+    ok = (np.expm1(mean) <= budget) & (np.expm1(up) <= budget + tolerance)
+    gain = np.where(ok, (1 - share) * saving[lo][:, None] + share * saving[hi][:, None], -np.inf)
+    i, j = np.unravel_index(int(np.argmax(gain)), gain.shape)
+    if not np.isfinite(gain[i, j]) or gain[i, j] <= 0:
+        return Mix.of(0)
+    p = float(share[0, j])
+    if p >= 1.0:
+        return Mix.of(int(hi[i]))
+    return Mix(int(lo[i]), int(hi[i]), p) if p > 0 else Mix.of(int(lo[i]))
+
+
+class PairedTracker:
+    """The budget's own root, from paired step times (module docstring).
+
+    Every ``reference_every``-th step runs auto; the others run the plan it would commit to now (its two arms in
+    their share), and one cycle in ``probe_every`` (every cycle while the commitment is auto) probes an arm that might
+    do better: one whose slowdown ``z`` deviations down may fit the budget and that the planning model expects to
+    save more than the commitment — of those the one of the largest expected gain; none once every such arm is known
+    to overrun. Once the committed plan's slowdown is known to within ``tolerance / 2`` (one standard deviation)
+    auto runs only every ``settled_every``-th step, to keep watching.
+
+    Args:
+        session: The session it runs in (its paired estimator is the tracker's).
+        model_saving: Each arm's saving on the planning model (the ranking it commits by).
+        tolerance: How far over the budget the committed plan's slowdown may be, ``z`` deviations up.
+        z: Standard deviations of the commitment's margin.
+        reference_every: Steps per auto step while learning.
+        settled_every: Steps per auto step once settled.
+        probe_every: Cycles per probe of the next arm up.
+    """
+
+    def __init__(self, session: Session, model_saving: Sequence[float], tolerance: float = 0.002, z: float = 2.0,
+                 reference_every: int = 2, settled_every: int = 8, probe_every: int = 2) -> None:
+        self.session, self.saving = session, np.asarray(model_saving, dtype=float)
+        self.tolerance, self.z = float(tolerance), float(z)
+        self.reference_every, self.settled_every, self.probe_every = reference_every, settled_every, probe_every
+        self._step = 0
+        self._cycle = 0
+        self._hi_steps = 0.0
+        self._mix = Mix.of(0)
+        self._readings = -1
+
+    def commit(self) -> Mix:
+        paired = self.session.paired
+        n = int(paired.count().sum())
+        if n != self._readings:
+            self._mix = best_mix(paired, self.saving, self.session.budget, self.tolerance, self.z)
+            self._readings = n
+        return self._mix
+
+    def settled(self) -> bool:
+        mix = self.commit()
+        if mix.hi == 0:
+            return False
+        _, cov = self.session.paired.posterior()
+        w = mix.weights(self.session.paired.n_arms)
+        return math.sqrt(max(float(w @ cov @ w), 0.0)) < self.tolerance / 2
+
+    def _probe(self, mix: Mix) -> int | None:
+        """An arm that might do better than ``mix`` (class docstring), or ``None``: of those, the one of the largest
+        expected gain — the planning model's extra saving times the chance its slowdown fits."""
+        paired = self.session.paired
+        mu, cov = paired.posterior()
+        sd = np.sqrt(np.maximum(np.diag(cov), 1e-12))
+        low = np.expm1(mu - self.z * sd)
+        gain = float(mix.weights(paired.n_arms) @ self.saving)
+        could = [a for a in range(1, paired.n_arms)
+                 if a not in (mix.lo, mix.hi) and low[a] <= self.session.budget and self.saving[a] > gain]
+        if not could:
+            return None
+        line = math.log1p(self.session.budget)
+        fits = {a: 0.5 * math.erfc((mu[a] - line) / (sd[a] * math.sqrt(2.0))) for a in could}
+        return max(could, key=lambda a: (self.saving[a] - gain) * fits[a])
+
+    def next_arm(self) -> int:
+        every = self.settled_every if self.settled() else self.reference_every
+        k = self._step % every
+        self._step += 1
+        if k == 0:
+            self._cycle += 1
+            return 0
+        mix = self.commit()
+        if mix.hi == 0 or (self._cycle % self.probe_every == 0 and k == 1):
+            probe = self._probe(mix)
+            if probe is not None:
+                return probe
+        self._hi_steps += mix.share_hi
+        if self._hi_steps >= 1.0:
+            self._hi_steps -= 1.0
+            return mix.hi
+        return mix.lo if mix.lo else mix.hi
+
+    def run(self, steps: int) -> Trajectory:
+        """Run until the job has run ``steps`` steps."""
+        s = self.session
+        while s.job.steps < steps:
+            s.step(self.next_arm())
+            s.traj.commit(s.job.steps, self.commit())
+        return s.traj
+
+
+def observation(est: Estimates, session: Session) -> np.ndarray:
     """What the PPO learner sees: every arm's estimated slowdown and saving (percent, 0 if unseen), their
-    standard errors (percent, capped), log counts, and the running slowdown (percent)."""
+    standard errors (percent, capped), log counts, and every arm's paired slowdown bound (percent)."""
     slow, sse = est.slowdown()
     save, vse = est.saving()
     seen = est.count > 0
     f = lambda x: np.where(seen, np.clip(100 * np.nan_to_num(x), -20, 20), 0.0)  # noqa: E731
     return np.concatenate([f(slow), f(save), f(np.minimum(sse, 0.2)), f(np.minimum(vse, 0.2)),
-                           np.log1p(est.count), [100 * safety.running]]).astype(np.float32)
+                           np.log1p(est.count), np.clip(100 * session.upper(), -20, 20)]).astype(np.float32)
 
 
-@dataclass
-class Trajectory:
-    """What a learner did: the arm each window ran, the arm it would commit to after each window, and the steps."""
-
-    ran: list[int] = field(default_factory=list)
-    committed: list[int] = field(default_factory=list)
-    steps: list[int] = field(default_factory=list)  # steps run so far, after each window
-
-    def committed_at(self, steps: int) -> int:
-        """The arm committed to after ``steps`` steps (auto before the first window)."""
-        i = int(np.searchsorted(self.steps, steps, side="right")) - 1
-        return self.committed[i] if i >= 0 else 0
-
-    def running_slowdowns(self, job: MeasuredJob, span_steps: int = 100) -> np.ndarray:
-        """The true slowdown of the arms run, averaged over every stretch of ``span_steps`` consecutive steps."""
-        lengths = np.diff(np.concatenate([[0], self.steps])).astype(np.int64)
-        true = np.repeat([job.true_slowdown(a) for a in self.ran], lengths)
-        if true.size < span_steps:
-            return true
-        return np.convolve(true, np.ones(span_steps) / span_steps, mode="valid")
+def run_learner(session: Session, learner: SafeBandit | BudgetFeedback, steps: int) -> Trajectory:
+    """Run a window learner in ``session`` until the job has run ``steps`` steps."""
+    while session.job.steps < steps:
+        session.window(learner.choose(session.est))
+        session.traj.commit(session.job.steps, Mix.of(learner.commit(session.est)))
+    return session.traj
 
 
-def run_learner(job: MeasuredJob, learner: NominalPlan | SafeBandit | BudgetFeedback, budget: float, steps: int,
-                margin: float = 0.005, prior_slowdown: Sequence[float] | None = None) -> Trajectory:
-    """Run ``learner`` behind the safety layer for ``steps`` steps of ``job`` (``prior_slowdown``: each arm's
-    slowdown on the planning model, for the safety layer)."""
-    est, traj = Estimates(job.n_arms), Trajectory()
-    safety = SafetyLayer(budget, margin, prior_slowdown=None if prior_slowdown is None else np.asarray(prior_slowdown))
-    while job.steps < steps:
-        arm, n = safety.guard(learner.choose(est), est, job.window_steps)
-        t, e = job.window(arm, n)
-        est.add(arm, t, e)
-        if est.count[0] > 0:
-            safety.record(n, t / (est.t_sum[0] / est.count[0]) - 1.0)
-        traj.ran.append(arm)
-        traj.committed.append(learner.commit(est))
-        traj.steps.append(job.steps)
+def run_nominal(job: MeasuredJob, arm: int, steps: int) -> Trajectory:
+    """The nominal plan, every step, without a safety layer (as it runs today)."""
+    traj = Trajectory()
+    job.run(np.full(steps, arm))
+    traj.ran = [arm] * steps
+    traj.commit(0, Mix.of(arm))
     return traj
 
 
-def ppo_learner(job: MeasuredJob, budget: float, steps: int, start: int, seed: int = 0, margin: float = 0.005,
-                penalty: float = 10.0, prior_slowdown: Sequence[float] | None = None) -> Trajectory:
+def ppo_learner(session: Session, steps: int, start: int, seed: int = 0, penalty: float = 10.0) -> Trajectory:
     """Stable-baselines3 PPO learning the arm choice online from the job's measurements (module docstring): one
     environment step per window; the first windows measure auto and the nominal plan; it commits to the arm its
     policy prefers among those whose slowdown surely fits (else auto)."""
     import gymnasium as gym
     from stable_baselines3 import PPO
 
-    est, traj = Estimates(job.n_arms), Trajectory()
-    safety = SafetyLayer(budget, margin, prior_slowdown=None if prior_slowdown is None else np.asarray(prior_slowdown))
+    est, job, budget = session.est, session.job, session.budget
     bandit_rule = SafeBandit(budget, start)
 
     class _Env(gym.Env):
         def __init__(self) -> None:
-            self.observation_space = gym.spaces.Box(-np.inf, np.inf, (5 * job.n_arms + 1,), np.float32)
+            self.observation_space = gym.spaces.Box(-np.inf, np.inf, (6 * job.n_arms,), np.float32)
             self.action_space = gym.spaces.Discrete(job.n_arms)
 
         def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
             super().reset(seed=seed)
-            return observation(est, safety), {}
+            return observation(est, session), {}
 
         def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
             arm = int(action)
@@ -384,17 +453,12 @@ def ppo_learner(job: MeasuredJob, budget: float, steps: int, start: int, seed: i
                 arm = 0
             elif est.count[start] < MIN_WINDOWS:
                 arm = start
-            arm, n = safety.guard(arm, est, job.window_steps)
-            t, e = job.window(arm, n)
-            est.add(arm, t, e)
+            arm, t, e, _ = session.window(arm)
             t0, e0 = est.t_sum[0] / est.count[0], est.e_sum[0] / est.count[0]
             slow = t / t0 - 1.0
-            safety.record(n, slow)
             reward = 100 * ((1.0 - e / e0) - penalty * max(0.0, slow - budget))
-            traj.ran.append(arm)
-            traj.steps.append(job.steps)
-            traj.committed.append(_commit())
-            return observation(est, safety), float(reward), False, job.steps >= steps, {}
+            session.traj.commit(job.steps, Mix.of(_commit()))
+            return observation(est, session), float(reward), False, job.steps >= steps, {}
 
     def _commit() -> int:
         slow, se = est.slowdown()
@@ -402,7 +466,7 @@ def ppo_learner(job: MeasuredJob, budget: float, steps: int, start: int, seed: i
                 if est.count[a] >= MIN_WINDOWS and slow[a] + bandit_rule.z * se[a] <= budget]
         if not fits:
             return 0
-        obs = observation(est, safety)
+        obs = observation(est, session)
         dist = model.policy.get_distribution(model.policy.obs_to_tensor(obs)[0]).distribution
         probs = dist.probs  # type: ignore[union-attr]  # a Categorical for a Discrete action space
         p = probs.detach().cpu().numpy()[0]
@@ -413,4 +477,6 @@ def ppo_learner(job: MeasuredJob, budget: float, steps: int, start: int, seed: i
                 ent_coef=0.01, seed=seed, verbose=0, device="cpu")
     windows = math.ceil(steps / job.window_steps)
     model.learn(total_timesteps=max(windows, 16))
-    return traj
+    while job.steps < steps:  # PPO's rollouts end on a multiple of their length: the rest by its last commitment
+        session.window(session.traj.committed_at(job.steps).lo)
+    return session.traj
