@@ -84,9 +84,9 @@ def run_one(name: str, job: MeasuredJob, budget: float, steps: int, nominal_arm:
     """One learner's trajectory on ``job``."""
     if name == "nominal":
         return run_nominal(job, nominal_arm, steps)
-    session = Session(job, budget, model_slowdown, parts)
     if name == "tracker":
-        return PairedTracker(session, model_saving).run(steps)
+        return PairedTracker(budget, model_slowdown, model_saving, parts).run(job, steps)
+    session = Session(job, budget, model_slowdown, parts)
     if name == "bandit":
         return run_learner(session, SafeBandit(budget, nominal_arm), steps)
     if name == "feedback":

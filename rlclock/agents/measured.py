@@ -399,3 +399,44 @@ class StepSafety:
             self._counts[old] -= 1
         self._recent.append(arm)
         self._counts[arm] = self._counts.get(arm, 0) + 1
+
+
+class GuardedSteps:
+    """The paired estimator and the safety layer together: which arm may run next, and what ran (one step at a time,
+    from the step times alone — as a live training loop gives them).
+
+    Args:
+        budget: The slowdown budget, a fraction.
+        model_slowdown: Each arm's slowdown on the planning model (the estimator's prior).
+        parts: Optional split of it (:class:`PairedSlowdown`).
+        margin: How far over the budget any ``span_steps`` may run.
+        z_safe: Standard deviations above its estimate an arm's slowdown is charged with.
+        span_steps: The span the safety layer keeps.
+    """
+
+    def __init__(self, budget: float, model_slowdown: Sequence[float], parts: np.ndarray | None = None,
+                 margin: float = 0.005, z_safe: float = 2.5, span_steps: int = 100) -> None:
+        self.budget, self.z_safe = float(budget), float(z_safe)
+        self.paired = PairedSlowdown(model_slowdown, parts)
+        self.safety = StepSafety(budget, margin, span_steps)
+        self._upper: np.ndarray | None = None
+        self._readings = -1
+
+    def upper(self) -> np.ndarray:
+        """Every arm's slowdown bound now (recomputed when a reading came in)."""
+        n = int(self.paired.count().sum())
+        if self._upper is None or n != self._readings:
+            self._upper, self._readings = self.paired.slowdown(self.z_safe), n
+        return self._upper
+
+    def allows(self, arm: int) -> bool:
+        return self.safety.allows(arm, self.upper())
+
+    def admit(self, arm: int) -> int:
+        """``arm``, or what the safety layer runs instead (:meth:`StepSafety.fallback`)."""
+        return self.safety.fallback(arm, self.upper())
+
+    def observe(self, arm: int, time_s: float) -> None:
+        """A step of ``arm`` took ``time_s`` seconds."""
+        self.paired.add(arm, time_s)
+        self.safety.record(arm)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rlclock.agents.measured import MIN_WINDOWS, Estimates, MeasuredJob, Mix, PairedSlowdown, StepSafety
+from rlclock.agents.measured import MIN_WINDOWS, Estimates, GuardedSteps, MeasuredJob, Mix, PairedSlowdown
 from rlclock.backends.simulated import SimulatedGpu
 
 PLAN_BUDGETS = (0.0, 0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.04, 0.06)
@@ -223,8 +223,8 @@ class Trajectory:
 
 
 class Session:
-    """A learner's run on ``job``: steps through the safety layer, every step's time into the paired estimator
-    (the safety layer's bounds), windows' readings into :class:`~rlclock.agents.measured.Estimates`.
+    """A learner's run on ``job``: steps through the safety layer (:class:`~rlclock.agents.measured.GuardedSteps`),
+    windows' readings into :class:`~rlclock.agents.measured.Estimates`.
 
     Args:
         job: The measured job.
@@ -240,27 +240,19 @@ class Session:
     def __init__(self, job: MeasuredJob, budget: float, model_slowdown: Sequence[float],
                  parts: np.ndarray | None = None, margin: float = 0.005, z_safe: float = 2.5,
                  span_steps: int = 100) -> None:
-        self.job, self.budget, self.z_safe = job, float(budget), float(z_safe)
-        self.paired = PairedSlowdown(model_slowdown, parts)
-        self.safety = StepSafety(budget, margin, span_steps)
+        self.job, self.budget = job, float(budget)
+        self.guard = GuardedSteps(budget, model_slowdown, parts, margin, z_safe, span_steps)
         self.est = Estimates(job.n_arms)
         self.traj = Trajectory()
-        self._upper: np.ndarray | None = None
-        self._readings = -1
 
     def upper(self) -> np.ndarray:
-        """Every arm's slowdown bound now (recomputed when a reading came in)."""
-        n = int(self.paired.count().sum())
-        if self._upper is None or n != self._readings:
-            self._upper, self._readings = self.paired.slowdown(self.z_safe), n
-        return self._upper
+        return self.guard.upper()
 
     def step(self, arm: int) -> tuple[int, float]:
         """One step of ``arm``, or of what the safety layer runs instead: ``(arm run, its time in seconds)``."""
-        ran = self.safety.fallback(arm, self.upper())
+        ran = self.guard.admit(arm)
         t = float(self.job.run([ran])[0])
-        self.paired.add(ran, t)
-        self.safety.record(ran)
+        self.guard.observe(ran, t)
         self.traj.ran.append(ran)
         return ran, t
 
@@ -268,11 +260,11 @@ class Session:
         """A window of ``arm`` for as many of ``steps`` (default the job's window) as the safety layer allows, or of
         auto when it allows none: ``(arm run, mean step time s, energy per step J, steps)``."""
         w = self.job.window_steps if steps is None else int(steps)
-        if arm and not self.safety.allows(arm, self.upper()):
+        if not self.guard.allows(arm):
             arm = 0
         e0, ts = self.job.read_energy_j(), []
         for _ in range(w):
-            if arm and ts and not self.safety.allows(arm, self.upper()):
+            if ts and not self.guard.allows(arm):
                 break
             ts.append(self.step(arm)[1])
         n = len(ts)
@@ -320,19 +312,29 @@ class PairedTracker:
     to overrun. Once the committed plan's slowdown is known to within ``tolerance / 2`` (one standard deviation)
     auto runs only every ``settled_every``-th step, to keep watching.
 
+    It needs only each step's time: :meth:`next_arm` before a step (already through the safety layer), then
+    :meth:`observe` with what it took — in a live loop as over a :class:`~rlclock.agents.measured.MeasuredJob`
+    (:meth:`run`).
+
     Args:
-        session: The session it runs in (its paired estimator is the tracker's).
+        budget: The slowdown budget, a fraction.
+        model_slowdown: Each arm's slowdown on the planning model (the paired estimator's prior).
         model_saving: Each arm's saving on the planning model (the ranking it commits by).
+        parts: Optional split of the model slowdowns (:class:`~rlclock.agents.measured.PairedSlowdown`).
         tolerance: How far over the budget the committed plan's slowdown may be, ``z`` deviations up.
         z: Standard deviations of the commitment's margin.
         reference_every: Steps per auto step while learning.
         settled_every: Steps per auto step once settled.
-        probe_every: Cycles per probe of the next arm up.
+        probe_every: Cycles per probe.
+        margin: How far over the budget any ``span_steps`` may run (the safety layer).
+        z_safe: Standard deviations above its estimate an arm's slowdown is charged with (the safety layer).
     """
 
-    def __init__(self, session: Session, model_saving: Sequence[float], tolerance: float = 0.002, z: float = 2.0,
-                 reference_every: int = 2, settled_every: int = 8, probe_every: int = 2) -> None:
-        self.session, self.saving = session, np.asarray(model_saving, dtype=float)
+    def __init__(self, budget: float, model_slowdown: Sequence[float], model_saving: Sequence[float],
+                 parts: np.ndarray | None = None, tolerance: float = 0.002, z: float = 2.0, reference_every: int = 2,
+                 settled_every: int = 8, probe_every: int = 2, margin: float = 0.005, z_safe: float = 2.5) -> None:
+        self.budget, self.saving = float(budget), np.asarray(model_saving, dtype=float)
+        self.guard = GuardedSteps(budget, model_slowdown, parts, margin, z_safe)
         self.tolerance, self.z = float(tolerance), float(z)
         self.reference_every, self.settled_every, self.probe_every = reference_every, settled_every, probe_every
         self._step = 0
@@ -342,10 +344,10 @@ class PairedTracker:
         self._readings = -1
 
     def commit(self) -> Mix:
-        paired = self.session.paired
+        paired = self.guard.paired
         n = int(paired.count().sum())
         if n != self._readings:
-            self._mix = best_mix(paired, self.saving, self.session.budget, self.tolerance, self.z)
+            self._mix = best_mix(paired, self.saving, self.budget, self.tolerance, self.z)
             self._readings = n
         return self._mix
 
@@ -353,27 +355,27 @@ class PairedTracker:
         mix = self.commit()
         if mix.hi == 0:
             return False
-        _, cov = self.session.paired.posterior()
-        w = mix.weights(self.session.paired.n_arms)
+        _, cov = self.guard.paired.posterior()
+        w = mix.weights(self.guard.paired.n_arms)
         return math.sqrt(max(float(w @ cov @ w), 0.0)) < self.tolerance / 2
 
     def _probe(self, mix: Mix) -> int | None:
         """An arm that might do better than ``mix`` (class docstring), or ``None``: of those, the one of the largest
         expected gain — the planning model's extra saving times the chance its slowdown fits."""
-        paired = self.session.paired
+        paired = self.guard.paired
         mu, cov = paired.posterior()
         sd = np.sqrt(np.maximum(np.diag(cov), 1e-12))
         low = np.expm1(mu - self.z * sd)
         gain = float(mix.weights(paired.n_arms) @ self.saving)
         could = [a for a in range(1, paired.n_arms)
-                 if a not in (mix.lo, mix.hi) and low[a] <= self.session.budget and self.saving[a] > gain]
+                 if a not in (mix.lo, mix.hi) and low[a] <= self.budget and self.saving[a] > gain]
         if not could:
             return None
-        line = math.log1p(self.session.budget)
+        line = math.log1p(self.budget)
         fits = {a: 0.5 * math.erfc((mu[a] - line) / (sd[a] * math.sqrt(2.0))) for a in could}
         return max(could, key=lambda a: (self.saving[a] - gain) * fits[a])
 
-    def next_arm(self) -> int:
+    def _wanted(self) -> int:
         every = self.settled_every if self.settled() else self.reference_every
         k = self._step % every
         self._step += 1
@@ -391,13 +393,23 @@ class PairedTracker:
             return mix.hi
         return mix.lo if mix.lo else mix.hi
 
-    def run(self, steps: int) -> Trajectory:
-        """Run until the job has run ``steps`` steps."""
-        s = self.session
-        while s.job.steps < steps:
-            s.step(self.next_arm())
-            s.traj.commit(s.job.steps, self.commit())
-        return s.traj
+    def next_arm(self) -> int:
+        """The arm the next step runs (what the safety layer allows of what the tracker wants)."""
+        return self.guard.admit(self._wanted())
+
+    def observe(self, arm: int, time_s: float) -> None:
+        """The step of ``arm`` took ``time_s`` seconds."""
+        self.guard.observe(arm, time_s)
+
+    def run(self, job: MeasuredJob, steps: int) -> Trajectory:
+        """Run over ``job`` until it has run ``steps`` steps."""
+        traj = Trajectory()
+        while job.steps < steps:
+            arm = self.next_arm()
+            self.observe(arm, float(job.run([arm])[0]))
+            traj.ran.append(arm)
+            traj.commit(job.steps, self.commit())
+        return traj
 
 
 def observation(est: Estimates, session: Session) -> np.ndarray:
