@@ -191,6 +191,7 @@ class SwitchWorker:
         self._handled: set[tuple[int, int, int]] = set()  # ... of those carried out (issued, missed or no-op)
         self._issued: set[tuple[int, int, int]] = set()  # ... of those issued, for the recent steps
         self._newest: tuple[int, int] = (-1, 0)  # (step, plan) of the latest step a switch was issued for
+        self._unsettled: set[int] = set()  # steps a superseded switch was issued for: their start needs a boundary
         self._timing: tuple[int, float] | None = None  # the last anchored step and its anchor (as a point places it)
         self._last_anchor: tuple[int, float] | None = None
         self._targets: dict[int, float] = {}  # step -> the anchor estimated for it when its switches were timed
@@ -248,11 +249,12 @@ class SwitchWorker:
         return self.pattern.plan_of(step)
 
     def needs_boundary(self, step: int) -> bool:
-        """Whether step ``step`` needs a boundary switch: it runs another plan than the step before it, and its
-        plan's initial configuration is left by the previous step's last switch, which that other plan does not
-        make (module docstring)."""
+        """Whether step ``step`` needs a boundary switch: its plan's initial configuration is left by the previous
+        step's last switch (:attr:`SwitchPlan.inherits_initial`), and that switch was not the plan's — the step
+        before runs another plan, or a switch of another plan was issued for this step before a pattern took it
+        away (module docstring)."""
         plan = self.plan_of(step)
-        return plan != self.plan_of(step - 1) and self.plans[plan].inherits_initial
+        return self.plans[plan].inherits_initial and (plan != self.plan_of(step - 1) or step in self._unsettled)
 
     def next_due(self) -> float | None:
         """When the next task is due (``None`` if none is pending)."""
@@ -298,6 +300,7 @@ class SwitchWorker:
         self._targets = {s: t for s, t in self._targets.items() if s > step}
         self._handled = {h for h in self._handled if h[0] >= step - 1}
         self._issued = {h for h in self._issued if h[0] >= step - 1}
+        self._unsettled = {s for s in self._unsettled if s >= step - 1}
         if estimate is not None and abs(anchor_s - estimate) > RESYNC_FRACTION * period:
             # its switches were issued for a step that was not running then: what is still needed goes out again
             self._handled = {h for h in self._handled if h[0] < step}
@@ -361,6 +364,7 @@ class SwitchWorker:
         gone = {h for h in self._issued if h[0] >= from_step and h[1] != self.plan_of(h[0])}
         self.superseded += len(gone)
         self._issued -= gone
+        self._unsettled |= {h[0] for h in gone}
         if self._timing is not None:
             step, anchor_s = self._timing
             self._schedule_ahead(step, anchor_s, self.period_s, self.pace)
