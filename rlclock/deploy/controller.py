@@ -23,6 +23,11 @@ The training loop marks each step; everything else happens elsewhere::
   worker times the steps in between from the last anchor and its estimate of the step period, and re-times
   them when the next anchor arrives. A step without an anchor costs the training thread a counter increment
   and a clock read. By default a plan with switches is anchored every step, one without any every 40 ms.
+* With ``alternatives`` the controller holds several plans for the step (plan 0 from ``schedule``, 1.. from the
+  alternatives), and :meth:`ClockController.set_pattern` says which one each step runs — e.g. ``[0, 1]`` alternates
+  the schedule and the first alternative step by step, so that their step times can be compared under the same
+  slow drift of the machine. The worker follows it, with a switch at the boundary between two plans where one is
+  needed (:mod:`rlclock.deploy.worker`); the report gives each plan's steps and switch timing.
 * :meth:`ClockController.close` (or leaving the ``with`` block) stops the worker, which restores the
   clocks, and builds the :class:`~rlclock.deploy.report.ControllerReport`: switches issued, missed, and the
   error between planned and actual switch times.

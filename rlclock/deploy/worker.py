@@ -32,6 +32,31 @@ read the same time). For every step the worker then
   brings the clocks to the plan's configuration when the plan has no switch at all (both ``resync``);
 * reads the clocks back one latency after each switch (``read_back``), to see whether it landed.
 
+**Several plans.** The worker may hold several plans for the same step (``alternatives``: plans 1.., made on the
+same timeline with the same latency and lookahead as plan 0) and a :class:`~rlclock.deploy.pattern.PlanPattern`
+that says which plan each step runs (plan 0 until one is set). When it schedules the switches of a step it takes
+that step's plan's events. A new pattern (:meth:`SwitchWorker.set_pattern`) drops the switches already scheduled
+for the steps it covers under another plan (``replaced``), schedules those of the steps' own plans from the last
+anchor (one whose time has passed goes out at once, if it can still land), and leaves the ones already issued
+issued (``superseded``). Where two steps of different plans meet:
+
+* each plan's own switches are applied as they are: they name configurations, not changes, so the first switch of
+  the next step's plan takes the clocks from wherever the previous step's plan left them, and one that finds the
+  clocks already there is not issued (``noop``);
+* a plan whose initial configuration is what its previous step's last switch leaves
+  (:attr:`~rlclock.deploy.plan.SwitchPlan.inherits_initial`: none of its switches lands before the step starts;
+  e.g. a plan that holds one configuration) would start in whatever the other plan left. Such a step gets a
+  *boundary switch* to its plan's initial configuration, issued one lookahead before its first segment (so it
+  lands as the step begins) and worth issuing until the plan's own first switch takes over; a plan that sets its
+  own start needs none. A step for which another plan's switch was issued before a pattern took it away gets one
+  too (the clocks may have moved);
+* the later step's plan wins the overlap: a switch of the earlier step that comes due after the next step's plan
+  has issued a switch is not issued (``overtaken``), so the earlier plan cannot put its configuration into the
+  later plan's step.
+
+So the clocks are always at a configuration the plan of the running step (or, one lookahead ahead of a step, of
+the coming one) asks for. Every record carries the plan whose switch it was (:class:`SwitchRecord`).
+
 The clocks are changed through :class:`~rlclock.gpu.clocks.ClockControl` (opt-in, validation, restore,
 watchdog) or, on a machine without NVML, only recorded (plan-only dry run). The worker restores the
 clocks when told to stop, when the training process's end of the connection closes (however it ended),
