@@ -343,7 +343,7 @@ class ClockController:
             raise DeployError(f"step {start} has already started ({first} steps so far), so its plan cannot change.",
                               f"pass from_step >= {first}, or leave it unset for the next step.")
         with self._lock:
-            checked = self.pattern.set(pattern, start)  # type: ignore[arg-type]
+            checked = self.pattern.set(pattern, start)
             if self._handle is not None:
                 self._handle.send_pattern(checked, int(start))
 
@@ -371,7 +371,7 @@ class ClockController:
             self.worker_result = result
             self.report = build_report(self.plan, self.anchor_log, result, info, self.worker_mode,
                                        steps=self.steps, anchor_every=self.anchor_every, plans=self.plans,
-                                       step_plans=self.pattern.plans_of(self.steps))
+                                       plan_of=self.pattern.plan_of)
             if self._handle.send_errors:
                 self.report.notes.append(f"{self._handle.send_errors} step anchors could not be sent to the worker")
             self._handle = None

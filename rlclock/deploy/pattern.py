@@ -29,7 +29,7 @@ def check_pattern(pattern: Sequence[int], n_plans: int) -> tuple[int, ...]:
     if not pattern:
         raise DeployError("the plan pattern is empty, so no step would have a plan.",
                           "pass at least one plan index, e.g. [0] for the schedule alone.")
-    out = []
+    out: list[int] = []
     for p in pattern:
         if isinstance(p, bool) or not isinstance(p, numbers.Integral) or not 0 <= p < n_plans:
             raise DeployError(f"plan index {p!r} in the pattern {list(pattern)!r} does not name a plan: there are "

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rlclock.deploy.anchor import AnchorLog
+from rlclock.deploy.pattern import PlanPattern
 from rlclock.deploy.plan import SwitchPlan
 
 PAUSE_FACTOR = 3.0
@@ -71,7 +72,7 @@ class SwitchRecord(_RecordFields):
         self.plan = int(plan)
         return self
 
-    def __getnewargs__(self) -> tuple[Any, ...]:  # type: ignore[override]
+    def __getnewargs__(self) -> tuple[Any, ...]:
         return (*self, self.plan)
 
     def __repr__(self) -> str:
@@ -289,7 +290,7 @@ def _json_default(x: Any) -> Any:
 def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any], info: dict[str, Any],
                  worker: str, steps: int | None = None, anchor_every: int = 1,
                  plans: Sequence[SwitchPlan] | None = None,
-                 step_plans: Sequence[int] | None = None) -> ControllerReport:
+                 plan_of: Callable[[int], int] | None = None) -> ControllerReport:
     """Put the anchors and the worker's records together (module docstring).
 
     Args:
@@ -301,14 +302,12 @@ def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any]
         steps: Steps of the loop while the controller ran (default: the marks in ``log``).
         anchor_every: Steps between anchors.
         plans: Every plan a step could run (default: ``plan`` alone); ``plans[0]`` is ``plan``.
-        step_plans: The plan each step ``0 ..`` ran (default: plan 0 for every step; a step past its end ran
-            plan 0 too).
+        plan_of: The plan (index into ``plans``) step ``n`` ran, or would have run (default: plan 0 for every step;
+            :meth:`~rlclock.deploy.pattern.PlanPattern.plan_of`).
     """
     plans = (plan,) if plans is None else tuple(plans)
-    step_plans = list(step_plans or ())
-
-    def plan_of(step: int) -> int:
-        return step_plans[step] if 0 <= step < len(step_plans) else 0
+    if plan_of is None:
+        plan_of = PlanPattern(len(plans)).plan_of  # no pattern: plan 0 throughout
 
     rep = ControllerReport(mode=str(info.get("mode", "?")), gpu_name=info.get("gpu_name"),
                            device=info.get("device"), worker=worker, anchor_source=log.source, plan=plan)
@@ -336,7 +335,7 @@ def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any]
     records = worker_result.get("records", [])
     figures = [PlanFigures(i) for i in range(len(plans))]
     for k in range(rep.steps):
-        figures[plan_of(k) if plan_of(k) < len(plans) else 0].steps += 1
+        figures[plan_of(k)].steps += 1
     issue_err, switch_err, calls = [], [], []
     by_plan: list[tuple[list[float], list[float]]] = [([], []) for _ in plans]
     for record in records:
@@ -350,7 +349,7 @@ def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any]
             continue
         rep.issued += 1
         calls.append(call_s)
-        if which != plan_of(int(step)) or which >= len(plans):
+        if which != plan_of(int(step)):
             rep.superseded += 1
             continue
         fig = figures[which]

@@ -276,7 +276,7 @@ def test_the_report_counts_each_plans_steps_and_judges_its_switches_by_its_own_p
                ("noop", 2, 3, 0.0, float("nan"), 0.0, False)]                   # a record of seven: plan 0
     rep = build_report(alternating, log, {"records": records, "reads": [], "ended": "stopped"},
                        {"mode": "dry-run", "gpu_name": "X", "device": 0}, "process", steps=4,
-                       plans=[alternating, aba], step_plans=[0, 1, 0, 1])
+                       plans=[alternating, aba], plan_of=lambda k: k % 2)
     assert rep.issued == 6 and rep.boundary == 1 and rep.superseded == 1 and rep.replaced == 1 and rep.noop == 1
     assert rep.switch_error.n == 5 and rep.late == 2  # (at a lookahead of one latency, any delay is late)
     zero, one = rep.per_plan
