@@ -55,7 +55,8 @@ issued (``superseded``). Where two steps of different plans meet:
   later plan's step.
 
 So the clocks are always at a configuration the plan of the running step (or, one lookahead ahead of a step, of
-the coming one) asks for. Every record carries the plan whose switch it was (:class:`SwitchRecord`).
+the coming one) asks for, but for the time it takes to undo a switch issued before a pattern change. Every record
+carries the plan whose switch it was (:class:`~rlclock.deploy.report.SwitchRecord`).
 
 The clocks are changed through :class:`~rlclock.gpu.clocks.ClockControl` (opt-in, validation, restore,
 watchdog) or, on a machine without NVML, only recorded (plan-only dry run). The worker restores the
