@@ -523,7 +523,8 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
             ``(trace, auto_time_s, latency_s) -> ClockSchedule``; or ``checkpoint=`` instead.
         timeline: A :class:`StepTimeline` or its file; default: profile the first steps.
         alternatives: Other schedules for the same step (plans 1..), each with one entry per kernel of the step's
-            timeline; ``clk.set_pattern`` then chooses the plan of every step (:meth:`Clocked.set_pattern`).
+            timeline; ``clk.set_pattern`` then chooses the plan of every step (:meth:`Clocked.set_pattern`). Under
+            ``torch.distributed`` they are not broadcast: every rank passes its own.
         **options: Any field of :class:`~rlclock.deploy.settings.DeploySettings` — ``checkpoint`` (a policy
             checkpoint whose ``ClockPolicy`` builds the schedule), ``control`` (``"dry-run"`` by default, or
             ``"on"``: set clocks, needs root), ``device``, ``latency_s``, ``lookahead_s``, ``min_dwell_s``,
