@@ -330,6 +330,7 @@ class SwitchWorker:
         if estimate is not None and abs(anchor_s - estimate) > RESYNC_FRACTION * period:
             # its switches were issued for a step that was not running then: what is still needed goes out again
             self._handled = {h for h in self._handled if h[0] < step}
+            self._newest = (-1, 0)  # and what later steps' plans issued then took nothing over
             self.resyncs += 1
         keep: list[_Task] = []
         for t in self._tasks:

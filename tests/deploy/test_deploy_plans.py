@@ -230,6 +230,19 @@ def test_a_switch_of_the_previous_plan_after_the_next_plan_took_over_is_not_issu
     assert control.log[2:] == [(0.012, A), (0.032, C), (0.072, A)]  # step 2 (plan 0) sets its own start
 
 
+def test_after_a_pause_the_running_steps_plan_takes_the_clocks_back():
+    clock, control, worker = make(ALTERNATING, HOLD_C)
+    worker.set_pattern([0, 1], 0)
+    worker.on_anchor(0, 100.0)
+    run_until(worker, clock, 100.5)  # the loop paused after step 0; step 2's early switch went out on the estimate
+    assert control.log[-2:] == [(0.034, C), (0.074, A)]
+    clock.t = 100.6005
+    worker.on_anchor(1, 100.6)  # step 1 (plan 1) after the pause: its boundary switch is caught up at once
+    run_until(worker, clock, 100.62)
+    assert worker.resyncs == 1 and control.log[-1] == (0.6005, C)
+    assert "overtaken" not in [r.status for r in worker.records]
+
+
 def test_alternatives_must_share_the_latency_and_the_step():
     plan, = plans(ALTERNATING)
     other = plan_switches(HOLD_C, TIMELINE, latency_s=0.003)
