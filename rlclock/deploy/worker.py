@@ -633,8 +633,7 @@ def worker_from_settings(settings: dict[str, Any], control: Any) -> SwitchWorker
     worker = SwitchWorker(plan, control, read_back=bool(settings.get("read_back", True)),
                           anchor_every=int(settings.get("anchor_every", 1)),
                           follow_pace=bool(settings.get("follow_pace", False)), alternatives=alternatives)
-    for from_step, pattern in PlanPattern.from_list(settings.get("patterns", ()), len(worker.plans)).to_list():
-        worker.set_pattern(pattern, from_step)  # type: ignore[arg-type]
+    worker.pattern = PlanPattern.from_list(settings.get("patterns", ()), len(worker.plans))  # nothing scheduled yet
     return worker
 
 
