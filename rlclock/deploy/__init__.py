@@ -7,7 +7,8 @@ Public names (imported lazily, so ``import rlclock.deploy`` needs neither torch 
 * :func:`clocked` / :class:`Clocked` — the user API around a training loop: profiles the first steps, builds
   the schedule (a policy checkpoint, a schedule file or a builder function) and applies it;
 * :class:`StepTimeline`, :func:`plan_switches`, :class:`SwitchPlan`, :class:`SwitchEvent`, :class:`Segment`,
-  :class:`ControllerReport`, :class:`DeploySettings`.
+  :class:`ControllerReport` (with :class:`PlanFigures` per plan), :class:`DeploySettings`, :class:`PlanPattern`
+  (which of several plans each step runs: :meth:`ClockController.set_pattern`).
 
 * :class:`ClockPolicy` (from :mod:`rlclock.policy`), :class:`ClockSchedule` and :class:`ClockConfig`, the
   values a deployment is built from.
@@ -30,6 +31,8 @@ _EXPORTS = {
     "SwitchEvent": "rlclock.deploy.plan",
     "Segment": "rlclock.deploy.plan",
     "ControllerReport": "rlclock.deploy.report",
+    "PlanFigures": "rlclock.deploy.report",
+    "PlanPattern": "rlclock.deploy.pattern",
     "DeploySettings": "rlclock.deploy.settings",
     "StepProfile": "rlclock.deploy.capture",
     "ClockPolicy": "rlclock.policy",

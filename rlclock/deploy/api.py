@@ -43,7 +43,7 @@ import contextlib
 import importlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,7 @@ class Clocked:
         controller: The running controller (``None`` before the schedule is applied).
         schedule: The schedule applied (``None`` until built).
         timeline: The step timeline applied.
+        alternatives: Other schedules for the same step (plans 1..; :meth:`set_pattern`).
         profile: The profile of the first steps (rank 0, when profiled).
         report: The controller's report, after the block ends.
         state: ``"warmup"``, ``"profile"``, ``"timing"``, ``"control"``, ``"inactive"`` or ``"closed"``.
@@ -99,8 +100,10 @@ class Clocked:
     """
 
     def __init__(self, settings: DeploySettings, schedule: ClockSchedule | None = None,
-                 builder: ScheduleBuilder | None = None, timeline: StepTimeline | None = None) -> None:
+                 builder: ScheduleBuilder | None = None, timeline: StepTimeline | None = None,
+                 alternatives: Sequence[ClockSchedule] = ()) -> None:
         self.settings = settings
+        self.alternatives: tuple[ClockSchedule, ...] = tuple(alternatives)
         self.rank: RankInfo = RankInfo()
         self.controller: ClockController | None = None
         self.schedule = schedule
@@ -261,6 +264,21 @@ class Clocked:
             self.controller.point()
         elif self.state == "timing" and self._timer is not None:
             self._timer.point()
+
+    def set_pattern(self, pattern: Sequence[int], from_step: int | None = None) -> None:
+        """Choose which plan each step runs from ``from_step`` on (0: the schedule, 1..: ``alternatives``); see
+        :meth:`ClockController.set_pattern`. Steps are counted from the first controlled step, as in the report.
+
+        Raises:
+            DeployError: The schedule is not applied yet (warm-up, profiling, timing, or an inactive deployment),
+                or the controller's own checks (an empty pattern, an index that names no plan, a step already
+                started).
+        """
+        if self.state != "control" or self.controller is None:
+            raise DeployError(f"set_pattern() needs the schedule to be applied, but the deployment is {self.state!r}.",
+                              "call it once clk.state is 'control' (after the warm-up, profiling and timing steps), "
+                              "or pass schedule= and timeline= so that control begins at once.")
+        self.controller.set_pattern(pattern, from_step)
 
     def watch(self, model: Any, blocks: Any = None, every: int = 1) -> Callable[[], None]:
         """Mark a point at the start of every block of ``model``, in the forward pass and in the backward pass.
@@ -426,7 +444,7 @@ class Clocked:
             latency_s=self._latency_s(), lookahead_s=s.lookahead_s, min_dwell_s=s.min_dwell_s,
             read_back=s.read_back, worker=s.worker, nvml=use_nvml,
             anchor_every=None if s.anchor_every is None else int(s.anchor_every),
-            time_all_steps=s.time_all_steps, follow_pace=s.follow_pace).start()
+            time_all_steps=s.time_all_steps, follow_pace=s.follow_pace, alternatives=self.alternatives).start()
         self.state = "control"
         self._say(f"applying schedule {self.schedule.name!r} ({s.control}) on GPU {device}: "
                   f"{self.controller.plan.describe()}")
@@ -496,13 +514,17 @@ class Clocked:
 
 
 def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None, *,
-            timeline: StepTimeline | str | Path | None = None, **options: Any) -> Clocked:
+            timeline: StepTimeline | str | Path | None = None, alternatives: Sequence[ClockSchedule] = (),
+            **options: Any) -> Clocked:
     """Deploy a clock schedule around a training loop (see :class:`Clocked` and the module docstring).
 
     Args:
         schedule: A :class:`ClockSchedule`, a schedule file, or a builder
             ``(trace, auto_time_s, latency_s) -> ClockSchedule``; or ``checkpoint=`` instead.
         timeline: A :class:`StepTimeline` or its file; default: profile the first steps.
+        alternatives: Other schedules for the same step (plans 1..), each with one entry per kernel of the step's
+            timeline; ``clk.set_pattern`` then chooses the plan of every step (:meth:`Clocked.set_pattern`). Under
+            ``torch.distributed`` they are not broadcast: every rank passes its own.
         **options: Any field of :class:`~rlclock.deploy.settings.DeploySettings` — ``checkpoint`` (a policy
             checkpoint whose ``ClockPolicy`` builds the schedule), ``control`` (``"dry-run"`` by default, or
             ``"on"``: set clocks, needs root), ``device``, ``latency_s``, ``lookahead_s``, ``min_dwell_s``,
@@ -542,4 +564,8 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
         sched_obj, builder = None, None
     if env.get("timeline"):
         tl_obj = None
-    return Clocked(DeploySettings(**{**args, **env}), sched_obj, builder, tl_obj)
+    for i, alt in enumerate(alternatives, 1):
+        if not isinstance(alt, ClockSchedule):
+            raise DeployError(f"alternatives= takes ClockSchedules; alternative {i} is a {type(alt).__name__}.",
+                              "load a schedule file with ClockSchedule.load(path).")
+    return Clocked(DeploySettings(**{**args, **env}), sched_obj, builder, tl_obj, alternatives)

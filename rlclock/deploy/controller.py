@@ -23,6 +23,11 @@ The training loop marks each step; everything else happens elsewhere::
   worker times the steps in between from the last anchor and its estimate of the step period, and re-times
   them when the next anchor arrives. A step without an anchor costs the training thread a counter increment
   and a clock read. By default a plan with switches is anchored every step, one without any every 40 ms.
+* With ``alternatives`` the controller holds several plans for the step (plan 0 from ``schedule``, 1.. from the
+  alternatives), and :meth:`ClockController.set_pattern` says which one each step runs — e.g. ``[0, 1]`` alternates
+  the schedule and the first alternative step by step, so that their step times can be compared under the same
+  slow drift of the machine. The worker follows it, with a switch at the boundary between two plans where one is
+  needed (:mod:`rlclock.deploy.worker`); the report gives each plan's steps and switch timing.
 * :meth:`ClockController.close` (or leaving the ``with`` block) stops the worker, which restores the
   clocks, and builds the :class:`~rlclock.deploy.report.ControllerReport`: switches issued, missed, and the
   error between planned and actual switch times.
@@ -38,9 +43,11 @@ import math
 import numbers
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from rlclock.deploy.anchor import AnchorLog, CudaAnchors, HostAnchors
+from rlclock.deploy.pattern import PlanPattern
 from rlclock.deploy.plan import SwitchPlan, plan_switches
 from rlclock.deploy.process import WorkerHandle
 from rlclock.deploy.report import PAUSE_FACTOR, ControllerReport, build_report
@@ -64,10 +71,14 @@ def auto_anchor_every(period_s: float, interval_s: float = ANCHOR_INTERVAL_S) ->
     return max(1, int(interval_s / period_s + 1e-9))
 
 
-def default_anchor_every(plan: SwitchPlan) -> int:
+def default_anchor_every(plan: SwitchPlan, alternatives: Sequence[SwitchPlan] = ()) -> int:
     """1 for a plan with switches (each step's own anchor times them best); for a plan without any, the whole steps
-    in :data:`ANCHOR_INTERVAL_S`."""
-    return 1 if plan.events else auto_anchor_every(plan.period_s)
+    in :data:`ANCHOR_INTERVAL_S`. With alternatives: 1 when any plan has switches or they hold different
+    configurations (then a change of plan between steps is a switch to time), else as for ``plan``."""
+    plans = (plan, *alternatives)
+    if any(p.events for p in plans) or len({p.initial for p in plans}) > 1:
+        return 1
+    return auto_anchor_every(plan.period_s)
 
 
 class StepMark:
@@ -153,18 +164,21 @@ class ClockController:
         follow_pace: Stretch the timeline to the running step period the anchors show (the worker's
             ``pace``; :mod:`rlclock.deploy.worker`); default: time switches by the timeline as profiled (on the
             H200's real steps following the pace helped on some loops and hurt on others; docs/deploy.md).
+        alternatives: Other schedules for the same step, plans 1.. (plan 0 is ``schedule``), each planned on the
+            same timeline with the same latency, lookahead and dwell; :meth:`set_pattern` chooses which plan each
+            step runs (until then every step runs plan 0).
 
     Raises:
         DeployError: Bad latency/lookahead/anchor_every, no NVML for a live run, unknown latency, worker failure.
-        ScheduleError: Schedule and timeline lengths differ.
-        ClockError: A configuration of the schedule is not supported by the GPU.
+        ScheduleError: Schedule (or an alternative) and timeline lengths differ.
+        ClockError: A configuration of the schedule or of an alternative is not supported by the GPU.
     """
 
     def __init__(self, schedule: ClockSchedule, timeline: StepTimeline, *, device: int = 0,
                  allow_clock_control: bool = False, latency_s: float | None = None, lookahead_s: float | None = None,
                  min_dwell_s: float = 0.0, read_back: bool = True, worker: str = "process", anchor: str = "auto",
                  nvml: bool | None = None, anchor_every: int | None = None, time_all_steps: bool = False,
-                 follow_pace: bool = False) -> None:
+                 follow_pace: bool = False, alternatives: Sequence[ClockSchedule] = ()) -> None:
         if anchor not in ANCHOR_SOURCES:
             raise DeployError(f"anchor source {anchor!r} is not known.", f"use one of {list(ANCHOR_SOURCES)}.")
         check_anchor_every(anchor_every)
@@ -179,7 +193,16 @@ class ClockController:
         if latency_s is None:
             latency_s = default_latency_s(self._gpu_name() if self.use_nvml else None)
         self.plan: SwitchPlan = plan_switches(schedule, timeline, float(latency_s), lookahead_s, min_dwell_s)
-        self.anchor_every = default_anchor_every(self.plan) if anchor_every is None else int(anchor_every)
+        self.alternatives: tuple[ClockSchedule, ...] = tuple(alternatives)
+        """Plans 1.. as schedules (plan 0 is :attr:`schedule`)."""
+        self.plans: tuple[SwitchPlan, ...] = (self.plan, *(
+            _alternative_plan(i, alt, timeline, float(latency_s), lookahead_s, min_dwell_s)
+            for i, alt in enumerate(self.alternatives, 1)))
+        """Every plan a step can run: 0 from :attr:`schedule`, 1.. from :attr:`alternatives`."""
+        self.pattern = PlanPattern(len(self.plans))
+        """Which plan each step runs (:meth:`set_pattern`; :meth:`plan_of`)."""
+        self.anchor_every = (default_anchor_every(self.plan, self.plans[1:]) if anchor_every is None
+                             else int(anchor_every))
         self.time_all_steps = bool(time_all_steps)
         self.follow_pace = bool(follow_pace)
         self.read_back = bool(read_back)
@@ -241,6 +264,9 @@ class ClockController:
                         "allow_clock_control": self.allow_clock_control, "nvml": self.use_nvml,
                         "read_back": self.read_back, "anchor_every": self.anchor_every,
                         "follow_pace": self.follow_pace}
+            if len(self.plans) > 1:
+                settings["alternatives"] = [p.to_dict() for p in self.plans[1:]]
+                settings["patterns"] = self.pattern.to_list()
             handle = WorkerHandle(settings, self.worker_mode)
             try:
                 self._anchors = (CudaAnchors(handle.send_anchor, on_point=handle.send_point)
@@ -290,6 +316,41 @@ class ClockController:
         if self._pointed_step == self._step and j < self._points and self._anchors is not None:
             self._anchors.mark_point(self._step, j)
 
+    def set_pattern(self, pattern: Sequence[int], from_step: int | None = None) -> None:
+        """Choose the plan of every step from ``from_step`` on: step ``n`` runs plan
+        ``pattern[(n - from_step) % len(pattern)]`` (0: :attr:`schedule`, 1..: :attr:`alternatives`), until a later
+        call takes over from its own ``from_step``. E.g. ``set_pattern([0, 1])`` alternates the schedule and the first
+        alternative step by step. Before any call every step runs plan 0.
+
+        It may be called before the controller starts or while the loop runs; the worker drops the switches it had
+        scheduled for those steps under another plan and schedules theirs (switches already issued stay issued).
+
+        Args:
+            pattern: Plan indices, one step each, repeated.
+            from_step: First step the pattern applies to (steps are numbered from 0 at the first :meth:`step`);
+                default: the first step not started yet.
+
+        Raises:
+            DeployError: An empty pattern, an index that names no plan, a step already started, or a closed
+                controller.
+        """
+        if self.report is not None:
+            raise DeployError("this clock controller was closed, so its steps cannot change plans any more.",
+                              "set the pattern before leaving the controller's block.")
+        first = self.steps
+        start = first if from_step is None else from_step
+        if not isinstance(start, bool) and isinstance(start, numbers.Integral) and start < first:
+            raise DeployError(f"step {start} has already started ({first} steps so far), so its plan cannot change.",
+                              f"pass from_step >= {first}, or leave it unset for the next step.")
+        with self._lock:
+            checked = self.pattern.set(pattern, start)
+            if self._handle is not None:
+                self._handle.send_pattern(checked, int(start))
+
+    def plan_of(self, step: int) -> int:
+        """The plan step ``step`` runs (index into :attr:`plans`; :meth:`set_pattern`)."""
+        return self.pattern.plan_of(step)
+
     def _mark_end(self, step: int) -> None:
         if self._anchors is not None and step == self._step:
             self._anchors.mark_end(step)
@@ -309,7 +370,8 @@ class ClockController:
             self.anchor_log = log if log is not None else AnchorLog(self.anchor_source)
             self.worker_result = result
             self.report = build_report(self.plan, self.anchor_log, result, info, self.worker_mode,
-                                       steps=self.steps, anchor_every=self.anchor_every)
+                                       steps=self.steps, anchor_every=self.anchor_every, plans=self.plans,
+                                       plan_of=self.pattern.plan_of)
             if self._handle.send_errors:
                 self.report.notes.append(f"{self._handle.send_errors} step anchors could not be sent to the worker")
             self._handle = None
@@ -323,9 +385,21 @@ class ClockController:
 
     def __repr__(self) -> str:
         mode = "live" if self.allow_clock_control else "dry-run"
+        plans = f", {len(self.plans)} plans" if len(self.plans) > 1 else ""
         return (f"ClockController({mode}, GPU {self.device}, {len(self.schedule)} kernels, "
-                f"{self.plan.n_switches} switches per step, worker {self.worker_mode}, anchors {self.anchor_source} "
-                f"every {self.anchor_every} steps)")
+                f"{self.plan.n_switches} switches per step{plans}, worker {self.worker_mode}, anchors "
+                f"{self.anchor_source} every {self.anchor_every} steps)")
+
+
+def _alternative_plan(index: int, schedule: ClockSchedule, timeline: StepTimeline, latency_s: float,
+                      lookahead_s: float | None, min_dwell_s: float) -> SwitchPlan:
+    """Plan ``index`` (an alternative schedule) on the controller's timeline, with the same latency, lookahead and
+    dwell as plan 0."""
+    if not isinstance(schedule, ClockSchedule):
+        raise DeployError(f"alternative {index} is a {type(schedule).__name__}, not a ClockSchedule.",
+                          "pass alternatives=[ClockSchedule, ...] (ClockSchedule.load(path) reads a schedule file).")
+    timeline.check_length(len(schedule), f"alternative {index} ({schedule.name!r})")
+    return plan_switches(schedule, timeline, latency_s, lookahead_s, min_dwell_s)
 
 
 def check_anchor_every(anchor_every: int | None) -> None:

@@ -155,6 +155,13 @@ class SwitchPlan:
         return len(self.events)
 
     @property
+    def inherits_initial(self) -> bool:
+        """True when :attr:`initial` is what the previous step's last switch left (no switch of the plan lands at
+        or before the step's anchor), False when the plan's own switches for a step set it before the step starts.
+        A step that follows a step of another plan needs a switch to :attr:`initial` only in the first case."""
+        return all(e.land_s > 0.0 for e in self.events)
+
+    @property
     def configs(self) -> tuple[ClockConfig, ...]:
         """Configurations the plan switches to (and the initial one), without repeats."""
         return tuple(dict.fromkeys([self.initial, *(e.config for e in self.events)]))

@@ -25,6 +25,7 @@ from rlclock.deploy.worker import (
     STOP_MESSAGE,
     build_control,
     describe_control,
+    pattern_message,
     serve,
     worker_from_settings,
 )
@@ -43,7 +44,8 @@ class WorkerHandle:
     Args:
         settings: ``plan`` (:meth:`SwitchPlan.to_dict`), ``device`` (NVML index), ``allow_clock_control``,
             ``nvml`` (False: plan-only dry run), ``read_back``, ``anchor_every`` (steps between anchors),
-            ``follow_pace``.
+            ``follow_pace``; optionally ``alternatives`` (plans 1.., as ``plan``) and ``patterns``
+            (:meth:`~rlclock.deploy.pattern.PlanPattern.to_list`).
         mode: ``"process"`` or ``"thread"``.
 
     Raises:
@@ -149,6 +151,11 @@ class WorkerHandle:
         """Tell the worker that point ``point`` of step ``step`` passed on the GPU at ``point_s`` (as
         :meth:`send_anchor`)."""
         return self._send(POINT_MESSAGE.pack(b"P", int(step), int(point), float(point_s)))
+
+    def send_pattern(self, pattern: tuple[int, ...], from_step: int) -> bool:
+        """Tell the worker that from step ``from_step`` on the steps run the plans of ``pattern`` in turn (as
+        :meth:`send_anchor`)."""
+        return self._send(pattern_message(pattern, from_step))
 
     def _send(self, message: bytes) -> bool:
         try:

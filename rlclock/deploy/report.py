@@ -19,23 +19,72 @@ e.g. evaluation or a checkpoint between steps) are left out of the error statist
 steps of an interval that holds a pause (they cannot be placed) and switches for a step after the last mark
 (a step that never came, or one that cannot be placed): they were timed against a step period that did not
 hold, or cannot be judged. They are counted in ``excluded``.
+
+With several plans (:meth:`~rlclock.deploy.controller.ClockController.set_pattern`) each switch is judged against
+its own plan's segment, and :attr:`ControllerReport.per_plan` gives the steps each plan ran and these figures for
+the switches of each plan. A boundary switch (into a step whose plan differs from the previous step's) is judged
+against the start of its step's first segment. Switches issued for a step under a plan that a later pattern took
+the step away from (``superseded``) are counted but not judged: their step ran another plan.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from rlclock.deploy.anchor import AnchorLog
+from rlclock.deploy.pattern import PlanPattern
 from rlclock.deploy.plan import SwitchPlan
 
 PAUSE_FACTOR = 3.0
 """An anchor interval longer than this many median intervals is a pause."""
+
+
+class _RecordFields(NamedTuple):
+    status: str
+    step: int
+    event: int
+    planned_s: float
+    issued_s: float
+    call_s: float
+    estimated: bool
+
+
+class SwitchRecord(_RecordFields):
+    """What the worker did with one switch task: ``(status, step, event, planned_s, issued_s, call_s, estimated)``,
+    and :attr:`plan`, the plan whose switch it was.
+
+    The plan is an attribute rather than an eighth field so that code reading a record as the seven fields it had
+    before there were several plans keeps working; it survives pickling (the worker process sends its records so).
+    """
+
+    plan: int
+
+    def __new__(cls, status: str, step: int, event: int, planned_s: float, issued_s: float, call_s: float,
+                estimated: bool, plan: int = 0) -> SwitchRecord:
+        self = super().__new__(cls, status, step, event, planned_s, issued_s, call_s, estimated)
+        self.plan = int(plan)
+        return self
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return (*self, self.plan)
+
+    def __repr__(self) -> str:
+        return f"{super().__repr__()[:-1]}, plan={self.plan})"
+
+
+def record_plan(record: Sequence[Any]) -> int:
+    """The plan of a worker record: :attr:`SwitchRecord.plan`, an eighth field, or plan 0 for a record of seven."""
+    plan = getattr(record, "plan", None)
+    if plan is None:
+        plan = record[7] if len(record) > 7 else 0
+    return int(plan)
 
 
 @dataclass(frozen=True)
@@ -71,6 +120,29 @@ class Stats:
         if self.n == 0:
             return "n/a"
         return f"{self.median_s * 1e3:+.3f} / {self.p95_abs_s * 1e3:.3f} / {self.max_abs_s * 1e3:.3f} ms"
+
+
+@dataclass
+class PlanFigures:
+    """What one plan of several did.
+
+    Attributes:
+        plan: Its index (0: the schedule, 1..: the alternatives).
+        steps: Steps of the loop that ran it.
+        issued: Its switches issued for its own steps, boundary switches into them included.
+        boundary: Of those, the boundary switches.
+        late: Judged switches that would land after their kernels started.
+        issue_error: Issued − planned, of its judged switches.
+        switch_error: Issued − ideal, of its judged switches.
+    """
+
+    plan: int
+    steps: int = 0
+    issued: int = 0
+    boundary: int = 0
+    late: int = 0
+    issue_error: Stats = field(default_factory=Stats)
+    switch_error: Stats = field(default_factory=Stats)
 
 
 @dataclass
@@ -110,6 +182,11 @@ class ControllerReport:
         pace: The running step period over the plan's that the worker followed at the end (1: the timeline as
             profiled; :mod:`rlclock.deploy.worker`).
         points: Points inside a step (``clk.point()``, ``clk.watch``) from which the worker re-timed switches.
+        boundary: Of the issued switches, those into a step whose plan differs from the previous step's.
+        superseded: Of the issued switches, those for a step that a later pattern gave another plan (not judged).
+        replaced: Switches scheduled under a plan that a later pattern took their step away from (not issued).
+        overtaken: Switches of a step not issued because the next step's (other) plan had already set the clocks.
+        per_plan: Steps and switch figures of each plan (one entry per plan, also when there is only one).
         notes: Anything the user should know (errors of the anchor thread, the worker's end, a restore failure).
     """
 
@@ -143,6 +220,11 @@ class ControllerReport:
     energy_time_s: float | None = None
     pace: float = 1.0
     points: int = 0
+    boundary: int = 0
+    superseded: int = 0
+    replaced: int = 0
+    overtaken: int = 0
+    per_plan: list[PlanFigures] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -168,6 +250,11 @@ class ControllerReport:
             + (f" ({self.interpolated} placed between measured step starts)" if self.interpolated else ""),
             f"  anchor delay: {self.anchor_delay.ms()}; driver call: {self.call_time.ms()}",
         ]
+        if len(self.per_plan) > 1:
+            lines.append(f"  plans: boundary switches {self.boundary}, superseded {self.superseded}, replaced "
+                         f"{self.replaced}, overtaken {self.overtaken}")
+            lines += [f"  plan {f.plan}: {f.steps} steps, issued {f.issued} (boundary {f.boundary}), switch-time "
+                      f"error {f.switch_error.ms()}, late {f.late} of {f.switch_error.n}" for f in self.per_plan]
         if self.readbacks:
             matched = "" if self.readback_matched is None else f", at the requested clocks {self.readback_matched}"
             lines.append(f"  read-backs {self.readbacks}{matched}")
@@ -201,18 +288,27 @@ def _json_default(x: Any) -> Any:
 
 
 def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any], info: dict[str, Any],
-                 worker: str, steps: int | None = None, anchor_every: int = 1) -> ControllerReport:
+                 worker: str, steps: int | None = None, anchor_every: int = 1,
+                 plans: Sequence[SwitchPlan] | None = None,
+                 plan_of: Callable[[int], int] | None = None) -> ControllerReport:
     """Put the anchors and the worker's records together (module docstring).
 
     Args:
-        plan: The plan the worker applied.
+        plan: The plan the worker applied (plan 0).
         log: The marks the anchors saw (anchored steps, or every step with ``time_all_steps``).
         worker_result: :meth:`SwitchWorker.result` plus ``ended`` and ``restore_error``.
         info: The worker's description of its control (``mode``, ``gpu_name``, ``device``).
         worker: ``"process"`` or ``"thread"``.
         steps: Steps of the loop while the controller ran (default: the marks in ``log``).
         anchor_every: Steps between anchors.
+        plans: Every plan a step could run (default: ``plan`` alone); ``plans[0]`` is ``plan``.
+        plan_of: The plan (index into ``plans``) step ``n`` ran, or would have run (default: plan 0 for every step;
+            :meth:`~rlclock.deploy.pattern.PlanPattern.plan_of`).
     """
+    plans = (plan,) if plans is None else tuple(plans)
+    if plan_of is None:
+        plan_of = PlanPattern(len(plans)).plan_of  # no pattern: plan 0 throughout
+
     rep = ControllerReport(mode=str(info.get("mode", "?")), gpu_name=info.get("gpu_name"),
                            device=info.get("device"), worker=worker, anchor_source=log.source, plan=plan)
     marked = np.asarray(log.step, dtype=np.int64)
@@ -237,9 +333,15 @@ def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any]
     rep.pace = float(worker_result.get("pace", 1.0))
     rep.points = int(worker_result.get("points", 0))
     records = worker_result.get("records", [])
+    figures = [PlanFigures(i) for i in range(len(plans))]
+    for k in range(rep.steps):
+        figures[plan_of(k)].steps += 1
     issue_err, switch_err, calls = [], [], []
-    for status, step, event, planned, issued, call_s, _estimated in records:
-        if status in ("missed", "stale", "noop"):
+    by_plan: list[tuple[list[float], list[float]]] = [([], []) for _ in plans]
+    for record in records:
+        status, step, event, planned, issued, call_s, _estimated = record[:7]
+        which = record_plan(record)
+        if status in ("missed", "stale", "noop", "replaced", "overtaken"):
             setattr(rep, status, getattr(rep, status) + 1)
             continue
         if status == "resync":
@@ -247,13 +349,23 @@ def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any]
             continue
         rep.issued += 1
         calls.append(call_s)
+        if which != plan_of(int(step)):
+            rep.superseded += 1
+            continue
+        fig = figures[which]
+        fig.issued += 1
+        if status == "boundary":
+            rep.boundary += 1
+            fig.boundary += 1
         i = int(np.searchsorted(marked, int(step), side="right")) - 1  # the last mark at or before the step
         measured = i >= 0 and marked[i] == step
         if i < 0 or pause(i - 1 if measured else i) or (not measured and i + 1 >= marked.size):
             rep.excluded += 1
             continue
         issue_err.append(issued - planned)
-        ev = plan.events[int(event)]
+        by_plan[which][0].append(issued - planned)
+        own = plans[which]
+        segment_start_s = own.events[int(event)].start_s if int(event) >= 0 else own.segments[0].start_s
         if measured:
             start = anchors[i]
             if math.isfinite(busy[i]) and plan.span_s > 0:
@@ -267,12 +379,17 @@ def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any]
             start = anchors[i] + (int(step) - marked[i]) * per_step
             stretch = periods[i] / plan.period_s if math.isfinite(periods[i]) else 1.0
             rep.interpolated += 1
-        kernel_start = start + ev.start_s * stretch
+        kernel_start = start + segment_start_s * stretch
         switch_err.append(issued - (kernel_start - plan.lookahead_s))
+        by_plan[which][1].append(switch_err[-1])
         if issued + plan.latency_s > kernel_start:
             rep.late += 1
+            fig.late += 1
     rep.issue_error = Stats.of(issue_err)
     rep.switch_error = Stats.of(switch_err)
+    for fig, (issue, switch) in zip(figures, by_plan):
+        fig.issue_error, fig.switch_error = Stats.of(issue), Stats.of(switch)
+    rep.per_plan = figures
     rep.call_time = Stats.of(calls)
     reads = worker_result.get("reads", [])
     rep.readbacks = len(reads)

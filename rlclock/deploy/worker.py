@@ -32,6 +32,32 @@ read the same time). For every step the worker then
   brings the clocks to the plan's configuration when the plan has no switch at all (both ``resync``);
 * reads the clocks back one latency after each switch (``read_back``), to see whether it landed.
 
+**Several plans.** The worker may hold several plans for the same step (``alternatives``: plans 1.., made on the
+same timeline with the same latency and lookahead as plan 0) and a :class:`~rlclock.deploy.pattern.PlanPattern`
+that says which plan each step runs (plan 0 until one is set). When it schedules the switches of a step it takes
+that step's plan's events. A new pattern (:meth:`SwitchWorker.set_pattern`) drops the switches already scheduled
+for the steps it covers under another plan (``replaced``), schedules those of the steps' own plans from the last
+anchor (one whose time has passed goes out at once, if it can still land), and leaves the ones already issued
+issued (``superseded``). Where two steps of different plans meet:
+
+* each plan's own switches are applied as they are: they name configurations, not changes, so the first switch of
+  the next step's plan takes the clocks from wherever the previous step's plan left them, and one that finds the
+  clocks already there is not issued (``noop``);
+* a plan whose initial configuration is what its previous step's last switch leaves
+  (:attr:`~rlclock.deploy.plan.SwitchPlan.inherits_initial`: none of its switches lands before the step starts;
+  e.g. a plan that holds one configuration) would start in whatever the other plan left. Such a step gets a
+  *boundary switch* to its plan's initial configuration, issued one lookahead before its first segment (so it
+  lands as the step begins) and worth issuing until the plan's own first switch takes over; a plan that sets its
+  own start needs none. A step for which another plan's switch was issued before a pattern took it away gets one
+  too (the clocks may have moved);
+* the later step's plan wins the overlap: a switch of the earlier step that comes due after the next step's plan
+  has issued a switch is not issued (``overtaken``), so the earlier plan cannot put its configuration into the
+  later plan's step.
+
+So the clocks are always at a configuration the plan of the running step (or, one lookahead ahead of a step, of
+the coming one) asks for, but for the time it takes to undo a switch issued before a pattern change. Every record
+carries the plan whose switch it was (:class:`~rlclock.deploy.report.SwitchRecord`).
+
 The clocks are changed through :class:`~rlclock.gpu.clocks.ClockControl` (opt-in, validation, restore,
 watchdog) or, on a machine without NVML, only recorded (plan-only dry run). The worker restores the
 clocks when told to stop, when the training process's end of the connection closes (however it ended),
@@ -57,8 +83,9 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from rlclock.deploy.pattern import PlanPattern
 from rlclock.deploy.plan import SwitchPlan
-from rlclock.deploy.report import PAUSE_FACTOR
+from rlclock.deploy.report import PAUSE_FACTOR, SwitchRecord
 from rlclock.errors import DeployError, RlclockError
 from rlclock.gpu.watchdog import process_alive
 from rlclock.schedule import AUTO, ClockConfig
@@ -67,6 +94,10 @@ STEP_MESSAGE = struct.Struct("<cqd")
 """Training process to worker: ``(b"S", step index, anchor time_s)``."""
 POINT_MESSAGE = struct.Struct("<cqid")
 """Training process to worker: ``(b"P", step index, point index, time_s)``, a point inside the step passed."""
+PATTERN_MESSAGE = struct.Struct("<cqi")
+"""Training process to worker: ``(b"A", from_step, n)`` followed by ``n`` plan indices (:data:`PATTERN_INDEX`): from
+step ``from_step`` on the steps run the plans of this pattern in turn (:meth:`SwitchWorker.set_pattern`)."""
+PATTERN_INDEX = struct.Struct("<i")
 STOP_MESSAGE = b"Q"
 POLL_MAX_S = 0.5
 """Longest wait without a look at whether the training process still exists, seconds."""
@@ -96,12 +127,17 @@ means those switches served no step (the loop paused): the step's switches are i
 class _Task:
     due_s: float
     seq: int
-    kind: str = field(compare=False)  # "switch", "resync" (outside the plan's timing) or "read"
+    kind: str = field(compare=False)  # "switch", "boundary", "resync" (outside the plan's timing) or "read"
     step: int = field(compare=False)
-    event: int = field(compare=False)  # index into plan.events; -1 for a resync
+    event: int = field(compare=False)  # index into the plan's events; -1: to the plan's initial configuration
     anchor_s: float = field(compare=False)  # anchor of the step the switch serves (estimated when pre-issued)
     estimated: bool = field(compare=False)
     planned_s: float = field(compare=False)
+    plan: int = field(default=0, compare=False)  # the plan whose switch it is (index into SwitchWorker.plans)
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return self.step, self.plan, self.event
 
 
 class PlanOnlyControl:
@@ -139,21 +175,36 @@ class SwitchWorker:
     """The worker's bookkeeping: which switch is due when, what was issued, missed or read back.
 
     Args:
-        plan: The switch plan of every step.
+        plan: The switch plan of every step (plan 0).
         control: A :class:`~rlclock.gpu.clocks.ClockControl` or :class:`PlanOnlyControl`.
         read_back: Read the clocks one latency after each switch.
         clock: The time source, seconds (``time.monotonic``; replaceable in tests).
         anchor_every: Steps between anchors the training process sends (the worker schedules that far ahead).
         follow_pace: Stretch the plan's timing to the running step period (module docstring); default: the
             profiled timeline as it is.
+        alternatives: Plans 1.. for the same step, made on the same timeline with the same latency and lookahead;
+            which plan a step runs is set by :meth:`set_pattern` (until then every step runs plan 0).
+
+    Raises:
+        DeployError: A bad anchor spacing, or alternatives made for another step or latency.
     """
 
     def __init__(self, plan: SwitchPlan, control: Any, read_back: bool = True,
                  clock: Callable[[], float] = time.monotonic, anchor_every: int = 1,
-                 follow_pace: bool = False) -> None:
+                 follow_pace: bool = False, alternatives: Sequence[SwitchPlan] = ()) -> None:
         if anchor_every < 1:
             raise DeployError(f"anchor_every must be >= 1 step, found {anchor_every!r}.")
+        for i, alt in enumerate(alternatives, 1):
+            if (alt.latency_s, alt.lookahead_s, alt.period_s) != (plan.latency_s, plan.lookahead_s, plan.period_s):
+                raise DeployError(
+                    f"alternative plan {i} was made with latency {alt.latency_s:g} s, lookahead {alt.lookahead_s:g} s "
+                    f"and step period {alt.period_s:g} s, plan 0 with {plan.latency_s:g}, {plan.lookahead_s:g} and "
+                    f"{plan.period_s:g} s.", "plan every alternative on the same timeline with the same latency.")
         self.plan = plan
+        self.plans: tuple[SwitchPlan, ...] = (plan, *alternatives)
+        """Every plan a step can run: 0 is ``plan``, 1.. the alternatives."""
+        self.pattern = PlanPattern(len(self.plans))
+        """Which plan each step runs (:meth:`set_pattern`)."""
         self.control = control
         self.read_back = read_back
         self.clock = clock
@@ -162,8 +213,12 @@ class SwitchWorker:
         self.follow_pace = bool(follow_pace)
         self._tasks: list[_Task] = []
         self._seq = 0
-        self._scheduled: set[tuple[int, int]] = set()
-        self._handled: set[tuple[int, int]] = set()
+        self._scheduled: set[tuple[int, int, int]] = set()  # (step, plan, event) of pending switches
+        self._handled: set[tuple[int, int, int]] = set()  # ... of those carried out (issued, missed or no-op)
+        self._issued: set[tuple[int, int, int]] = set()  # ... of those issued, for the recent steps
+        self._newest: tuple[int, int] = (-1, 0)  # (step, plan) of the latest step a switch was issued for
+        self._unsettled: set[int] = set()  # steps a superseded switch was issued for: their start needs a boundary
+        self._timing: tuple[int, float] | None = None  # the last anchored step and its anchor (as a point places it)
         self._last_anchor: tuple[int, float] | None = None
         self._targets: dict[int, float] = {}  # step -> the anchor estimated for it when its switches were timed
         self._intervals: deque[float] = deque(maxlen=PERIOD_HISTORY)
@@ -172,11 +227,16 @@ class SwitchWorker:
         """Points that re-timed switches."""
         self.resyncs = 0
         """Anchors that showed the switches timed for their step were off by a pause (issued again)."""
+        self.superseded = 0
+        """Switches issued for a step under a plan that a later pattern took the step away from (they stay
+        issued; the step's own plan's switches follow them)."""
         self._last_issue_s = -float("inf")
         self.last_step = -1
-        self.records: list[tuple[str, int, int, float, float, float, bool]] = []
-        """``(status, step, event, planned_s, issued_s, call_s, pre_issued_estimate)`` per switch task:
-        status ``switch``, ``missed``, ``stale``, ``noop`` or ``resync``; ``issued_s`` is NaN unless issued."""
+        self.records: list[SwitchRecord] = []
+        """``(status, step, event, planned_s, issued_s, call_s, pre_issued_estimate)`` per switch task, and its
+        ``plan`` (:class:`SwitchRecord`; the step's plan when the switch was scheduled): status ``switch``,
+        ``boundary``, ``missed``, ``stale``, ``noop``, ``resync``, ``replaced`` or ``overtaken`` (module docstring);
+        ``issued_s`` is NaN unless issued; ``event`` -1 for a switch to the plan's initial configuration."""
         self.reads: list[tuple[int, int, float, int | None, int | None, str, str]] = []
         """``(step, event, time_s, sm_clock_mhz, mem_clock_mhz, reasons, requested)`` per read-back."""
 
@@ -198,32 +258,54 @@ class SwitchWorker:
         lo, hi = PACE_RANGE
         return min(max(self.period_s / self.plan.period_s, lo), hi)
 
-    def issue_offset_s(self, event: int, pace: float | None = None) -> float:
-        """When event ``event`` is issued, seconds after the anchor of the step it serves, at ``pace`` (default
-        :attr:`pace`): its segment's start stretched, less the lookahead the plan gave it."""
-        ev = self.plan.events[event]
+    def issue_offset_s(self, event: int, pace: float | None = None, plan: int = 0) -> float:
+        """When event ``event`` of plan ``plan`` is issued, seconds after the anchor of the step it serves, at
+        ``pace`` (default :attr:`pace`): its segment's start stretched, less the lookahead the plan gave it. Event
+        -1, a boundary switch to the plan's initial configuration, is issued one lookahead before the step's first
+        segment."""
+        p = self.plans[plan]
         pace = self.pace if pace is None else pace
+        if event < 0:
+            return pace * p.segments[0].start_s - p.lookahead_s
+        ev = p.events[event]
         return pace * ev.start_s - (ev.start_s - ev.issue_s)
+
+    def plan_of(self, step: int) -> int:
+        """The plan step ``step`` runs (:attr:`pattern`)."""
+        return self.pattern.plan_of(step)
+
+    def needs_boundary(self, step: int) -> bool:
+        """Whether step ``step`` needs a boundary switch: its plan's initial configuration is left by the previous
+        step's last switch (:attr:`SwitchPlan.inherits_initial`), and that switch was not the plan's — the step
+        before runs another plan, or a switch of another plan was issued for this step before a pattern took it
+        away (module docstring)."""
+        plan = self.plan_of(step)
+        return self.plans[plan].inherits_initial and (plan != self.plan_of(step - 1) or step in self._unsettled)
 
     def next_due(self) -> float | None:
         """When the next task is due (``None`` if none is pending)."""
         return self._tasks[0].due_s if self._tasks else None
 
     def _push(self, due_s: float, kind: str, step: int, event: int, anchor_s: float, estimated: bool,
-              planned_s: float | None = None) -> None:
+              planned_s: float | None = None, plan: int = 0) -> None:
         self._seq += 1
-        heapq.heappush(self._tasks, _Task(due_s, self._seq, kind, step, event, anchor_s, estimated,
-                                          due_s if planned_s is None else planned_s))
+        planned = due_s if planned_s is None else planned_s
+        task = _Task(due_s, self._seq, kind, step, event, anchor_s, estimated, planned, plan)
+        heapq.heappush(self._tasks, task)
         if kind != "read":
-            self._scheduled.add((step, event))
+            self._scheduled.add(task.key)
+
+    def _record(self, status: str, t: _Task, issued_s: float = float("nan"), call_s: float = 0.0) -> None:
+        self.records.append(SwitchRecord(status, t.step, t.event, t.planned_s, issued_s, call_s, t.estimated, t.plan))
 
     def on_anchor(self, step: int, anchor_s: float) -> None:
         """Step ``step`` started on the GPU at ``anchor_s``: (re-)time the switches of this and the next steps.
 
         Every switch due before the step after the next expected anchor (``step + anchor_every + 1``) is
-        scheduled, from this anchor and the estimated period; switches already scheduled from an earlier anchor
-        are re-timed. A switch whose time passed before this anchor arrived and that was never scheduled (the
-        first step, or after a pause) is caught up at once (``resync``).
+        scheduled, from this anchor and the estimated period, from the plan of the step it serves; switches
+        already scheduled from an earlier anchor are re-timed. A switch whose time passed before this anchor
+        arrived and that was never scheduled (the first step, or after a pause) is caught up at once
+        (``resync``).
         """
         if step <= self.last_step:
             return
@@ -236,36 +318,89 @@ class SwitchWorker:
                 self._intervals.append(per_step)
                 self._paused = 0
         self._last_anchor = (step, anchor_s)
+        self._timing = (step, anchor_s)
         self.last_step = step
+        self.pattern.forget_before(step - 1)
         period, pace = self.period_s, self.pace
         estimate = self._targets.get(step)
         self._targets = {s: t for s, t in self._targets.items() if s > step}
         self._handled = {h for h in self._handled if h[0] >= step - 1}
+        self._issued = {h for h in self._issued if h[0] >= step - 1}
+        self._unsettled = {s for s in self._unsettled if s >= step - 1}
         if estimate is not None and abs(anchor_s - estimate) > RESYNC_FRACTION * period:
             # its switches were issued for a step that was not running then: what is still needed goes out again
             self._handled = {h for h in self._handled if h[0] < step}
+            self._newest = (-1, 0)  # and what later steps' plans issued then took nothing over
             self.resyncs += 1
-        events = self.plan.events
         keep: list[_Task] = []
         for t in self._tasks:
             if t.kind != "read" and t.step < step:
                 self._done(t)
-                self.records.append(("stale", t.step, t.event, t.planned_s, float("nan"), 0.0, t.estimated))
-            elif t.kind == "switch" and t.estimated:  # a switch for this or a later step: re-time it
+                self._record("stale", t)
+            elif t.kind in ("switch", "boundary") and t.estimated:  # for this or a later step: re-time it
                 keep.append(self._retimed(t, step, anchor_s, period, pace, t.step > step))
             else:
                 keep.append(t)
         self._tasks = keep
         heapq.heapify(self._tasks)
-        horizon = anchor_s + (self.anchor_every + 1) * period
-        for i in range(len(events)):
-            ahead = max(0, math.ceil(-self.issue_offset_s(i, pace) / period - 1e-9))  # issued steps ahead
-            for n in range(self.anchor_every + ahead + 1):
-                self._schedule(step, n, i, anchor_s, period, horizon, pace)
+        self._schedule_ahead(step, anchor_s, period, pace)
         for s in range(step + 1, step + self.anchor_every + 2):
             self._targets[s] = anchor_s + (s - step) * period
-        if not events and self.control.current != self.plan.initial:
-            self._push(anchor_s, "resync", step, -1, anchor_s, False)
+        plan = self.plan_of(step)
+        p = self.plans[plan]
+        if not p.events and self.control.current != p.initial and (step, plan, -1) not in self._scheduled:
+            self._push(anchor_s, "resync", step, -1, anchor_s, False, plan=plan)
+
+    def _schedule_ahead(self, step: int, anchor_s: float, period_s: float, pace: float) -> None:
+        """Schedule every switch due before the step after the next expected anchor, from step ``step``'s anchor
+        ``anchor_s``: those of each step's own plan, and the boundary switches where the plan changes."""
+        horizon = anchor_s + (self.anchor_every + 1) * period_s
+        for plan, p in enumerate(self.plans):
+            for i in range(len(p.events)):
+                ahead = max(0, math.ceil(-self.issue_offset_s(i, pace, plan) / period_s - 1e-9))  # steps ahead
+                for n in range(self.anchor_every + ahead + 1):
+                    if self.plan_of(step + n) == plan:
+                        self._schedule(step, n, i, anchor_s, period_s, horizon, pace, plan)
+        if len(self.plans) > 1:
+            ahead = max(0, math.ceil(-min(self.issue_offset_s(-1, pace, q) for q in range(len(self.plans)))
+                                     / period_s - 1e-9))
+            for n in range(self.anchor_every + ahead + 1):
+                if self.needs_boundary(step + n):
+                    self._schedule(step, n, -1, anchor_s, period_s, horizon, pace, self.plan_of(step + n))
+
+    def set_pattern(self, pattern: Sequence[int], from_step: int) -> None:
+        """From step ``from_step`` on, step ``n`` runs plan ``pattern[(n - from_step) % len(pattern)]``.
+
+        Switches already scheduled for those steps under another plan are dropped (``replaced``) and the steps'
+        own plans' switches scheduled instead, from the last anchor; switches already issued for them stay issued
+        (counted in :attr:`superseded`).
+
+        Raises:
+            DeployError: A bad pattern (:func:`~rlclock.deploy.pattern.check_pattern`).
+        """
+        self.pattern.set(pattern, from_step)
+        keep: list[_Task] = []
+        for t in self._tasks:
+            if t.kind != "read" and t.step >= from_step and not self._wanted(t):
+                self._scheduled.discard(t.key)
+                self._record("replaced", t)
+            else:
+                keep.append(t)
+        self._tasks = keep
+        heapq.heapify(self._tasks)
+        gone = {h for h in self._issued if h[0] >= from_step and h[1] != self.plan_of(h[0])}
+        self.superseded += len(gone)
+        self._issued -= gone
+        self._unsettled |= {h[0] for h in gone}
+        if self._timing is not None:
+            step, anchor_s = self._timing
+            self._schedule_ahead(step, anchor_s, self.period_s, self.pace)
+
+    def _wanted(self, t: _Task) -> bool:
+        """Whether task ``t`` belongs to its step under the current pattern."""
+        if t.plan != self.plan_of(t.step):
+            return False
+        return t.kind != "boundary" or self.needs_boundary(t.step)
 
     def on_point(self, step: int, point: int, point_s: float) -> None:
         """Point ``point`` of step ``step`` passed on the GPU at ``point_s``: re-time the switches still pending for
@@ -277,11 +412,13 @@ class SwitchWorker:
             return
         period, pace = self.period_s, self.pace
         anchor_s = point_s - pace * planned[point]
-        events = self.plan.events
+        self._timing = (step, anchor_s)
         keep: list[_Task] = []
         moved = False
         for t in self._tasks:
-            if t.kind == "switch" and (t.step > step or (t.step == step and events[t.event].start_s >= planned[point])):
+            if t.kind in ("switch", "boundary") and (
+                    t.step > step or (t.step == step and t.event >= 0
+                                      and self.plans[t.plan].events[t.event].start_s >= planned[point])):
                 keep.append(self._retimed(t, step, anchor_s, period, pace, t.estimated))
                 moved = True
             else:
@@ -297,25 +434,29 @@ class SwitchWorker:
         """Task ``t`` timed from step ``step``'s anchor ``anchor_s`` (its own step's anchor ``period_s`` per step
         after it)."""
         target = anchor_s + (t.step - step) * period_s
-        due = target + self.issue_offset_s(t.event, pace)
-        return _Task(due, t.seq, t.kind, t.step, t.event, target, estimated, due)
+        due = target + self.issue_offset_s(t.event, pace, t.plan)
+        return _Task(due, t.seq, t.kind, t.step, t.event, target, estimated, due, t.plan)
 
     def _schedule(self, step: int, n: int, event: int, anchor_s: float, period_s: float, horizon_s: float,
-                  pace: float) -> None:
-        """Schedule event ``event`` of step ``step + n`` unless it is scheduled or done, or due after the horizon."""
-        key = (step + n, event)
+                  pace: float, plan: int = 0) -> None:
+        """Schedule event ``event`` of plan ``plan`` for step ``step + n`` unless it is scheduled or done, or due
+        after the horizon (event -1: the step's boundary switch)."""
+        key = (step + n, plan, event)
         if key in self._scheduled or key in self._handled:
             return
         target = anchor_s + n * period_s
-        due = target + self.issue_offset_s(event, pace)
+        due = target + self.issue_offset_s(event, pace, plan)
         if due >= horizon_s:
             return
-        kind = "resync" if due < anchor_s else "switch"  # its time passed before this anchor came: catch up
-        self._push(due, kind, step + n, event, target, n > 0 and kind == "switch")
+        if due < anchor_s:
+            kind = "resync"  # its time passed before this anchor came: catch up
+        else:
+            kind = "boundary" if event < 0 else "switch"
+        self._push(due, kind, step + n, event, target, n > 0 and kind != "resync", plan=plan)
 
     def _done(self, t: _Task) -> None:
-        self._scheduled.discard((t.step, t.event))
-        self._handled.add((t.step, t.event))
+        self._scheduled.discard(t.key)
+        self._handled.add(t.key)
 
     # -- execution ---------------------------------------------------------------------------------------
     def run_due(self, now: float | None = None) -> int:
@@ -331,28 +472,38 @@ class SwitchWorker:
             if now < earliest:  # rule 3: one switch at a time
                 self._seq += 1
                 heapq.heappush(self._tasks, _Task(earliest, self._seq, t.kind, t.step, t.event, t.anchor_s,
-                                                  t.estimated, t.planned_s))
+                                                  t.estimated, t.planned_s, t.plan))
                 continue
             self._done(t)
+            newest_step, newest_plan = self._newest
+            if t.step < newest_step and t.plan != newest_plan:  # the next step's plan has taken the clocks over
+                self._record("overtaken", t)
+                continue
+            plan = self.plans[t.plan]
             if t.event >= 0:
-                ev = self.plan.events[t.event]
+                ev = plan.events[t.event]
                 config, end = ev.config, t.anchor_s + self.pace * ev.end_s
+            elif t.kind == "boundary" and plan.events:  # of use until the plan's first switch lands
+                config, end = plan.initial, t.anchor_s + self.pace * plan.events[0].start_s
             else:
-                config, end = self.plan.initial, t.anchor_s + self.plan.span_s + self.plan.period_s
-            if now + self.latency_s >= end - self.plan.min_dwell_s:
-                self.records.append(("missed", t.step, t.event, t.planned_s, float("nan"), 0.0, t.estimated))
+                config, end = plan.initial, t.anchor_s + plan.span_s + plan.period_s
+            if now + self.latency_s >= end - plan.min_dwell_s:
+                self._record("missed", t)
                 continue
             if config == self.control.current:
-                self.records.append(("noop", t.step, t.event, t.planned_s, float("nan"), 0.0, t.estimated))
+                self._record("noop", t)
                 continue
             t0 = self.clock()
             self.control.apply(config, read_back=False)
             t1 = self.clock()
             self._last_issue_s = t0
             issued += 1
-            self.records.append((t.kind, t.step, t.event, t.planned_s, t0, t1 - t0, t.estimated))
+            self._issued.add(t.key)
+            if t.step >= newest_step:
+                self._newest = (t.step, t.plan)
+            self._record(t.kind, t, t0, t1 - t0)
             if self.read_back:
-                self._push(t0 + self.latency_s, "read", t.step, t.event, t.anchor_s, False)
+                self._push(t0 + self.latency_s, "read", t.step, t.event, t.anchor_s, False, plan=t.plan)
             now = max(now, t1)
         return issued
 
@@ -360,17 +511,24 @@ class SwitchWorker:
         rec = self.control.read()
         if rec is None:
             return
-        requested = self.plan.events[t.event].config if t.event >= 0 else self.plan.initial
+        plan = self.plans[t.plan]
+        requested = plan.events[t.event].config if t.event >= 0 else plan.initial
         self.reads.append((t.step, t.event, self.clock(), rec.sm_clock_mhz, rec.mem_clock_mhz,
                            "/".join(rec.reasons), str(requested)))
 
     def result(self) -> dict[str, Any]:
         """What the worker did, as plain data for the training process."""
         return {"records": list(self.records), "reads": list(self.reads), "period_s": self.period_s,
-                "pace": self.pace, "resyncs": self.resyncs, "points": self.points}
+                "pace": self.pace, "resyncs": self.resyncs, "points": self.points, "superseded": self.superseded}
 
 
 # -- the loop ----------------------------------------------------------------------------------------------
+
+
+def pattern_message(pattern: Sequence[int], from_step: int) -> bytes:
+    """The message that sets a plan pattern from step ``from_step`` on (:data:`PATTERN_MESSAGE`)."""
+    return PATTERN_MESSAGE.pack(b"A", int(from_step), len(pattern)) + b"".join(
+        PATTERN_INDEX.pack(int(p)) for p in pattern)
 
 
 def _handle(worker: SwitchWorker, data: bytes) -> bool:
@@ -383,6 +541,13 @@ def _handle(worker: SwitchWorker, data: bytes) -> bool:
     elif len(data) == POINT_MESSAGE.size and data[:1] == b"P":
         _, step, point, point_s = POINT_MESSAGE.unpack(data)
         worker.on_point(int(step), int(point), float(point_s))
+    elif data[:1] == b"A" and len(data) >= PATTERN_MESSAGE.size:
+        _, from_step, n = PATTERN_MESSAGE.unpack_from(data)
+        if len(data) == PATTERN_MESSAGE.size + n * PATTERN_INDEX.size:
+            pattern = [PATTERN_INDEX.unpack_from(data, PATTERN_MESSAGE.size + i * PATTERN_INDEX.size)[0]
+                       for i in range(n)]
+            with contextlib.suppress(DeployError):  # the controller checked it; a bad one changes nothing
+                worker.set_pattern(pattern, int(from_step))
     return True
 
 
@@ -433,7 +598,7 @@ def build_control(settings: dict[str, Any], handle_signals: bool) -> Any:
         RlclockError: NVML is missing, clock control was not allowed, or a planned configuration is not
             supported by the GPU.
     """
-    plan = SwitchPlan.from_dict(settings["plan"])
+    plans = plans_from_settings(settings)
     if settings.get("nvml", True):
         from rlclock.gpu.clocks import ClockControl
 
@@ -446,7 +611,7 @@ def build_control(settings: dict[str, Any], handle_signals: bool) -> Any:
                               "run on a machine with an NVIDIA GPU and driver, or use the dry-run mode.")
         control = PlanOnlyControl()
     try:
-        for c in plan.configs:
+        for c in dict.fromkeys(c for plan in plans for c in plan.configs):
             control.validate(c)
         if hasattr(control, "start_watchdog"):
             control.start_watchdog()  # now, not at the first switch: starting it takes a moment
@@ -456,13 +621,20 @@ def build_control(settings: dict[str, Any], handle_signals: bool) -> Any:
     return control
 
 
+def plans_from_settings(settings: dict[str, Any]) -> tuple[SwitchPlan, ...]:
+    """Plan 0 (``plan``) and the ``alternatives`` of the controller's settings (:meth:`SwitchPlan.to_dict` each)."""
+    return tuple(SwitchPlan.from_dict(d) for d in [settings["plan"], *settings.get("alternatives", ())])
+
+
 def worker_from_settings(settings: dict[str, Any], control: Any) -> SwitchWorker:
-    """The worker the controller's settings describe (``plan``, ``read_back``, ``anchor_every``, ``follow_pace``),
-    on ``control``."""
-    return SwitchWorker(SwitchPlan.from_dict(settings["plan"]), control,
-                        read_back=bool(settings.get("read_back", True)),
-                        anchor_every=int(settings.get("anchor_every", 1)),
-                        follow_pace=bool(settings.get("follow_pace", False)))
+    """The worker the controller's settings describe (``plan``, ``alternatives``, ``patterns``
+    (:meth:`PlanPattern.to_list`), ``read_back``, ``anchor_every``, ``follow_pace``), on ``control``."""
+    plan, *alternatives = plans_from_settings(settings)
+    worker = SwitchWorker(plan, control, read_back=bool(settings.get("read_back", True)),
+                          anchor_every=int(settings.get("anchor_every", 1)),
+                          follow_pace=bool(settings.get("follow_pace", False)), alternatives=alternatives)
+    worker.pattern = PlanPattern.from_list(settings.get("patterns", ()), len(worker.plans))  # nothing scheduled yet
+    return worker
 
 
 def describe_control(control: Any) -> dict[str, Any]:
