@@ -20,7 +20,9 @@ their standard error right, the safety layer's bounds closing in) and of the win
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
+import itertools
 import json
 import sys
 import tempfile
@@ -67,34 +69,95 @@ def candidate_schedules(trace_path: Path) -> tuple[Any, list[Any]]:
     return cand, schedules
 
 
-def run_model(name: str, seconds: float, control: bool) -> dict[str, Any]:
-    import numpy as np
-    import torch
-    from corpus_gpu import build, hf_models, profiled, small_gpt, trainer
-
-    import rlclock.deploy
-    from rlclock.agents.online import PairedTracker
-    from rlclock.gpu.nvml import NvmlDevice
+def training_step(name: str) -> tuple[Any, Any]:
+    """The model and a function running one full training step of it."""
+    from corpus_gpu import build, hf_models, small_gpt, trainer
 
     if name == "train-small-gpt":
         model, batch, loss = small_gpt()
-        step = trainer(model, batch, loss)
-    else:
-        config, shape = hf_models()[name]
-        model, batch, _ = build(name, config, shape)
-        step = trainer(model, batch)
-    dev = NvmlDevice(torch.cuda.current_device())
+        return model, trainer(model, batch, loss)
+    config, shape = hf_models()[name]
+    model, batch, _ = build(name, config, shape)
+    return model, trainer(model, batch)
+
+
+def profiled_candidates(step: Any) -> tuple[Any, Any, list[Any], float, float]:
+    """The step profiled as ``rlclock apply --save`` does, and the candidate plans for it: ``(timeline,
+    candidates, schedules, profile seconds, planning seconds)``."""
+    from corpus_gpu import profiled
+
+    from rlclock.deploy.timeline import StepTimeline
+
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         t0 = time.perf_counter()
         profiled(step, folder)
         profile_s = time.perf_counter() - t0
-        from rlclock.deploy.timeline import StepTimeline
-
         timeline = StepTimeline.load(folder / "step.timeline.json")
         t0 = time.perf_counter()
         cand, schedules = candidate_schedules(folder / "step.trace.json")
-        plan_s = time.perf_counter() - t0
+        return timeline, cand, schedules, profile_s, time.perf_counter() - t0
+
+
+def step_overhead(name: str, seconds: float) -> dict[str, Any]:
+    """The median step of the loop bare, under the controller with one plan, with a pattern set every step (two
+    plans alternating), and with the tracker choosing — what running a plan chosen per step costs the loop."""
+    import numpy as np
+    import torch
+
+    import rlclock.deploy
+    from rlclock.agents.online import PairedTracker
+
+    model, step = training_step(name)
+    timeline, cand, schedules, _, _ = profiled_candidates(step)
+    out: dict[str, Any] = {}
+    for mode in ("bare", "one plan", "pattern", "tracker", "bare again"):
+        events: list[Any] = []
+        ran: list[int] = []
+        arm = 0
+        tracker = PairedTracker(BUDGET, list(cand.slowdown), list(cand.saving), cand.parts)
+        top = len(schedules) - 1
+        ctx = (contextlib.nullcontext() if mode.startswith("bare") else
+               rlclock.deploy.clocked(schedules[0], timeline=timeline, alternatives=schedules[1:], control="dry-run",
+                                      verbose=False, time_all_steps=True))
+        with ctx as clk:
+            t_end, k = time.perf_counter() + seconds, 0
+            while time.perf_counter() < t_end:
+                with (clk.step() if clk is not None else contextlib.nullcontext()):
+                    ev = torch.cuda.Event(enable_timing=True)
+                    ev.record()
+                    step()
+                events.append(ev)
+                ran.append(arm)
+                if mode == "pattern":
+                    clk.set_pattern([top if k % 2 == 0 else 0], from_step=k + 1)
+                elif mode == "tracker":
+                    arm = tracker.next_arm()
+                    clk.set_pattern([arm], from_step=k + 1)
+                    if len(events) > LAG_STEPS:
+                        events[-LAG_STEPS].synchronize()
+                        tracker.observe(ran[-LAG_STEPS - 1],
+                                        events[-LAG_STEPS - 1].elapsed_time(events[-LAG_STEPS]) * 1e-3)
+                k += 1
+            torch.cuda.synchronize()
+        times = [a.elapsed_time(b) * 1e-3 for a, b in itertools.pairwise(events)]
+        out[mode] = {"steps": len(times), "median_s": float(np.median(times)), "mean_s": float(np.mean(times))}
+    del model
+    torch.cuda.empty_cache()
+    return out
+
+
+def run_model(name: str, seconds: float, control: bool) -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    import rlclock.deploy
+    from rlclock.agents.online import PairedTracker
+    from rlclock.gpu.nvml import NvmlDevice
+
+    model, step = training_step(name)
+    dev = NvmlDevice(torch.cuda.current_device())
+    timeline, cand, schedules, profile_s, plan_s = profiled_candidates(step)
     tracker = PairedTracker(BUDGET, list(cand.slowdown), list(cand.saving), cand.parts)
     arms: list[int] = []
     events: list[Any] = []
@@ -174,12 +237,21 @@ def summarise(name: str, r: dict[str, Any]) -> None:
           f"{rep.get('boundary')} of them at plan boundaries, {rep.get('late')} late")
 
 
+def print_overhead(name: str, r: dict[str, Any]) -> None:
+    base = r["bare"]["median_s"]
+    print(f"{name:16s} median step: " + ", ".join(
+        f"{mode} {1e3 * v['median_s']:.2f} ms ({100 * (v['median_s'] / base - 1):+.1f} %, {v['steps']} steps)"
+        for mode, v in r.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, help="run on this machine's GPU and write the data here (JSON)")
     p.add_argument("--report", type=Path, help="print the table of a file written by --out")
     p.add_argument("--seconds", type=float, default=45.0, help="seconds of training per model (default 45)")
     p.add_argument("--models", nargs="+", default=list(MODELS))
+    p.add_argument("--overhead", action="store_true",
+                   help="also time the loop bare, under the controller, with a pattern per step and with the tracker")
     p.add_argument("--control-clocks", action="store_true",
                    help="set the clocks the plans ask for (a GPU you may set clocks on; needs the permission)")
     a = p.parse_args(argv)
@@ -189,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{'clocks set' if data['control_clocks'] else 'observe mode (dry run: nothing set)'}")
         for name, r in data["models"].items():
             summarise(name, r)
+        for name, r in data.get("overhead", {}).items():
+            print_overhead(name, r)
         return 0
     if a.out is None:
         p.error("give --out FILE (run on the GPU) or --report FILE")
@@ -196,13 +270,16 @@ def main(argv: list[str] | None = None) -> int:
 
     from rlclock.gpu.nvml import NvmlDevice
 
-    models = {}
+    models, overhead = {}, {}
     for name in a.models:
         models[name] = run_model(name, a.seconds, a.control_clocks)
         summarise(name, models[name])
+        if a.overhead:
+            overhead[name] = step_overhead(name, min(a.seconds, 20.0))
+            print_overhead(name, overhead[name])
     data = {"gpu": NvmlDevice(torch.cuda.current_device()).name, "torch": torch.__version__,
             "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "seconds": a.seconds,
-            "control_clocks": a.control_clocks, "budget": BUDGET, "models": models}
+            "control_clocks": a.control_clocks, "budget": BUDGET, "models": models, "overhead": overhead}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(data))
     return 0

@@ -275,13 +275,14 @@ class Session:
 
 def best_mix(paired: PairedSlowdown, model_saving: Sequence[float], budget: float, tolerance: float = 0.002,
              z: float = 2.0, grid: int = 51) -> Mix:
-    """The pair of arms neighbouring in estimated slowdown, time-shared step by step, that saves most by the
-    planning model's ranking among those whose estimated slowdown is within ``budget`` and whose slowdown ``z``
-    standard deviations up is within ``budget + tolerance`` (auto if none). Only neighbours are mixed: a plan's
-    saving is known from the model only, and the model's savings of plans far apart need not scale as the GPU's
-    do (interpolating between neighbours leans on that least)."""
+    """The pair of arms neighbouring in estimated slowdown (among auto and the arms measured), time-shared step by
+    step, that saves most by the planning model's ranking among those whose estimated slowdown is within ``budget``
+    and whose slowdown ``z`` standard deviations up is within ``budget + tolerance`` (auto if none). Only neighbours
+    are mixed: a plan's saving is known from the model only, and the model's savings of plans far apart need not
+    scale as the GPU's do (interpolating between neighbours leans on that least)."""
     saving = np.asarray(model_saving, dtype=float)
-    order = np.argsort(paired.slowdown(), kind="stable")
+    measured = np.flatnonzero((paired.count() >= MIN_WINDOWS) | (np.arange(paired.n_arms) == 0))
+    order = measured[np.argsort(paired.slowdown()[measured], kind="stable")]
     lo, hi = order[:-1], order[1:]
     if not lo.size:
         return Mix.of(0)
@@ -305,7 +306,9 @@ def best_mix(paired: PairedSlowdown, model_saving: Sequence[float], budget: floa
 class PairedTracker:
     """The budget's own root, from paired step times (module docstring).
 
-    Every ``reference_every``-th step runs auto; the others run the plan it would commit to now (its two arms in
+    One step in every ``reference_every`` runs auto — at a random place in each cycle, so that nothing the loop
+    does every other step (the tracker's own updates, on a loop that waits on the host) reads as a plan's slowdown;
+    the others run the plan it would commit to now (its two arms in
     their share), and one cycle in ``probe_every`` (every cycle while the commitment is auto) probes an arm that might
     do better: one whose slowdown ``z`` deviations down may fit the budget and that the planning model expects to
     save more than the commitment — of those the one of the largest expected gain; none once every such arm is known
@@ -328,16 +331,19 @@ class PairedTracker:
         probe_every: Cycles per probe.
         margin: How far over the budget any ``span_steps`` may run (the safety layer).
         z_safe: Standard deviations above its estimate an arm's slowdown is charged with (the safety layer).
+        seed: Seed of where in each cycle auto runs.
     """
 
     def __init__(self, budget: float, model_slowdown: Sequence[float], model_saving: Sequence[float],
                  parts: np.ndarray | None = None, tolerance: float = 0.002, z: float = 2.0, reference_every: int = 2,
-                 settled_every: int = 8, probe_every: int = 2, margin: float = 0.005, z_safe: float = 2.5) -> None:
+                 settled_every: int = 8, probe_every: int = 2, margin: float = 0.005, z_safe: float = 2.5,
+                 seed: int = 0) -> None:
         self.budget, self.saving = float(budget), np.asarray(model_saving, dtype=float)
         self.guard = GuardedSteps(budget, model_slowdown, parts, margin, z_safe)
         self.tolerance, self.z = float(tolerance), float(z)
         self.reference_every, self.settled_every, self.probe_every = reference_every, settled_every, probe_every
-        self._step = 0
+        self._rng = np.random.default_rng(seed)
+        self._pos = self._len = self._auto_at = 0
         self._cycle = 0
         self._hi_steps = 0.0
         self._mix = Mix.of(0)
@@ -376,14 +382,18 @@ class PairedTracker:
         return max(could, key=lambda a: (self.saving[a] - gain) * fits[a])
 
     def _wanted(self) -> int:
-        every = self.settled_every if self.settled() else self.reference_every
-        k = self._step % every
-        self._step += 1
-        if k == 0:
+        if self._pos >= self._len:  # a new cycle: its length, and where in it auto runs (at random)
+            self._len = self.settled_every if self.settled() else self.reference_every
+            self._auto_at = int(self._rng.integers(self._len))
+            self._pos = 0
             self._cycle += 1
+        k = self._pos
+        self._pos += 1
+        if k == self._auto_at:
             return 0
         mix = self.commit()
-        if mix.hi == 0 or (self._cycle % self.probe_every == 0 and k == 1):
+        first = k == (1 if self._auto_at == 0 else 0)
+        if mix.hi == 0 or (self._cycle % self.probe_every == 0 and first):
             probe = self._probe(mix)
             if probe is not None:
                 return probe
