@@ -14,6 +14,7 @@ import numpy as np
 
 from rlclock.dvfs.spec import GpuSpec
 from rlclock.schedule import ClockConfig
+from rlclock.workload.kernel_names import elements_per_thread
 from rlclock.workload.trace import ACCESS_CLASSES, Kernel
 
 CAPPED_FRACTION = 0.93
@@ -46,6 +47,7 @@ class KernelArrays:
     wave_eff: np.ndarray
     mlp_bytes: np.ndarray
     occupancy: np.ndarray  # threads the launch keeps resident over the GPU's capacity, at most 1 (1 if unknown)
+    loop_elements: np.ndarray  # elements a generic (strided) or unrolled (casting) loop handles (0 if none/unknown)
     work_scale: np.ndarray
     activity_scale: np.ndarray
     cap_scale: np.ndarray  # per-kernel power cap relative to the GPU's (above 1 where a measurement exceeded it)
@@ -83,6 +85,7 @@ def kernel_arrays(kernels: Sequence[Kernel], spec: GpuSpec) -> KernelArrays:
         wave_eff=col([_wave_efficiency(k, spec.sm_count) for k in kernels]),
         mlp_bytes=col([16.0 if k.mlp_bytes is None else k.mlp_bytes for k in kernels]),
         occupancy=col([launch_occupancy(k, spec) for k in kernels]),
+        loop_elements=col([loop_elements(k) for k in kernels]),
         work_scale=np.ones((n, 1)),
         activity_scale=np.ones((n, 1)),
         cap_scale=np.ones((n, 1)),
@@ -100,6 +103,18 @@ def launch_occupancy(k: Kernel, spec: GpuSpec) -> float:
         return 1.0
     threads = float(np.prod(k.launch_grid)) * float(np.prod(k.launch_block))
     return float(min(1.0, threads / (spec.sm_count * spec.threads_per_sm)))
+
+
+def loop_elements(k: Kernel) -> float:
+    """Elements a SIMT kernel running PyTorch's generic (strided) or unrolled (casting) elementwise loop handles:
+    its launch's threads times the elements each handles (:func:`~rlclock.workload.kernel_names.
+    elements_per_thread`); 0 for other kernels and when the launch shape is unknown (generated traces)."""
+    if k.launch_grid is None or k.launch_block is None or k.uses_tensor_cores:
+        return 0.0
+    per_thread = elements_per_thread(k.name)
+    if per_thread is None:
+        return 0.0
+    return float(np.prod(k.launch_grid)) * float(np.prod(k.launch_block)) * per_thread
 
 
 def gemm_read_traffic(k: Kernel, spec: GpuSpec) -> float:
@@ -174,6 +189,8 @@ def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: n
     simt_ops = ka.simt_flops + p.simt_ops_per_byte * (ka.read_bytes + ka.write_bytes) * ~ka.is_tensor
     if p.norm_ops_per_written_byte > 0:
         simt_ops = simt_ops + p.norm_ops_per_written_byte * ka.write_bytes * ka.is_norm  # per element produced
+    if p.loop_ops_per_element > 0:
+        simt_ops = simt_ops + p.loop_ops_per_element * ka.loop_elements  # offsets / casts per element
     t_simt = ka.work_scale * simt_ops / (spec.simt_flops_per_cycle_per_sm * spec.sm_count * f_hz)
     eta_bw = np.array([p.eta_stream, p.eta_gather, p.eta_reduce])[ka.access]
     bw_peak = 2.0 * m_hz * spec.mem_bus_bits / 8.0
@@ -215,16 +232,19 @@ def cross_block_reduction(ka: KernelArrays) -> np.ndarray:
 def l2_served_fraction(ka: KernelArrays, spec: GpuSpec) -> np.ndarray:
     """Share of each SIMT kernel's DRAM-level traffic that the L2 cache serves instead, ``(K, 1)``.
 
-    A kernel whose data were just touched (its own previous launch in an isolated replay, or its producer
-    in a step) finds up to ``l2_resident_bytes`` of them still in L2; a fraction ``l2_hit_fraction`` of that
-    resident part hits. So ``φ = h · min(1, C / (B_r + B_w))``: a kernel whose footprint fits is served
-    mostly by L2, a large one only on its resident share. Tensor-core kernels are left out: their operand
-    reuse is modelled by :func:`gemm_read_traffic`.
+    A kernel whose data were just touched (its producer in a step, its own previous launch in an isolated
+    replay) finds them in L2 only while its whole footprint fits: reading through the data in the order they
+    were written, a footprint larger than the cache evicts the rest before it is reached (least recently used
+    streaming). So ``φ = h · max(0, 1 − (B_r + B_w) / C)`` with ``C`` = ``l2_resident_bytes`` (at most the L2)
+    and ``h`` = ``l2_hit_fraction``: a small kernel is served mostly by L2, one of ``C`` or more not at all
+    (measured on the H200: at inputs of 32 MiB and more a rewritten input is read no faster than a flushed one,
+    ``data/h200-l2-reuse.json``). Tensor-core kernels are left out: their operand reuse is modelled by
+    :func:`gemm_read_traffic`.
     """
     p = spec.model
-    footprint = np.maximum(ka.read_bytes + ka.write_bytes, 1.0)
-    resident = min(p.l2_resident_bytes, spec.l2_bytes)
-    return np.where(ka.is_tensor, 0.0, p.l2_hit_fraction * np.minimum(1.0, resident / footprint))
+    footprint = ka.read_bytes + ka.write_bytes
+    resident = max(min(p.l2_resident_bytes, spec.l2_bytes), 1.0)
+    return np.where(ka.is_tensor, 0.0, p.l2_hit_fraction * np.clip(1.0 - footprint / resident, 0.0, 1.0))
 
 
 def power_w(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: np.ndarray,

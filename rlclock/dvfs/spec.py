@@ -66,7 +66,8 @@ class DvfsParams:
     (no ``e_dram`` energy) and moves at ``l2_bytes_per_cycle``·f instead of the DRAM bandwidth;
     ``norm_ops_per_written_byte`` — extra SIMT operations of ``norm`` kernels per byte they write, i.e. per
     element they produce (fp32 statistics, normalisation and affine math), which add SM time and switching
-    power. Launch occupancy (always on, when the trace records launch shapes): a SIMT kernel whose grid
+    power; ``loop_ops_per_element`` — SIMT operations per element of PyTorch's generic (strided: offsets per
+    operand and dimension) and unrolled (a dynamic cast per load and store) elementwise loops. Launch occupancy (always on, when the trace records launch shapes): a SIMT kernel whose grid
     fills only a share of the GPU's resident-thread capacity keeps that share of the loads in flight.
     """
 
@@ -96,6 +97,7 @@ class DvfsParams:
     l2_resident_bytes: float = 0.0
     l2_bytes_per_cycle: float = 0.0
     norm_ops_per_written_byte: float = 0.0
+    loop_ops_per_element: float = 0.0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str) -> DvfsParams:
