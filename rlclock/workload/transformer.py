@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from rlclock.errors import SpecError
-from rlclock.workload.trace import DTYPES, Kernel, KernelTrace
 from rlclock.workload.op_costs import gamma_beta_loads
+from rlclock.workload.trace import DTYPES, Kernel, KernelTrace
 
 _BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 F32 = 4
