@@ -31,6 +31,10 @@ LOOP_MEASUREMENTS: dict[str, str] = {"h200-sxm": "h200-l2-reuse.json"}
 copy at 4-512 MiB, after an L2 flush and after a producer rewrote the input) fitted beside the trace: they carry
 what the layer's kernels cannot show — the DRAM rate of large streams, the L2's reach, the per-element work of
 PyTorch's generic and unrolled loops."""
+NARROW_GEMMS: dict[str, tuple[str, ...]] = {"h200-sxm": ("corpus-h200/gpt2-medium/step.trace.json.gz",)}
+"""Per preset, shipped profiled steps whose GEMMs with narrow operand loads (CUTLASS ``_alignN`` kernels: GPT-2's
+50 257-word head, forward and both gradients) are fitted beside the trace at their in-sequence times; no other corpus
+kernel is, so the corpus's other steps (BERT's 30 522-word head among them) judge the fit."""
 LOOP_WEIGHT = 0.25
 """Weight of each loop timing's log error against the trace's kernels (whose targets stay first)."""
 
@@ -39,7 +43,7 @@ FIT_NAMES: tuple[str, ...] = (
     "e_xbar_j_per_byte", "p_mem_bg_w", "e_dram_j_per_byte", "eta_gemm", "eta_attention", "eta_stream",
     "eta_reduce", "simt_ops_per_byte", "launch_s", "reduce_overhead_s",
     "l2_hit_fraction", "l2_resident_bytes", "l2_bytes_per_cycle", "norm_ops_per_written_byte",
-    "loop_ops_per_element",
+    "loop_ops_per_element", "narrow_load_ops",
 )
 """Parameters the measured fit adjusts. The DRAM latency (``lat_core_cycles``, ``lat_mem_cycles``) is left as the
 preset holds it: observe mode measures every kernel at one clock pair, where no kernel is latency-bound, so the
@@ -61,7 +65,8 @@ _BOUNDS = {**BOUNDS, "v_min_v": (0.55, 0.85), "v_max_v": (0.85, 1.15), "eta_atte
            # L2 residency: at most the whole 60 MB L2, hits at most all of it; L2 bandwidth up to 10 kB per core
            # cycle (~20 TB/s at 1980 MHz); norm kernels up to 50 extra SIMT operations per byte written.
            "l2_hit_fraction": (0.0, 1.0), "l2_resident_bytes": (0.0, 60e6), "l2_bytes_per_cycle": (0.0, 1e4),
-           "norm_ops_per_written_byte": (0.0, 50.0), "loop_ops_per_element": (0.0, 1000.0)}
+           "norm_ops_per_written_byte": (0.0, 50.0), "loop_ops_per_element": (0.0, 1000.0),
+           "narrow_load_ops": (0.0, 1000.0)}
 
 
 def measured_trace(spec: GpuSpec) -> KernelTrace:
@@ -113,6 +118,19 @@ def loop_points(spec: GpuSpec) -> tuple[list[Kernel], np.ndarray, np.ndarray]:
     return kernels, np.array(t), np.array(cold)
 
 
+def narrow_gemm_points(spec: GpuSpec) -> tuple[list[Kernel], np.ndarray]:
+    """The GEMMs with narrow operand loads of :data:`NARROW_GEMMS` (FLOPs and bytes by the current rules) and their
+    in-sequence times."""
+    kernels, t = [], []
+    for rel in NARROW_GEMMS.get(spec.key, ()):
+        for k in refresh_costs(KernelTrace.load(resources.measurement(rel))):
+            m = next((m for m in k.measured if m.source == "in-sequence"), None)
+            if m is not None and model.narrow_gemm_loads(k) > 0:
+                kernels.append(k)
+                t.append(m.time_s)
+    return kernels, np.array(t)
+
+
 def predict_loops(spec: GpuSpec, kernels: list[Kernel], cold: np.ndarray) -> np.ndarray:
     """Auto-clock times of :func:`loop_points`' kernels: the cold ones with no L2 residency."""
     hot = predict_auto(spec, kernels).time_s[:, 0]
@@ -141,12 +159,15 @@ def fit_measured(spec: GpuSpec, max_nfev: int = 400) -> tuple[GpuSpec, float]:
     """Fit ``spec``'s model to its measured trace and loop timings (module docstring)."""
     kernels, t, e, f = isolated_points(measured_trace(spec), spec)
     loops, t_loops, cold = loop_points(spec)
+    gemms, t_gemms = narrow_gemm_points(spec)
 
     def residuals(s: GpuSpec) -> np.ndarray:
-        r = _residuals(s, kernels, t, e, f)
-        if not loops:
-            return r
-        return np.concatenate([r, LOOP_WEIGHT * 2 * np.log(predict_loops(s, loops, cold) / t_loops)])
+        r = [_residuals(s, kernels, t, e, f)]
+        if loops:
+            r.append(LOOP_WEIGHT * 2 * np.log(predict_loops(s, loops, cold) / t_loops))
+        if gemms:
+            r.append(LOOP_WEIGHT * 2 * np.log(predict_auto(s, gemms).time_s[:, 0] / t_gemms))
+        return np.concatenate(r)
 
     return fit(spec, residuals, FIT_NAMES, max_nfev=max_nfev, bounds=_BOUNDS)
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from rlclock.dvfs.spec import GpuSpec
 from rlclock.schedule import ClockConfig
-from rlclock.workload.kernel_names import elements_per_thread
+from rlclock.workload.kernel_names import elements_per_thread, gemm_narrow_loads
 from rlclock.workload.trace import ACCESS_CLASSES, Kernel
 
 CAPPED_FRACTION = 0.93
@@ -48,6 +48,7 @@ class KernelArrays:
     mlp_bytes: np.ndarray
     occupancy: np.ndarray  # threads the launch keeps resident over the GPU's capacity, at most 1 (1 if unknown)
     loop_elements: np.ndarray  # elements a generic (strided) or unrolled (casting) loop handles (0 if none/unknown)
+    narrow_loads: np.ndarray  # operand load instructions of a GEMM whose tiles load fewer than 16 bytes at a time
     work_scale: np.ndarray
     activity_scale: np.ndarray
     cap_scale: np.ndarray  # per-kernel power cap relative to the GPU's (above 1 where a measurement exceeded it)
@@ -86,6 +87,7 @@ def kernel_arrays(kernels: Sequence[Kernel], spec: GpuSpec) -> KernelArrays:
         mlp_bytes=col([16.0 if k.mlp_bytes is None else k.mlp_bytes for k in kernels]),
         occupancy=col([launch_occupancy(k, spec) for k in kernels]),
         loop_elements=col([loop_elements(k) for k in kernels]),
+        narrow_loads=col([narrow_gemm_loads(k) for k in kernels]),
         work_scale=np.ones((n, 1)),
         activity_scale=np.ones((n, 1)),
         cap_scale=np.ones((n, 1)),
@@ -115,6 +117,19 @@ def loop_elements(k: Kernel) -> float:
     if per_thread is None:
         return 0.0
     return float(np.prod(k.launch_grid)) * float(np.prod(k.launch_block)) * per_thread
+
+
+def narrow_gemm_loads(k: Kernel) -> float:
+    """Load instructions a tensor-core GEMM issues for its operand tiles when its name gives an alignment below
+    16 bytes (:func:`~rlclock.workload.kernel_names.gemm_narrow_loads`): A is read once per column of ``TN``-wide
+    tiles and B once per row of ``TM``-high tiles, ``b·m·n·k·(1/TM + 1/TN)`` elements, ``align`` per instruction;
+    0 for other kernels."""
+    narrow = gemm_narrow_loads(k.name) if k.uses_tensor_cores and k.gemm_bmnk is not None else None
+    if narrow is None or k.gemm_bmnk is None:
+        return 0.0
+    tm, tn, align = narrow
+    b, m, n, kk = k.gemm_bmnk
+    return float(b) * m * n * kk * (1.0 / tm + 1.0 / tn) / align
 
 
 def gemm_read_traffic(k: Kernel, spec: GpuSpec) -> float:
@@ -191,6 +206,8 @@ def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: n
         simt_ops = simt_ops + p.norm_ops_per_written_byte * ka.write_bytes * ka.is_norm  # per element produced
     if p.loop_ops_per_element > 0:
         simt_ops = simt_ops + p.loop_ops_per_element * ka.loop_elements  # offsets / casts per element
+    if p.narrow_load_ops > 0:
+        simt_ops = simt_ops + p.narrow_load_ops * ka.narrow_loads  # operand tiles fetched a few bytes at a time
     t_simt = ka.work_scale * simt_ops / (spec.simt_flops_per_cycle_per_sm * spec.sm_count * f_hz)
     eta_bw = np.array([p.eta_stream, p.eta_gather, p.eta_reduce])[ka.access]
     bw_peak = 2.0 * m_hz * spec.mem_bus_bits / 8.0
@@ -209,7 +226,7 @@ def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: n
         t_rd = ka.work_scale * ka.read_bytes / bw
         t_wr = ka.work_scale * ka.write_bytes / bw
     # Tensor-core kernels stream their inputs under the math but write results in an epilogue after it.
-    t_tc = _smax(t_tensor, t_rd, p.smooth_p) + t_wr
+    t_tc = _smax(_smax(t_tensor, t_simt, p.smooth_p), t_rd, p.smooth_p) + t_wr
     t_sm = _smax(t_simt, t_rd + t_wr, p.smooth_p)
     reduce_tail = np.where(cross_block_reduction(ka), p.reduce_overhead_s, 0.0)
     time_s = np.where(ka.is_tensor, t_tc, t_sm) + p.launch_s + ka.work_scale * reduce_tail

@@ -67,7 +67,9 @@ class DvfsParams:
     ``norm_ops_per_written_byte`` — extra SIMT operations of ``norm`` kernels per byte they write, i.e. per
     element they produce (fp32 statistics, normalisation and affine math), which add SM time and switching
     power; ``loop_ops_per_element`` — SIMT operations per element of PyTorch's generic (strided: offsets per
-    operand and dimension) and unrolled (a dynamic cast per load and store) elementwise loops. Launch
+    operand and dimension) and unrolled (a dynamic cast per load and store) elementwise loops;
+    ``narrow_load_ops`` — SIMT operations per operand load instruction of a GEMM whose tiles are fetched fewer than
+    16 bytes at a time (a CUTLASS ``_alignN`` kernel chosen for a misaligned leading dimension). Launch
     occupancy (always on, when the trace records launch shapes): a SIMT kernel whose grid
     fills only a share of the GPU's resident-thread capacity keeps that share of the loads in flight.
     """
@@ -99,6 +101,7 @@ class DvfsParams:
     l2_bytes_per_cycle: float = 0.0
     norm_ops_per_written_byte: float = 0.0
     loop_ops_per_element: float = 0.0
+    narrow_load_ops: float = 0.0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str) -> DvfsParams:

@@ -94,6 +94,20 @@ def elements_per_thread(name: str) -> int | None:
     return None
 
 
+def gemm_narrow_loads(name: str) -> tuple[int, int, int] | None:
+    """``(tile rows, tile columns, elements per load)`` of a CUTLASS GEMM whose name gives its alignment
+    (``cutlass_80_tensorop_bf16_s16816gemm_bf16_256x128_64x3_tn_align2``), ``None`` otherwise.
+
+    The library picks an alignment below eight 16-bit elements when a leading dimension is not a multiple of eight
+    (a vocabulary of 30 522 or 50 257): the operand tiles are then fetched ``align`` elements per load instruction
+    instead of 16 bytes. Hopper's own kernels (``nvjet``, ``sm90`` names) do not say and are never that narrow.
+    """
+    m = re.search(r"gemm_[a-z0-9]+_(\d+)x(\d+)_\w*?_align(\d+)", name)
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2)), max(1, int(m.group(3)))
+
+
 def short_name(name: str, width: int = 60) -> str:
     """A readable prefix of a (demangled) kernel name: template arguments and the return type dropped."""
     s = name

@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from rlclock.workload.kernel_names import classify, elements_per_thread, loop_kind
+from rlclock.workload.kernel_names import classify, loop_kind
 from rlclock.workload.trace import Kernel, KernelTrace, LaunchOp, Shape
 
 LONG_ROW_ELEMENTS = 4096
@@ -269,18 +269,18 @@ def loads_in_flight(launch: Launch, elements: float, read_bytes_per_element: flo
 
     What the kernel's name says about its loop (:func:`~rlclock.workload.kernel_names.loop_kind`): vectorized
     and unrolled kernels load all the elements a thread handles (``elements`` over the launch's threads) before
-    computing; the generic ``elementwise_kernel<nt, vt>`` overlaps the loads of its ``vt`` unrolled iterations
-    (measured on the H200, its bf16 copies reach 1.3-1.5 TB/s, twice what one element in flight per thread
-    allows); the strided copies of ``cat`` store each element before loading the next (the compiler cannot move
-    a load past a store that may alias it), so one element's operands are in flight. Other kernels:
-    :data:`VECTOR_LOAD_BYTES`.
+    computing; the strided copies of ``cat`` store each element before loading the next (the compiler cannot move
+    a load past a store that may alias it), so one element's operands are in flight. Other kernels, the generic
+    ``elementwise_kernel<nt, vt>`` among them: :data:`VECTOR_LOAD_BYTES` — measured on the H200, the generic loop
+    runs at a rate in elements that its per-element work sets (``loop_ops_per_element`` of the GPU preset), well
+    above what one element in flight per thread would allow (its bf16 copies reach 1.3-1.5 TB/s).
     """
     name = launch.name
     if read_bytes_per_element <= 0:
         return VECTOR_LOAD_BYTES
     kind = loop_kind(name)
-    if kind == "generic":
-        return (elements_per_thread(name) or 1) * read_bytes_per_element
+    if kind == "generic" and "CatArray" in name:
+        return read_bytes_per_element
     if kind in ("vectorized", "unrolled") and "CatArray" not in name:
         per_thread = max(1.0, round(elements / launch.threads)) if launch.grid and launch.block else 4.0
         return per_thread * read_bytes_per_element
@@ -403,8 +403,9 @@ def _attention(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
         nm = names[i]
         if lk.kind != "kernel":
             out.append(_kind_cost(lk))
-        elif "dot_do_o" in nm:
-            out.append(Cost(2.0 * rows * dv, 2.0 * o_b, 4.0 * rows, "reduction", rule="attention.dot_do_o"))
+        elif "dot_do_o" in nm:  # row sums of dO·O; also zeroes the fp32 dQ accumulator that convert_dq reads
+            clear = q_b * 4.0 / eb if fp32_dq else 0.0
+            out.append(Cost(2.0 * rows * dv, 2.0 * o_b, 4.0 * rows + clear, "reduction", rule="attention.dot_do_o"))
         elif "convert_dq" in nm:
             out.append(Cost(0.0, q_b * 4.0 / eb, q_b, "copy", rule="attention.convert_dq"))
         elif "reduce_head" in nm:
