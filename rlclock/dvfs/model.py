@@ -23,6 +23,7 @@ CAPPED_FRACTION = 0.93
 CROSS_BLOCK_OUTPUT_FRACTION = 0.1
 """A ``reduce`` kernel writing less than this fraction of the bytes it reads reduces across thread blocks."""
 
+_ELEM_BYTES = {"fp8": 1.0, "fp16": 2.0, "bf16": 2.0, "tf32": 4.0, "fp32": 4.0}  # per operand element, by dtype
 _TILE = 128  # output tile edge of the library GEMM kernels, for wave quantisation
 _BISECT_STEPS = 40
 
@@ -128,6 +129,8 @@ def narrow_gemm_loads(k: Kernel) -> float:
     if narrow is None or k.gemm_bmnk is None:
         return 0.0
     tm, tn, align = narrow
+    if align * _ELEM_BYTES.get(k.dtype, 2.0) >= 16:  # a full 16-byte vector per load: the usual case
+        return 0.0
     b, m, n, kk = k.gemm_bmnk
     return float(b) * m * n * kk * (1.0 / tm + 1.0 / tn) / align
 
@@ -143,7 +146,7 @@ def gemm_read_traffic(k: Kernel, spec: GpuSpec) -> float:
     if k.gemm_bmnk is None or not k.uses_tensor_cores:
         return k.dram_read_bytes
     b, m, n, kk = k.gemm_bmnk
-    elem = 1.0 if k.dtype == "fp8" else (4.0 if k.dtype in ("fp32", "tf32") else 2.0)
+    elem = _ELEM_BYTES.get(k.dtype, 2.0)
     edge = _TILE * max(1.0, spec.sm_count**0.5)
     a_bytes, b_bytes = elem * m * kk, elem * kk * n
     a_reads = 1.0 if a_bytes <= spec.l2_bytes / 2 else -(-n // edge)
