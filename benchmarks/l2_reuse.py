@@ -20,8 +20,9 @@ operators' shapes (``rlclock.workload.op_costs``), so ``--compare`` can put the 
 
 ``--refit W`` refits the H200 preset's parameters (``rlclock.calibration.measured``: the GPT-3 XL layer's
 isolated replays and their priors) with these kernels' times beside them, weighted ``W``, each in its case: no
-L2 residency when cold, the rewritten input's share of the footprint when hot, the model's replay residency in
-replay. It prints the layer's fit errors, these kernels' and the corpus's shapes-only accuracy
+L2 residency when cold, the model's rule (a footprint's share that fits in L2) when hot and in replay. The preset's
+own fit (``python -m rlclock.calibration h200-sxm``) takes the cold and hot times at weight 0.25.
+It prints the layer's fit errors, these kernels' and the corpus's shapes-only accuracy
 (``benchmarks/real_steps.py --part costs``' kernel column) before and after; nothing is written.
 """
 
@@ -151,8 +152,7 @@ def _cases(path: Path) -> list[tuple[Any, float, float]]:
         if len(ks) != 1:
             continue
         k = ks[0]
-        hot = min(1.0, e["input_mib"] * 2**20 / (k.dram_read_bytes + k.dram_write_bytes))
-        for case, share in (("cold", 0.0), ("hot", hot), ("replay", 1.0)):
+        for case, share in (("cold", 0.0), ("hot", 1.0), ("replay", 1.0)):  # hot and replay: the model's rule
             out.append((k, statistics.median(e["time_s"][case]), share))
     return out
 

@@ -161,7 +161,8 @@ def test_elementwise_results_take_the_promoted_type_and_broadcast_inputs_stream_
     rotary = one(LaunchOp("aten::mul", ((8, 16, 1024, 64), (1, 1, 1024, 64)), (BF16, F32)), GENERIC)
     n = 8 * 16 * 1024 * 64
     assert rotary.write_bytes == 4 * n  # bf16 x fp32 -> fp32
-    assert rotary.read_bytes == 2 * n + 4 * 1024 * 64 and rotary.mlp_bytes == 2  # one element in flight
+    # the generic loop is bound by its per-element work (the GPU preset's loop_ops_per_element), not by loads in flight
+    assert rotary.read_bytes == 2 * n + 4 * 1024 * 64 and rotary.mlp_bytes == 16
     scaled = one(LaunchOp("aten::mul", ((8, 1024, 1024), ()), (F32, "double")))
     assert scaled.write_bytes == 4 * 8 * 1024 * 1024  # a 0-d double is a scalar: no promotion
     mask = one(LaunchOp("aten::native_dropout", ((8, 1024, 1024), (), ()), (BF16, "Scalar", "")))
@@ -229,3 +230,25 @@ def test_every_committed_real_step_is_costed_by_a_rule():
         unknown = [k.name for k, c in zip(trace, found, strict=True) if not c.known]
         assert not unknown, f"{path.parent.name}: no rule for {unknown[:3]}"
         assert sum(c.flops for c in found if c.category == "gemm") > 0
+
+
+def test_loop_kinds_and_narrow_gemms_read_from_kernel_names():
+    from rlclock.workload.kernel_names import elements_per_thread, gemm_narrow_loads, loop_kind
+
+    assert loop_kind(VEC) == "vectorized" and elements_per_thread(VEC) is None
+    assert loop_kind(GENERIC) == "generic" and elements_per_thread(GENERIC) == 4
+    unrolled = "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda>(int)"
+    assert loop_kind(unrolled) == "unrolled" and elements_per_thread(unrolled) == 4
+    cat = "void at::native::(anonymous namespace)::CatArrayBatchedCopy_vectorized<OpaqueType<2u>, unsigned int, 3>"
+    assert loop_kind(cat) == "vectorized" and loop_kind(cat.replace("_vectorized", "")) == "generic"
+    assert gemm_narrow_loads("void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_128x256_nt_align1>") \
+        == (128, 256, 1)
+    assert gemm_narrow_loads("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT") is None
+
+
+def test_layernorm_gamma_beta_gradient_keeps_eight_rows_of_two_operands_in_flight():
+    from rlclock.workload.op_costs import gamma_beta_loads
+
+    name = "void at::native::GammaBetaBackwardCUDAKernelTemplate<float, float, 32u, 32u, 256u, false, true, false>"
+    assert gamma_beta_loads(4, name) == 8 * 2 * 4
+    assert gamma_beta_loads(2) == 8 * 2 * 2  # the generator's default: PyTorch's 32 x 32 threads over 256 rows

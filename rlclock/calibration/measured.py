@@ -4,7 +4,9 @@ Used for the H200: the GPT-3 XL layer profiled and measured in observe mode (``d
 every kernel from its shapes alone (no anchoring) and the fit adjusts the physical parameters so that the
 predicted auto-clock time, energy and power-capped SM clock match the isolated measurements. Observe mode
 measures only the driver's own clocks, so how a kernel responds to *other* clocks comes from the model's
-physics with the fitted parameters and weak priors (stated in :data:`PRIORS`), not from measurements.
+physics with the fitted parameters and weak priors (stated in :data:`PRIORS`), not from measurements. Beside
+the trace, single elementwise kernels timed on the same GPU (:data:`LOOP_MEASUREMENTS`) fix what the layer's
+kernels do not exercise: PyTorch's generic and unrolled loops, and large streams with and without their input in L2.
 """
 
 from __future__ import annotations
@@ -19,16 +21,29 @@ from rlclock.dvfs import model
 from rlclock.dvfs.spec import GpuSpec
 from rlclock.errors import SpecError
 from rlclock.schedule import AUTO
+from rlclock.workload.op_costs import refresh_costs
 from rlclock.workload.trace import Kernel, KernelTrace
 
 MEASURED_TRACES: dict[str, str] = {"h200-sxm": "gpt3xl-h200-layer.trace.json"}
 """Per preset, the shipped measured trace (``rlclock/data/measurements/``) its parameters are fitted to."""
+LOOP_MEASUREMENTS: dict[str, str] = {"h200-sxm": "h200-l2-reuse.json"}
+"""Per preset, shipped single-kernel timings of elementwise loops (casts, adds, a broadcast multiply, a transposing
+copy at 4-512 MiB, after an L2 flush and after a producer rewrote the input) fitted beside the trace: they carry
+what the layer's kernels cannot show — the DRAM rate of large streams, the L2's reach, the per-element work of
+PyTorch's generic and unrolled loops."""
+NARROW_GEMMS: dict[str, tuple[str, ...]] = {"h200-sxm": ("corpus-h200/gpt2-medium/step.trace.json.gz",)}
+"""Per preset, shipped profiled steps whose GEMMs with narrow operand loads (CUTLASS ``_alignN`` kernels: GPT-2's
+50 257-word head, forward and both gradients) are fitted beside the trace at their in-sequence times; no other corpus
+kernel is, so the corpus's other steps (BERT's 30 522-word head among them) judge the fit."""
+LOOP_WEIGHT = 0.25
+"""Weight of each loop timing's log error against the trace's kernels (whose targets stay first)."""
 
 FIT_NAMES: tuple[str, ...] = (
     "v_min_v", "v_max_v", "f_ridge_mhz", "p_const_w", "k_leak_w_per_v", "c_clock_w", "c_tensor_w", "c_simt_w",
     "e_xbar_j_per_byte", "p_mem_bg_w", "e_dram_j_per_byte", "eta_gemm", "eta_attention", "eta_stream",
     "eta_reduce", "simt_ops_per_byte", "launch_s", "reduce_overhead_s",
     "l2_hit_fraction", "l2_resident_bytes", "l2_bytes_per_cycle", "norm_ops_per_written_byte",
+    "loop_ops_per_element", "narrow_load_ops",
 )
 """Parameters the measured fit adjusts. The DRAM latency (``lat_core_cycles``, ``lat_mem_cycles``) is left as the
 preset holds it: observe mode measures every kernel at one clock pair, where no kernel is latency-bound, so the
@@ -50,7 +65,8 @@ _BOUNDS = {**BOUNDS, "v_min_v": (0.55, 0.85), "v_max_v": (0.85, 1.15), "eta_atte
            # L2 residency: at most the whole 60 MB L2, hits at most all of it; L2 bandwidth up to 10 kB per core
            # cycle (~20 TB/s at 1980 MHz); norm kernels up to 50 extra SIMT operations per byte written.
            "l2_hit_fraction": (0.0, 1.0), "l2_resident_bytes": (0.0, 60e6), "l2_bytes_per_cycle": (0.0, 1e4),
-           "norm_ops_per_written_byte": (0.0, 50.0)}
+           "norm_ops_per_written_byte": (0.0, 50.0), "loop_ops_per_element": (0.0, 1000.0),
+           "narrow_load_ops": (0.0, 1000.0)}
 
 
 def measured_trace(spec: GpuSpec) -> KernelTrace:
@@ -82,6 +98,46 @@ def isolated_points(trace: KernelTrace,
     return kernels, np.array(t), np.array(e), np.array(f)
 
 
+def loop_points(spec: GpuSpec) -> tuple[list[Kernel], np.ndarray, np.ndarray]:
+    """The shipped loop timings (:data:`LOOP_MEASUREMENTS`) as single kernels (FLOPs and bytes by the current
+    rules), their measured times (medians) and whether each was taken cold (after an L2 flush: nothing of it in
+    L2) or hot (right after a producer rewrote its input: the situation inside a step the model describes).
+    Empty when the preset has none."""
+    rel = LOOP_MEASUREMENTS.get(spec.key)
+    if rel is None:
+        return [], np.zeros(0), np.zeros(0, bool)
+    kernels, t, cold = [], [], []
+    for case in json.loads(resources.measurement(rel).read_text())["cases"].values():
+        ks = [k for k in refresh_costs(KernelTrace.from_dict(case["trace"])) if k.dram_bytes > 0]
+        if len(ks) != 1:
+            continue
+        for which in ("cold", "hot"):
+            kernels.append(ks[0])
+            t.append(float(np.median(case["time_s"][which])))
+            cold.append(which == "cold")
+    return kernels, np.array(t), np.array(cold)
+
+
+def narrow_gemm_points(spec: GpuSpec) -> tuple[list[Kernel], np.ndarray]:
+    """The GEMMs with narrow operand loads of :data:`NARROW_GEMMS` (FLOPs and bytes by the current rules) and their
+    in-sequence times."""
+    kernels, t = [], []
+    for rel in NARROW_GEMMS.get(spec.key, ()):
+        for k in refresh_costs(KernelTrace.load(resources.measurement(rel))):
+            m = next((m for m in k.measured if m.source == "in-sequence"), None)
+            if m is not None and model.narrow_gemm_loads(k) > 0:
+                kernels.append(k)
+                t.append(m.time_s)
+    return kernels, np.array(t)
+
+
+def predict_loops(spec: GpuSpec, kernels: list[Kernel], cold: np.ndarray) -> np.ndarray:
+    """Auto-clock times of :func:`loop_points`' kernels: the cold ones with no L2 residency."""
+    hot = predict_auto(spec, kernels).time_s[:, 0]
+    flushed = spec.with_model(l2_hit_fraction=0.0)
+    return np.where(cold, predict_auto(flushed, kernels).time_s[:, 0], hot)
+
+
 def predict_auto(spec: GpuSpec, kernels: list[Kernel]) -> model.Prediction:
     """The model's auto-clock prediction for ``kernels`` from their shapes alone."""
     return model.predict(model.kernel_arrays(kernels, spec), spec, [AUTO])
@@ -100,9 +156,20 @@ def _residuals(spec: GpuSpec, kernels: list[Kernel], t: np.ndarray, e: np.ndarra
 
 
 def fit_measured(spec: GpuSpec, max_nfev: int = 400) -> tuple[GpuSpec, float]:
-    """Fit ``spec``'s model to its measured trace (module docstring)."""
+    """Fit ``spec``'s model to its measured trace and loop timings (module docstring)."""
     kernels, t, e, f = isolated_points(measured_trace(spec), spec)
-    return fit(spec, lambda s: _residuals(s, kernels, t, e, f), FIT_NAMES, max_nfev=max_nfev, bounds=_BOUNDS)
+    loops, t_loops, cold = loop_points(spec)
+    gemms, t_gemms = narrow_gemm_points(spec)
+
+    def residuals(s: GpuSpec) -> np.ndarray:
+        r = [_residuals(s, kernels, t, e, f)]
+        if loops:
+            r.append(LOOP_WEIGHT * 2 * np.log(predict_loops(s, loops, cold) / t_loops))
+        if gemms:
+            r.append(LOOP_WEIGHT * 2 * np.log(predict_auto(s, gemms).time_s[:, 0] / t_gemms))
+        return np.concatenate(r)
+
+    return fit(spec, residuals, FIT_NAMES, max_nfev=max_nfev, bounds=_BOUNDS)
 
 
 def report(spec: GpuSpec) -> int:

@@ -14,6 +14,7 @@ import numpy as np
 
 from rlclock.dvfs.spec import GpuSpec
 from rlclock.schedule import ClockConfig
+from rlclock.workload.kernel_names import elements_per_thread, gemm_narrow_loads
 from rlclock.workload.trace import ACCESS_CLASSES, Kernel
 
 CAPPED_FRACTION = 0.93
@@ -22,6 +23,7 @@ CAPPED_FRACTION = 0.93
 CROSS_BLOCK_OUTPUT_FRACTION = 0.1
 """A ``reduce`` kernel writing less than this fraction of the bytes it reads reduces across thread blocks."""
 
+_ELEM_BYTES = {"fp8": 1.0, "fp16": 2.0, "bf16": 2.0, "tf32": 4.0, "fp32": 4.0}  # per operand element, by dtype
 _TILE = 128  # output tile edge of the library GEMM kernels, for wave quantisation
 _BISECT_STEPS = 40
 
@@ -46,6 +48,8 @@ class KernelArrays:
     wave_eff: np.ndarray
     mlp_bytes: np.ndarray
     occupancy: np.ndarray  # threads the launch keeps resident over the GPU's capacity, at most 1 (1 if unknown)
+    loop_elements: np.ndarray  # elements a generic (strided) or unrolled (casting) loop handles (0 if none/unknown)
+    narrow_loads: np.ndarray  # operand load instructions of a GEMM whose tiles load fewer than 16 bytes at a time
     work_scale: np.ndarray
     activity_scale: np.ndarray
     cap_scale: np.ndarray  # per-kernel power cap relative to the GPU's (above 1 where a measurement exceeded it)
@@ -83,6 +87,8 @@ def kernel_arrays(kernels: Sequence[Kernel], spec: GpuSpec) -> KernelArrays:
         wave_eff=col([_wave_efficiency(k, spec.sm_count) for k in kernels]),
         mlp_bytes=col([16.0 if k.mlp_bytes is None else k.mlp_bytes for k in kernels]),
         occupancy=col([launch_occupancy(k, spec) for k in kernels]),
+        loop_elements=col([loop_elements(k) for k in kernels]),
+        narrow_loads=col([narrow_gemm_loads(k) for k in kernels]),
         work_scale=np.ones((n, 1)),
         activity_scale=np.ones((n, 1)),
         cap_scale=np.ones((n, 1)),
@@ -102,6 +108,33 @@ def launch_occupancy(k: Kernel, spec: GpuSpec) -> float:
     return float(min(1.0, threads / (spec.sm_count * spec.threads_per_sm)))
 
 
+def loop_elements(k: Kernel) -> float:
+    """Elements a SIMT kernel running PyTorch's generic (strided) or unrolled (casting) elementwise loop handles:
+    its launch's threads times the elements each handles (:func:`~rlclock.workload.kernel_names.
+    elements_per_thread`); 0 for other kernels and when the launch shape is unknown (generated traces)."""
+    if k.launch_grid is None or k.launch_block is None or k.uses_tensor_cores:
+        return 0.0
+    per_thread = elements_per_thread(k.name)
+    if per_thread is None:
+        return 0.0
+    return float(np.prod(k.launch_grid)) * float(np.prod(k.launch_block)) * per_thread
+
+
+def narrow_gemm_loads(k: Kernel) -> float:
+    """Load instructions a tensor-core GEMM issues for its operand tiles when its name gives an alignment below
+    16 bytes (:func:`~rlclock.workload.kernel_names.gemm_narrow_loads`): A is read once per column of ``TN``-wide
+    tiles and B once per row of ``TM``-high tiles, ``b·m·n·k·(1/TM + 1/TN)`` elements, ``align`` per instruction;
+    0 for other kernels."""
+    narrow = gemm_narrow_loads(k.name) if k.uses_tensor_cores and k.gemm_bmnk is not None else None
+    if narrow is None or k.gemm_bmnk is None:
+        return 0.0
+    tm, tn, align = narrow
+    if align * _ELEM_BYTES.get(k.dtype, 2.0) >= 16:  # a full 16-byte vector per load: the usual case
+        return 0.0
+    b, m, n, kk = k.gemm_bmnk
+    return float(b) * m * n * kk * (1.0 / tm + 1.0 / tn) / align
+
+
 def gemm_read_traffic(k: Kernel, spec: GpuSpec) -> float:
     """DRAM bytes a kernel reads; for a GEMM, its operands re-read once per wave that needs them.
 
@@ -113,7 +146,7 @@ def gemm_read_traffic(k: Kernel, spec: GpuSpec) -> float:
     if k.gemm_bmnk is None or not k.uses_tensor_cores:
         return k.dram_read_bytes
     b, m, n, kk = k.gemm_bmnk
-    elem = 1.0 if k.dtype == "fp8" else (4.0 if k.dtype in ("fp32", "tf32") else 2.0)
+    elem = _ELEM_BYTES.get(k.dtype, 2.0)
     edge = _TILE * max(1.0, spec.sm_count**0.5)
     a_bytes, b_bytes = elem * m * kk, elem * kk * n
     a_reads = 1.0 if a_bytes <= spec.l2_bytes / 2 else -(-n // edge)
@@ -174,6 +207,10 @@ def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: n
     simt_ops = ka.simt_flops + p.simt_ops_per_byte * (ka.read_bytes + ka.write_bytes) * ~ka.is_tensor
     if p.norm_ops_per_written_byte > 0:
         simt_ops = simt_ops + p.norm_ops_per_written_byte * ka.write_bytes * ka.is_norm  # per element produced
+    if p.loop_ops_per_element > 0:
+        simt_ops = simt_ops + p.loop_ops_per_element * ka.loop_elements  # offsets / casts per element
+    if p.narrow_load_ops > 0:
+        simt_ops = simt_ops + p.narrow_load_ops * ka.narrow_loads  # operand tiles fetched a few bytes at a time
     t_simt = ka.work_scale * simt_ops / (spec.simt_flops_per_cycle_per_sm * spec.sm_count * f_hz)
     eta_bw = np.array([p.eta_stream, p.eta_gather, p.eta_reduce])[ka.access]
     bw_peak = 2.0 * m_hz * spec.mem_bus_bits / 8.0
@@ -192,7 +229,7 @@ def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: n
         t_rd = ka.work_scale * ka.read_bytes / bw
         t_wr = ka.work_scale * ka.write_bytes / bw
     # Tensor-core kernels stream their inputs under the math but write results in an epilogue after it.
-    t_tc = _smax(t_tensor, t_rd, p.smooth_p) + t_wr
+    t_tc = _smax(_smax(t_tensor, t_simt, p.smooth_p), t_rd, p.smooth_p) + t_wr
     t_sm = _smax(t_simt, t_rd + t_wr, p.smooth_p)
     reduce_tail = np.where(cross_block_reduction(ka), p.reduce_overhead_s, 0.0)
     time_s = np.where(ka.is_tensor, t_tc, t_sm) + p.launch_s + ka.work_scale * reduce_tail
@@ -215,16 +252,19 @@ def cross_block_reduction(ka: KernelArrays) -> np.ndarray:
 def l2_served_fraction(ka: KernelArrays, spec: GpuSpec) -> np.ndarray:
     """Share of each SIMT kernel's DRAM-level traffic that the L2 cache serves instead, ``(K, 1)``.
 
-    A kernel whose data were just touched (its own previous launch in an isolated replay, or its producer
-    in a step) finds up to ``l2_resident_bytes`` of them still in L2; a fraction ``l2_hit_fraction`` of that
-    resident part hits. So ``φ = h · min(1, C / (B_r + B_w))``: a kernel whose footprint fits is served
-    mostly by L2, a large one only on its resident share. Tensor-core kernels are left out: their operand
-    reuse is modelled by :func:`gemm_read_traffic`.
+    A kernel whose data were just touched (its producer in a step, its own previous launch in an isolated
+    replay) finds them in L2 only while its whole footprint fits: reading through the data in the order they
+    were written, a footprint larger than the cache evicts the rest before it is reached (least recently used
+    streaming). So ``φ = h · max(0, 1 − (B_r + B_w) / C)`` with ``C`` = ``l2_resident_bytes`` (at most the L2)
+    and ``h`` = ``l2_hit_fraction``: a small kernel is served mostly by L2, one of ``C`` or more not at all
+    (measured on the H200: at inputs of 32 MiB and more a rewritten input is read no faster than a flushed one,
+    ``data/h200-l2-reuse.json``). Tensor-core kernels are left out: their operand reuse is modelled by
+    :func:`gemm_read_traffic`.
     """
     p = spec.model
-    footprint = np.maximum(ka.read_bytes + ka.write_bytes, 1.0)
-    resident = min(p.l2_resident_bytes, spec.l2_bytes)
-    return np.where(ka.is_tensor, 0.0, p.l2_hit_fraction * np.minimum(1.0, resident / footprint))
+    footprint = ka.read_bytes + ka.write_bytes
+    resident = max(min(p.l2_resident_bytes, spec.l2_bytes), 1.0)
+    return np.where(ka.is_tensor, 0.0, p.l2_hit_fraction * np.clip(1.0 - footprint / resident, 0.0, 1.0))
 
 
 def power_w(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: np.ndarray,

@@ -61,12 +61,16 @@ class DvfsParams:
     gradients) add ``reduce_overhead_s`` (their final combine of partial sums and tail).
 
     Optional terms (default 0 = off, so presets that do not set them predict exactly as before):
-    L2 residency — a SIMT kernel finds ``l2_resident_bytes`` of its data still in L2 and a fraction
-    ``l2_hit_fraction`` of that hits, so a share ``φ = h·min(1, C/(B_r+B_w))`` of its bytes skips DRAM
+    L2 residency — a SIMT kernel whose footprint fits in ``l2_resident_bytes`` finds part of its data still in
+    L2, a share ``φ = h·max(0, 1 − (B_r+B_w)/C)`` (``h`` = ``l2_hit_fraction``) of its bytes skips DRAM
     (no ``e_dram`` energy) and moves at ``l2_bytes_per_cycle``·f instead of the DRAM bandwidth;
     ``norm_ops_per_written_byte`` — extra SIMT operations of ``norm`` kernels per byte they write, i.e. per
     element they produce (fp32 statistics, normalisation and affine math), which add SM time and switching
-    power. Launch occupancy (always on, when the trace records launch shapes): a SIMT kernel whose grid
+    power; ``loop_ops_per_element`` — SIMT operations per element of PyTorch's generic (strided: offsets per
+    operand and dimension) and unrolled (a dynamic cast per load and store) elementwise loops;
+    ``narrow_load_ops`` — SIMT operations per operand load instruction of a GEMM whose tiles are fetched fewer than
+    16 bytes at a time (a CUTLASS ``_alignN`` kernel chosen for a misaligned leading dimension). Launch
+    occupancy (always on, when the trace records launch shapes): a SIMT kernel whose grid
     fills only a share of the GPU's resident-thread capacity keeps that share of the loads in flight.
     """
 
@@ -96,6 +100,8 @@ class DvfsParams:
     l2_resident_bytes: float = 0.0
     l2_bytes_per_cycle: float = 0.0
     norm_ops_per_written_byte: float = 0.0
+    loop_ops_per_element: float = 0.0
+    narrow_load_ops: float = 0.0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str) -> DvfsParams:

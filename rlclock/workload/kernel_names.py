@@ -7,6 +7,11 @@ pre- and post-processing kernels run under the attention operator but are a redu
 
 from __future__ import annotations
 
+import re
+
+LOOPS = ("vectorized", "unrolled", "generic", "other")
+"""How a PyTorch TensorIterator kernel walks its elements (:func:`loop_kind`)."""
+
 _NAME_FIRST: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reduction", ("dot_do_o", "splitkreduce", "split_k_reduce")),
     ("copy", ("convert_dq",)),
@@ -57,6 +62,50 @@ def classify(name: str, op: str | None = None) -> str:
         if any(k in low for k in keys):
             return cat
     return "other"
+
+
+def loop_kind(name: str) -> str:
+    """Which of PyTorch's elementwise loops a kernel runs, from its (demangled) name; one of :data:`LOOPS`.
+
+    ``vectorized``: ``vectorized_elementwise_kernel`` and the vectorized ``CatArrayBatchedCopy`` (contiguous
+    operands of one type, 16-byte vector loads); ``unrolled``: ``unrolled_elementwise_kernel`` (contiguous
+    operands whose types differ: every load and store goes through a per-element dynamic cast); ``generic``: the
+    strided ``elementwise_kernel<nt, vt>`` (an operand broadcast, transposed or otherwise not contiguous: every
+    element's offsets computed per operand) and the strided ``CatArrayBatchedCopy``; ``other``: anything else.
+    """
+    if "vectorized_elementwise_kernel" in name or "CatArrayBatchedCopy_vectorized" in name:
+        return "vectorized"
+    if "unrolled_elementwise_kernel" in name:
+        return "unrolled"
+    if "::elementwise_kernel<" in name or "CatArrayBatchedCopy" in name:
+        return "generic"
+    return "other"
+
+
+def elements_per_thread(name: str) -> int | None:
+    """Elements one thread of a ``generic`` or ``unrolled`` loop handles (``elementwise_kernel<nt, vt>``: ``vt``;
+    ``unrolled_elementwise_kernel``: PyTorch's thread work size, 4), ``None`` for other kernels."""
+    kind = loop_kind(name)
+    if kind == "unrolled":
+        return 4
+    if kind == "generic":
+        m = re.search(r"::elementwise_kernel<\s*\d+\s*,\s*(\d+)", name)
+        return int(m.group(1)) if m else None
+    return None
+
+
+def gemm_narrow_loads(name: str) -> tuple[int, int, int] | None:
+    """``(tile rows, tile columns, elements per load)`` of a CUTLASS GEMM whose name gives its alignment
+    (``cutlass_80_tensorop_bf16_s16816gemm_bf16_256x128_64x3_tn_align2``), ``None`` otherwise.
+
+    The library picks an alignment below eight 16-bit elements when a leading dimension is not a multiple of eight
+    (a vocabulary of 30 522 or 50 257): the operand tiles are then fetched ``align`` elements per load instruction
+    instead of 16 bytes. Hopper's own kernels (``nvjet``, ``sm90`` names) do not say and are never that narrow.
+    """
+    m = re.search(r"gemm_[a-z0-9]+_(\d+)x(\d+)_\w*?_align(\d+)", name)
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2)), max(1, int(m.group(3)))
 
 
 def short_name(name: str, width: int = 60) -> str:

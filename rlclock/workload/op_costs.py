@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from rlclock.workload.kernel_names import classify
+from rlclock.workload.kernel_names import classify, loop_kind
 from rlclock.workload.trace import Kernel, KernelTrace, LaunchOp, Shape
 
 LONG_ROW_ELEMENTS = 4096
@@ -57,6 +57,8 @@ ADAM_FLOPS_PER_ELEMENT = 12.0
 """FLOPs per parameter of an Adam(W) update (moments, bias corrections, the step)."""
 VECTOR_LOAD_BYTES = 16.0
 """Bytes in flight per thread when a kernel's loop is not known: one 128-bit vector load."""
+GAMMA_BETA_ROWS_PER_THREAD = 8
+"""Rows one thread of PyTorch's LayerNorm γ/β-gradient kernel sums (256 rows per block over 32 thread rows)."""
 MULTI_TENSOR_CHUNK = 65536
 """Elements one block of PyTorch's ``multi_tensor_apply`` kernels processes (``kChunkSize``)."""
 
@@ -265,22 +267,37 @@ def gemm_bmnk(op: LaunchOp | None) -> tuple[int, int, int, int] | None:
 def loads_in_flight(launch: Launch, elements: float, read_bytes_per_element: float) -> float:
     """Bytes of independent loads a thread of a PyTorch elementwise kernel keeps in flight.
 
-    What the kernel's name says about its loop: ``vectorized_elementwise_kernel`` and
-    ``unrolled_elementwise_kernel`` load all the elements a thread handles (``elements`` over the launch's
-    threads) before computing; the generic ``elementwise_kernel`` (strided or broadcast operands, offsets
-    computed per element) and the strided copies of ``cat`` store each element before loading the next (the
-    compiler cannot move a load past a store that may alias it), so one element's operands are in flight.
-    Other kernels: :data:`VECTOR_LOAD_BYTES`.
+    What the kernel's name says about its loop (:func:`~rlclock.workload.kernel_names.loop_kind`): vectorized
+    and unrolled kernels load all the elements a thread handles (``elements`` over the launch's threads) before
+    computing; the strided copies of ``cat`` store each element before loading the next (the compiler cannot move
+    a load past a store that may alias it), so one element's operands are in flight. Other kernels, the generic
+    ``elementwise_kernel<nt, vt>`` among them: :data:`VECTOR_LOAD_BYTES` — measured on the H200, the generic loop
+    runs at a rate in elements that its per-element work sets (``loop_ops_per_element`` of the GPU preset), well
+    above what one element in flight per thread would allow (its bf16 copies reach 1.3-1.5 TB/s).
     """
     name = launch.name
     if read_bytes_per_element <= 0:
         return VECTOR_LOAD_BYTES
-    if "::elementwise_kernel<" in name or "CatArrayBatchedCopy" in name:
+    kind = loop_kind(name)
+    if kind == "generic" and "CatArray" in name:
         return read_bytes_per_element
-    if "vectorized_elementwise_kernel" in name or "unrolled_elementwise_kernel" in name:
+    if kind in ("vectorized", "unrolled") and "CatArray" not in name:
         per_thread = max(1.0, round(elements / launch.threads)) if launch.grid and launch.block else 4.0
         return per_thread * read_bytes_per_element
     return VECTOR_LOAD_BYTES
+
+
+def gamma_beta_loads(elem_bytes: float, kernel_name: str = "") -> float:
+    """Bytes of independent loads a thread of PyTorch's LayerNorm γ/β-gradient kernel keeps in flight.
+
+    ``GammaBetaBackwardCUDAKernelTemplate<T, T_ACC, block_dim_x, block_dim_y, rows_per_block_y, …>`` has each
+    thread walk ``rows_per_block_y / block_dim_y`` rows (unrolled), loading the gradient and the input of each
+    before summing: two elements per row in flight. The template's numbers come from the name when given,
+    else PyTorch's 32 × 32 threads over 256 rows (8 rows per thread).
+    """
+    m = re.search(r"GammaBetaBackward\w*<[^,]+,[^,]+,\s*(\d+)u?,\s*(\d+)u?,\s*(\d+)u?", kernel_name)
+    rows = int(m.group(3)) // max(1, int(m.group(2))) if m else GAMMA_BETA_ROWS_PER_THREAD
+    return float(max(1, rows) * 2 * elem_bytes)
 
 
 def _spread(launches: Sequence[Launch], total: Cost, elements: float = 0.0,
@@ -386,8 +403,9 @@ def _attention(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
         nm = names[i]
         if lk.kind != "kernel":
             out.append(_kind_cost(lk))
-        elif "dot_do_o" in nm:
-            out.append(Cost(2.0 * rows * dv, 2.0 * o_b, 4.0 * rows, "reduction", rule="attention.dot_do_o"))
+        elif "dot_do_o" in nm:  # row sums of dO·O; also zeroes the fp32 dQ accumulator that convert_dq reads
+            clear = q_b * 4.0 / eb if fp32_dq else 0.0
+            out.append(Cost(2.0 * rows * dv, 2.0 * o_b, 4.0 * rows + clear, "reduction", rule="attention.dot_do_o"))
         elif "convert_dq" in nm:
             out.append(Cost(0.0, q_b * 4.0 / eb, q_b, "copy", rule="attention.convert_dq"))
         elif "reduce_head" in nm:
@@ -516,7 +534,7 @@ def _norm(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
             out.append(Cost(8.0 * n, n * eb + 2.0 * hidden * 4.0, n * eb + 8.0 * rows, "norm", rule="norm.forward"))
         elif "gamma" in nm or "beta" in nm or ("weight" in nm and "input" not in nm):
             out.append(Cost(4.0 * n, 2.0 * n * eb + 8.0 * rows, 2.0 * hidden * 4.0, "norm", access="reduce",
-                            rule="norm.backward.weight"))
+                            rule="norm.backward.weight", mlp_bytes=gamma_beta_loads(eb, lk.name)))
         else:
             out.append(Cost(10.0 * n, 2.0 * n * eb + 8.0 * rows + hidden * 4.0, n * eb, "norm",
                             rule="norm.backward.input"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from rlclock.errors import SpecError
+from rlclock.workload.op_costs import gamma_beta_loads
 from rlclock.workload.trace import DTYPES, Kernel, KernelTrace
 
 _BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -145,7 +146,7 @@ class _Builder:
         out = [_kern("layer_norm_backward_kernel", f"{op}.dx", "norm", "backward", 12 * m * h,
                      s * (2 * m * h + h) + stats, s * m * h, c.dtype, access="reduce", mlp_bytes=16.0),
                _kern("gamma_beta_backward_kernel", f"{op}.dw", "norm", "backward", 4 * m * h,
-                     s * 2 * m * h + stats, F32 * 2 * h, c.dtype, access="reduce", mlp_bytes=16.0)]
+                     s * 2 * m * h + stats, F32 * 2 * h, c.dtype, access="reduce", mlp_bytes=gamma_beta_loads(s))]
         return out
 
     def attention_fwd(self) -> Kernel:
