@@ -262,7 +262,7 @@ class Session:
         w = self.job.window_steps if steps is None else int(steps)
         if not self.guard.allows(arm):
             arm = 0
-        e0, ts = self.job.read_energy_j(), []
+        e0, ts = self.job.read_energy_j(), list[float]()
         for _ in range(w):
             if ts and not self.guard.allows(arm):
                 break
@@ -273,8 +273,8 @@ class Session:
         return arm, t, e, n
 
 
-def best_mix(paired: PairedSlowdown, model_saving: Sequence[float], budget: float, tolerance: float = 0.002,
-             z: float = 2.0, grid: int = 51) -> Mix:
+def best_mix(paired: PairedSlowdown, model_saving: Sequence[float] | np.ndarray, budget: float,
+             tolerance: float = 0.002, z: float = 2.0, grid: int = 51) -> Mix:
     """The pair of arms neighbouring in estimated slowdown (among auto and the arms measured), time-shared step by
     step, that saves most by the planning model's ranking among those whose estimated slowdown is within ``budget``
     and whose slowdown ``z`` standard deviations up is within ``budget + tolerance`` (auto if none). Only neighbours
