@@ -20,31 +20,13 @@ from rlclock.deploy.timeline import StepTimeline
 from rlclock.deploy.worker import PlanOnlyControl, SwitchWorker, build_control, worker_from_settings
 from rlclock.errors import ClockError, DeployError, ScheduleError
 from rlclock.schedule import ClockConfig, ClockSchedule
+from tests.deploy.fakes import Clock, Recording
 
 A, B, C = ClockConfig(1980, 3201), ClockConfig(1410, 3201), ClockConfig(1200, 3201)
 TIMELINE = StepTimeline.from_durations(np.full(40, 1e-3))  # a 40 ms step of 40 kernels of 1 ms
 ALTERNATING = ClockSchedule([A, B], [0] * 10 + [1] * 10 + [0] * 10 + [1] * 10, "alternating")
 HOLD_C = ClockSchedule.constant(C, 40)
 A_B_A = ClockSchedule([A, B], [0] * 10 + [1] * 20 + [0] * 10, "aba")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class Recording(PlanOnlyControl):
-    def __init__(self, clock: Clock) -> None:
-        super().__init__()
-        self.clock = clock
-        self.log: list[tuple[float, ClockConfig]] = []
-
-    def apply(self, config, read_back=False):
-        super().apply(config)
-        self.log.append((round(self.clock() - 100.0, 6), self.current))
 
 
 def plans(*schedules, lookahead_s=0.006):
@@ -54,7 +36,7 @@ def plans(*schedules, lookahead_s=0.006):
 def make(*schedules, anchor_every=1):
     p = plans(*schedules)
     clock = Clock()
-    control = Recording(clock)
+    control = Recording(clock, origin_s=100.0)
     worker = SwitchWorker(p[0], control, read_back=False, clock=clock, anchor_every=anchor_every,
                           alternatives=p[1:])
     return clock, control, worker
@@ -221,7 +203,7 @@ def test_a_switch_of_the_previous_plan_after_the_next_plan_took_over_is_not_issu
     late = dataclasses.replace(alternating, events=(*alternating.events[:-1], dataclasses.replace(
         last, issue_s=0.0335, land_s=0.0395)))
     clock = Clock()
-    control = Recording(clock)
+    control = Recording(clock, origin_s=100.0)
     worker = SwitchWorker(late, control, read_back=False, clock=clock, alternatives=[hold])
     worker.set_pattern([0, 1], 0)
     run_steps(worker, clock, range(2))

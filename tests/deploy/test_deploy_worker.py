@@ -11,27 +11,9 @@ from rlclock.deploy.timeline import StepTimeline
 from rlclock.deploy.worker import PACE_MIN_STEPS, PACE_RANGE, PlanOnlyControl, SwitchWorker, build_control
 from rlclock.errors import ClockError, DeployError
 from rlclock.schedule import ClockConfig, ClockSchedule
+from tests.deploy.fakes import Clock, Recording
 
 A, B = ClockConfig(1980, 3201), ClockConfig(1410, 3201)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class Recording(PlanOnlyControl):
-    def __init__(self, clock: Clock) -> None:
-        super().__init__()
-        self.clock = clock
-        self.log: list[tuple[float, ClockConfig]] = []
-
-    def apply(self, config, read_back=False):
-        super().apply(config)
-        self.log.append((self.clock(), self.current))
 
 
 def make(alternating, read_back=False, follow_pace=False):
