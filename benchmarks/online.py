@@ -35,9 +35,9 @@ from rlclock.agents.online import (  # noqa: E402
     LATENCY_SCALES,
     PLAN_BUDGETS,
     BudgetFeedback,
+    GuardedRun,
     PairedTracker,
     SafeBandit,
-    Session,
     candidate_plans,
     ppo_learner,
     run_learner,
@@ -86,12 +86,12 @@ def run_one(name: str, job: MeasuredJob, budget: float, steps: int, nominal_arm:
         return run_nominal(job, nominal_arm, steps)
     if name == "tracker":
         return PairedTracker(budget, model_slowdown, model_saving, parts).run(job, steps)
-    session = Session(job, budget, model_slowdown, parts)
+    run = GuardedRun(job, budget, model_slowdown, parts)
     if name == "bandit":
-        return run_learner(session, SafeBandit(budget, nominal_arm), steps)
+        return run_learner(run, SafeBandit(budget, nominal_arm), steps)
     if name == "feedback":
-        return run_learner(session, BudgetFeedback(budget, model_saving), steps)
-    return ppo_learner(session, steps, nominal_arm, seed=seed)
+        return run_learner(run, BudgetFeedback(budget, model_saving), steps)
+    return ppo_learner(run, steps, nominal_arm, seed=seed)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,9 +11,9 @@ import pytest
 from rlclock.agents.measured import Estimates, MeasuredJob, Mix, PairedSlowdown, StepSafety
 from rlclock.agents.online import (
     BudgetFeedback,
+    GuardedRun,
     PairedTracker,
     SafeBandit,
-    Session,
     best_mix,
     candidate_plans,
     ppo_learner,
@@ -251,18 +251,18 @@ def test_the_paired_tracker_keeps_the_budget_and_its_safety_line(trace, plans, s
     assert job.true_slowdown(mix) <= 0.012 and job.true_saving(mix) > 0
 
 
-def test_the_window_learners_and_ppo_run_in_a_session(trace, plans):
+def test_the_window_learners_and_ppo_run_behind_the_guard(trace, plans):
     arms, saving, slowdown = plans
     truth = TrueGpu(replace(draw_true_gpu(H200, 4), latency_scale=1.0), trace, CONFIGS)
     for learner in (SafeBandit(0.01, 2), BudgetFeedback(0.01, saving)):
         job = MeasuredJob(truth, arms, seed=1)
-        traj = run_learner(Session(job, 0.01, slowdown), learner, 1500)
+        traj = run_learner(GuardedRun(job, 0.01, slowdown), learner, 1500)
         assert len(traj.ran) == job.steps >= 1500 and np.max(traj.running_slowdowns(job)) <= 0.015
     traj = run_nominal(MeasuredJob(truth, arms), 2, 300)
     assert traj.ran == [2] * 300 and traj.committed_at(0) == Mix.of(2)
     pytest.importorskip("stable_baselines3")
     job = MeasuredJob(truth, arms, seed=2)
-    traj = ppo_learner(Session(job, 0.01, slowdown), 600, start=2, seed=0)
+    traj = ppo_learner(GuardedRun(job, 0.01, slowdown), 600, start=2, seed=0)
     assert job.steps >= 600 and all(0 <= a < job.n_arms for a in traj.ran)
     assert all(0 <= m.lo < job.n_arms for m in traj.committed)
 

@@ -20,7 +20,7 @@ Learners on the same measurements:
 * :func:`ppo_learner` — stable-baselines3 PPO over the same choice (observation: every arm's estimates; reward:
   the measured saving less a penalty for measured overrun), learning online a window at a time.
 
-All but the nominal plan run in a :class:`Session`, behind :class:`~rlclock.agents.measured.StepSafety`: a step
+All but the nominal plan run in a :class:`GuardedRun`, behind :class:`~rlclock.agents.measured.StepSafety`: a step
 runs an arm only if every step of the last ~100, each charged with its arm's upper bound (the paired estimate plus
 ``z_safe`` standard deviations, as known now), stays within ``budget + margin`` (0.5 pp); otherwise a lower arm or
 auto runs. ``benchmarks/online.py`` judges them against the true GPU's best plan.
@@ -222,7 +222,7 @@ class Trajectory:
         return float(1.0 - job.energy_j[ran].mean() / job.energy_j[0]) if ran.size else 0.0
 
 
-class Session:
+class GuardedRun:
     """A learner's run on ``job``: steps through the safety layer (:class:`~rlclock.agents.measured.GuardedSteps`),
     windows' readings into :class:`~rlclock.agents.measured.Estimates`.
 
@@ -422,7 +422,7 @@ class PairedTracker:
         return traj
 
 
-def observation(est: Estimates, session: Session) -> np.ndarray:
+def observation(est: Estimates, run: GuardedRun) -> np.ndarray:
     """What the PPO learner sees: every arm's estimated slowdown and saving (percent, 0 if unseen), their
     standard errors (percent, capped), log counts, and every arm's paired slowdown bound (percent)."""
     slow, sse = est.slowdown()
@@ -430,15 +430,15 @@ def observation(est: Estimates, session: Session) -> np.ndarray:
     seen = est.count > 0
     f = lambda x: np.where(seen, np.clip(100 * np.nan_to_num(x), -20, 20), 0.0)  # noqa: E731
     return np.concatenate([f(slow), f(save), f(np.minimum(sse, 0.2)), f(np.minimum(vse, 0.2)),
-                           np.log1p(est.count), np.clip(100 * session.upper(), -20, 20)]).astype(np.float32)
+                           np.log1p(est.count), np.clip(100 * run.upper(), -20, 20)]).astype(np.float32)
 
 
-def run_learner(session: Session, learner: SafeBandit | BudgetFeedback, steps: int) -> Trajectory:
-    """Run a window learner in ``session`` until the job has run ``steps`` steps."""
-    while session.job.steps < steps:
-        session.window(learner.choose(session.est))
-        session.traj.commit(session.job.steps, Mix.of(learner.commit(session.est)))
-    return session.traj
+def run_learner(run: GuardedRun, learner: SafeBandit | BudgetFeedback, steps: int) -> Trajectory:
+    """Run a window learner in ``run`` until the job has run ``steps`` steps."""
+    while run.job.steps < steps:
+        run.window(learner.choose(run.est))
+        run.traj.commit(run.job.steps, Mix.of(learner.commit(run.est)))
+    return run.traj
 
 
 def run_nominal(job: MeasuredJob, arm: int, steps: int) -> Trajectory:
@@ -450,14 +450,14 @@ def run_nominal(job: MeasuredJob, arm: int, steps: int) -> Trajectory:
     return traj
 
 
-def ppo_learner(session: Session, steps: int, start: int, seed: int = 0, penalty: float = 10.0) -> Trajectory:
+def ppo_learner(run: GuardedRun, steps: int, start: int, seed: int = 0, penalty: float = 10.0) -> Trajectory:
     """Stable-baselines3 PPO learning the arm choice online from the job's measurements (module docstring): one
     environment step per window; the first windows measure auto and the nominal plan; it commits to the arm its
     policy prefers among those whose slowdown surely fits (else auto)."""
     import gymnasium as gym
     from stable_baselines3 import PPO
 
-    est, job, budget = session.est, session.job, session.budget
+    est, job, budget = run.est, run.job, run.budget
     bandit_rule = SafeBandit(budget, start)
 
     class _Env(gym.Env):
@@ -467,7 +467,7 @@ def ppo_learner(session: Session, steps: int, start: int, seed: int = 0, penalty
 
         def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
             super().reset(seed=seed)
-            return observation(est, session), {}
+            return observation(est, run), {}
 
         def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
             arm = int(action)
@@ -475,12 +475,12 @@ def ppo_learner(session: Session, steps: int, start: int, seed: int = 0, penalty
                 arm = 0
             elif est.count[start] < MIN_WINDOWS:
                 arm = start
-            arm, t, e, _ = session.window(arm)
+            arm, t, e, _ = run.window(arm)
             t0, e0 = est.t_sum[0] / est.count[0], est.e_sum[0] / est.count[0]
             slow = t / t0 - 1.0
             reward = 100 * ((1.0 - e / e0) - penalty * max(0.0, slow - budget))
-            session.traj.commit(job.steps, Mix.of(_commit()))
-            return observation(est, session), float(reward), False, job.steps >= steps, {}
+            run.traj.commit(job.steps, Mix.of(_commit()))
+            return observation(est, run), float(reward), False, job.steps >= steps, {}
 
     def _commit() -> int:
         slow, se = est.slowdown()
@@ -488,7 +488,7 @@ def ppo_learner(session: Session, steps: int, start: int, seed: int = 0, penalty
                 if est.count[a] >= MIN_WINDOWS and slow[a] + bandit_rule.z * se[a] <= budget]
         if not fits:
             return 0
-        obs = observation(est, session)
+        obs = observation(est, run)
         dist = model.policy.get_distribution(model.policy.obs_to_tensor(obs)[0]).distribution
         probs = dist.probs  # type: ignore[union-attr]  # a Categorical for a Discrete action space
         p = probs.detach().cpu().numpy()[0]
@@ -500,5 +500,5 @@ def ppo_learner(session: Session, steps: int, start: int, seed: int = 0, penalty
     windows = math.ceil(steps / job.window_steps)
     model.learn(total_timesteps=max(windows, 16))
     while job.steps < steps:  # PPO's rollouts end on a multiple of their length: the rest by its last commitment
-        session.window(session.traj.committed_at(job.steps).lo)
-    return session.traj
+        run.window(run.traj.committed_at(job.steps).lo)
+    return run.traj
