@@ -216,11 +216,6 @@ class Trajectory:
             return true
         return np.convolve(true, np.ones(span_steps) / span_steps, mode="valid")
 
-    def mean_saving(self, job: MeasuredJob) -> float:
-        """The true energy saving of the steps run so far, against auto (what the job saved while learning)."""
-        ran = np.asarray(self.ran, dtype=np.int64)
-        return float(1.0 - job.energy_j[ran].mean() / job.energy_j[0]) if ran.size else 0.0
-
 
 class GuardedRun:
     """A learner's run on ``job``: steps through the safety layer (:class:`~rlclock.agents.measured.GuardedSteps`),
