@@ -214,7 +214,7 @@ def summarise(name: str, r: dict[str, Any]) -> None:
     readings = r["readings"]
     paired = PairedSlowdown(r["model_slowdown"])
     paired.readings = [list(x) for x in readings]
-    mean, var, seen = paired._means()
+    mean, var, seen = paired.reading_means()
     arms = np.array(r["arms"])
     used = np.bincount(arms, minlength=len(r["plans"]))
     z = [mean[a] / np.sqrt(var[a]) for a in range(1, len(readings)) if seen[a]]

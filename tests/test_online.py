@@ -166,7 +166,7 @@ def test_paired_readings_cancel_slow_drift_that_windows_carry():
     drift = 0.10 * (np.sin(2 * np.pi * i / 900) > 0) + np.random.default_rng(0).normal(0, 0.01, steps)
     paired = PairedSlowdown([0.0, 0.01])
     _alternate(paired, 1, 0.01, drift)
-    mean, var, seen = paired._means()
+    mean, var, seen = paired.reading_means()
     assert seen[1] and abs(mean[1] - np.log1p(0.01)) <= 3 * np.sqrt(var[1]) and np.sqrt(var[1]) < 0.001
     # a window of each in turn (450 steps) carries the drift: its estimate is off by far more
     est = Estimates(2)
@@ -186,7 +186,7 @@ def test_paired_readings_of_the_measured_noise_are_unbiased(series):
     for _ in range(40):
         paired = PairedSlowdown([0.0, 0.01])
         _alternate(paired, 1, 0.0, sn.series(2000, rng))
-        mean, var, _ = paired._means()
+        mean, var, _ = paired.reading_means()
         z.append(mean[1] / np.sqrt(var[1]))
     z = np.array(z)
     assert abs(z.mean()) < 3 / np.sqrt(z.size) + 0.2 and np.mean(np.abs(z) <= 2) >= 0.8

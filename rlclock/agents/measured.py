@@ -92,15 +92,16 @@ class MeasuredJob:
     def n_arms(self) -> int:
         return len(self.time_s)
 
+    def _weights(self, plan: int | Mix) -> np.ndarray:
+        return (Mix.of(plan) if isinstance(plan, int | np.integer) else plan).weights(self.n_arms)
+
     def true_slowdown(self, plan: int | Mix) -> float:
         """The noise-free slowdown of an arm (or a mix) against auto, a fraction."""
-        w = (Mix.of(plan) if isinstance(plan, int | np.integer) else plan).weights(self.n_arms)
-        return float(w @ self.time_s / self.time_s[0] - 1.0)
+        return float(self._weights(plan) @ self.time_s / self.time_s[0] - 1.0)
 
     def true_saving(self, plan: int | Mix) -> float:
         """The noise-free energy saving of an arm (or a mix) against auto, a fraction."""
-        w = (Mix.of(plan) if isinstance(plan, int | np.integer) else plan).weights(self.n_arms)
-        return float(1.0 - w @ self.energy_j / self.energy_j[0])
+        return float(1.0 - self._weights(plan) @ self.energy_j / self.energy_j[0])
 
     def _deviations(self, n: int) -> np.ndarray:
         if self._dev.size < n:
@@ -277,7 +278,7 @@ class PairedSlowdown:
             self._cache = None
         self._runs, self._after = [], []
 
-    def _means(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def reading_means(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per arm: the mean reading, its variance, and whether it counts.
 
         The variance is the readings' spread (pooled over the arms) over their count, widened by
@@ -316,7 +317,7 @@ class PairedSlowdown:
         """Mean and covariance of every arm's log slowdown (arm 0: exactly 0)."""
         if self._cache is not None:
             return self._cache
-        mean_r, var_r, seen = self._means()
+        mean_r, var_r, seen = self.reading_means()
         a_n, f_n = self.n_arms, self.x.shape[1]
         # unknowns: (k_1 .. k_F, d_0 .. d_{n-1}); arm a's log slowdown is x_a . k + d_a (auto: 0; d_0 unused)
         h = np.zeros((a_n, f_n + a_n))
