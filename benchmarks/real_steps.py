@@ -33,6 +33,8 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -186,7 +188,6 @@ def _middle(sw: dict, second: str) -> str:
 def policy(corpus: Path, checkpoint: str, budget: float, time_limit_s: float) -> None:
     from rlclock.policy import ClockPolicy
     from rlclock.solve.baselines import latency_aware, power_limit, static
-    from rlclock.solve.evaluation import evaluate
     from rlclock.workload.op_costs import refresh_costs
     from rlclock.workload.trace import KernelTrace
 
@@ -209,11 +210,7 @@ def policy(corpus: Path, checkpoint: str, budget: float, time_limit_s: float) ->
         t0 = time.perf_counter()
         _ = backend.tables  # the planning model, shared by both plans, the solver and the baselines
         model_s = time.perf_counter() - t0
-        planned = []
-        for search in (False, True):
-            t0 = time.perf_counter()
-            ev = evaluate(pol.schedule(trace, auto_s, backend=backend, budget=budget, search=search), backend)
-            planned.append((ev, time.perf_counter() - t0))
+        planned = [planned_on(pol, backend, budget, search) for search in (False, True)]
         opt = latency_aware(backend, budget, time_limit_s)
         st, pl = static(backend, budget).evaluation, power_limit(backend, budget).evaluation
         best = opt.evaluation.saving
@@ -235,6 +232,121 @@ def policy(corpus: Path, checkpoint: str, budget: float, time_limit_s: float) ->
              "from shapes alone (the steps were measured on another GPU)") + "\n")
 
 
+def planned_on(pol: Any, backend: Any, budget: float, search: bool) -> tuple[Any, float]:
+    """``pol``'s schedule for ``backend``'s step at ``budget`` (from its first choices, or with the search),
+    evaluated on ``backend``, and the seconds planning and evaluating took."""
+    from rlclock.solve.evaluation import evaluate
+
+    t0 = time.perf_counter()
+    ev = evaluate(pol.schedule(backend.trace, backend=backend, budget=budget, search=search), backend)
+    return ev, time.perf_counter() - t0
+
+
+def corpus_specs(corpus: Path, base: str, budget: float, folder: Path) -> list[Any]:
+    """One env spec per corpus model: ``base`` (a shipped spec: its GPU, action set, latency and reward) over the
+    model's profiled step, its FLOPs and bytes derived again by the current rules (written under ``folder``).
+    On the GPU the corpus was profiled on, the planning model is anchored on the measured kernel times; on
+    another GPU it predicts from shapes alone."""
+    from rlclock.config import load_env_spec
+    from rlclock.workload.op_costs import refresh_costs
+    from rlclock.workload.trace import KernelTrace
+
+    spec = load_env_spec(base)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for model in _models(corpus):
+        path = folder / f"{model.name}.trace.json.gz"
+        refresh_costs(KernelTrace.load(model / "step.trace.json.gz")).save(path)
+        out.append(spec.with_overrides(name=model.name, workload={"trace": str(path)},
+                                       reward={"budget": budget}))
+    return out
+
+
+_FOLDS: dict[str, Any] = {}
+"""What every fold of ``lomo`` shares (set before the worker processes fork, so they inherit its tables)."""
+
+
+def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, runs: Path,
+         compare: str | None) -> None:
+    """Leave one model out: per corpus model, a policy trained on the other models' real steps (``base``'s GPU
+    and action set, ``agent_name``'s recipe), judged on the model it never saw, beside the exact latency-aware
+    optimum, the best static pair, the best whole-job power limit and (``compare``) a shipped checkpoint."""
+    import multiprocessing
+    import tempfile
+
+    from tqdm import tqdm
+
+    from rlclock.config.recipe import load_agent_config
+    from rlclock.env import episode_tables
+
+    with tempfile.TemporaryDirectory() as tmp:
+        specs = corpus_specs(corpus, base, budget, Path(tmp))
+        gpu = specs[0].gpu
+        for spec in tqdm(specs, desc="planning models and optima", unit="step", file=sys.stderr):
+            episode_tables(spec)  # built once here; the folds inherit them
+        _FOLDS.update(specs=specs, agent=load_agent_config(agent_name), runs=runs, compare=compare)
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(max(1, min(jobs, len(specs)))) as pool:
+            rows = list(tqdm(pool.imap(_fold, range(len(specs))), total=len(specs), desc="folds", unit="fold",
+                             file=sys.stderr))
+    latency_s = episode_tables(specs[0]).backend.latency_s
+    print(f"== leave one model out: {gpu.name} ({gpu.key}), policies trained ({agent_name} recipe) on the other "
+          f"{len(specs) - 1} real steps, judged on the one left out; latency {1e3 * latency_s:g} ms, budget "
+          f"{100 * budget:g} %; savings against auto")
+    head = f"{'policy':>7s} {'of opt':>6s} {'slowdown':>8s} {'plan s':>6s}"
+    print(f"{'':16s} {'':8s} {'left out, first choices':^30s} {'left out, with the search':^30s}"
+          + (f" {compare + ', with the search':^30s}" if compare else ""))
+    print(f"{'model':16s} {'optimum':>8s} {head} {head}" + (f" {head}" if compare else "")
+          + f" {'static':>7s} {'power limit':>16s} {'train s':>7s}")
+    met = 0
+    for r in rows:
+        best = r["optimum"]
+        cells = " ".join(f"{100 * sv:6.2f}% {100 * sv / best if best > 0 else float('nan'):5.0f}% "
+                         f"{100 * sd:+7.2f}% {ps:6.2f}" for sv, sd, ps in r["plans"])
+        floor = max(r["static"], r["power_limit"])
+        sv, sd, ps = r["plans"][1]
+        met += sv >= 0.9 * best and sd <= budget + 0.002 + 1e-9 and sv >= floor - 1e-9 and ps <= 1.0
+        print(f"{r['model']:16s} {100 * best:7.2f}% {cells} {100 * r['static']:6.2f}% {100 * r['power_limit']:6.2f}% "
+              f"({r['power_limit_name']:>6s}) {r['train_s']:7.0f}")
+    print(f"targets met with the search on {met} of {len(rows)} models (>= 90 % of the optimum's saving, slowdown "
+          "within budget + 0.2 pp, never below the best static pair or power limit, planning <= 1 s); optimum: "
+          "the exact latency-aware optimum on the step's planning model ("
+          + ("anchored on the measured kernel times" if any(r["anchored"] for r in rows) else
+             "from shapes alone: the steps were measured on another GPU") + "); plan s: planning and evaluating "
+          "one step; train s: the fold's training wall time\n")
+
+
+def _fold(i: int) -> dict[str, Any]:
+    """Fold ``i`` of :func:`lomo`: train without corpus model ``i``, judge on it."""
+    from rlclock.agents.train import train
+    from rlclock.env import episode_tables
+    from rlclock.policy import ClockPolicy
+    from rlclock.solve.baselines import power_limit, static
+    from rlclock.solve.evaluation import optimum_for
+
+    specs, agent, runs = _FOLDS["specs"], _FOLDS["agent"], _FOLDS["runs"]
+    held, rest = specs[i], specs[:i] + specs[i + 1:]
+    t0 = time.perf_counter()
+    res = train(rest, agent, runs_dir=runs, name=f"lomo-{held.gpu.key}-{held.name}", progress=False,
+                command=f"benchmarks/real_steps.py --part lomo (left out: {held.name})")
+    train_s = time.perf_counter() - t0
+    backend = episode_tables(held).backend
+    budget = held.reward.budget
+    pols = [ClockPolicy.load(res.checkpoint)] * 2
+    if _FOLDS["compare"]:
+        pols.append(ClockPolicy.load(_FOLDS["compare"]))
+    plans = []
+    for pol, search in zip(pols, (False, True, True), strict=False):
+        ev, plan_s = planned_on(pol, backend, budget, search)
+        plans.append((ev.saving, ev.slowdown, plan_s))
+    auto_j = backend.auto_run().energy_j
+    pl = power_limit(backend, budget).evaluation
+    return {"model": held.name, "optimum": 1.0 - optimum_for(backend, budget).energy_j / auto_j, "plans": plans,
+            "static": static(backend, budget).evaluation.saving, "power_limit": pl.saving,
+            "power_limit_name": pl.name.split(" ", 1)[1], "train_s": train_s,
+            "anchored": bool(backend.anchored_kernels())}
+
+
 def _models(corpus: Path) -> list[Path]:
     return sorted(p for p in corpus.iterdir() if p.is_dir())
 
@@ -243,10 +355,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, default=ROOT / "data" / "corpus-h200")
     parser.add_argument("--gpu", default="h200-sxm", help="GPU preset that predicts (default h200-sxm)")
-    parser.add_argument("--part", choices=["costs", "timing", "policy", "all"], default="all")
+    parser.add_argument("--part", choices=["costs", "timing", "policy", "lomo", "all"], default="all",
+                        help="which part (default all: costs, timing, policy; lomo only when named)")
     parser.add_argument("--checkpoint", default="gpt3xl-h200", help="policy for the policy part")
     parser.add_argument("--budget", type=float, default=0.01, help="slowdown budget (default 0.01)")
     parser.add_argument("--time-limit", type=float, default=120.0, help="solver time limit per step, s")
+    parser.add_argument("--base", default=None,
+                        help="lomo: the shipped env spec whose GPU, action set and latency the folds use "
+                             "(default gpt3xl-<GPU of --checkpoint>, e.g. gpt3xl-h200)")
+    parser.add_argument("--agent", default="quick", help="lomo: training recipe (default quick)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="lomo: folds trained at once")
+    parser.add_argument("--runs", type=Path, default=Path("runs") / "real-steps-lomo",
+                        help="lomo: where the folds' run folders go (default runs/real-steps-lomo)")
     args = parser.parse_args(argv)
     if args.part in ("costs", "all"):
         costs(args.corpus, args.gpu)
@@ -254,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
         timing(args.corpus)
     if args.part in ("policy", "all"):
         policy(args.corpus, args.checkpoint, args.budget, args.time_limit)
+    if args.part == "lomo":
+        base = args.base or args.checkpoint.replace("family-", "gpt3xl-")
+        lomo(args.corpus, base, args.agent, args.budget, args.jobs, args.runs, args.checkpoint)
     return 0
 
 

@@ -127,6 +127,21 @@ def test_family_of_workloads():
     assert names == {"small", "other"}
 
 
+def test_overrides_merge_a_workload_of_the_same_kind_and_replace_another(tmp_path):
+    """A family member's ``workload`` changes fields of its base's generator, but a trace file (or another
+    generator) replaces the base's workload whole: it takes no generator fields."""
+    base = load_env_spec(SMALL)
+    assert base.with_overrides(workload={"batch": 4}).workload == {**SMALL["workload"], "batch": 4}
+    path = tmp_path / "step.trace.json"
+    base.build_trace().save(path)
+    traced = base.with_overrides(name="traced", workload={"trace": str(path)})
+    assert traced.workload == {"trace": str(path)} and len(traced.build_trace()) == len(base.build_trace())
+    padded = base.with_overrides(workload={"vocab_padded": 50304})  # a field only llm.c's generator takes
+    decoder = {"generator": "transformer", "hidden": 512, "heads": 8, "seq": 256, "batch": 2, "layers": 1}
+    assert padded.with_overrides(workload=decoder).workload == decoder
+    assert traced.with_overrides(workload={"trace": str(path)}).workload == {"trace": str(path)}
+
+
 @pytest.mark.parametrize("change, err, needle", [
     ({"colour": 1}, SpecError, "unknown field"),
     ({"gpu": "rtx9090"}, SpecError, "unknown GPU"),

@@ -173,14 +173,22 @@ class EnvSpec(Settings):
 
     def with_overrides(self, **changes: Any) -> EnvSpec:
         """A copy with top-level YAML fields replaced (e.g. ``switch_latency_s=0``, ``reward={...}``; a mapping
-        is merged into the mapping it replaces)."""
+        is merged into the mapping it replaces, except a workload of another kind — a trace file, or another
+        generator — which replaces the base's workload whole)."""
         raw = copy.deepcopy(dict(self.raw))
         for k, v in changes.items():
-            if isinstance(v, Mapping) and isinstance(raw.get(k), Mapping):
+            if isinstance(v, Mapping) and isinstance(raw.get(k), Mapping) and not (
+                    k == "workload" and _other_workload(raw[k], v)):
                 raw[k] = {**raw[k], **v}
             else:
                 raw[k] = v
         return parse_env_spec(raw, self.source)
+
+
+def _other_workload(base: Mapping[str, Any], override: Mapping[str, Any]) -> bool:
+    """Whether a workload override is of another kind than its base (a trace file, or another generator)."""
+    return "trace" in base or "trace" in override or override.get("generator", base.get("generator")) != \
+        base.get("generator")
 
 
 def parse_env_spec(data: Any, source: str = "<dict>") -> EnvSpec:
