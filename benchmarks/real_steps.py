@@ -242,24 +242,17 @@ def planned_on(pol: Any, backend: Any, budget: float, search: bool) -> tuple[Any
     return ev, time.perf_counter() - t0
 
 
-def corpus_specs(corpus: Path, base: str, budget: float, folder: Path) -> list[Any]:
+def corpus_specs(corpus: Path, base: str, budget: float) -> list[Any]:
     """One env spec per corpus model: ``base`` (a shipped spec: its GPU, action set, latency and reward) over the
-    model's profiled step, its FLOPs and bytes derived again by the current rules (written under ``folder``).
-    On the GPU the corpus was profiled on, the planning model is anchored on the measured kernel times; on
-    another GPU it predicts from shapes alone."""
+    model's profiled step, its FLOPs and bytes derived again by the current rules
+    (:func:`rlclock.config.family.corpus_family`, as a ``family: {corpus: …}`` file does). On the GPU the
+    corpus was profiled on, the planning model is anchored on the measured kernel times; on another GPU it
+    predicts from shapes alone."""
     from rlclock.config import load_env_spec
-    from rlclock.workload.op_costs import refresh_costs
-    from rlclock.workload.trace import KernelTrace
+    from rlclock.config.family import corpus_family
 
     spec = load_env_spec(base)
-    folder.mkdir(parents=True, exist_ok=True)
-    out = []
-    for model in _models(corpus):
-        path = folder / f"{model.name}.trace.json.gz"
-        refresh_costs(KernelTrace.load(model / "step.trace.json.gz")).save(path)
-        out.append(spec.with_overrides(name=model.name, workload={"trace": str(path)},
-                                       reward={"budget": budget}))
-    return out
+    return [spec.with_overrides(**member, reward={"budget": budget}) for member in corpus_family(corpus)]
 
 
 _FOLDS: dict[str, Any] = {}
@@ -272,23 +265,27 @@ def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, run
     and action set, ``agent_name``'s recipe), judged on the model it never saw, beside the exact latency-aware
     optimum, the best static pair, the best whole-job power limit and (``compare``) a shipped checkpoint."""
     import multiprocessing
-    import tempfile
 
     from tqdm import tqdm
 
     from rlclock.config.recipe import load_agent_config
     from rlclock.env import episode_tables
 
-    with tempfile.TemporaryDirectory() as tmp:
-        specs = corpus_specs(corpus, base, budget, Path(tmp))
-        gpu = specs[0].gpu
-        for spec in tqdm(specs, desc="planning models and optima", unit="step", file=sys.stderr):
-            episode_tables(spec)  # built once here; the folds inherit them
-        _FOLDS.update(specs=specs, agent=load_agent_config(agent_name), runs=runs, compare=compare)
-        ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(max(1, min(jobs, len(specs)))) as pool:
-            rows = list(tqdm(pool.imap(_fold, range(len(specs))), total=len(specs), desc="folds", unit="fold",
-                             file=sys.stderr))
+    specs = corpus_specs(corpus, base, budget)
+    gpu = specs[0].gpu
+    for spec in tqdm(specs, desc="planning models and optima", unit="step", file=sys.stderr):
+        episode_tables(spec)  # built once here; the folds inherit them
+    _FOLDS.update(specs=specs, agent=load_agent_config(agent_name), runs=runs, compare=compare)
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(max(1, min(jobs, len(specs)))) as pool:
+        rows = []
+        for row in tqdm(pool.imap_unordered(_fold, range(len(specs))), total=len(specs), desc="folds",
+                        unit="fold", file=sys.stderr):
+            rows.append(row)  # each fold as it ends, so a run cut short still says what it found
+            tqdm.write(f"{row['model']}: " + " / ".join(f"{100 * sv:.2f}% at {100 * sd:+.2f}%"
+                                                         for sv, sd, _ in row["plans"])
+                       + f" (optimum {100 * row['optimum']:.2f}%)", file=sys.stderr)
+    rows.sort(key=lambda r: r["model"])
     latency_s = episode_tables(specs[0]).backend.latency_s
     print(f"== leave one model out: {gpu.name} ({gpu.key}), policies trained ({agent_name} recipe) on the other "
           f"{len(specs) - 1} real steps, judged on the one left out; latency {1e3 * latency_s:g} ms, budget "

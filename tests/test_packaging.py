@@ -43,7 +43,9 @@ def test_the_wheel_ships_the_data_files(installed):
     names = set(zipfile.ZipFile(wheel).namelist())
     for must in ("rlclock/py.typed", "rlclock/data/envs/gpt3xl-rtx3080ti.yaml", "rlclock/data/agents/ppo.yaml",
                  "rlclock/data/checkpoints/gpt3xl-h200/policy.safetensors",
-                 "rlclock/data/measurements/gpt3xl-h200-layer.trace.json", "rlclock/dvfs/presets/h200-sxm.yaml"):
+                 "rlclock/data/measurements/gpt3xl-h200-layer.trace.json", "rlclock/dvfs/presets/h200-sxm.yaml",
+                 "rlclock/data/envs/corpus-h100.yaml",
+                 "rlclock/data/measurements/corpus-h200/bert-base/step.trace.json.gz"):
         assert must in names, must
     assert not any(n.endswith("sb3_model.zip") for n in names)  # resuming only: not part of the package
 

@@ -89,6 +89,10 @@ def test_build_workload_forms(tmp_path):
     tr = build_workload({"generator": "transformer", "layers": 1, "head": False})
     path = tr.save(tmp_path / "t.json")
     assert build_workload({"trace": str(path)}) == tr
+    with pytest.raises(SpecError, match="only 'refresh_costs'"):
+        build_workload({"trace": str(path), "batch": 2})
+    with pytest.raises(SpecError, match="true or false"):
+        build_workload({"trace": str(path), "refresh_costs": "yes"})
     with pytest.raises(SpecError, match="unknown"):
         build_workload({"generator": "resnet"})
     with pytest.raises(SpecError):
@@ -108,3 +112,38 @@ def test_random_training_family_never_draws_a_held_out_workload():
     train = load_env_specs(["family-rtx3080ti", "family-rtx3080ti-random"])
     assert len(train) > 100
     assert not held & {key(s) for s in train}
+
+
+def test_trace_workloads_can_take_this_versions_costs(tmp_path):
+    """A profiled step saved with stale FLOPs and bytes gets them derived again from its operator calls."""
+    from dataclasses import replace
+
+    from rlclock.resources import data_dir
+    from rlclock.workload.trace import KernelTrace
+
+    path = data_dir() / "measurements" / "corpus-h200" / "train-small-gpt" / "step.trace.json.gz"
+    fresh = build_workload({"trace": str(path), "refresh_costs": True})
+    stale = KernelTrace.load(path)
+    stale = stale.with_kernels([replace(k, flops=1.0, dram_read_bytes=1.0) if k.launch_op is not None else k
+                                for k in stale])
+    stale_path = stale.save(tmp_path / "stale.trace.json")
+    assert build_workload({"trace": str(stale_path)}) == stale != fresh
+    assert build_workload({"trace": str(stale_path), "refresh_costs": True}) == fresh
+
+
+def test_a_corpus_family_takes_every_profiled_step(tmp_path):
+    from rlclock.config import load_env_specs
+    from rlclock.config.family import corpus_family
+
+    specs = load_env_specs("corpus-h100")
+    assert [s.name for s in specs] == sorted(s.name for s in specs) and len(specs) == 10
+    assert {s.gpu.key for s in specs} == {"h100-sxm"} and all(s.workload["refresh_costs"] for s in specs)
+    assert "bert-base" in {s.name for s in specs}
+    with pytest.raises(SpecError, match="not found"):
+        corpus_family(tmp_path / "nowhere")
+    with pytest.raises(SpecError, match="holds no trace"):
+        corpus_family(tmp_path)
+    build_workload({"generator": "transformer", "layers": 1, "head": False}).save(tmp_path / "mine.trace.json")
+    (tmp_path / "family.yaml").write_text("family: {corpus: ., base: gpt3xl-h200, refresh_costs: false}\n")
+    (mine,) = load_env_specs(tmp_path / "family.yaml")
+    assert mine.name == "mine" and mine.workload["refresh_costs"] is False and len(mine.build_trace()) > 0

@@ -28,7 +28,7 @@ from pydantic import Field, PrivateAttr
 from rlclock import resources
 from rlclock.backends.base import GpuBackend
 from rlclock.backends.settings import BACKEND_KINDS, BackendSettings, SimulatedSettings
-from rlclock.config.family import random_family
+from rlclock.config.family import corpus_family, random_family
 from rlclock.dvfs.spec import GpuSpec, get_spec, load_spec_file
 from rlclock.errors import SpecError
 from rlclock.schedule import ClockConfig
@@ -233,7 +233,10 @@ def load_env_specs(names: Any) -> list[EnvSpec]:
           - {base: gpt3xl-rtx3080ti, workload: {generator: llmc, batch: 8}, switch_latency_s: 0.06}
 
     ``base`` takes an existing spec and replaces the given top-level fields. ``family: {random: N, seed: S,
-    base: SPEC}`` draws ``N`` workloads (see :func:`rlclock.config.family.random_family`).
+    base: SPEC}`` draws ``N`` workloads (see :func:`rlclock.config.family.random_family`); ``family: {corpus:
+    FOLDER, base: SPEC}`` takes every profiled step in a folder (relative to the family file, or a shipped
+    corpus such as ``corpus-h200``; :func:`rlclock.config.family.corpus_family`), its costs derived again by
+    this version's rules unless ``refresh_costs: false``.
     """
     out: list[EnvSpec] = []
     for name in [names] if isinstance(names, (str, Path, Mapping, EnvSpec)) else list(names):
@@ -258,13 +261,20 @@ def _family(data: Mapping[str, Any], path: Path) -> list[EnvSpec]:
             ref = path.parent / ref
         return load_env_spec(ref)
 
+    if isinstance(members, Mapping) and "corpus" in members:
+        corpus = validate(_CorpusFamily, members, f"{path}: family")
+        folder = path.parent / corpus.corpus
+        if not folder.is_dir() and not resources.looks_like_path(corpus.corpus):
+            folder = resources.data_dir() / "measurements" / corpus.corpus
+        base = member(corpus.base)
+        return [base.with_overrides(**changes) for changes in corpus_family(folder, corpus.refresh_costs)]
     if isinstance(members, Mapping):
         draw = validate(_RandomFamily, members, f"{path}: family")
         base = member(draw.base)
         return [base.with_overrides(**changes) for changes in random_family(base.raw, draw.random, draw.seed)]
     if not isinstance(members, list) or not members:
-        raise SpecError(f"{path}: 'family' must be a non-empty list of env specs, or "
-                        "{random: N, seed: S, base: SPEC}.")
+        raise SpecError(f"{path}: 'family' must be a non-empty list of env specs, {{random: N, seed: S, base: "
+                        "SPEC}, or {corpus: FOLDER, base: SPEC}.")
     out = []
     for j, m in enumerate(members):
         if isinstance(m, Mapping) and "base" in m:
@@ -281,6 +291,12 @@ class _RandomFamily(Settings):
     random: Annotated[Int, Field(ge=1)]
     seed: Int = 0
     base: str = DEFAULT_ENV
+
+
+class _CorpusFamily(Settings):
+    corpus: str
+    base: str = DEFAULT_ENV
+    refresh_costs: bool = True
 
 
 def load_env_spec(name: str | Path | Mapping[str, Any] | EnvSpec = DEFAULT_ENV) -> EnvSpec:

@@ -1,11 +1,18 @@
-"""Random families of training workloads: decoder shapes, batches, sequences, latencies and budgets."""
+"""Families of training workloads: random decoder shapes, batches, sequences, latencies and budgets, or the
+profiled steps of a corpus folder."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from rlclock.errors import SpecError
+
+CORPUS_TRACE = "step.trace.json.gz"
+"""The profiled step's trace in each model folder of a corpus (what ``benchmarks/corpus_gpu.py`` writes)."""
 
 
 def random_family(base_raw: Mapping[str, Any], n: int, seed: int = 0) -> list[dict[str, Any]]:
@@ -42,3 +49,25 @@ def random_family(base_raw: Mapping[str, Any], n: int, seed: int = 0) -> list[di
         out.append({"name": name, "workload": workload, "switch_latency_s": round(latency, 4),
                     "reward": {**dict(base_raw.get("reward", {})), "budget": budget}})
     return out
+
+
+def corpus_family(folder: Path, refresh: bool = True) -> list[dict[str, Any]]:
+    """The overrides of one env spec per profiled step in a corpus ``folder``: every ``*/step.trace.json.gz``
+    (named after its model folder) and every ``*.trace.json`` / ``*.trace.json.gz`` directly inside it (named
+    after the file), sorted by name; ``refresh``: their FLOPs and bytes derived again by this version's rules.
+
+    Raises:
+        SpecError: The folder does not exist or holds no trace.
+    """
+    if not folder.is_dir():
+        raise SpecError(f"corpus folder {str(folder)!r} not found.",
+                        "give a folder of profiled steps (one folder per model with step.trace.json.gz, or "
+                        "*.trace.json files), relative to the family file, or a shipped corpus (corpus-h200).")
+    found = {p.parent.name: p for p in folder.glob(f"*/{CORPUS_TRACE}")}
+    for p in [*folder.glob("*.trace.json"), *folder.glob("*.trace.json.gz")]:
+        found.setdefault(p.name.split(".trace.json")[0], p)
+    if not found:
+        raise SpecError(f"corpus folder {str(folder)!r} holds no trace.",
+                        f"put one folder per model with {CORPUS_TRACE} in it, or *.trace.json files.")
+    return [{"name": name, "workload": {"trace": str(found[name].resolve()), "refresh_costs": refresh}}
+            for name in sorted(found)]

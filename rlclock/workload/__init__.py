@@ -18,20 +18,31 @@ def build_workload(spec: Mapping[str, Any], base_dir: Path | None = None) -> Ker
     Forms:
         ``{generator: llmc, batch, seq, hidden, heads, layers, vocab_padded, paper_measurements}``: the
         paper's llm.c GPT step; ``{generator: transformer, hidden, heads, kv_heads, ffn, seq, batch, layers,
-        style, dtype, vocab, head, optimizer}``: a generic decoder; ``{trace: path}``: a trace file (relative
-        paths are taken from the spec's folder, then the working directory).
+        style, dtype, vocab, head, optimizer}``: a generic decoder; ``{trace: path, refresh_costs}``: a trace
+        file (relative paths are taken from the spec's folder, then the working directory); with
+        ``refresh_costs: true`` the FLOPs and bytes of its profiled kernels are derived again by this version's
+        rules (:func:`rlclock.workload.op_costs.refresh_costs`), measurements kept.
     """
     spec = dict(spec)
     if "trace" in spec:
-        if set(spec) - {"trace"}:
-            raise SpecError(f"workload: a trace file takes no other fields, found {sorted(set(spec) - {'trace'})}.")
+        extra = set(spec) - {"trace", "refresh_costs"}
+        if extra:
+            raise SpecError(f"workload: a trace file takes only 'refresh_costs' besides, found {sorted(extra)}.")
+        refresh = spec.get("refresh_costs", False)
+        if not isinstance(refresh, bool):
+            raise SpecError(f"workload: refresh_costs must be true or false, found {refresh!r}.")
         path = Path(spec["trace"])
         if not path.is_absolute() and not path.exists() and base_dir is not None:
             for candidate in (base_dir / path, base_dir.parent / path):
                 if candidate.exists():
                     path = candidate
                     break
-        return KernelTrace.load(path)
+        trace = KernelTrace.load(path)
+        if refresh:
+            from rlclock.workload.op_costs import refresh_costs
+
+            trace = refresh_costs(trace)
+        return trace
     gen = spec.pop("generator", None)
     try:
         if gen == "llmc":
