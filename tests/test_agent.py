@@ -131,6 +131,23 @@ def test_dagger_learns_to_agree_with_the_expert():
     assert rep.agreement[-1] > 0.7 and np.mean(rep.agreement[1:]) > rep.agreement[0] + 0.15, rep.agreement
 
 
+def test_class_balance_weighs_rare_requests_up():
+    """Balanced labels give every action requested the same total weight; the mean label weight stays 1; off
+    (0) is plain cross-entropy."""
+    import torch
+
+    from rlclock.agents.imitation import label_weights
+
+    labels = torch.tensor([0] * 96 + [3] * 4)
+    assert label_weights(labels, 0.0) is None
+    w = label_weights(labels, 1.0)
+    counts = torch.bincount(labels).float()
+    assert w.shape == (4,) and w[1] == 0 and w[2] == 0
+    assert torch.isclose(w[0] * counts[0], w[3] * counts[3]) and torch.isclose((w * counts).sum(), torch.tensor(100.))
+    half = label_weights(labels, 0.5)
+    assert 1 < float(half[3] / half[0]) < float(w[3] / w[0])  # partial balance lies between
+
+
 def _checkpoint(tmp_path) -> Path:
     spec = load_env_spec(SMALL)
     env = KernelClockEnv(spec)

@@ -77,7 +77,7 @@ class DaggerReport:
 
 def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, batch_size: int = 512,
            learning_rate: float = 1e-3, beta_decay: float = 0.5, prices_per_round: int = 2, min_updates: int = 500,
-           seed: int = 0, on_round: Callable[[DaggerReport], None] | None = None,
+           seed: int = 0, class_balance: float = 0.0, on_round: Callable[[DaggerReport], None] | None = None,
            should_stop: Callable[[], bool] = lambda: False,
            on_visit: Callable[[], None] | None = None) -> DaggerReport:
     """Train ``model``'s policy network to imitate the expert on every workload of ``env``.
@@ -95,6 +95,8 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
         learning_rate: Adam learning rate.
         beta_decay: Probability of following the expert in round ``m`` is ``beta_decay ** m``.
         seed: Seed of the expert/learner mixing.
+        class_balance: Weigh each label by its action's frequency among all labels gathered to the power
+            ``-class_balance`` (0: plain cross-entropy; 1: each action requested weighs the same in all).
         on_round: Called after every round with the report so far (progress, metrics).
         should_stop: Asked between episodes and gradient steps; True ends the imitation there.
         on_visit: Called after every episode (``iterations × workloads × prices_per_round`` of them in all).
@@ -130,7 +132,7 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
         n = X.shape[0]
         if n > 0:
             _fit(policy, opt, X, Y, n - (report.samples[-2] if len(report.samples) > 1 else 0), epochs,
-                 batch_size, min_updates, should_stop)
+                 batch_size, min_updates, should_stop, label_weights(Y, class_balance))
         if on_round is not None:
             on_round(report)
     return report
@@ -138,10 +140,24 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
 
 
 
+def label_weights(labels, class_balance: float):
+    """Per action, the cross-entropy weight of its labels: frequency ``** -class_balance``, scaled so that the
+    labels' mean weight is 1 (``None`` for plain cross-entropy)."""
+    import torch
+
+    if class_balance <= 0:
+        return None
+    counts = torch.bincount(labels).to(torch.float64)
+    w = torch.where(counts > 0, counts.clamp(min=1) ** -class_balance, torch.zeros_like(counts))
+    w *= labels.numel() / float((w * counts).sum())
+    return w.to(torch.float32)
+
+
 def _fit(policy, opt, X, Y, new: int, epochs: int, batch_size: int, min_updates: int,
-         should_stop: Callable[[], bool]) -> None:
+         should_stop: Callable[[], bool], weight=None) -> None:
     """One round's gradient steps: ``epochs`` passes' worth over the round's ``new`` samples (at least
-    ``min_updates``), minibatches drawn from all ``X, Y`` gathered so far; until ``should_stop()``."""
+    ``min_updates``), minibatches drawn from all ``X, Y`` gathered so far; until ``should_stop()``;
+    ``weight``: per-action weights of the cross-entropy (:func:`label_weights`)."""
     import torch
 
     n = X.shape[0]
@@ -153,7 +169,10 @@ def _fit(policy, opt, X, Y, new: int, epochs: int, batch_size: int, min_updates:
                 return
             updates += 1
             idx = perm[s : s + batch_size]
-            loss = torch.nn.functional.cross_entropy(_logits(policy, X[idx]), Y[idx])
+            logits = _logits(policy, X[idx])
+            if weight is not None and weight.shape[0] < logits.shape[1]:
+                weight = torch.nn.functional.pad(weight, (0, logits.shape[1] - weight.shape[0]))
+            loss = torch.nn.functional.cross_entropy(logits, Y[idx], weight=weight)
             opt.zero_grad()
             loss.backward()
             opt.step()

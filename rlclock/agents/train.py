@@ -356,7 +356,8 @@ class _Session:
 
         dagger(self.model, env, iterations=im.iterations, epochs=im.epochs, batch_size=im.batch_size,
                learning_rate=im.learning_rate, beta_decay=im.beta_decay, prices_per_round=im.prices_per_round,
-               min_updates=im.min_updates, seed=self.agent.seed, on_round=on_round, should_stop=stop,
+               min_updates=im.min_updates, seed=self.agent.seed, class_balance=im.class_balance,
+               on_round=on_round, should_stop=stop,
                on_visit=None if bar is None else bar.update)
         if bar is not None:
             bar.close()

@@ -53,7 +53,10 @@ class ImitationParams(Settings):
 
     Per round every workload is rolled out at ``prices_per_round`` prices; the network then takes
     ``epochs`` passes' worth of gradient steps over the round's new data (at least ``min_updates``), with
-    minibatches drawn from everything gathered so far.
+    minibatches drawn from everything gathered so far. ``class_balance`` weighs each label by its action's
+    frequency among the labels to the power ``-class_balance`` (0: plain cross-entropy; 1: every action
+    requested carries the same weight in all) — on long real steps the expert keeps on almost every
+    decision, and unweighted the network can learn to keep everywhere.
     """
 
     iterations: NonNegative = 8
@@ -63,6 +66,7 @@ class ImitationParams(Settings):
     beta_decay: Fraction = 0.5
     prices_per_round: Positive = 2
     min_updates: NonNegative = 500
+    class_balance: Fraction = 0.0
 
 
 class AgentConfig(Settings):
