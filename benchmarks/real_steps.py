@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", default=None,
                         help="lomo: the shipped env spec whose GPU, action set and latency the folds use "
                              "(default gpt3xl-<GPU of --checkpoint>, e.g. gpt3xl-h200)")
-    parser.add_argument("--agent", default="quick", help="lomo: training recipe (default quick)")
+    parser.add_argument("--agent", default="real-steps", help="lomo: training recipe (default real-steps)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="lomo: folds trained at once")
     parser.add_argument("--runs", type=Path, default=Path("runs") / "real-steps-lomo",
                         help="lomo: where the folds' run folders go (default runs/real-steps-lomo)")
