@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "lists several")
     p.add_argument("--agent", default="quick",
                    help="agent recipe: a shipped one (quick: about a minute; ppo: the full recipe of the shipped "
-                        "checkpoints; ppo-scratch) or a YAML path")
+                        "GPT-3 XL checkpoints; real-steps: for families of real profiled steps, e.g. corpus-h200; "
+                        "ppo-scratch) or a YAML path")
     p.add_argument("--seed", type=int, default=None, help="random seed (default: the recipe's)")
     p.add_argument("--timesteps", type=int, default=None, help="environment steps (default: the recipe's)")
     p.add_argument("--track", action=argparse.BooleanOptionalAction, default=False,
