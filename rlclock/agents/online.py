@@ -274,13 +274,10 @@ def best_mix(paired: PairedSlowdown, model_saving: Sequence[float] | np.ndarray,
     step, that saves most by the planning model's ranking among those whose estimated slowdown is within ``budget``
     and whose slowdown ``z`` standard deviations up is within ``budget + tolerance`` (auto if none). Only neighbours
     are mixed: a plan's saving is known from the model only, and the model's savings of plans far apart need not
-    scale as the GPU's do (interpolating between neighbours leans on that least). An arm estimated slower than one
-    the model says saves at least as much is no one's neighbour: mixing it would only stand between the two arms
-    around it."""
+    scale as the GPU's do (interpolating between neighbours leans on that least)."""
     saving = np.asarray(model_saving, dtype=float)
     measured = np.flatnonzero((paired.count() >= MIN_WINDOWS) | (np.arange(paired.n_arms) == 0))
     order = measured[np.argsort(paired.slowdown()[measured], kind="stable")]
-    order = order[saving[order] > np.maximum.accumulate(np.r_[-np.inf, saving[order][:-1]])]
     lo, hi = order[:-1], order[1:]
     if not lo.size:
         return Mix.of(0)
