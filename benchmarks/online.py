@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -44,11 +46,11 @@ from rlclock.agents.online import (  # noqa: E402
     run_nominal,
 )
 from rlclock.backends.simulated import SimulatedGpu  # noqa: E402
-from rlclock.backends.true_gpu import TrueGpu, draw_true_gpu  # noqa: E402
+from rlclock.backends.true_gpu import TrueGpu, TrueGpuDraw, draw_true_gpu  # noqa: E402
 from rlclock.config import load_env_spec  # noqa: E402
 from rlclock.solve.optimum import latency_aware_optimum  # noqa: E402
 from rlclock.workload.op_costs import refresh_costs  # noqa: E402
-from rlclock.workload.trace import KernelTrace  # noqa: E402
+from rlclock.workload.trace import KernelTrace, Measurement  # noqa: E402
 
 LEARNERS = ("nominal", "tracker", "bandit", "feedback", "ppo")
 CHECKPOINTS = (500, 2000, 10000)
@@ -79,6 +81,28 @@ def true_best(truth: TrueGpu, budget: float, arms: list[np.ndarray]) -> float:
     return hull_at(points, budget)
 
 
+ENV_SPEC = "gpt3xl-h200"
+"""The planning model's GPU, configuration set and switching latency (the shipped H200 action set, 6 ms)."""
+
+
+def planning_model(workload: str) -> SimulatedGpu:
+    """The planning model of ``workload`` (a model of ``data/corpus-h200``): its real step, anchored on the step's
+    measured kernel times."""
+    env = load_env_spec(ENV_SPEC)
+    gpu = env.gpu
+    trace = refresh_costs(KernelTrace.load(ROOT / "data" / "corpus-h200" / workload / "step.trace.json.gz"))
+    trace = trace.with_kernels([replace(k, measured=(Measurement(gpu=gpu.key, time_s=k.measured[0].time_s,
+                                                                 source="profile"),)) for k in trace])
+    return SimulatedGpu(gpu, trace, env.configs(), env.latency_s, anchor=True)
+
+
+def true_gpus(model: SimulatedGpu, gpus: int) -> Iterator[tuple[int, TrueGpuDraw, TrueGpu]]:
+    """The benchmark's true GPUs over ``model``'s step: ``(seed, draw, true GPU)`` for seeds 0 .. ``gpus - 1``."""
+    for seed in range(gpus):
+        draw = draw_true_gpu(model.spec, seed)
+        yield seed, draw, TrueGpu(draw, model.trace, model.configs, model.latency_s)
+
+
 def run_one(name: str, job: MeasuredJob, budget: float, steps: int, nominal_arm: int, model_slowdown: list[float],
             parts: np.ndarray, model_saving: list[float], seed: int):
     """One learner's trajectory on ``job``."""
@@ -104,8 +128,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--noise", default="replay", choices=("replay", "ar1"),
                    help="step-time noise: the measured series replayed (default) or a drawn correlated series")
     a = p.parse_args(argv)
-    env = load_env_spec("gpt3xl-h200")
-    configs, gpu, latency = env.configs(), env.gpu, env.latency_s
     nominal_arm = 1 + PLAN_BUDGETS.index(a.budget) if a.budget in PLAN_BUDGETS else 1 + len(PLAN_BUDGETS) // 2
     learners = list(a.learners)
     steps = max(CHECKPOINTS)
@@ -117,24 +139,15 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, list[tuple[float, float, float, float, float]]] = {
         f"{x}@{n}": [] for x in learners for n in CHECKPOINTS}
     for wl in a.workloads:
-        trace = refresh_costs(KernelTrace.load(ROOT / "data" / "corpus-h200" / wl / "step.trace.json.gz"))
-        from dataclasses import replace
-
-        from rlclock.workload.trace import Measurement
-
-        trace = trace.with_kernels([replace(k, measured=(Measurement(gpu=gpu.key, time_s=k.measured[0].time_s,
-                                                                     source="profile"),)) for k in trace])
-        nominal = SimulatedGpu(gpu, trace, configs, latency, anchor=True)
+        nominal = planning_model(wl)
         t0 = time.perf_counter()
         cand = candidate_plans(nominal)
         plans, model_saving, model_slowdown, parts = cand.plans, list(cand.saving), list(cand.slowdown), cand.parts
         step_s = nominal.auto_run().time_s
-        print(f"# {wl}: {len(trace)} kernels, {1e3 * step_s:.1f} ms per step on the planning model "
+        print(f"# {wl}: {len(nominal.trace)} kernels, {1e3 * step_s:.1f} ms per step on the planning model "
               f"(N = 500 / 2 000 / 10 000 steps = {500 * step_s / 60:.1f} / {2000 * step_s / 60:.1f} / "
               f"{10000 * step_s / 60:.1f} min of the job); plans in {time.perf_counter() - t0:.0f} s", flush=True)
-        for seed in range(a.gpus):
-            draw = draw_true_gpu(gpu, seed)
-            truth = TrueGpu(draw, trace, configs, latency)
+        for seed, draw, truth in true_gpus(nominal, a.gpus):
             best = true_best(truth, a.budget, plans)
             cells, worst, nominal_true = [], [], None
             for name in learners:
