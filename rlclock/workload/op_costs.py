@@ -26,7 +26,8 @@ Rules, by operator family (``aten::`` names, with or without the leading undersc
 * fused and foreach optimizers: every tensor list read once, the updated lists written;
 * copies and casts (source read in its type, destination written in its type), ``cat``/``stack``, fills
   and memsets (written only), memcpys;
-* reductions (input read, the reduced output written);
+* reductions (input read, the reduced output written; along contiguous rows, one vector of four elements in flight
+  per thread);
 * any other operator with tensor inputs: elementwise — each input read once at its own size, the largest
   written (one byte per element for comparisons, plus the mask of a dropout); an ``out=`` tensor is written
   only.
@@ -61,6 +62,21 @@ GAMMA_BETA_ROWS_PER_THREAD = 8
 """Rows one thread of PyTorch's LayerNorm γ/β-gradient kernel sums (256 rows per block over 32 thread rows)."""
 MULTI_TENSOR_CHUNK = 65536
 """Elements one block of PyTorch's ``multi_tensor_apply`` kernels processes (``kChunkSize``)."""
+REDUCE_VECTOR_ELEMENTS = 4
+"""Elements of the one vector load a thread of PyTorch's ``reduce_kernel`` keeps in flight when it reduces along
+contiguous rows (``ReduceOp``'s ``input_vec_size``, = ``vt0`` = 4: each iteration loads a vector and adds it into as
+many accumulators before the next load)."""
+GELU_FLOPS_PER_ELEMENT: dict[tuple[str, bool], float] = {
+    ("tanh", False): 20.0, ("tanh", True): 30.0,
+    ("none", False): 55.0, ("none", True): 75.0,
+}
+"""SIMT operations per element of GELU, by ``(approximate, backward)`` (the model counts two per FP32 lane-cycle, a
+multiply-add as two). The tanh form: a cubic, ``tanhf`` and the scaling (its derivative adds ``1 - tanh²`` and the
+cubic's); the exact form (``approximate='none'``, PyTorch's default) evaluates ``erff`` — a polynomial near zero and
+an exponential of a second polynomial on the tails, both taken by a warp whose elements fall on both sides — and its
+derivative ``erff`` and ``expf`` together. The exact counts are the H200's (``docs/simulator.md``, "Frequency response
+on the H200"): under the power cap its exact GELU takes x1.21 the time at x0.78 the clock, a kernel bound by its
+math, not its 256 MB of traffic; the tanh counts are the generator's (:mod:`rlclock.workload.transformer`)."""
 
 _ELEM_BYTES = {"c10::bfloat16": 2, "c10::half": 2, "float": 4, "double": 8, "long int": 8, "int": 4, "bool": 1,
                "unsigned char": 1, "signed char": 1, "short int": 2, "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
@@ -627,7 +643,11 @@ def _reduction(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     else:
         out_n, rows_contiguous = 1.0, False
     access = "stream" if rows_contiguous or out_n == 1.0 else "reduce"
-    return _spread(launches, Cost(n, n * eb, out_n * eb, "reduction", access=access, rule="reduction"))
+    out = _spread(launches, Cost(n, n * eb, out_n * eb, "reduction", access=access, rule="reduction"))
+    if rows_contiguous:  # the vectorized input loop: one vector of REDUCE_VECTOR_ELEMENTS in flight per thread
+        out = [replace(c, mlp_bytes=float(REDUCE_VECTOR_ELEMENTS * eb)) if "reduce_kernel<" in lk.name else c
+               for c, lk in zip(out, launches)]
+    return out
 
 
 def _conv(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
@@ -685,7 +705,19 @@ def _elementwise(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     if base == "native_dropout":
         write += float(n)  # the keep mask, one byte per element
     streamed = float(sum(e for k, e, _ in sizes if k == n))  # per output element; broadcast inputs stay cached
-    return _spread(launches, Cost(float(n), read, write, "elementwise", rule="elementwise"), float(n), streamed)
+    flops = float(n) * _math_flops_per_element(a)
+    return _spread(launches, Cost(flops, read, write, "elementwise", rule="elementwise"), float(n), streamed)
+
+
+def _math_flops_per_element(a: _Args) -> float:
+    """SIMT operations per output element of an elementwise operator: :data:`GELU_FLOPS_PER_ELEMENT` for GELU and its
+    gradient (``approximate`` read from the call, ``'none'`` when absent), one for any other."""
+    base = _base(a.op.name)
+    if base not in ("gelu", "gelu_backward"):
+        return 1.0
+    backward = base == "gelu_backward"
+    text = a.concrete(_arg_index(a.op.name, "approximate") or (2 if backward else 1)).strip("'\" ")
+    return GELU_FLOPS_PER_ELEMENT[("tanh" if text == "tanh" else "none", backward)]
 
 
 Rule = Callable[[_Args, Sequence[Launch]], "list[Cost] | None"]
