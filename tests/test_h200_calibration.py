@@ -214,3 +214,15 @@ def test_simt_gemms_run_below_the_fp32_peak_and_write_after_the_math(h200):
     comp = model.components(ka, h200, np.array([[1980.0]]), np.array([[3201.0]]))
     t_write = comp.t_dram[0, 0] * gemms[0].dram_write_bytes / gemms[0].dram_bytes
     assert comp.time_s[0, 0] >= comp.t_simt[0, 0] + 0.95 * t_write
+
+
+def test_a_memset_activity_takes_its_own_fixed_time_not_a_kernels(h200):
+    """Memsets of a few bytes take ~0.8 us in sequence on every corpus step; a kernel's fixed cost is ~4 us."""
+    from rlclock.workload.trace import Kernel
+
+    memset = Kernel("Memset (Device)", "x", "memset", "forward", 0.0, 0.0, 4.0)
+    fill = Kernel("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>()", "x", "memset",
+                  "forward", 0.0, 0.0, 4.0)
+    t = predict_auto(h200, [memset, fill]).time_s[:, 0]
+    assert t[0] == pytest.approx(h200.model.memset_s, rel=0.01) and t[1] == pytest.approx(h200.model.launch_s, rel=0.01)
+    assert 0.5e-6 <= h200.model.memset_s <= 2e-6 < h200.model.launch_s

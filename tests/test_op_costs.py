@@ -293,3 +293,25 @@ def test_a_row_reduction_keeps_one_vector_of_four_elements_in_flight():
                         ("", "[0]", "False", "")), col)
     assert mask.mlp_bytes == 4 * 1 and rows32.mlp_bytes == 4 * 4  # one byte per bool, four per float
     assert cols.mlp_bytes == 16  # a column sum's unrolled loads: the default
+
+
+def test_grouped_query_heads_write_dk_dv_per_query_head_and_reduce_them_once():
+    b, h, hk, s, d = 4, 16, 4, 2048, 128
+    q, kv = (b, h, s, d), (b, hk, s, d)
+    op = LaunchOp("aten::_cudnn_attention_backward", (q, q, kv, kv, q, (b, h, s, 1)), (BF16,) * 5 + (F32,))
+    names = ["void cudnn::fusion::compute_dot_do_o_specialized<true, 128>()",
+             "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x4x1_cga1x1x1_kernel0_0",
+             "void cudnn::fusion::convert_dq_to_16bits<true>()", "void cudnn::fusion::fmha_reduce_head<true>()",
+             "void cudnn::fusion::fmha_reduce_head<true>()"]
+    _, main, _, rk, rv = call_costs(op, [Launch(n, grid=(132, 1, 1), block=(384, 1, 1)) for n in names], strict=True)
+    per_q = b * h * s * 2 * d * 2  # dK and dV of every query head, bf16
+    kv_bytes = b * hk * s * 2 * d * 2
+    assert main.write_bytes == b * h * s * d * 4 + per_q  # the fp32 dQ accumulator and the per-head dK/dV
+    assert rk.read_bytes + rv.read_bytes == per_q and rk.write_bytes + rv.write_bytes == kv_bytes
+
+
+def test_profiler_activities_are_told_apart_by_name():
+    from rlclock.workload.kernel_names import activity_kind
+
+    assert activity_kind("Memset (Device)") == "memset" and activity_kind("Memcpy DtoD (Device -> Device)") == "memcpy"
+    assert activity_kind(VEC) == "kernel"

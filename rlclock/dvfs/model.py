@@ -14,7 +14,7 @@ import numpy as np
 
 from rlclock.dvfs.spec import GpuSpec
 from rlclock.schedule import ClockConfig
-from rlclock.workload.kernel_names import elements_per_thread, gemm_narrow_loads, rms_norm_forward
+from rlclock.workload.kernel_names import activity_kind, elements_per_thread, gemm_narrow_loads, rms_norm_forward
 from rlclock.workload.trace import ACCESS_CLASSES, Kernel
 
 CAPPED_FRACTION = 0.93
@@ -44,6 +44,7 @@ class KernelArrays:
     is_tensor: np.ndarray
     is_attention: np.ndarray
     is_simt_gemm: np.ndarray  # a matrix product on the FP32 units (FFMA kernels), not the tensor cores
+    is_memset: np.ndarray  # a driver memset activity (a few bytes; not a kernel grid)
     is_norm: np.ndarray  # a norm kernel with per-element statistics work: LayerNorm's, or a norm's backward
     access: np.ndarray  # index into ACCESS_CLASSES
     wave_eff: np.ndarray
@@ -84,6 +85,7 @@ def kernel_arrays(kernels: Sequence[Kernel], spec: GpuSpec) -> KernelArrays:
         is_tensor=col(is_tensor, bool),
         is_attention=col([k.category == "attention" for k in kernels], bool),
         is_simt_gemm=col([k.category == "gemm" and not t for k, t in zip(kernels, is_tensor)], bool),
+        is_memset=col([activity_kind(k.name) == "memset" for k in kernels], bool),
         is_norm=col([k.category == "norm" and not t
                      and not rms_norm_forward(k.name, k.launch_op.name if k.launch_op else None)
                      for k, t in zip(kernels, is_tensor)], bool),
@@ -241,7 +243,8 @@ def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: n
     t_sm = _smax(t_simt, t_rd + t_wr, p.smooth_p)
     # The final combine of a cross-block reduction runs through L2 and the SMs: core cycles.
     reduce_tail = np.where(cross_block_reduction(ka), p.reduce_overhead_cycles / f_hz, 0.0)
-    time_s = np.where(ka.is_tensor | ka.is_simt_gemm, t_tc, t_sm) + p.launch_s + ka.work_scale * reduce_tail
+    fixed_s = np.where(ka.is_memset & (p.memset_s > 0), p.memset_s, p.launch_s)  # a memset is no kernel grid
+    time_s = np.where(ka.is_tensor | ka.is_simt_gemm, t_tc, t_sm) + fixed_s + ka.work_scale * reduce_tail
     return Components(t_tensor, t_simt, t_rd + t_wr, time_s, dram_share)
 
 

@@ -61,7 +61,8 @@ class DvfsParams:
     gradients) add ``reduce_overhead_cycles`` core cycles (their final combine of partial sums through L2).
     Matrix products on the FP32 units (FFMA kernels: fp32 data with TF32 off) run at ``eta_simt_gemm`` of the
     FP32 peak (their operands' shared-memory loads and address math share the issue slots with the FMAs) and,
-    like the tensor-core ones, write their results after the math.
+    like the tensor-core ones, write their results after the math. A driver memset activity (``Memset (Device)``:
+    a few bytes of tile counters and flags) takes ``memset_s`` instead of a kernel's ``launch_s`` (0: as a kernel).
 
     Optional terms (default 0 = off, so presets that do not set them predict exactly as before):
     L2 residency — a SIMT kernel whose footprint fits in ``l2_resident_bytes`` finds part of its data still in
@@ -101,6 +102,7 @@ class DvfsParams:
     launch_s: float
     reduce_overhead_cycles: float = 0.0
     eta_simt_gemm: float = 1.0
+    memset_s: float = 0.0
     l2_hit_fraction: float = 0.0
     l2_resident_bytes: float = 0.0
     l2_bytes_per_cycle: float = 0.0

@@ -94,6 +94,13 @@ def elements_per_thread(name: str) -> int | None:
     return None
 
 
+def activity_kind(name: str) -> str:
+    """``"memset"`` or ``"memcpy"`` for the profiler's non-kernel device activities (``Memset (Device)``,
+    ``Memcpy DtoD …``), ``"kernel"`` for anything else."""
+    low = name.lower()
+    return "memset" if low.startswith("memset") else "memcpy" if low.startswith("memcpy") else "kernel"
+
+
 def rms_norm_forward(name: str, op: str | None = None) -> bool:
     """Whether a norm kernel is an RMSNorm forward, whose statistic is a plain sum of squares.
 

@@ -16,7 +16,10 @@ Rules, by operator family (``aten::`` names, with or without the leading undersc
   ``sgemm``, ``f32f32`` names) are ``fp32``, FP32 data on tensor cores ``tf32``;
 * fused attention (cuDNN, Flash, memory-efficient; forward and backward): ``2·B·H·S_q·S_k·(D + D_v)`` FLOPs
   forward (halved when causal), 2.5 times that backward (five products instead of two); the backward's
-  ``dot_do_o`` pre-pass, ``convert_dq`` and grouped-query head reduction get their own bytes;
+  ``dot_do_o`` pre-pass, ``convert_dq`` and grouped-query head reduction get their own bytes (with grouped heads the
+  main kernel writes dK/dV for every query head in the input type, as FlashAttention-2 does for grouped heads, and
+  the ``fmha_reduce_head`` kernels — one each for dK and dV — sum each group's: counted in fp32 and once per
+  kernel, the 134 MB they would read in 12.6 µs on Mistral would need 10.6 TB/s);
 * embeddings: the forward gathers the rows of its indices; the dense backward's index sort (one pass of
   keys and values per radix-sort launch), segment scans, ``compute_grad_weight`` and ``sum_and_scatter``;
 * losses: ``nll_loss`` reads one value per row (not the vocabulary); its backward scatters one value per row
@@ -45,7 +48,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from rlclock.workload.kernel_names import classify, loop_kind
+from rlclock.workload.kernel_names import activity_kind, classify, loop_kind
 from rlclock.workload.trace import Kernel, KernelTrace, LaunchOp, Shape
 
 LONG_ROW_ELEMENTS = 4096
@@ -411,7 +414,7 @@ def _attention(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     dtype = a.dtype()
     names = [lk.name.lower() for lk in launches]
     fp32_dq = any("convert_dq" in nm for nm in names)
-    head_reduce = any("reduce_head" in nm for nm in names)
+    n_reduce = sum("reduce_head" in nm for nm in names)
     mains = [i for i, lk in enumerate(launches) if lk.kind == "kernel" and classify(lk.name, a.op.name) == "attention"
              and "reduce_head" not in names[i] and "philox" not in names[i]]
     out: list[Cost] = []
@@ -424,13 +427,13 @@ def _attention(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
             out.append(Cost(2.0 * rows * dv, 2.0 * o_b, 4.0 * rows + clear, "reduction", rule="attention.dot_do_o"))
         elif "convert_dq" in nm:
             out.append(Cost(0.0, q_b * 4.0 / eb, q_b, "copy", rule="attention.convert_dq"))
-        elif "reduce_head" in nm:
-            per_q = float(bsz * heads * sk * (d + dv) * 4)
-            out.append(Cost(per_q / 4.0, per_q, kv_b, "reduction", rule="attention.reduce_heads"))
+        elif "reduce_head" in nm:  # sums the query heads' dK/dV of each group; the reduce_head kernels share it
+            per_q = float(bsz * heads * sk * (d + dv) * eb) / n_reduce
+            out.append(Cost(per_q / eb, per_q, kv_b / n_reduce, "reduction", rule="attention.reduce_heads"))
         elif i in mains:
             share = 1.0 / len(mains)
             if backward:
-                dk_dv = float(bsz * heads * sk * (d + dv) * 4) if head_reduce else kv_b
+                dk_dv = float(bsz * heads * sk * (d + dv) * eb) if n_reduce else kv_b  # grouped: per query head
                 read = q_b + kv_b + 2.0 * o_b + 8.0 * rows
                 write = (q_b * 4.0 / eb if fp32_dq else q_b) + dk_dv
                 out.append(Cost(ATTENTION_BACKWARD_FLOPS * fwd_flops * share, read * share, write * share,
@@ -804,8 +807,7 @@ def costs(ops: Sequence[LaunchOp | None], launches: Sequence[Launch], strict: bo
 def launch_of(k: Kernel) -> Launch:
     """What the rules see of a trace's kernel: its kind from its name (``Memset``/``Memcpy``) and, for those,
     the bytes it stored."""
-    low = k.name.lower()
-    kind = "memset" if low.startswith("memset") else "memcpy" if low.startswith("memcpy") else "kernel"
+    kind = activity_kind(k.name)
     nbytes = int(k.dram_write_bytes) if kind != "kernel" else None
     return Launch(k.name, kind, k.launch_grid, k.launch_block, nbytes)
 
