@@ -33,7 +33,7 @@ Rules, by operator family (``aten::`` names, with or without the leading undersc
   per thread);
 * any other operator with tensor inputs: elementwise — each input read once at its own size, the largest
   written (one byte per element for comparisons, plus the mask of a dropout); an ``out=`` tensor is written
-  only.
+  only; one operation per element, GELU and its gradient their math's (:data:`GELU_FLOPS_PER_ELEMENT`).
 
 A device activity whose operator is unknown gets only what its kind says (a memset's or memcpy's bytes);
 nothing is ever NaN.
