@@ -21,7 +21,8 @@ Each probe is also profiled once (``torch.profiler``) into a kernel trace whose 
 operators' shapes, as a profiled training step's are (``rlclock.workload.op_costs``).
 
 ``--compare`` (anywhere) predicts each probe's time ratio (capped / boost) with a GPU preset at the SM clocks the
-gauges measured, from shapes alone and anchored on the profiled time, and prints it beside the measured ratio.
+gauges measured, from shapes alone (FLOPs and bytes derived again from the profiled operator calls by the current
+rules) and anchored on the profiled time, and prints it beside the measured ratio.
 
     python benchmarks/freq_response.py --measure --out data/h200-response.json      # on the GPU
     python benchmarks/freq_response.py --compare data/h200-response.json            # the preset against it
@@ -245,6 +246,7 @@ def compare(path: Path, gpu: str) -> int:
 
     from rlclock.dvfs import model
     from rlclock.dvfs.spec import get_spec
+    from rlclock.workload.op_costs import refresh_costs
     from rlclock.workload.trace import KernelTrace
 
     data = json.loads(path.read_text())
@@ -258,7 +260,7 @@ def compare(path: Path, gpu: str) -> int:
     for name, e in data["probes"].items():
         tb, tc = (statistics.median(e[p]["time_s"]) for p in ("boost", "capped"))
         fb, fc = (statistics.median(e[p]["clock_mhz"]) for p in ("boost", "capped"))
-        trace = KernelTrace.from_dict(e["trace"])
+        trace = refresh_costs(KernelTrace.from_dict(e["trace"]))  # FLOPs and bytes by the current rules
         ka = model.kernel_arrays(list(trace), spec)
         clocks = np.array([[fb, fc]])
         mems = np.array([[mem, mem]], dtype=float)

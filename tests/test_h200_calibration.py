@@ -123,3 +123,106 @@ def test_l2_residency_is_off_for_the_rtx3080ti(rtx):
     """The new terms default to off, so the paper-fitted preset predicts exactly what it did."""
     p = rtx.model
     assert p.l2_hit_fraction == 0.0 and p.l2_resident_bytes == 0.0 and p.norm_ops_per_written_byte == 0.0
+
+
+def _response_ratios(spec):
+    """Per probed kernel class of ``data/h200-response.json``: the measured time ratio (power-capped / boost) and the
+    model's, anchored on the profiled time (as ``benchmarks/freq_response.py --compare`` computes them)."""
+    import json
+    import statistics
+
+    from rlclock import resources
+    from rlclock.workload.op_costs import refresh_costs
+    from rlclock.workload.trace import KernelTrace
+
+    out = {}
+    for name, e in json.loads(resources.measurement("h200-response.json").read_text())["probes"].items():
+        tb, tc = (statistics.median(e[p]["time_s"]) for p in ("boost", "capped"))
+        fb, fc = (statistics.median(e[p]["clock_mhz"]) for p in ("boost", "capped"))
+        trace = refresh_costs(KernelTrace.from_dict(e["trace"]))
+        ka = model.kernel_arrays(list(trace), spec)
+        t = np.array([k.measured[0].time_s for k in trace])
+        ka = model.anchor(ka, spec, t, np.full(len(t), np.nan))
+        mem = float(spec.default_mem_mhz)
+        pred = model.predict_clocks(ka, spec, np.array([[fb, fc]]), np.array([[mem, mem]]), power_limit_w=1e9)
+        tt = pred.time_s.sum(axis=0)
+        out[name] = (tc / tb, tt[1] / tt[0], list(trace))
+    return out
+
+
+@pytest.fixture(scope="module")
+def response(h200):
+    return _response_ratios(h200)
+
+
+def test_every_probed_kernel_class_answers_the_power_cap_within_5pp(response):
+    """GEMMs, attention, LayerNorm and GELU slow down with the SM clock; copies, RMSNorm and AdamW barely do."""
+    errs = {name: 100 * abs(pred - meas) for name, (meas, pred, _) in response.items()}
+    assert len(errs) == 14 and max(errs.values()) <= 5.0, errs
+
+
+def test_exact_gelu_is_bound_by_its_math_and_an_add_by_its_bytes(response, h200):
+    """erff per element: the exact GELU's SIMT time exceeds its DRAM time at boost; an add of the same size streams."""
+    (gelu,), (add,) = response["activation-gelu"][2], response["elementwise-add"][2]
+    ka = model.kernel_arrays([gelu, add], h200)
+    comp = model.components(ka, h200, np.array([[1980.0]]), np.array([[3201.0]]))
+    assert comp.t_simt[0, 0] > comp.t_dram[0, 0] and comp.t_simt[1, 0] < 0.5 * comp.t_dram[1, 0]
+    assert response["activation-gelu"][1] > 1.15 > response["elementwise-add"][1]
+
+
+def test_rmsnorm_forward_skips_layernorms_welford_work(response, h200):
+    """The same PyTorch kernel with its rms_norm flag: a sum of squares, no Welford update per element."""
+    from rlclock.workload.kernel_names import rms_norm_forward
+
+    (ln,), (rms,) = response["layernorm"][2], response["rmsnorm"][2]
+    assert not rms_norm_forward(ln.name, ln.launch_op.name) and rms_norm_forward(rms.name, rms.launch_op.name)
+    assert rms_norm_forward(rms.name) and rms_norm_forward("rms_norm_kernel")  # the template flag; the generator
+    assert not rms_norm_forward("x", "aten::_fused_rms_norm_backward") and not rms_norm_forward("layer_norm_backward")
+    ka = model.kernel_arrays([ln, rms], h200)
+    assert ka.is_norm[:, 0].tolist() == [True, False]
+    assert response["layernorm"][1] > 1.2 and response["rmsnorm"][1] < 1.06
+
+
+def test_the_cross_block_combine_takes_core_cycles(fit, h200):
+    """The bias gradients' tail runs through L2 and the SMs: twice as long at half the core clock."""
+    kernels = fit[0]
+    k = next(k for k in kernels if k.op == "proj.dbias")
+    ka = model.kernel_arrays([k], h200)
+    without = h200.with_model(reduce_overhead_cycles=0.0)
+    f = np.array([[1980.0, 990.0]])
+    m = np.array([[3201.0, 3201.0]])
+    tail = model.components(ka, h200, f, m).time_s - model.components(ka, without, f, m).time_s
+    assert tail[0, 0] == pytest.approx(h200.model.reduce_overhead_cycles / 1980e6, rel=0.02)
+    assert tail[0, 1] == pytest.approx(2 * tail[0, 0], rel=0.02)
+
+
+def test_simt_gemms_run_below_the_fp32_peak_and_write_after_the_math(h200):
+    """fp32 products on the FFMA units (data/h200-simt-gemm.json, in the fit) and T5's in the corpus (not in it)."""
+    from rlclock import resources
+    from rlclock.calibration.measured import simt_gemm_points
+    from rlclock.workload.op_costs import refresh_costs
+    from rlclock.workload.trace import KernelTrace
+
+    gemms, t = simt_gemm_points(h200)
+    assert len(gemms) == 9 and 0.5 < h200.model.eta_simt_gemm < 0.9
+    assert np.all(np.abs(predict_auto(h200, gemms).time_s[:, 0] / t - 1) < 0.25)
+    t5 = refresh_costs(KernelTrace.load(resources.measurement("corpus-h200/t5-base/step.trace.json.gz")))
+    ffma = [k for k in t5 if k.category == "gemm" and not k.uses_tensor_cores and k.measured[0].time_s > 20e-6]
+    meas = np.array([next(m.time_s for m in k.measured if m.source == "in-sequence") for k in ffma])
+    assert len(ffma) >= 40 and np.mean(np.abs(predict_auto(h200, ffma).time_s[:, 0] / meas - 1) < 0.25) > 0.9
+    ka = model.kernel_arrays(gemms[:1], h200)  # QK^T of T5: 201 MB of scores stored after the math
+    comp = model.components(ka, h200, np.array([[1980.0]]), np.array([[3201.0]]))
+    t_write = comp.t_dram[0, 0] * gemms[0].dram_write_bytes / gemms[0].dram_bytes
+    assert comp.time_s[0, 0] >= comp.t_simt[0, 0] + 0.95 * t_write
+
+
+def test_a_memset_activity_takes_its_own_fixed_time_not_a_kernels(h200):
+    """Memsets of a few bytes take ~0.8 us in sequence on every corpus step; a kernel's fixed cost is ~4 us."""
+    from rlclock.workload.trace import Kernel
+
+    memset = Kernel("Memset (Device)", "x", "memset", "forward", 0.0, 0.0, 4.0)
+    fill = Kernel("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>()", "x", "memset",
+                  "forward", 0.0, 0.0, 4.0)
+    t = predict_auto(h200, [memset, fill]).time_s[:, 0]
+    assert t[0] == pytest.approx(h200.model.memset_s, rel=0.01) and t[1] == pytest.approx(h200.model.launch_s, rel=0.01)
+    assert 0.5e-6 <= h200.model.memset_s <= 2e-6 < h200.model.launch_s

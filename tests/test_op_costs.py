@@ -252,3 +252,66 @@ def test_layernorm_gamma_beta_gradient_keeps_eight_rows_of_two_operands_in_fligh
     name = "void at::native::GammaBetaBackwardCUDAKernelTemplate<float, float, 32u, 32u, 256u, false, true, false>"
     assert gamma_beta_loads(4, name) == 8 * 2 * 4
     assert gamma_beta_loads(2) == 8 * 2 * 2  # the generator's default: PyTorch's 32 x 32 threads over 256 rows
+
+
+def test_gelu_counts_its_math_per_element_by_form_and_direction():
+    from rlclock.workload.op_costs import GELU_FLOPS_PER_ELEMENT
+
+    n = 8192 * 4096
+    x = (8192, 4096)
+    exact = one(LaunchOp("aten::gelu", (x, ()), (BF16, ""), ("", "")))
+    tanh = one(LaunchOp("aten::gelu", (x, ()), (BF16, ""), ("", "'tanh'")))
+    grad = one(LaunchOp("aten::gelu_backward", (x, x, ()), (BF16, BF16, ""), ("", "", "")))
+    assert exact.flops == GELU_FLOPS_PER_ELEMENT[("none", False)] * n
+    assert tanh.flops == GELU_FLOPS_PER_ELEMENT[("tanh", False)] * n
+    assert grad.flops == GELU_FLOPS_PER_ELEMENT[("none", True)] * n
+    assert exact.flops > tanh.flops > 10 * n and grad.flops > exact.flops  # erff is dearer than tanhf
+    assert (exact.read_bytes, exact.write_bytes) == (2 * n, 2 * n)  # the bytes are those of any unary op
+    plain = one(LaunchOp("aten::add", (x, x, ()), (BF16, BF16, "Scalar")))
+    assert plain.flops == n
+
+
+def test_the_generator_takes_the_tanh_gelu_counts():
+    from rlclock.workload.op_costs import GELU_FLOPS_PER_ELEMENT
+    from rlclock.workload.transformer import TransformerConfig, transformer_step
+
+    step = transformer_step(TransformerConfig(hidden=256, heads=4, seq=128, batch=2, layers=1, head=False))
+    gelu = {k.op: k for k in step if k.op.startswith("gelu")}
+    elems = gelu["gelu.fwd"].dram_write_bytes / 2
+    assert gelu["gelu.fwd"].flops == GELU_FLOPS_PER_ELEMENT[("tanh", False)] * elems
+    assert gelu["gelu.bwd"].flops == GELU_FLOPS_PER_ELEMENT[("tanh", True)] * elems
+
+
+def test_a_row_reduction_keeps_one_vector_of_four_elements_in_flight():
+    row = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<bool, at::native::func_wrapper_t<bool>>>()"
+    col = "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<c10::BFloat16, at::native::func_wrapper_t>>()"
+    x = (16, 12, 512, 512)
+    mask = one(LaunchOp("aten::all", (x, (), ()), ("bool", "Scalar", "Scalar"), ("", "-1", "True")), row)
+    rows32 = one(LaunchOp("aten::sum", (x, (), (), ()), (F32, "ScalarList", "Scalar", ""), ("", "[3]", "True", "")),
+                 row)
+    cols = one(LaunchOp("aten::sum", ((8192, 3072), (), (), ()), (BF16, "ScalarList", "Scalar", ""),
+                        ("", "[0]", "False", "")), col)
+    assert mask.mlp_bytes == 4 * 1 and rows32.mlp_bytes == 4 * 4  # one byte per bool, four per float
+    assert cols.mlp_bytes == 16  # a column sum's unrolled loads: the default
+
+
+def test_grouped_query_heads_write_dk_dv_per_query_head_and_reduce_them_once():
+    b, h, hk, s, d = 4, 16, 4, 2048, 128
+    q, kv = (b, h, s, d), (b, hk, s, d)
+    op = LaunchOp("aten::_cudnn_attention_backward", (q, q, kv, kv, q, (b, h, s, 1)), (BF16,) * 5 + (F32,))
+    names = ["void cudnn::fusion::compute_dot_do_o_specialized<true, 128>()",
+             "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x4x1_cga1x1x1_kernel0_0",
+             "void cudnn::fusion::convert_dq_to_16bits<true>()", "void cudnn::fusion::fmha_reduce_head<true>()",
+             "void cudnn::fusion::fmha_reduce_head<true>()"]
+    _, main, _, rk, rv = call_costs(op, [Launch(n, grid=(132, 1, 1), block=(384, 1, 1)) for n in names], strict=True)
+    per_q = b * h * s * 2 * d * 2  # dK and dV of every query head, bf16
+    kv_bytes = b * hk * s * 2 * d * 2
+    assert main.write_bytes == b * h * s * d * 4 + per_q  # the fp32 dQ accumulator and the per-head dK/dV
+    assert rk.read_bytes + rv.read_bytes == per_q and rk.write_bytes + rv.write_bytes == kv_bytes
+
+
+def test_profiler_activities_are_told_apart_by_name():
+    from rlclock.workload.kernel_names import activity_kind
+
+    assert activity_kind("Memset (Device)") == "memset" and activity_kind("Memcpy DtoD (Device -> Device)") == "memcpy"
+    assert activity_kind(VEC) == "kernel"

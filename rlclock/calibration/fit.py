@@ -21,7 +21,8 @@ from rlclock.dvfs.spec import DvfsParams, GpuSpec
 FIT_NAMES: tuple[str, ...] = (
     "f_ridge_mhz", "p_const_w", "k_leak_w_per_v", "c_clock_w", "c_tensor_w", "c_simt_w", "e_xbar_j_per_byte",
     "p_mem_bg_w", "e_dram_j_per_byte", "eta_gemm", "eta_stream", "eta_gather", "eta_reduce",
-    "simt_ops_per_byte", "lat_core_cycles", "lat_mem_cycles", "smooth_p", "launch_s", "reduce_overhead_s",
+    "simt_ops_per_byte", "lat_core_cycles", "lat_mem_cycles", "smooth_p", "launch_s",
+    "reduce_overhead_cycles",
 )
 """Parameters the fits adjust (voltage end points and the attention efficiency stay as set)."""
 
@@ -31,12 +32,12 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "e_dram_j_per_byte": (0, 3e-10), "eta_gemm": (0.5, 1.0), "eta_stream": (0.5, 1.0), "eta_gather": (0.3, 1.0),
     "eta_reduce": (0.3, 1.0), "simt_ops_per_byte": (0, 40), "lat_core_cycles": (50, 2000),
     "lat_mem_cycles": (500, 10000), "smooth_p": (1.5, 12), "launch_s": (5e-7, 5e-6),
-    "reduce_overhead_s": (0.0, 1e-4),
+    "reduce_overhead_cycles": (0.0, 2e5), "eta_simt_gemm": (0.2, 1.0),
 }
 
 # Typical magnitudes, so the optimiser sees parameters of order one.
 _SCALE = {"e_xbar_j_per_byte": 1e-11, "e_dram_j_per_byte": 1e-11, "launch_s": 1e-6, "f_ridge_mhz": 100.0,
-          "reduce_overhead_s": 1e-6, "l2_resident_bytes": 1e7, "l2_bytes_per_cycle": 1000.0,
+          "reduce_overhead_cycles": 1e3, "l2_resident_bytes": 1e7, "l2_bytes_per_cycle": 1000.0,
           "lat_mem_cycles": 1000.0, "lat_core_cycles": 100.0}
 
 def fit(spec: GpuSpec, residuals: Callable[[GpuSpec], np.ndarray], names: Sequence[str] = FIT_NAMES,

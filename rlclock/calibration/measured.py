@@ -35,15 +35,19 @@ NARROW_GEMMS: dict[str, tuple[str, ...]] = {"h200-sxm": ("corpus-h200/gpt2-mediu
 """Per preset, shipped profiled steps whose GEMMs with narrow operand loads (CUTLASS ``_alignN`` kernels: GPT-2's
 50 257-word head, forward and both gradients) are fitted beside the trace at their in-sequence times; no other corpus
 kernel is, so the corpus's other steps (BERT's 30 522-word head among them) judge the fit."""
+SIMT_GEMMS: dict[str, str] = {"h200-sxm": "h200-simt-gemm.json"}
+"""Per preset, shipped timings of fp32 matrix products on the SIMT units (cuBLAS FFMA kernels, TF32 off;
+``benchmarks/simt_gemm.py``) fitted beside the trace: the layer's GEMMs all run on tensor cores, so these alone carry
+``eta_simt_gemm``; T5's fp32 attention products in the corpus judge it."""
 LOOP_WEIGHT = 0.25
 """Weight of each loop timing's log error against the trace's kernels (whose targets stay first)."""
 
 FIT_NAMES: tuple[str, ...] = (
     "v_min_v", "v_max_v", "f_ridge_mhz", "p_const_w", "k_leak_w_per_v", "c_clock_w", "c_tensor_w", "c_simt_w",
     "e_xbar_j_per_byte", "p_mem_bg_w", "e_dram_j_per_byte", "eta_gemm", "eta_attention", "eta_stream",
-    "eta_reduce", "simt_ops_per_byte", "launch_s", "reduce_overhead_s",
+    "eta_reduce", "simt_ops_per_byte", "launch_s", "reduce_overhead_cycles",
     "l2_hit_fraction", "l2_resident_bytes", "l2_bytes_per_cycle", "norm_ops_per_written_byte",
-    "loop_ops_per_element", "narrow_load_ops",
+    "loop_ops_per_element", "narrow_load_ops", "eta_simt_gemm",
 )
 """Parameters the measured fit adjusts. The DRAM latency (``lat_core_cycles``, ``lat_mem_cycles``) is left as the
 preset holds it: observe mode measures every kernel at one clock pair, where no kernel is latency-bound, so the
@@ -131,6 +135,21 @@ def narrow_gemm_points(spec: GpuSpec) -> tuple[list[Kernel], np.ndarray]:
     return kernels, np.array(t)
 
 
+def simt_gemm_points(spec: GpuSpec) -> tuple[list[Kernel], np.ndarray]:
+    """The fp32 SIMT matrix products of :data:`SIMT_GEMMS` (FLOPs and bytes by the current rules) and their measured
+    times (medians of back-to-back launches). Empty when the preset has none."""
+    rel = SIMT_GEMMS.get(spec.key)
+    if rel is None:
+        return [], np.zeros(0)
+    kernels, t = [], []
+    for entry in json.loads(resources.measurement(rel).read_text())["products"].values():
+        ks = [k for k in refresh_costs(KernelTrace.from_dict(entry["trace"])) if k.category == "gemm"]
+        if len(ks) == 1 and not ks[0].uses_tensor_cores:
+            kernels.append(ks[0])
+            t.append(float(np.median(entry["time_s"])))
+    return kernels, np.array(t)
+
+
 def predict_loops(spec: GpuSpec, kernels: list[Kernel], cold: np.ndarray) -> np.ndarray:
     """Auto-clock times of :func:`loop_points`' kernels: the cold ones with no L2 residency."""
     hot = predict_auto(spec, kernels).time_s[:, 0]
@@ -160,6 +179,7 @@ def fit_measured(spec: GpuSpec, max_nfev: int = 400) -> tuple[GpuSpec, float]:
     kernels, t, e, f = isolated_points(measured_trace(spec), spec)
     loops, t_loops, cold = loop_points(spec)
     gemms, t_gemms = narrow_gemm_points(spec)
+    simt, t_simt = simt_gemm_points(spec)
 
     def residuals(s: GpuSpec) -> np.ndarray:
         r = [_residuals(s, kernels, t, e, f)]
@@ -167,6 +187,8 @@ def fit_measured(spec: GpuSpec, max_nfev: int = 400) -> tuple[GpuSpec, float]:
             r.append(LOOP_WEIGHT * 2 * np.log(predict_loops(s, loops, cold) / t_loops))
         if gemms:
             r.append(LOOP_WEIGHT * 2 * np.log(predict_auto(s, gemms).time_s[:, 0] / t_gemms))
+        if simt:
+            r.append(LOOP_WEIGHT * 2 * np.log(predict_auto(s, simt).time_s[:, 0] / t_simt))
         return np.concatenate(r)
 
     return fit(spec, residuals, FIT_NAMES, max_nfev=max_nfev, bounds=_BOUNDS)

@@ -14,7 +14,7 @@ import numpy as np
 
 from rlclock.dvfs.spec import GpuSpec
 from rlclock.schedule import ClockConfig
-from rlclock.workload.kernel_names import elements_per_thread, gemm_narrow_loads
+from rlclock.workload.kernel_names import activity_kind, elements_per_thread, gemm_narrow_loads, rms_norm_forward
 from rlclock.workload.trace import ACCESS_CLASSES, Kernel
 
 CAPPED_FRACTION = 0.93
@@ -43,7 +43,9 @@ class KernelArrays:
     tensor_rate: np.ndarray  # tensor FLOP per cycle per SM for the kernel's dtype (0 for SIMT kernels)
     is_tensor: np.ndarray
     is_attention: np.ndarray
-    is_norm: np.ndarray
+    is_simt_gemm: np.ndarray  # a matrix product on the FP32 units (FFMA kernels), not the tensor cores
+    is_memset: np.ndarray  # a driver memset activity (a few bytes; not a kernel grid)
+    is_norm: np.ndarray  # a norm kernel with per-element statistics work: LayerNorm's, or a norm's backward
     access: np.ndarray  # index into ACCESS_CLASSES
     wave_eff: np.ndarray
     mlp_bytes: np.ndarray
@@ -82,7 +84,11 @@ def kernel_arrays(kernels: Sequence[Kernel], spec: GpuSpec) -> KernelArrays:
         tensor_rate=col(rates),
         is_tensor=col(is_tensor, bool),
         is_attention=col([k.category == "attention" for k in kernels], bool),
-        is_norm=col([k.category == "norm" and not t for k, t in zip(kernels, is_tensor)], bool),
+        is_simt_gemm=col([k.category == "gemm" and not t for k, t in zip(kernels, is_tensor)], bool),
+        is_memset=col([activity_kind(k.name) == "memset" for k in kernels], bool),
+        is_norm=col([k.category == "norm" and not t
+                     and not rms_norm_forward(k.name, k.launch_op.name if k.launch_op else None)
+                     for k, t in zip(kernels, is_tensor)], bool),
         access=col([ACCESS_CLASSES.index(k.access) for k in kernels], int),
         wave_eff=col([_wave_efficiency(k, spec.sm_count) for k in kernels]),
         mlp_bytes=col([16.0 if k.mlp_bytes is None else k.mlp_bytes for k in kernels]),
@@ -204,7 +210,10 @@ def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: n
     eta_tensor = np.where(ka.is_attention, p.eta_attention, p.eta_gemm) * ka.wave_eff
     tensor_rate = np.maximum(ka.tensor_rate * spec.sm_count * eta_tensor, 1.0) * f_hz
     t_tensor = ka.work_scale * ka.tensor_flops / tensor_rate
-    simt_ops = ka.simt_flops + p.simt_ops_per_byte * (ka.read_bytes + ka.write_bytes) * ~ka.is_tensor
+    # A SIMT GEMM's operand loads and address math are what keeps it below the FP32 peak (``eta_simt_gemm``);
+    # other SIMT kernels pay ``simt_ops_per_byte`` for theirs.
+    simt_ops = np.where(ka.is_simt_gemm, ka.simt_flops / p.eta_simt_gemm,
+                        ka.simt_flops + p.simt_ops_per_byte * (ka.read_bytes + ka.write_bytes) * ~ka.is_tensor)
     if p.norm_ops_per_written_byte > 0:
         simt_ops = simt_ops + p.norm_ops_per_written_byte * ka.write_bytes * ka.is_norm  # per element produced
     if p.loop_ops_per_element > 0:
@@ -228,22 +237,30 @@ def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: n
     else:
         t_rd = ka.work_scale * ka.read_bytes / bw
         t_wr = ka.work_scale * ka.write_bytes / bw
-    # Tensor-core kernels stream their inputs under the math but write results in an epilogue after it.
+    # Matrix products (tensor-core and SIMT) stream their inputs under the math but write results in an epilogue
+    # after it.
     t_tc = _smax(_smax(t_tensor, t_simt, p.smooth_p), t_rd, p.smooth_p) + t_wr
     t_sm = _smax(t_simt, t_rd + t_wr, p.smooth_p)
-    reduce_tail = np.where(cross_block_reduction(ka), p.reduce_overhead_s, 0.0)
-    time_s = np.where(ka.is_tensor, t_tc, t_sm) + p.launch_s + ka.work_scale * reduce_tail
+    # The final combine of a cross-block reduction runs through L2 and the SMs: core cycles.
+    reduce_tail = np.where(cross_block_reduction(ka), p.reduce_overhead_cycles / f_hz, 0.0)
+    fixed_s = np.where(ka.is_memset & (p.memset_s > 0), p.memset_s, p.launch_s)  # a memset is no kernel grid
+    time_s = np.where(ka.is_tensor | ka.is_simt_gemm, t_tc, t_sm) + fixed_s + ka.work_scale * reduce_tail
     return Components(t_tensor, t_simt, t_rd + t_wr, time_s, dram_share)
 
 
 def cross_block_reduction(ka: KernelArrays) -> np.ndarray:
-    """Kernels that pay the ``reduce_overhead_s`` tail: reductions whose partial sums span thread blocks, ``(K, 1)``.
+    """Kernels that pay the ``reduce_overhead_cycles`` tail: reductions whose partial sums span thread blocks,
+    ``(K, 1)``.
 
     A ``reduce`` kernel whose output is an order of magnitude smaller than its input (less than
     :data:`CROSS_BLOCK_OUTPUT_FRACTION` of its bytes read) sums over the token rows, which many blocks share:
     bias and γ/β gradients combine per-block partial sums in a final pass (semaphores, last-block combine).
     Row-wise reductions — LayerNorm forward and backward-dx, attention's ``dot_do_o`` — keep one row inside
-    one block and write an output about as large as their input; they have no such tail.
+    one block and write an output about as large as their input; they have no such tail. The tail — the last
+    block's wait on the blocks' semaphore and its sum over their partials, which the L2 holds — runs in the core
+    clock domain (the L2 and the SMs), so it is counted in core cycles: measured on the H200, a column sum of 67 MB
+    takes x1.13 the time at a power-capped SM clock x0.77 (``data/h200-response.json``), where its DRAM traffic
+    alone would not move.
     """
     is_reduce = ka.access == ACCESS_CLASSES.index("reduce")
     return is_reduce & (ka.write_bytes < CROSS_BLOCK_OUTPUT_FRACTION * ka.read_bytes)

@@ -58,13 +58,18 @@ class DvfsParams:
     Time: tensor / SIMT work over clock-scaled rates, DRAM bytes over bandwidth limited both by the
     memory clock and by memory-level parallelism over latency ``lat_core_cycles/f + lat_mem_cycles/m``;
     ``reduce`` kernels that sum across thread blocks (output far smaller than input: bias and γ/β
-    gradients) add ``reduce_overhead_s`` (their final combine of partial sums and tail).
+    gradients) add ``reduce_overhead_cycles`` core cycles (their final combine of partial sums through L2).
+    Matrix products on the FP32 units (FFMA kernels: fp32 data with TF32 off) run at ``eta_simt_gemm`` of the
+    FP32 peak (their operands' shared-memory loads and address math share the issue slots with the FMAs) and,
+    like the tensor-core ones, write their results after the math. A driver memset activity (``Memset (Device)``:
+    a few bytes of tile counters and flags) takes ``memset_s`` instead of a kernel's ``launch_s`` (0: as a kernel).
 
     Optional terms (default 0 = off, so presets that do not set them predict exactly as before):
     L2 residency — a SIMT kernel whose footprint fits in ``l2_resident_bytes`` finds part of its data still in
     L2, a share ``φ = h·max(0, 1 − (B_r+B_w)/C)`` (``h`` = ``l2_hit_fraction``) of its bytes skips DRAM
     (no ``e_dram`` energy) and moves at ``l2_bytes_per_cycle``·f instead of the DRAM bandwidth;
-    ``norm_ops_per_written_byte`` — extra SIMT operations of ``norm`` kernels per byte they write, i.e. per
+    ``norm_ops_per_written_byte`` — extra SIMT operations of ``norm`` kernels whose statistics take Welford's
+    update per element (LayerNorm's mean and variance; not RMSNorm's sum of squares) per byte they write, i.e. per
     element they produce (fp32 statistics, normalisation and affine math), which add SM time and switching
     power; ``loop_ops_per_element`` — SIMT operations per element of PyTorch's generic (strided: offsets per
     operand and dimension) and unrolled (a dynamic cast per load and store) elementwise loops;
@@ -95,7 +100,9 @@ class DvfsParams:
     lat_mem_cycles: float
     smooth_p: float
     launch_s: float
-    reduce_overhead_s: float = 0.0
+    reduce_overhead_cycles: float = 0.0
+    eta_simt_gemm: float = 1.0
+    memset_s: float = 0.0
     l2_hit_fraction: float = 0.0
     l2_resident_bytes: float = 0.0
     l2_bytes_per_cycle: float = 0.0

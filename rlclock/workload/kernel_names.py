@@ -94,6 +94,32 @@ def elements_per_thread(name: str) -> int | None:
     return None
 
 
+def activity_kind(name: str) -> str:
+    """``"memset"`` or ``"memcpy"`` for the profiler's non-kernel device activities (``Memset (Device)``,
+    ``Memcpy DtoD …``), ``"kernel"`` for anything else."""
+    low = name.lower()
+    return "memset" if low.startswith("memset") else "memcpy" if low.startswith("memcpy") else "kernel"
+
+
+def rms_norm_forward(name: str, op: str | None = None) -> bool:
+    """Whether a norm kernel is an RMSNorm forward, whose statistic is a plain sum of squares.
+
+    PyTorch's LayerNorm forward (``vectorized_layer_norm_kernel<T, T_ACC, false>``) takes Welford's online update
+    per element — a difference, a reciprocal of the running count, two multiply-adds — and combines the threads'
+    partial (mean, variance, count) triples with more of the same; the fused RMSNorm (``aten::_fused_rms_norm``:
+    the same kernel with its ``rms_norm`` template flag ``true``) adds ``x·x`` to a sum, one multiply-add, and
+    combines plain sums. Known by the operator (``rms_norm`` and not ``backward``), the kernel's template flag, or
+    an ``rms_norm`` kernel name (the generator's).
+    """
+    if op is not None and "rms_norm" in op.lower():
+        return "backward" not in op.lower()
+    m = re.search(r"layer_norm_kernel<[^<>]*,[^<>]*,\s*(true|false)\s*>", name)
+    if m is not None:
+        return m.group(1) == "true"
+    low = name.lower().replace("_", "")
+    return "rmsnorm" in low and "backward" not in low and "grad" not in low
+
+
 def gemm_narrow_loads(name: str) -> tuple[int, int, int] | None:
     """``(tile rows, tile columns, elements per load)`` of a CUTLASS GEMM whose name gives its alignment
     (``cutlass_80_tensorop_bf16_s16816gemm_bf16_256x128_64x3_tn_align2``), ``None`` otherwise.

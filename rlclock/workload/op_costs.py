@@ -16,7 +16,10 @@ Rules, by operator family (``aten::`` names, with or without the leading undersc
   ``sgemm``, ``f32f32`` names) are ``fp32``, FP32 data on tensor cores ``tf32``;
 * fused attention (cuDNN, Flash, memory-efficient; forward and backward): ``2·B·H·S_q·S_k·(D + D_v)`` FLOPs
   forward (halved when causal), 2.5 times that backward (five products instead of two); the backward's
-  ``dot_do_o`` pre-pass, ``convert_dq`` and grouped-query head reduction get their own bytes;
+  ``dot_do_o`` pre-pass, ``convert_dq`` and grouped-query head reduction get their own bytes (with grouped heads the
+  main kernel writes dK/dV for every query head in the input type, as FlashAttention-2 does for grouped heads, and
+  the ``fmha_reduce_head`` kernels — one each for dK and dV — sum each group's: counted in fp32 and once per
+  kernel, the 134 MB they would read in 12.6 µs on Mistral would need 10.6 TB/s);
 * embeddings: the forward gathers the rows of its indices; the dense backward's index sort (one pass of
   keys and values per radix-sort launch), segment scans, ``compute_grad_weight`` and ``sum_and_scatter``;
 * losses: ``nll_loss`` reads one value per row (not the vocabulary); its backward scatters one value per row
@@ -26,10 +29,11 @@ Rules, by operator family (``aten::`` names, with or without the leading undersc
 * fused and foreach optimizers: every tensor list read once, the updated lists written;
 * copies and casts (source read in its type, destination written in its type), ``cat``/``stack``, fills
   and memsets (written only), memcpys;
-* reductions (input read, the reduced output written);
+* reductions (input read, the reduced output written; along contiguous rows, one vector of four elements in flight
+  per thread);
 * any other operator with tensor inputs: elementwise — each input read once at its own size, the largest
   written (one byte per element for comparisons, plus the mask of a dropout); an ``out=`` tensor is written
-  only.
+  only; one operation per element, GELU and its gradient their math's (:data:`GELU_FLOPS_PER_ELEMENT`).
 
 A device activity whose operator is unknown gets only what its kind says (a memset's or memcpy's bytes);
 nothing is ever NaN.
@@ -44,7 +48,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from rlclock.workload.kernel_names import classify, loop_kind
+from rlclock.workload.kernel_names import activity_kind, classify, loop_kind
 from rlclock.workload.trace import Kernel, KernelTrace, LaunchOp, Shape
 
 LONG_ROW_ELEMENTS = 4096
@@ -61,6 +65,21 @@ GAMMA_BETA_ROWS_PER_THREAD = 8
 """Rows one thread of PyTorch's LayerNorm γ/β-gradient kernel sums (256 rows per block over 32 thread rows)."""
 MULTI_TENSOR_CHUNK = 65536
 """Elements one block of PyTorch's ``multi_tensor_apply`` kernels processes (``kChunkSize``)."""
+REDUCE_VECTOR_ELEMENTS = 4
+"""Elements of the one vector load a thread of PyTorch's ``reduce_kernel`` keeps in flight when it reduces along
+contiguous rows (``ReduceOp``'s ``input_vec_size``, = ``vt0`` = 4: each iteration loads a vector and adds it into as
+many accumulators before the next load)."""
+GELU_FLOPS_PER_ELEMENT: dict[tuple[str, bool], float] = {
+    ("tanh", False): 20.0, ("tanh", True): 30.0,
+    ("none", False): 55.0, ("none", True): 75.0,
+}
+"""SIMT operations per element of GELU, by ``(approximate, backward)`` (the model counts two per FP32 lane-cycle, a
+multiply-add as two). The tanh form: a cubic, ``tanhf`` and the scaling (its derivative adds ``1 - tanh²`` and the
+cubic's); the exact form (``approximate='none'``, PyTorch's default) evaluates ``erff`` — a polynomial near zero and
+an exponential of a second polynomial on the tails, both taken by a warp whose elements fall on both sides — and its
+derivative ``erff`` and ``expf`` together. The exact counts are the H200's (``docs/simulator.md``, "Frequency response
+on the H200"): under the power cap its exact GELU takes x1.21 the time at x0.78 the clock, a kernel bound by its
+math, not its 256 MB of traffic; the tanh counts are the generator's (:mod:`rlclock.workload.transformer`)."""
 
 _ELEM_BYTES = {"c10::bfloat16": 2, "c10::half": 2, "float": 4, "double": 8, "long int": 8, "int": 4, "bool": 1,
                "unsigned char": 1, "signed char": 1, "short int": 2, "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
@@ -395,7 +414,7 @@ def _attention(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     dtype = a.dtype()
     names = [lk.name.lower() for lk in launches]
     fp32_dq = any("convert_dq" in nm for nm in names)
-    head_reduce = any("reduce_head" in nm for nm in names)
+    n_reduce = sum("reduce_head" in nm for nm in names)
     mains = [i for i, lk in enumerate(launches) if lk.kind == "kernel" and classify(lk.name, a.op.name) == "attention"
              and "reduce_head" not in names[i] and "philox" not in names[i]]
     out: list[Cost] = []
@@ -408,13 +427,13 @@ def _attention(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
             out.append(Cost(2.0 * rows * dv, 2.0 * o_b, 4.0 * rows + clear, "reduction", rule="attention.dot_do_o"))
         elif "convert_dq" in nm:
             out.append(Cost(0.0, q_b * 4.0 / eb, q_b, "copy", rule="attention.convert_dq"))
-        elif "reduce_head" in nm:
-            per_q = float(bsz * heads * sk * (d + dv) * 4)
-            out.append(Cost(per_q / 4.0, per_q, kv_b, "reduction", rule="attention.reduce_heads"))
+        elif "reduce_head" in nm:  # sums the query heads' dK/dV of each group; the reduce_head kernels share it
+            per_q = float(bsz * heads * sk * (d + dv) * eb) / n_reduce
+            out.append(Cost(per_q / eb, per_q, kv_b / n_reduce, "reduction", rule="attention.reduce_heads"))
         elif i in mains:
             share = 1.0 / len(mains)
             if backward:
-                dk_dv = float(bsz * heads * sk * (d + dv) * 4) if head_reduce else kv_b
+                dk_dv = float(bsz * heads * sk * (d + dv) * eb) if n_reduce else kv_b  # grouped: per query head
                 read = q_b + kv_b + 2.0 * o_b + 8.0 * rows
                 write = (q_b * 4.0 / eb if fp32_dq else q_b) + dk_dv
                 out.append(Cost(ATTENTION_BACKWARD_FLOPS * fwd_flops * share, read * share, write * share,
@@ -627,7 +646,11 @@ def _reduction(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     else:
         out_n, rows_contiguous = 1.0, False
     access = "stream" if rows_contiguous or out_n == 1.0 else "reduce"
-    return _spread(launches, Cost(n, n * eb, out_n * eb, "reduction", access=access, rule="reduction"))
+    out = _spread(launches, Cost(n, n * eb, out_n * eb, "reduction", access=access, rule="reduction"))
+    if rows_contiguous:  # the vectorized input loop: one vector of REDUCE_VECTOR_ELEMENTS in flight per thread
+        out = [replace(c, mlp_bytes=float(REDUCE_VECTOR_ELEMENTS * eb)) if "reduce_kernel<" in lk.name else c
+               for c, lk in zip(out, launches)]
+    return out
 
 
 def _conv(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
@@ -685,7 +708,19 @@ def _elementwise(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     if base == "native_dropout":
         write += float(n)  # the keep mask, one byte per element
     streamed = float(sum(e for k, e, _ in sizes if k == n))  # per output element; broadcast inputs stay cached
-    return _spread(launches, Cost(float(n), read, write, "elementwise", rule="elementwise"), float(n), streamed)
+    flops = float(n) * _math_flops_per_element(a)
+    return _spread(launches, Cost(flops, read, write, "elementwise", rule="elementwise"), float(n), streamed)
+
+
+def _math_flops_per_element(a: _Args) -> float:
+    """SIMT operations per output element of an elementwise operator: :data:`GELU_FLOPS_PER_ELEMENT` for GELU and its
+    gradient (``approximate`` read from the call, ``'none'`` when absent), one for any other."""
+    base = _base(a.op.name)
+    if base not in ("gelu", "gelu_backward"):
+        return 1.0
+    backward = base == "gelu_backward"
+    text = a.concrete(_arg_index(a.op.name, "approximate") or (2 if backward else 1)).strip("'\" ")
+    return GELU_FLOPS_PER_ELEMENT[("tanh" if text == "tanh" else "none", backward)]
 
 
 Rule = Callable[[_Args, Sequence[Launch]], "list[Cost] | None"]
@@ -772,8 +807,7 @@ def costs(ops: Sequence[LaunchOp | None], launches: Sequence[Launch], strict: bo
 def launch_of(k: Kernel) -> Launch:
     """What the rules see of a trace's kernel: its kind from its name (``Memset``/``Memcpy``) and, for those,
     the bytes it stored."""
-    low = k.name.lower()
-    kind = "memset" if low.startswith("memset") else "memcpy" if low.startswith("memcpy") else "kernel"
+    kind = activity_kind(k.name)
     nbytes = int(k.dram_write_bytes) if kind != "kernel" else None
     return Launch(k.name, kind, k.launch_grid, k.launch_block, nbytes)
 

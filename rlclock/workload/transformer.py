@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from rlclock.errors import SpecError
-from rlclock.workload.op_costs import gamma_beta_loads
+from rlclock.workload.op_costs import GELU_FLOPS_PER_ELEMENT, gamma_beta_loads
 from rlclock.workload.trace import DTYPES, Kernel, KernelTrace
 
 _BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -189,7 +189,7 @@ class _Builder:
                 self.ew("add_kernel", "residual1.fwd", "forward", 2, 1, m * h, 1), self.norm_fwd("ln2.fwd")]
         if gpt:
             out += [self.gemm("fc.fwd", "forward", m, f, h, bias=True),
-                    self.ew("gelu_kernel", "gelu.fwd", "forward", 1, 1, m * f, 20),
+                    self.ew("gelu_kernel", "gelu.fwd", "forward", 1, 1, m * f, GELU_FLOPS_PER_ELEMENT[("tanh", False)]),
                     self.gemm("proj.fwd", "forward", m, h, f, bias=True)]
         else:
             out += [self.gemm("gate_up.fwd", "forward", m, 2 * f, h),
@@ -207,7 +207,8 @@ class _Builder:
         if gpt:
             out += [self.gemm("proj.dgrad", "backward", m, f, h), self.gemm("proj.wgrad", "backward", h, f, m),
                     self.bias_grad("proj.dbias", m, h),
-                    self.ew("gelu_backward_kernel", "gelu.bwd", "backward", 2, 1, m * f, 30),
+                    self.ew("gelu_backward_kernel", "gelu.bwd", "backward", 2, 1, m * f,
+                            GELU_FLOPS_PER_ELEMENT[("tanh", True)]),
                     self.gemm("fc.dgrad", "backward", m, h, f), self.gemm("fc.wgrad", "backward", f, h, m),
                     self.bias_grad("fc.dbias", m, f)]
         else:
