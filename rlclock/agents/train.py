@@ -522,6 +522,11 @@ def _schedule_rows(policy: ClockPolicy, spec: EnvSpec) -> list[list[Any]]:
              float(run.kernel_energy_j[i])] for i in range(len(backend.trace))]
 
 
+PLOT_SOLVE_S = 30.0
+"""Solver time limit for the end-of-training plots' baselines, s (the knapsack optimum of a few real steps takes
+minutes to prove; the plot shows the best plan found by then)."""
+
+
 def _plots(run_dir: Path, policy: ClockPolicy, spec: EnvSpec, tracker: Tracker, step: int, trained_by: str) -> None:
     from rlclock.env import episode_tables
     from rlclock.plots import clock_timeline, pareto_plot
@@ -532,7 +537,7 @@ def _plots(run_dir: Path, policy: ClockPolicy, spec: EnvSpec, tracker: Tracker, 
     sched = policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget)
     ev = evaluate(sched, backend)
     points = {r.name: (100 * r.evaluation.slowdown, -100 * r.evaluation.saving)
-              for r in run_baselines(backend, spec.reward.budget) if r.name != "auto"}
+              for r in run_baselines(backend, spec.reward.budget, time_limit_s=PLOT_SOLVE_S) if r.name != "auto"}
     points[f"{trained_by} policy"] = (100 * ev.slowdown, -100 * ev.saving)
     searched = evaluate(policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget, search=True),
                         backend)
