@@ -24,8 +24,14 @@ budget, planned from its first choices alone and with the search over its second
 latency-aware optimum, the best static pair and the best whole-job power limit. Targets: >= 90 % of the
 optimum's saving on every model, slowdown within budget + 0.2 pp, planning <= 1 s per step.
 
+``lomo`` (only when named) — leave one model out: per corpus model, a policy trained (``--agent``, default the
+``real-steps`` recipe) on the other models' real steps on ``--base``'s GPU and action set, judged on the model
+it never saw, as in ``policy``, beside ``--checkpoint`` (a shipped policy). Planning times are taken while
+``--jobs`` folds train at once: upper bounds on a busy machine.
+
     python benchmarks/real_steps.py                 # all three parts
     python benchmarks/real_steps.py --part costs
+    python benchmarks/real_steps.py --part lomo --checkpoint gpt3xl-rtx3080ti --jobs 2
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from rlclock.errors import SpecError
+from rlclock.errors import SpecError, TraceError
 from rlclock.workload import build_workload
 from rlclock.workload.llmc import LlmcConfig, gpt3xl_step, kernel_types, paper_index, paper_table
 from rlclock.workload.transformer import TransformerConfig, transformer_step
@@ -147,3 +149,18 @@ def test_a_corpus_family_takes_every_profiled_step(tmp_path):
     (tmp_path / "family.yaml").write_text("family: {corpus: ., base: gpt3xl-h200, refresh_costs: false}\n")
     (mine,) = load_env_specs(tmp_path / "family.yaml")
     assert mine.name == "mine" and mine.workload["refresh_costs"] is False and len(mine.build_trace()) > 0
+    assert Path(mine.workload["trace"]).is_absolute()
+
+
+def test_a_shipped_corpus_member_finds_its_trace_from_anywhere(tmp_path, monkeypatch):
+    """A member of a shipped corpus names its trace relative to the shipped measurements, so the spec a checkpoint
+    keeps (its first training spec) loads in any install and from any working directory."""
+    from rlclock.config import load_env_spec, load_env_specs
+
+    bert = next(s for s in load_env_specs("corpus-h200") if s.name == "bert-base")
+    assert bert.workload["trace"] == "corpus-h200/bert-base/step.trace.json.gz"
+    monkeypatch.chdir(tmp_path)
+    again = load_env_spec(dict(bert.raw))
+    assert again.build_trace() == bert.build_trace() and "bert-base" in again.raw["description"]
+    with pytest.raises(TraceError, match="does not exist"):
+        build_workload({"trace": "corpus-h200/no-such-model/step.trace.json.gz"})

@@ -35,6 +35,14 @@ def number(low: float | None = None, high: float | None = None, above: bool = Fa
     return parse
 
 
+def add_time_limit(p: argparse.ArgumentParser, default_s: float) -> None:
+    """``--time-limit SECONDS``: how long each of the two solvers (the knapsack and the latency-aware optimum) may
+    take per step before it answers with the best plan found and the bound it proved."""
+    p.add_argument("--time-limit", type=number(0.0, above=True), default=default_s, metavar="SECONDS",
+                   help="time limit of each solver (knapsack, latency-aware optimum) per step; after it, the best "
+                        "plan found is shown")
+
+
 def fractions(text: str) -> list[float]:
     """An argparse type: comma-separated fractions >= 0 (``0,0.01,0.05``; empty for none)."""
     out = []

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from rlclock.commands.args import fractions, number, output_folder
+from rlclock.commands.args import add_time_limit, fractions, output_folder
 from rlclock.commands.common import add_env_args, env_from_args, print_table
 
 
@@ -25,8 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--edp", action="store_true", help="also the energy-delay-product optimum (slower)")
     p.add_argument("--frontier", type=fractions, default="0,0.01,0.02,0.05,0.1,0.2",
                    help="slowdown budgets of the Pareto frontiers (comma-separated fractions; empty for none)")
-    p.add_argument("--time-limit", type=number(0.0, above=True), default=300.0, metavar="SECONDS",
-                   help="time limit of each latency-aware solve")
+    add_time_limit(p, 300.0)
     p.set_defaults(func=run)
 
 

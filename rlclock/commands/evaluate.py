@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlclock.commands.args import output_folder
+from rlclock.commands.args import add_time_limit, output_folder
 from rlclock.commands.common import note_generic, print_table
 
 
@@ -25,20 +25,27 @@ def register(sub: argparse._SubParsersAction) -> None:
                                       "or a folder written by rlclock train")
     p.add_argument("--env", nargs="*", default=None, help="env spec(s) to evaluate on (default: the training spec)")
     p.add_argument("--out", default="runs/evaluate", help="folder for plots and JSON")
+    add_time_limit(p, COMPARE_SOLVE_S)
     p.set_defaults(func=run)
 
 
-def comparison_rows(policy, spec, schedules: dict | None = None) -> tuple[list[str], list[list[str]]]:
+COMPARE_SOLVE_S = 60.0
+"""Default solver time limit of the comparison table, s (a few real steps' knapsack takes minutes to prove)."""
+
+
+def comparison_rows(policy, spec, schedules: dict | None = None,
+                    time_limit_s: float = COMPARE_SOLVE_S) -> tuple[list[str], list[list[str]]]:
     """Table rows: baselines, the policy (planned from its first choices, and with the search over its
-    second choices) and the optimum on ``spec`` (same backend, same accounting). ``schedules``, if given,
-    receives the policy's two schedules (``"policy"``, ``"search"``)."""
+    second choices) and the optimum on ``spec`` (same backend, same accounting; each solver stops after
+    ``time_limit_s`` with the best plan found). ``schedules``, if given, receives the policy's two schedules
+    (``"policy"``, ``"search"``)."""
     from rlclock.env import episode_tables
     from rlclock.solve.baselines import run_baselines
     from rlclock.solve.evaluation import evaluate, optimum_for
 
     backend = episode_tables(spec).backend
     policy.check_gpu(backend.spec)
-    results = run_baselines(backend, spec.reward.budget)
+    results = run_baselines(backend, spec.reward.budget, time_limit_s=time_limit_s)
     budget = spec.reward.budget
     planned = {"policy": policy.schedule(backend.trace, backend=backend, budget=budget),
                "search": policy.schedule(backend.trace, backend=backend, budget=budget, search=True)}
@@ -73,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         backend = episode_tables(spec).backend
         print(f"{spec.name}: {backend.describe()}; budget {100 * spec.reward.budget:g} %")
         planned: dict = {}
-        header, rows = comparison_rows(policy, spec, planned)
+        header, rows = comparison_rows(policy, spec, planned, args.time_limit)
         print_table(header, rows)
         folder = Path(args.out) / spec.name
         sched, searched = planned["policy"], planned["search"]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from rlclock.commands.args import add_time_limit
 from rlclock.commands.common import note_generic, print_table
+from rlclock.commands.evaluate import COMPARE_SOLVE_S
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also copy the trained policy to DIR (e.g. checkpoints/gpt3xl-rtx3080ti)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar")
     p.add_argument("--eval-env", nargs="*", default=None, help="env specs to evaluate on (default: the training ones)")
+    add_time_limit(p, COMPARE_SOLVE_S)
     p.add_argument("--resume", default=None, metavar="RUN",
                    help="continue an interrupted run folder: PPO goes on from its SB3 model (--timesteps: the total "
                         "to reach; the env specs and recipe are the run's)")
@@ -79,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     for spec in eval_specs or specs:
         print()
         print(f"{spec.name}: budget {100 * spec.reward.budget:g} %, latency {1e3 * spec.latency_s:g} ms")
-        header, rows = comparison_rows(policy, spec)
+        header, rows = comparison_rows(policy, spec, time_limit_s=args.time_limit)
         print_table(header, rows)
     if args.save_checkpoint:
         print(f"checkpoint written to {args.save_checkpoint}")

@@ -69,5 +69,15 @@ def corpus_family(folder: Path, refresh: bool = True) -> list[dict[str, Any]]:
     if not found:
         raise SpecError(f"corpus folder {str(folder)!r} holds no trace.",
                         f"put one folder per model with {CORPUS_TRACE} in it, or *.trace.json files.")
-    return [{"name": name, "workload": {"trace": str(found[name].resolve()), "refresh_costs": refresh}}
-            for name in sorted(found)]
+    return [{"name": name, "description": f"{name}: a profiled training step of the corpus {folder.name!r}",
+             "workload": {"trace": _trace_path(found[name]), "refresh_costs": refresh}} for name in sorted(found)]
+
+
+def _trace_path(path: Path) -> str:
+    """How a member spec names its trace: relative to the shipped measurements where it is one of them (so a
+    checkpoint's spec finds it in any install), else the absolute path."""
+    from rlclock.resources import data_dir
+
+    full = path.resolve()
+    shipped = (data_dir() / "measurements").resolve()
+    return str(full.relative_to(shipped)) if full.is_relative_to(shipped) else str(full)

@@ -19,7 +19,8 @@ def build_workload(spec: Mapping[str, Any], base_dir: Path | None = None) -> Ker
         ``{generator: llmc, batch, seq, hidden, heads, layers, vocab_padded, paper_measurements}``: the
         paper's llm.c GPT step; ``{generator: transformer, hidden, heads, kv_heads, ffn, seq, batch, layers,
         style, dtype, vocab, head, optimizer}``: a generic decoder; ``{trace: path, refresh_costs}``: a trace
-        file (relative paths are taken from the spec's folder, then the working directory); with
+        file (a relative path is taken from the working directory, the spec's folder or its parent, then the
+        shipped measurements, e.g. ``corpus-h200/bert-base/step.trace.json.gz``); with
         ``refresh_costs: true`` the FLOPs and bytes of its profiled kernels are derived again by this version's
         rules (:func:`rlclock.workload.op_costs.refresh_costs`), measurements kept.
     """
@@ -32,8 +33,11 @@ def build_workload(spec: Mapping[str, Any], base_dir: Path | None = None) -> Ker
         if not isinstance(refresh, bool):
             raise SpecError(f"workload: refresh_costs must be true or false, found {refresh!r}.")
         path = Path(spec["trace"])
-        if not path.is_absolute() and not path.exists() and base_dir is not None:
-            for candidate in (base_dir / path, base_dir.parent / path):
+        if not path.is_absolute() and not path.exists():
+            from rlclock.resources import data_dir
+
+            near = (base_dir / path, base_dir.parent / path) if base_dir is not None else ()
+            for candidate in (*near, data_dir() / "measurements" / path):
                 if candidate.exists():
                     path = candidate
                     break
