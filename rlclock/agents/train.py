@@ -413,7 +413,7 @@ class _Session:
         trained = "PPO" if self.agent.trains_ppo and steps > 0 else "imitation"
         extra = {"training": {"timesteps": steps, "wall_s": wall, "seed": self.agent.seed, "status": status,
                               "trained_by": trained, "envs": [s.name for s in self.specs], "figures": figures,
-                              "agent": self.agent.as_dict()},
+                              "agent": self.agent.as_dict(), "git": git_revision()},
                  "env_spec": dict(self.specs[0].raw)}
         pol = self.policy(extra)
         ckpt = save_checkpoint(run_dir / "policy", pol.weights, {k: v for k, v in pol.meta.items()
