@@ -21,8 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "planner's search over its second choices; write the clock-timeline plot and a JSON file.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("checkpoint", help="checkpoint: a shipped name (gpt3xl-rtx3080ti, gpt3xl-h200, family-rtx3080ti) "
-                                      "or a folder written by rlclock train")
+    p.add_argument("checkpoint", help="checkpoint: a shipped name (gpt3xl-rtx3080ti, gpt3xl-h200, corpus-h200, "
+                                      "family-rtx3080ti …) or a folder written by rlclock train")
     p.add_argument("--env", nargs="*", default=None, help="env spec(s) to evaluate on (default: the training spec)")
     p.add_argument("--out", default="runs/evaluate", help="folder for plots and JSON")
     add_time_limit(p, COMPARE_SOLVE_S)
