@@ -185,31 +185,45 @@ def sweep_residuals(spec: GpuSpec, rows: Sequence[SweepRow], parts: str = "time+
     power limit, as the GPU did: a locked clock that would draw more lands lower."""
     work = [r for r in rows if not r.is_idle]
     idle = [r for r in rows if r.is_idle]
+    t_pred, e_pred, p_pred = predictions(spec, rows)
     out = []
     if work:
-        kernels, ki, configs, ci = _kernels_of(work)
-        pred = model.predict(model.kernel_arrays(kernels, spec), spec, configs)  # under the board's power cap
-        t = np.array([r.time_s for r in work])
-        e = np.array([r.energy_j for r in work])
         if "time" in parts:
-            out.append(np.log(pred.time_s[ki, ci] / t))
+            out.append(np.log(t_pred / np.array([r.time_s for r in work])))
         if "energy" in parts:
-            out.append(np.log(pred.energy_j[ki, ci] / e))
+            out.append(np.log(e_pred / np.array([r.energy_j for r in work])))
     if idle and "energy" in parts:
-        p = np.array([model.gap_power_w(spec, r.core_mhz, r.mem_mhz) for r in idle])
-        out.append(2 * np.log(p / np.array([r.energy_j / r.time_s for r in idle])))
+        out.append(2 * np.log(p_pred / np.array([r.energy_j / r.time_s for r in idle])))
     return np.concatenate(out)
 
 
+def predictions(spec: GpuSpec, rows: Sequence[SweepRow]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What ``spec`` predicts for the rows: time (s) and energy (J) of each kernel row, in order, and power (W) of
+    each idle row. Each kernel row runs under the board's power limit, as on the GPU."""
+    work = [r for r in rows if not r.is_idle]
+    t = e = np.zeros(0)
+    if work:
+        kernels, ki, configs, ci = _kernels_of(work)
+        pred = model.predict(model.kernel_arrays(kernels, spec), spec, configs)
+        t, e = pred.time_s[ki, ci], pred.energy_j[ki, ci]
+    p = np.array([model.gap_power_w(spec, r.core_mhz, r.mem_mhz) for r in rows if r.is_idle])
+    return t, e, p
+
+
 def check_rows(rows: Sequence[SweepRow], spec: GpuSpec, where: str) -> None:
-    """Raise :class:`SpecError` unless the rows can calibrate ``spec``: kernel rows at two or more core clocks,
+    """Raise :class:`SpecError` unless the rows can calibrate ``spec``: every kernel at two or more core clocks,
     and every clock pair one the GPU supports."""
     work = [r for r in rows if not r.is_idle]
     if not work:
         raise SpecError(f"{where}: no kernel rows to fit.", "measure the suite (or your kernels) at several clocks.")
-    if len({r.core_mhz for r in work}) < 2:
-        raise SpecError(f"{where}: every kernel row is at one core clock, so the clock response cannot be fitted.",
-                        "measure at about ten core clocks per memory clock.")
+    clocks: dict[str, set[int]] = {}
+    for r in work:
+        clocks.setdefault(r.kernel, set()).add(r.core_mhz)
+    single = sorted(k for k, c in clocks.items() if len(c) < 2)
+    if single:
+        raise SpecError(f"{where}: kernel(s) {single} measured at one core clock only, so their clock response "
+                        "cannot be fitted.", "measure every kernel at about ten core clocks per memory clock "
+                        "(rlclock calibrate --device N --control-clocks locks them).")
     for r in rows:
         if r.mem_mhz not in spec.clocks or r.core_mhz not in spec.clocks[r.mem_mhz]:
             raise SpecError(f"{where}: {r.kernel} at {r.core_mhz}@{r.mem_mhz} MHz is not a clock pair of "

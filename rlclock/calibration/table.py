@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from rlclock.calibration.sweep import IDLE, SweepRow
 from rlclock.errors import SpecError
@@ -41,6 +42,9 @@ REQUIRED = ("kernel", "flops", "core_mhz", "mem_mhz", "time_s", "energy_j")
 OPTIONAL = ("bytes", "read_bytes", "write_bytes", "category", "dtype", "access", "blocks", "threads_per_block",
             "gemm_m", "gemm_n", "gemm_k")
 """Columns a table may have."""
+INFO = ("requested", "sm_clock_read_mhz", "mem_clock_read_mhz", "power_w", "time_cv", "energy_cv", "reasons")
+"""Columns a sweep on the GPU (``rlclock calibrate --device``) writes beside them — the clocks asked for, what NVML
+read during the reading, its spread and clock-event reasons; read back and ignored by the fit."""
 
 
 def _number(raw: dict[str, str], col: str, where: str, positive: bool = False, integer: bool = False,
@@ -92,7 +96,7 @@ def read_table(path: str | Path) -> list[SweepRow]:
     if missing:
         raise SpecError(f"sweep table {p}: missing column(s) {missing}; found {header or 'no header'}.",
                         f"give a header row with {list(REQUIRED)} and bytes.")
-    unknown = [h for h in header if h not in REQUIRED + OPTIONAL]
+    unknown = [h for h in header if h not in REQUIRED + OPTIONAL + INFO]
     if unknown:
         raise SpecError(f"sweep table {p}: unknown column(s) {unknown}.", f"use {list(REQUIRED + OPTIONAL)}.")
     rows = []
@@ -132,19 +136,26 @@ def read_table(path: str | Path) -> list[SweepRow]:
     return rows
 
 
-def write_table(rows: Sequence[SweepRow], path: str | Path) -> Path:
-    """Write rows as a sweep table that :func:`read_table` reads back."""
+def write_table(rows: Sequence[SweepRow], path: str | Path, info: Sequence[Mapping[str, Any]] | None = None) -> Path:
+    """Write rows as a sweep table that :func:`read_table` reads back (``info``: per row, values of :data:`INFO`
+    columns to write beside)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     cols = ["kernel", "flops", "read_bytes", "write_bytes", "category", "dtype", "access", "blocks",
             "threads_per_block", "gemm_m", "gemm_n", "gemm_k", "core_mhz", "mem_mhz", "time_s", "energy_j"]
+    if info is not None:
+        if len(info) != len(rows):
+            raise ValueError(f"{len(info)} info entries for {len(rows)} rows")
+        cols += [c for c in INFO if any(c in i for i in info)]
     with p.open("w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
-        for r in rows:
+        for n, r in enumerate(rows):
             d = asdict(r)
             mnk = d.pop("gemm_mnk")
             d.update({"gemm_m": "", "gemm_n": "", "gemm_k": ""} if mnk is None else
                      {"gemm_m": mnk[0], "gemm_n": mnk[1], "gemm_k": mnk[2]})
+            if info is not None:
+                d.update({c: info[n].get(c, "") for c in cols[16:]})
             w.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in d.items()})
     return p

@@ -20,11 +20,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "clock pairs to measure as a template). --simulated SEED draws a GPU whose parameters differ "
                     "from the base preset's within documented ranges, sweeps it (noisy), fits, and says how well "
                     "the fit predicts kernels outside the suite at every clock pair: the proof without hardware. "
-                    "Nothing here touches a GPU.",
+                    "--device INDEX sweeps your own GPU: the suite's kernels run as CUDA work (cuBLAS GEMMs, "
+                    "copies, Triton kernels with their grids given) over tick-aligned NVML energy windows, about "
+                    "1.5 s per kernel and clock pair. Without --control-clocks nothing is set: the suite is measured "
+                    "at the clocks in effect and the preset is checked against it (a fit needs locked clocks). "
+                    "With --control-clocks (root) each clock pair is locked in turn and the GPU is given back as "
+                    "found on exit, on signals and by a watchdog.",
         epilog="CSV columns: kernel, flops, bytes (or read_bytes and write_bytes), core_mhz, mem_mhz, time_s, "
                "energy_j; optional category, dtype, access, blocks, threads_per_block, gemm_m/n/k. A row named "
-               "idle is an idle-power window. Example: rlclock calibrate --table sweep.csv --gpu h200-sxm "
-               "--out my-h200.yaml",
+               "idle is an idle-power window. Examples: rlclock calibrate --table sweep.csv --gpu h200-sxm "
+               "--out my-h200.yaml; sudo rlclock calibrate --device 0 --control-clocks --out my-gpu.yaml "
+               "--table-out my-gpu-sweep.csv",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     src = p.add_mutually_exclusive_group(required=True)
@@ -33,8 +39,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="sweep a simulated GPU with hidden parameters (drawn from SEED) and fit it")
     src.add_argument("--suite", action="store_true",
                      help="write the suite's kernels and clock pairs to measure (--table-out) and exit")
-    p.add_argument("--gpu", default="h200-sxm", help="base preset (key, NVML name or spec file): clock table, "
-                   "architecture, and the fit's starting point")
+    src.add_argument("--device", type=int, metavar="INDEX",
+                     help="sweep this GPU (NVML and CUDA index; set CUDA_DEVICE_ORDER=PCI_BUS_ID so they agree)")
+    p.add_argument("--gpu", default=None, help="base preset (key, NVML name or spec file): clock table, "
+                   "architecture, and the fit's starting point (default: the preset of the --device GPU, else "
+                   "h200-sxm)")
+    p.add_argument("--control-clocks", action="store_true",
+                   help="--device: lock each clock pair of the sweep (needs root; restored on exit, signals and by a "
+                        "watchdog). Without it nothing is set and only the clocks in effect are measured")
+    p.add_argument("--window", type=number(0.1, 10.0), default=0.4,
+                   help="--device: energy window of each reading, seconds (three per reading)")
+    p.add_argument("--check", action="store_true",
+                   help="print the base preset's time and energy against each reading instead of fitting (what "
+                        "--device does without --control-clocks)")
     p.add_argument("--out", type=Path, default=None, help="GPU spec file to write (default: none)")
     p.add_argument("--key", default=None, help="the written spec's key (default: <base>-calibrated)")
     p.add_argument("--name", default=None, help="the written spec's GPU name (default: the base's)")
@@ -46,19 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import datetime as _dt
-
     import numpy as np
 
-    from rlclock.calibration.sweep import (
-        agreement,
-        fit_sweep,
-        rows_from,
-        simulated_sweep,
-        suite,
-        sweep_configs,
-        write_preset,
-    )
+    from rlclock.calibration.sweep import rows_from, simulated_sweep, suite, sweep_configs
     from rlclock.calibration.table import read_table, write_table
     from rlclock.dvfs.spec import get_spec
     from rlclock.dvfs.variants import HIDDEN_RANGES, hidden_gpu
@@ -66,7 +73,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.per_memory < 2 or args.max_nfev < 1:
         raise SpecError("--per-memory must be at least 2 and --max-nfev at least 1.")
-    base = get_spec(args.gpu)
+    if args.control_clocks and args.device is None:
+        raise SpecError("--control-clocks locks a GPU's clocks for a sweep on it.", "add --device INDEX.")
+    if args.device is not None:
+        return _device(args)
+    base = get_spec(args.gpu or "h200-sxm")
     if args.suite:
         kernels, configs = suite(base), sweep_configs(base, args.per_memory)
         zero = np.zeros((len(kernels), len(configs)))
@@ -86,6 +97,22 @@ def run(args: argparse.Namespace) -> int:
                   f"{HIDDEN_RANGES}), noise {args.noise:g} per reading, median of 4")
     if args.table_out is not None:
         print(f"wrote {write_table(rows, args.table_out)}")
+    if args.check:
+        _print_check(base, rows)
+        return 0
+    return _fit_and_write(args, base, rows, source, true_gpu)
+
+
+def _fit_and_write(args: argparse.Namespace, base, rows, source: str, true_gpu=None,
+                   provenance: dict | None = None) -> int:
+    """Fit ``base`` to ``rows``, print how well it fits (and, for a simulated GPU, how well it predicts kernels
+    outside the suite), and write the preset when ``--out`` is given."""
+    import datetime as _dt
+
+    import numpy as np
+
+    from rlclock.calibration.sweep import agreement, fit_sweep, write_preset
+
     print(f"fitting {base.name} ({base.key}) to the {source} ...", flush=True)
     fitted, figures = fit_sweep(base, rows, args.max_nfev)
     print(f"sweep: time error median {100 * figures['time_median_before']:.1f} % -> "
@@ -107,11 +134,120 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         provenance = {"by": "rlclock calibrate", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(
             timespec="seconds"), "base": base.key, "source": source, "rows": len(rows),
-            "fit": {k: round(v, 5) for k, v in figures.items()}}
+            **(provenance or {}), "fit": {k: round(v, 5) for k, v in figures.items()}}
         key = args.key or f"{base.key}-calibrated"
         print(f"wrote {write_preset(fitted, args.out, key, args.name, provenance)} (use it as gpu_file: in an "
-              "env spec)")
+              "env spec, or --gpu FILE)")
     return 0
+
+
+def _device(args: argparse.Namespace) -> int:
+    """``--device``: sweep the suite on this machine's GPU, then fit (locked clocks) or check the preset
+    (observe mode)."""
+    import datetime as _dt
+
+    from rlclock.calibration.device import SWEEP_SETTINGS, device_sweep, planned_configs
+    from rlclock.calibration.sweep import suite
+    from rlclock.calibration.table import write_table
+    from rlclock.dvfs.spec import get_spec
+    from rlclock.gpu import nvml
+    from rlclock.gpu.clocks import ClockControl
+    from rlclock.gpu.meter import EnergySampler, MeasureSettings
+
+    device = nvml.NvmlDevice(args.device)
+    base = get_spec(args.gpu or device.name)
+    settings = MeasureSettings(window_s=args.window, warmup_s=SWEEP_SETTINGS.warmup_s, repeats=SWEEP_SETTINGS.repeats)
+    if base.generic_note() is not None:
+        print(base.generic_note())
+    if args.device:  # CUDA and NVML number GPUs alike when CUDA_DEVICE_ORDER=PCI_BUS_ID
+        import torch
+
+        torch.cuda.set_device(args.device)
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    table_out = args.table_out or Path(f"{base.key}-sweep-{started[:10]}.csv")
+    with ClockControl(args.device, allow_clock_control=args.control_clocks) as control:
+        configs = planned_configs(base, control, args.per_memory)
+        mode = ("observe mode: nothing set, the clocks in effect only" if control.dry_run else
+                f"{len(configs)} locked clock pairs")
+        print(f"sweeping GPU {args.device} ({device.name}) against the {base.key} preset — {mode}; about "
+              f"{_eta_s(len(configs), len(suite(base)), settings):.0f} s", flush=True)
+        bar = _progress_bar()
+
+        def progress(reading, done: int, planned: int) -> None:
+            r, st = reading.row, reading.stats
+            bar.total = planned
+            bar.update(done - bar.n)
+            bar.write(f"  {r.kernel:17s} {reading.requested:>10s} -> {r.core_mhz}@{r.mem_mhz} "
+                      f"{st.time_s * 1e3:10.4f} ms {st.energy_j:9.5f} J {st.power_w:6.1f} W SM "
+                      f"{st.sm_clock_mhz:5.0f} MHz cv {100 * max(st.time_cv, st.energy_cv):.2f} % "
+                      f"{'/'.join(st.reasons)}")
+
+        def save(sweep) -> None:
+            write_table(sweep.rows, table_out, [_info(r) for r in sweep.readings])
+
+        with EnergySampler(device, settings.poll_s, settings.clock_period_s) as sampler:
+            try:
+                sweep = device_sweep(base, control, sampler, _realiser(base), args.per_memory, settings,
+                                     progress=progress, save=save)
+            finally:
+                bar.close()
+    for name, why in sweep.skipped.items():
+        print(f"skipped {name}: {why}")
+    print(f"wrote {table_out}: {len(sweep.readings)} readings in {sweep.seconds:.0f} s; the GPU's clocks are as "
+          "they were found")
+    source = (f"sweep of GPU {args.device} ({device.name}, driver {nvml.try_read(nvml.driver_version)}) on "
+              f"{started}, {'clocks in effect (observe mode)' if sweep.observe else 'locked clock pairs'}, "
+              f"{len(sweep.readings)} readings, table {table_out.name}")
+    if sweep.observe or args.check:
+        _print_check(base, sweep.rows)
+        if sweep.observe:
+            print("a fit needs the clock response: run again with --control-clocks (as root) to lock each clock "
+                  "pair.")
+        return 0
+    return _fit_and_write(args, base, sweep.rows, source, provenance={
+        "gpu": device.name, "driver": str(nvml.try_read(nvml.driver_version)), "sweep_s": round(sweep.seconds, 1),
+        "skipped": sweep.skipped})
+
+
+def _eta_s(configs: int, kernels: int, settings) -> float:
+    """About how long a sweep takes, seconds: warm-up and windows (each a little over its length) per reading."""
+    return (configs * kernels + configs) * (settings.warmup_s + 1.2 * (settings.repeats + 1) * settings.window_s)
+
+
+def _realiser(base):
+    from rlclock.gpu.microbench import realise
+
+    return lambda kernel: realise(kernel, base.threads_per_sm)
+
+
+def _progress_bar():
+    from tqdm.auto import tqdm
+
+    return tqdm(total=1, desc="sweep", unit=" readings", dynamic_ncols=True, leave=True)
+
+
+def _info(reading) -> dict:
+    st = reading.stats
+    return {"requested": reading.requested, "sm_clock_read_mhz": round(st.sm_clock_mhz, 1),
+            "mem_clock_read_mhz": round(st.mem_clock_mhz, 1), "power_w": round(st.power_w, 2),
+            "time_cv": round(st.time_cv, 5), "energy_cv": round(st.energy_cv, 5), "reasons": "/".join(st.reasons)}
+
+
+def _print_check(base, rows) -> None:
+    """The preset's time and energy against each reading taken at the clocks in effect."""
+    from rlclock.calibration.sweep import predictions
+    from rlclock.commands.common import print_table
+
+    t, e, p = predictions(base, rows)
+    work = [r for r in rows if not r.is_idle]
+    table = [[r.kernel, f"{r.core_mhz}@{r.mem_mhz}", f"{r.time_s * 1e3:.4f}", f"{t[i] * 1e3:.4f}",
+              f"{100 * (t[i] / r.time_s - 1):+.1f}", f"{r.energy_j:.5f}", f"{e[i]:.5f}",
+              f"{100 * (e[i] / r.energy_j - 1):+.1f}"] for i, r in enumerate(work)]
+    table += [[r.kernel, f"{r.core_mhz}@{r.mem_mhz}", "", "", "", f"{r.energy_j / r.time_s:.1f} W",
+               f"{p[i]:.1f} W", f"{100 * (p[i] * r.time_s / r.energy_j - 1):+.1f}"]
+              for i, r in enumerate(x for x in rows if x.is_idle)]
+    print(f"the {base.key} preset against the readings (clock pair: the supported one nearest to what NVML read):")
+    print_table(["kernel", "clocks", "time ms", "preset ms", "err %", "energy J", "preset J", "err %"], table)
 
 
 def _check_kernels() -> list:

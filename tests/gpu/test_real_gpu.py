@@ -167,3 +167,46 @@ def test_live_backend_and_cli_on_a_profiled_trace(tmp_path, no_clock_setting, ca
     assert main(["measure", str(trace_path), "--schedule", str(sched), "--window", "0.2", "--warmup", "0.05",
                  "--repeats", "2"]) == 0
     assert "segmented step" in capsys.readouterr().out
+
+
+def test_calibration_suite_kernels_run_the_work_they_declare(no_clock_setting):
+    """Each suite kernel runs on CUDA: its time per copy (from the CUDA graph of copies) is physical — a DRAM
+    stream below the GPU's peak bandwidth, a GEMM below dense bf16 peak, every kernel above a microsecond — and
+    one energy window of it reads a power above idle. Nothing is set."""
+    from rlclock.calibration.sweep import suite
+    from rlclock.dvfs.spec import get_spec
+    from rlclock.errors import SpecError
+    from rlclock.gpu.meter import EnergySampler, MeasureSettings, measure
+    from rlclock.gpu.microbench import realise
+    from rlclock.gpu.nvml import NvmlDevice
+
+    dev = NvmlDevice(0)
+    try:
+        spec = get_spec(dev.name)
+    except SpecError:
+        spec = get_spec("h200-sxm")
+    peak_bw = spec.bandwidth_bytes_per_s(max(spec.mem_clocks_mhz))
+    times = {}
+    with EnergySampler(dev) as sampler:
+        for k in suite(spec):
+            runner, done = realise(k, spec.threads_per_sm)
+            try:
+                a = runner.mark()
+                runner.launch()
+                b = runner.mark()
+                b.synchronize()
+                t = runner.elapsed_s(a, b) / runner.units_per_launch
+                times[k.name] = t
+                assert t > 1e-6, k.name
+                moved = done.dram_read_bytes + done.dram_write_bytes
+                if k.name in ("dram_stream", "reduction"):
+                    assert 0.2 * peak_bw < moved / t < 1.05 * peak_bw, (k.name, moved / t / 1e9)
+                if k.name.startswith("gemm"):
+                    assert 50e12 < done.flops / t < 1.1e15, (k.name, done.flops / t / 1e12)
+                if k.name == "gemm_large":
+                    stats = measure(runner, sampler, MeasureSettings(window_s=0.3, warmup_s=0.1, repeats=1))
+                    assert stats.power_w > 150 and stats.busy_fraction > 0.8, stats
+            finally:
+                runner.close()
+    # the under-occupied stream is slower per byte than the full-GPU one: latency, not bandwidth, bounds it
+    assert times["latency_stream"] / 2 ** 29 > times["dram_stream"] / 2 ** 31

@@ -1,0 +1,193 @@
+"""A clock sweep of the calibration suite on the user's own GPU, measured through NVML and CUDA events.
+
+:func:`device_sweep` runs every kernel of :func:`~rlclock.calibration.sweep.suite` (realised as CUDA work by
+:func:`rlclock.gpu.microbench.realise`, or by any ``realiser`` with its signature) at the sweep's clock pairs and
+reads an idle window at each memory clock. Each reading is a tick-aligned energy window
+(:func:`rlclock.gpu.meter.measure`): time per kernel from CUDA events, energy from the board's energy counter.
+
+Clocks are locked only through the :class:`~rlclock.gpu.clocks.ClockControl` it is given, so the sweep has the
+same safety as every other command: without clock control (observe mode) it measures the suite at the clocks
+in effect only — a check of a preset, not a fit — and rows are placed at the supported clock nearest the SM
+clock read during the windows; with clock control it locks each pair in turn and the caller's ``with
+ClockControl`` gives the GPU back as it was found, whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlclock.calibration.sweep import IDLE, SweepRow, rows_from, suite, sweep_configs
+from rlclock.dvfs.spec import GpuSpec
+from rlclock.errors import MeasurementError, RlclockError
+from rlclock.gpu.clocks import ClockControl
+from rlclock.gpu.meter import EnergySampler, MeasureSettings, WindowStats, measure
+from rlclock.schedule import AUTO, ClockConfig
+from rlclock.workload.trace import Kernel
+
+Realiser = Callable[[Kernel], tuple[Any, Kernel]]
+"""Builds the runner of one suite kernel: ``kernel -> (runner, the kernel as it runs)``; the runner has
+:class:`rlclock.gpu.meter.Runner`'s methods and ``close()``."""
+
+SWEEP_SETTINGS = MeasureSettings(window_s=0.4, warmup_s=0.2, repeats=3)
+"""Energy windows of one sweep reading: three windows of at least 0.4 s (four or more counter steps each on a GPU
+whose counter steps every 0.1 s) after 0.2 s of warm-up — about 1.5 s per kernel and clock pair."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One measurement of a device sweep, with what NVML said during it.
+
+    Attributes:
+        row: The sweep row it gives (kernel, FLOPs, bytes, clock pair, time, energy).
+        requested: The clock configuration asked for (``auto`` in observe mode).
+        stats: The energy windows' statistics (power, SM and memory clock read, reasons, spread).
+    """
+
+    row: SweepRow
+    requested: str
+    stats: WindowStats
+
+
+@dataclass
+class DeviceSweep:
+    """What :func:`device_sweep` measured.
+
+    Attributes:
+        readings: Every reading, in the order taken.
+        skipped: Suite kernels that could not run here, with why.
+        observe: True when no clock was locked (the suite at the clocks in effect only).
+        seconds: Wall time of the sweep, seconds.
+    """
+
+    readings: list[Reading] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    observe: bool = True
+    seconds: float = 0.0
+
+    @property
+    def rows(self) -> list[SweepRow]:
+        """The sweep table (what :func:`~rlclock.calibration.sweep.fit_sweep` fits)."""
+        return [r.row for r in self.readings]
+
+
+def nearest_pair(spec: GpuSpec, sm_clock_mhz: float, mem_clock_mhz: float) -> tuple[int, int]:
+    """The supported clock pair of ``spec`` nearest to clocks read through NVML (mean SM and memory clock)."""
+    mem = min(spec.mem_clocks_mhz, key=lambda m: abs(m - mem_clock_mhz))
+    core = min(spec.core_clocks_mhz(mem), key=lambda f: abs(f - sm_clock_mhz))
+    return int(core), int(mem)
+
+
+def planned_configs(spec: GpuSpec, control: ClockControl, per_memory: int = 10) -> list[ClockConfig]:
+    """The clock pairs a sweep locks: :func:`~rlclock.calibration.sweep.sweep_configs` at the memory clocks this GPU
+    locks at runtime (the one in effect, where memory locks are not runtime), each checked by ``control``; only
+    ``auto`` in observe mode."""
+    if control.dry_run:
+        return [AUTO]
+    configs = sweep_configs(spec, per_memory)
+    if control.memory_locks != "runtime":
+        held = control.memory_in_effect_mhz or spec.default_mem_mhz
+        configs = [c for c in configs if c.mem_mhz == held] or [
+            ClockConfig(c.core_mhz, held) for c in sweep_configs(spec, per_memory) if c.mem_mhz == spec.default_mem_mhz]
+    return [control.validate(c) for c in configs]
+
+
+def device_sweep(spec: GpuSpec, control: ClockControl, sampler: EnergySampler, realiser: Realiser,
+                 per_memory: int = 10, settings: MeasureSettings = SWEEP_SETTINGS,
+                 kernels: Sequence[Kernel] | None = None,
+                 progress: Callable[[Reading, int, int], None] | None = None,
+                 save: Callable[[DeviceSweep], Any] | None = None, idle_runner: Any | None = None) -> DeviceSweep:
+    """Sweep the suite on the GPU ``control`` holds.
+
+    Args:
+        spec: The GPU's preset (its clock table and the suite's sizes).
+        control: Clock control of that GPU; in dry-run (observe) mode nothing is locked and only ``auto`` is
+            measured. The caller owns it (``with ClockControl(...)``), so the clocks are given back on any exit.
+        sampler: A started energy sampler of that GPU.
+        realiser: Builds each kernel's runner (:func:`rlclock.gpu.microbench.realise` on a real GPU).
+        per_memory: Core clocks per memory clock.
+        settings: Energy windows of each reading.
+        kernels: The kernels to sweep (default: the suite for ``spec``).
+        progress: Called after each reading with it, the readings done and the readings planned.
+        save: Called after each clock pair with the sweep so far (write it, so an interrupted sweep keeps its rows).
+        idle_runner: The idle window's runner (default: :class:`rlclock.gpu.microbench.IdleRunner`).
+
+    Raises:
+        ClockError: A clock pair of the sweep is not one this GPU supports (the preset is another GPU's).
+        MeasurementError: No suite kernel could run here, or a reading failed.
+    """
+    t0 = time.perf_counter()
+    out = DeviceSweep(observe=control.dry_run)
+    configs = planned_configs(spec, control, per_memory)
+    runners: list[tuple[Any, Kernel]] = []
+    try:
+        for k in suite(spec) if kernels is None else kernels:
+            try:
+                runners.append(realiser(k))
+            except MeasurementError as exc:
+                out.skipped[k.name] = str(exc).splitlines()[0]
+        if not runners:
+            raise MeasurementError(f"no kernel of the calibration suite could run on this GPU ({out.skipped}).",
+                                   "see the reasons given for each kernel.")
+        mems = sorted({c.mem_mhz for c in configs if c.mem_mhz is not None})
+        planned = len(configs) * len(runners) + max(1, len(mems))
+        idle_runner = _idle_runner() if idle_runner is None else idle_runner
+        for i, config in enumerate(configs):
+            if not control.dry_run:
+                control.apply(config)
+            for runner, kernel in runners:
+                stats = measure(runner, sampler, settings)
+                out.readings.append(_reading(spec, kernel, config, stats))
+                if progress is not None:
+                    progress(out.readings[-1], len(out.readings), planned)
+            last_at_memory = i + 1 == len(configs) or configs[i + 1].mem_mhz != config.mem_mhz
+            if last_at_memory:  # the idle power at this memory clock, core at its lowest
+                idle_config = config if control.dry_run else ClockConfig(min(spec.core_clocks_mhz(config.mem_mhz)),
+                                                                         config.mem_mhz)
+                if not control.dry_run:
+                    control.apply(control.validate(idle_config))
+                stats = measure(idle_runner, sampler, settings)
+                out.readings.append(_reading(spec, None, idle_config, stats))
+                if progress is not None:
+                    progress(out.readings[-1], len(out.readings), planned)
+            if save is not None:
+                out.seconds = time.perf_counter() - t0
+                save(out)
+    finally:
+        for runner, _ in runners:
+            _close(runner)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _idle_runner() -> Any:
+    from rlclock.gpu.microbench import IdleRunner
+
+    return IdleRunner()
+
+
+def _close(runner: Any) -> None:
+    close = getattr(runner, "close", None)
+    if close is not None:
+        with contextlib.suppress(RlclockError):
+            close()
+
+
+def _reading(spec: GpuSpec, kernel: Kernel | None, config: ClockConfig, stats: WindowStats) -> Reading:
+    """A reading placed at its clock pair: the locked one, or (observe mode) the supported pair nearest to the
+    clocks read during its windows."""
+    if config.is_auto or config.core_mhz is None or config.mem_mhz is None:
+        core, mem = nearest_pair(spec, stats.sm_clock_mhz, stats.mem_clock_mhz)
+    else:
+        core, mem = int(config.core_mhz), int(config.mem_mhz)
+    if kernel is None:
+        row = SweepRow(IDLE, 0.0, 0.0, 0.0, "other", "fp32", core, mem, stats.time_s, stats.energy_j)
+    else:
+        import numpy as np
+
+        row = rows_from([kernel], [ClockConfig(core, mem)], np.array([[stats.time_s]]),
+                        np.array([[stats.energy_j]]))[0]
+    return Reading(row, str(config), stats)
