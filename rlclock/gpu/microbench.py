@@ -109,7 +109,7 @@ class SuiteRunner(StreamTiming):
         buffers: Tensors the kernel uses (kept alive with the graph).
     """
 
-    def __init__(self, name: str, step: Callable[[], None], target_batch_s: float = 0.005, max_copies: int = 4000,
+    def __init__(self, name: str, step: Callable[[], object], target_batch_s: float = 0.005, max_copies: int = 4000,
                  buffers: tuple[Any, ...] = ()) -> None:
         import torch
 
@@ -224,10 +224,10 @@ def realise(kernel: Kernel, threads_per_sm: int = 2048, target_batch_s: float = 
         done = replace(kernel, flops=2.0 * n * iters * unroll, dram_read_bytes=4.0 * n, dram_write_bytes=4.0 * n,
                        dtype="fp32", launch_grid=(grid[0], 1, 1), launch_block=(block, 1, 1))
 
-        def step() -> None:
+        def fma_step() -> None:
             tk["fma_chain"][grid](x, y, n, a_coef, b_coef, iters, BLOCK=block, UNROLL=unroll, num_warps=4)
 
-        return SuiteRunner(name, step, target_batch_s, buffers=(x, y)), done
+        return SuiteRunner(name, fma_step, target_batch_s, buffers=(x, y)), done
     if name == "dram_stream":  # a copy kernel over the whole GPU, as framework elementwise kernels run
         block = 4096
         n = _elements(kernel.dram_read_bytes)
@@ -236,10 +236,10 @@ def realise(kernel: Kernel, threads_per_sm: int = 2048, target_batch_s: float = 
         done = replace(kernel, flops=0.0, dram_read_bytes=4.0 * n, dram_write_bytes=4.0 * n, dtype="fp32",
                        launch_grid=None, launch_block=None)
 
-        def step() -> None:
+        def dram_step() -> None:
             tk["strided_copy"][grid](src, dst, n, BLOCK=block, num_warps=8)
 
-        return SuiteRunner(name, step, target_batch_s, buffers=(src, dst)), done
+        return SuiteRunner(name, dram_step, target_batch_s, buffers=(src, dst)), done
     if name == "l2_stream":
         block = 1024
         n = _elements(kernel.dram_read_bytes)
@@ -247,10 +247,10 @@ def realise(kernel: Kernel, threads_per_sm: int = 2048, target_batch_s: float = 
         grid = (triton_cdiv(n, block),)
         done = replace(kernel, flops=2.0 * n, dram_read_bytes=4.0 * n, dram_write_bytes=4.0 * n, dtype="fp32")
 
-        def step() -> None:
+        def l2_step() -> None:
             tk["fma_once"][grid](x, y, n, a_coef, b_coef, BLOCK=block, num_warps=4)
 
-        return SuiteRunner(name, step, target_batch_s, buffers=(x, y)), done
+        return SuiteRunner(name, l2_step, target_batch_s, buffers=(x, y)), done
     if name == "smem_bound":
         tile = 32
         tiles = max(1, _elements(kernel.dram_read_bytes) // (tile * tile))
@@ -261,10 +261,10 @@ def realise(kernel: Kernel, threads_per_sm: int = 2048, target_batch_s: float = 
         done = replace(kernel, flops=4.0 * n * iters, dram_read_bytes=4.0 * n, dram_write_bytes=4.0 * n,
                        dtype="fp32", launch_grid=(tiles, 1, 1), launch_block=(128, 1, 1))
 
-        def step() -> None:
+        def smem_step() -> None:
             tk["onchip_reduce"][(tiles,)](x, y, a_coef, b_coef, iters, TILE=tile, num_warps=4)
 
-        return SuiteRunner(name, step, target_batch_s, buffers=(x, y)), done
+        return SuiteRunner(name, smem_step, target_batch_s, buffers=(x, y)), done
     blocks = int(kernel.launch_grid[0]) if kernel.launch_grid else 32
     threads = int(kernel.launch_block[0]) if kernel.launch_block else min(1024, threads_per_sm // 2)
     warps = 2 ** int(math.log2(max(1, min(32, threads // 32))))  # Triton takes a power of two
@@ -277,10 +277,10 @@ def realise(kernel: Kernel, threads_per_sm: int = 2048, target_batch_s: float = 
                        dram_write_bytes=4.0 * blocks * cols, dtype="fp32", access="reduce",
                        launch_grid=(blocks, 1, 1), launch_block=(32 * warps, 1, 1))
 
-        def step() -> None:
+        def narrow_step() -> None:
             tk["column_sums"][(blocks,)](x, out, rows, COLS=cols, num_warps=warps)
 
-        return SuiteRunner(name, step, target_batch_s, buffers=(x, out)), done
+        return SuiteRunner(name, narrow_step, target_batch_s, buffers=(x, out)), done
     # latency_stream
     block = 4 * 32 * warps  # four fp32 (one 16-byte vector) per thread per iteration
     n = _elements(kernel.dram_read_bytes)
@@ -288,10 +288,10 @@ def realise(kernel: Kernel, threads_per_sm: int = 2048, target_batch_s: float = 
     done = replace(kernel, flops=0.0, dram_read_bytes=4.0 * n, dram_write_bytes=4.0 * n, dtype="fp32",
                    launch_grid=(blocks, 1, 1), launch_block=(32 * warps, 1, 1))
 
-    def step() -> None:
+    def latency_step() -> None:
         tk["strided_copy"][(blocks,)](src, dst, n, BLOCK=block, num_warps=warps)
 
-    return SuiteRunner(name, step, target_batch_s, buffers=(src, dst)), done
+    return SuiteRunner(name, latency_step, target_batch_s, buffers=(src, dst)), done
 
 
 def triton_cdiv(a: int, b: int) -> int:
