@@ -253,7 +253,8 @@ class GpuSpec:
         if not self.generic:
             return None
         return (f"note: the {self.key} preset is generic — its model parameters were carried over from other GPUs, "
-                f"not fitted to an {self.name}; its figures are estimates. Calibrate it from a clock sweep: "
+                f"not fitted to an {self.name}; its figures are estimates. Calibrate it on the GPU: rlclock calibrate "
+                f"--device 0 --control-clocks --gpu {self.key} --out my-gpu.yaml, or from a sweep measured elsewhere: "
                 f"rlclock calibrate --table SWEEP.csv --gpu {self.key} --out my-gpu.yaml (rlclock calibrate --help).")
 
     @property

@@ -4,6 +4,7 @@ fake NVML whose "kernels" take the time and draw the power a hidden simulated GP
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -196,3 +197,26 @@ def test_the_command_without_cuda_says_so_in_one_line_and_sets_nothing(fake_nvml
 def test_planned_configs_in_observe_mode_are_auto_only(fake_nvml):
     with ClockControl(0) as control:
         assert planned_configs(BASE, control) == [AUTO]
+
+
+def test_a_gpu_with_runtime_memory_locks_is_swept_at_every_memory_clock(runtime_memory_locks):
+    fake = runtime_memory_locks
+    spec = replace(BASE, memory_locks="runtime")
+    true_gpu = hidden_gpu(spec, 4)
+    kernels = [k for k in suite(spec) if k.name == "gemm_small"]
+    with live() as control:
+        configs = planned_configs(spec, control, 2)
+        made = []
+
+        def realiser(k):
+            made.append(SimulatedKernel(fake, true_gpu, k))
+            return made[-1], k
+
+        with EnergySampler(nvml.NvmlDevice(0), 0.0005, 0.01) as sampler:
+            sweep = device_sweep(spec, control, sampler, realiser, 2, FAST, kernels=kernels,
+                                 idle_runner=SimulatedIdle(fake, true_gpu))
+    assert {c.mem_mhz for c in configs} == {2201, 3201}
+    assert [(r.kernel, r.core_mhz, r.mem_mhz) for r in sweep.rows if r.is_idle] == [
+        ("idle", 345, 3201), ("idle", 345, 2201)]
+    assert any(c["fn"] == "nvmlDeviceSetMemoryLockedClocks" for c in fake.calls())
+    assert fake.device()["locked_core"] is None and fake.device()["locked_mem"] is None
