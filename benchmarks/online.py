@@ -44,6 +44,7 @@ from rlclock.agents.online import (  # noqa: E402
     ppo_learner,
     run_learner,
     run_nominal,
+    run_tracker,
 )
 from rlclock.backends.simulated import SimulatedGpu  # noqa: E402
 from rlclock.backends.true_gpu import TrueGpu, TrueGpuDraw, draw_true_gpu  # noqa: E402
@@ -109,7 +110,7 @@ def run_one(name: str, job: MeasuredJob, budget: float, steps: int, nominal_arm:
     if name == "nominal":
         return run_nominal(job, nominal_arm, steps)
     if name == "tracker":
-        return PairedTracker(budget, model_slowdown, model_saving, parts).run(job, steps)
+        return run_tracker(PairedTracker(budget, model_slowdown, model_saving, parts), job, steps)
     run = GuardedRun(job, budget, model_slowdown, parts)
     if name == "bandit":
         return run_learner(run, SafeBandit(budget, nominal_arm), steps)

@@ -19,6 +19,7 @@ from rlclock.agents.online import (
     ppo_learner,
     run_learner,
     run_nominal,
+    run_tracker,
 )
 from rlclock.backends.simulated import SimulatedGpu
 from rlclock.backends.true_gpu import (
@@ -244,7 +245,7 @@ def test_the_paired_tracker_keeps_the_budget_and_its_safety_line(trace, plans, s
     arms, saving, slowdown = plans
     truth = TrueGpu(draw_true_gpu(H200, seed), trace, CONFIGS)
     job = MeasuredJob(truth, arms, seed=seed)
-    traj = PairedTracker(0.01, slowdown, saving).run(job, 4000)
+    traj = run_tracker(PairedTracker(0.01, slowdown, saving), job, 4000)
     assert len(traj.ran) == job.steps >= 4000
     assert np.max(traj.running_slowdowns(job)) <= 0.015
     mix = traj.committed_at(4000)

@@ -34,65 +34,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rlclock.agents.measured import MIN_WINDOWS, Estimates, GuardedSteps, MeasuredJob, Mix, PairedSlowdown
-from rlclock.backends.simulated import SimulatedGpu
+from rlclock.agents.measured import MIN_WINDOWS, Estimates, GuardedSteps, MeasuredJob, Mix
+from rlclock.policy.paired import (
+    LATENCY_BUDGETS,
+    LATENCY_SCALES,
+    PLAN_BUDGETS,
+    Candidates,
+    PairedTracker,
+    best_mix,
+    candidate_plans,
+)
 
-PLAN_BUDGETS = (0.0, 0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.04, 0.06)
-"""Planning budgets of the candidate plans (fractions)."""
-LATENCY_SCALES = (3.0,)
-"""Further switching latencies, over the planning model's, the candidate plans are also made for (at
-:data:`LATENCY_BUDGETS`): a GPU whose clock settles slower than the model's wants plans that switch less."""
-LATENCY_BUDGETS = (0.005, 0.01, 0.02)
-
-
-@dataclass(frozen=True)
-class Candidates:
-    """Candidate plans for a step and what the planning model says of them.
-
-    Attributes:
-        plans: Per-kernel configuration indices, auto first.
-        labels: What each plan was made for.
-        slowdown: Each plan's slowdown on the planning model, a fraction.
-        saving: Each plan's energy saving on the planning model, a fraction.
-        parts: Each plan's slowdown split into the clocks' part (switches landing at once) and the switching
-            latency's (``(plans, 2)``, fractions).
-    """
-
-    plans: list[np.ndarray]
-    labels: list[str]
-    slowdown: np.ndarray
-    saving: np.ndarray
-    parts: np.ndarray
-
-
-def candidate_plans(model: SimulatedGpu, budgets: Sequence[float] = PLAN_BUDGETS,
-                    latency_scales: Sequence[float] = LATENCY_SCALES,
-                    latency_budgets: Sequence[float] = LATENCY_BUDGETS, time_limit_s: float = 20.0) -> Candidates:
-    """Auto and the planning model's exact latency-aware optima at ``budgets``, and at ``latency_budgets`` for each
-    switching latency ``latency_scales`` times the model's, each plan once (all judged on the model as it is)."""
-    from rlclock.solve.optimum import latency_aware_optimum
-
-    t, e = model.tables
-    auto = model.auto_run()
-    plans = [np.zeros(len(model.trace), dtype=np.int64)]
-    labels = ["auto"]
-    for scale in (1.0, *latency_scales):
-        for b in budgets if scale == 1.0 else latency_budgets:
-            plan = latency_aware_optimum(t, e, model.latency_s * scale, auto.time_s * (1 + b),
-                                         time_limit_s=time_limit_s).requests
-            if any(np.array_equal(plan, p) for p in plans):
-                continue  # the same plan (e.g. auto itself, where no switch pays at that latency)
-            plans.append(plan)
-            labels.append(f"{100 * b:g} %" + ("" if scale == 1.0 else f" at latency x{scale:g}"))
-    runs = [model.run_indices(p) for p in plans]
-    slowdown = np.array([r.time_s / auto.time_s - 1 for r in runs])
-    saving = np.array([1 - r.energy_j / auto.energy_j for r in runs])
-    instant = SimulatedGpu(model.spec, model.trace, model.configs, 0.0, anchor=model.anchor,
-                           power_limit_w=model.power_limit_w)
-    base = instant.auto_run().time_s
-    clock = np.array([instant.run_indices(p).time_s / base - 1 for p in plans])
-    return Candidates(plans, labels, slowdown, saving, np.c_[clock, slowdown - clock])
-
+__all__ = ["LATENCY_BUDGETS", "LATENCY_SCALES", "PLAN_BUDGETS", "BudgetFeedback", "Candidates", "GuardedRun",
+           "NominalPlan", "PairedTracker", "SafeBandit", "Trajectory", "best_mix", "candidate_plans", "observation",
+           "ppo_learner", "run_learner", "run_nominal", "run_tracker"]
 
 class NominalPlan:
     """The plan made for the budget on the planning model, always."""
@@ -268,154 +223,6 @@ class GuardedRun:
         return arm, t, e, n
 
 
-def best_mix(paired: PairedSlowdown, model_saving: Sequence[float] | np.ndarray, budget: float,
-             tolerance: float = 0.002, z: float = 2.0, grid: int = 51) -> Mix:
-    """The pair of arms neighbouring in estimated slowdown (among auto and the arms measured), time-shared step by
-    step, that saves most by the planning model's ranking among those whose estimated slowdown is within ``budget``
-    and whose slowdown ``z`` standard deviations up is within ``budget + tolerance`` (auto if none). Only neighbours
-    are mixed: a plan's saving is known from the model only, and the model's savings of plans far apart need not
-    scale as the GPU's do (interpolating between neighbours leans on that least)."""
-    saving = np.asarray(model_saving, dtype=float)
-    measured = np.flatnonzero((paired.count() >= MIN_WINDOWS) | (np.arange(paired.n_arms) == 0))
-    order = measured[np.argsort(paired.slowdown()[measured], kind="stable")]
-    lo, hi = order[:-1], order[1:]
-    if not lo.size:
-        return Mix.of(0)
-    mu, cov = paired.posterior()
-    share = np.linspace(0.0, 1.0, grid)[None, :]
-    mean = (1 - share) * mu[lo][:, None] + share * mu[hi][:, None]
-    var = (1 - share) ** 2 * cov[lo, lo][:, None] + share ** 2 * cov[hi, hi][:, None] \
-        + 2 * share * (1 - share) * cov[lo, hi][:, None]
-    up = mean + z * np.sqrt(np.maximum(var, 0.0))
-    ok = (np.expm1(mean) <= budget) & (np.expm1(up) <= budget + tolerance)
-    gain = np.where(ok, (1 - share) * saving[lo][:, None] + share * saving[hi][:, None], -np.inf)
-    i, j = np.unravel_index(int(np.argmax(gain)), gain.shape)
-    if not np.isfinite(gain[i, j]) or gain[i, j] <= 0:
-        return Mix.of(0)
-    p = float(share[0, j])
-    if p >= 1.0:
-        return Mix.of(int(hi[i]))
-    return Mix(int(lo[i]), int(hi[i]), p) if p > 0 else Mix.of(int(lo[i]))
-
-
-class PairedTracker:
-    """The budget's own root, from paired step times (module docstring).
-
-    One step in every ``reference_every`` runs auto — at a random place in each cycle, so that nothing the loop
-    does every other step (the tracker's own updates, on a loop that waits on the host) reads as a plan's slowdown;
-    the others run the plan it would commit to now (its two arms in
-    their share), and one cycle in ``probe_every`` (every cycle while the commitment is auto) probes an arm that might
-    do better: one whose slowdown ``z`` deviations down may fit the budget and that the planning model expects to
-    save more than the commitment — of those the one of the largest expected gain; none once every such arm is known
-    to overrun. Once the committed plan's slowdown is known to within ``tolerance / 2`` (one standard deviation)
-    auto runs only every ``settled_every``-th step, to keep watching.
-
-    It needs only each step's time: :meth:`next_arm` before a step (already through the safety layer), then
-    :meth:`observe` with what it took — in a live loop as over a :class:`~rlclock.agents.measured.MeasuredJob`
-    (:meth:`run`).
-
-    Args:
-        budget: The slowdown budget, a fraction.
-        model_slowdown: Each arm's slowdown on the planning model (the paired estimator's prior).
-        model_saving: Each arm's saving on the planning model (the ranking it commits by).
-        parts: Optional split of the model slowdowns (:class:`~rlclock.agents.measured.PairedSlowdown`).
-        tolerance: How far over the budget the committed plan's slowdown may be, ``z`` deviations up.
-        z: Standard deviations of the commitment's margin.
-        reference_every: Steps per auto step while learning.
-        settled_every: Steps per auto step once settled.
-        probe_every: Cycles per probe.
-        margin: How far over the budget any ``span_steps`` may run (the safety layer).
-        z_safe: Standard deviations above its estimate an arm's slowdown is charged with (the safety layer).
-        seed: Seed of where in each cycle auto runs.
-    """
-
-    def __init__(self, budget: float, model_slowdown: Sequence[float], model_saving: Sequence[float],
-                 parts: np.ndarray | None = None, tolerance: float = 0.002, z: float = 2.0, reference_every: int = 2,
-                 settled_every: int = 8, probe_every: int = 2, margin: float = 0.005, z_safe: float = 2.5,
-                 seed: int = 0) -> None:
-        self.budget, self.saving = float(budget), np.asarray(model_saving, dtype=float)
-        self.guard = GuardedSteps(budget, model_slowdown, parts, margin, z_safe)
-        self.tolerance, self.z = float(tolerance), float(z)
-        self.reference_every, self.settled_every, self.probe_every = reference_every, settled_every, probe_every
-        self._rng = np.random.default_rng(seed)
-        self._pos = self._len = self._auto_at = 0
-        self._cycle = 0
-        self._hi_steps = 0.0
-        self._mix = Mix.of(0)
-        self._readings = -1
-
-    def commit(self) -> Mix:
-        paired = self.guard.paired
-        n = int(paired.count().sum())
-        if n != self._readings:
-            self._mix = best_mix(paired, self.saving, self.budget, self.tolerance, self.z)
-            self._readings = n
-        return self._mix
-
-    def settled(self) -> bool:
-        mix = self.commit()
-        if mix.hi == 0:
-            return False
-        _, cov = self.guard.paired.posterior()
-        w = mix.weights(self.guard.paired.n_arms)
-        return math.sqrt(max(float(w @ cov @ w), 0.0)) < self.tolerance / 2
-
-    def _probe(self, mix: Mix) -> int | None:
-        """An arm that might do better than ``mix`` (class docstring), or ``None``: of those, the one of the largest
-        expected gain — the planning model's extra saving times the chance its slowdown fits."""
-        paired = self.guard.paired
-        mu, cov = paired.posterior()
-        sd = np.sqrt(np.maximum(np.diag(cov), 1e-12))
-        low = np.expm1(mu - self.z * sd)
-        gain = float(mix.weights(paired.n_arms) @ self.saving)
-        could = [a for a in range(1, paired.n_arms)
-                 if a not in (mix.lo, mix.hi) and low[a] <= self.budget and self.saving[a] > gain]
-        if not could:
-            return None
-        line = math.log1p(self.budget)
-        fits = {a: 0.5 * math.erfc((mu[a] - line) / (sd[a] * math.sqrt(2.0))) for a in could}
-        return max(could, key=lambda a: (self.saving[a] - gain) * fits[a])
-
-    def _wanted(self) -> int:
-        if self._pos >= self._len:  # a new cycle: its length, and where in it auto runs (at random)
-            self._len = self.settled_every if self.settled() else self.reference_every
-            self._auto_at = int(self._rng.integers(self._len))
-            self._pos = 0
-            self._cycle += 1
-        k = self._pos
-        self._pos += 1
-        if k == self._auto_at:
-            return 0
-        mix = self.commit()
-        first = k == (1 if self._auto_at == 0 else 0)
-        if mix.hi == 0 or (self._cycle % self.probe_every == 0 and first):
-            probe = self._probe(mix)
-            if probe is not None:
-                return probe
-        self._hi_steps += mix.share_hi
-        if self._hi_steps >= 1.0:
-            self._hi_steps -= 1.0
-            return mix.hi
-        return mix.lo if mix.lo else mix.hi
-
-    def next_arm(self) -> int:
-        """The arm the next step runs (what the safety layer allows of what the tracker wants)."""
-        return self.guard.admit(self._wanted())
-
-    def observe(self, arm: int, time_s: float) -> None:
-        """The step of ``arm`` took ``time_s`` seconds."""
-        self.guard.observe(arm, time_s)
-
-    def run(self, job: MeasuredJob, steps: int) -> Trajectory:
-        """Run over ``job`` until it has run ``steps`` steps."""
-        traj = Trajectory()
-        while job.steps < steps:
-            arm = self.next_arm()
-            self.observe(arm, float(job.run([arm])[0]))
-            traj.ran.append(arm)
-            traj.commit(job.steps, self.commit())
-        return traj
-
 
 def observation(est: Estimates, run: GuardedRun) -> np.ndarray:
     """What the PPO learner sees: every arm's estimated slowdown and saving (percent, 0 if unseen), their
@@ -497,3 +304,14 @@ def ppo_learner(run: GuardedRun, steps: int, start: int, seed: int = 0, penalty:
     while job.steps < steps:  # PPO's rollouts end on a multiple of their length: the rest by its last commitment
         run.window(run.traj.committed_at(job.steps).lo)
     return run.traj
+
+
+def run_tracker(tracker: PairedTracker, job: MeasuredJob, steps: int) -> Trajectory:
+    """Run ``tracker`` over ``job`` until it has run ``steps`` steps."""
+    traj = Trajectory()
+    while job.steps < steps:
+        arm = tracker.next_arm()
+        tracker.observe(arm, float(job.run([arm])[0]))
+        traj.ran.append(arm)
+        traj.commit(job.steps, tracker.commit())
+    return traj

@@ -247,7 +247,8 @@ def _print_check(base, rows) -> None:
                f"{p[i]:.1f} W", f"{100 * (p[i] * r.time_s / r.energy_j - 1):+.1f}"]
               for i, r in enumerate(x for x in rows if x.is_idle)]
     print(f"the {base.key} preset against the readings (clock pair: the supported one nearest to what NVML read):")
-    print_table(["kernel", "clocks", "time ms", "preset ms", "preset err %", "energy J", "preset J", "preset err %"], table)
+    print_table(["kernel", "clocks", "time ms", "preset ms", "preset err %", "energy J", "preset J", "preset err %"],
+                table)
 
 
 def _check_kernels() -> list:
