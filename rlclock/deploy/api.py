@@ -95,6 +95,7 @@ class Clocked:
         alternatives: Other schedules for the same step (plans 1..; :meth:`set_pattern`).
         profile: The profile of the first steps (rank 0, when profiled).
         report: The controller's report, after the block ends.
+        learned: With ``learn``, what the learner committed to and measured (after the block ends).
         state: ``"warmup"``, ``"profile"``, ``"timing"``, ``"control"``, ``"inactive"`` or ``"closed"``.
         reason: Why the deployment is inactive (empty otherwise).
     """
@@ -121,6 +122,8 @@ class Clocked:
         self._profiled: Any = None
         self._timer: Any = None
         self._energy: tuple[Any, float, float] | None = None
+        self._learner: Any = None
+        self.learned: dict[str, Any] | None = None
 
     # -- set-up --------------------------------------------------------------------------------------------
     def _say(self, message: str) -> None:
@@ -137,6 +140,10 @@ class Clocked:
             self.schedule = ClockSchedule.load(s.schedule)
         if s.timeline:
             self.timeline = StepTimeline.load(s.timeline)
+        if s.learn and self.rank.distributed:
+            raise DeployError("learn chooses every step's plan from this process's step times, and this is one "
+                              f"rank of {self.rank.world_size}.", "learn in a single-process run, then apply the "
+                              "plan it commits to (--save writes the candidates) to every rank.")
         if s.checkpoint:
             if self.rank.is_root:
                 self._policy = load_policy(s.checkpoint)
@@ -205,13 +212,11 @@ class Clocked:
         few tens of microseconds, a step between anchors (``anchor_every`` > 1) a few microseconds.
         """
         if self.state == "control":
-            assert self.controller is not None
-            return self.controller.step()
+            return self._controlled()
         if self.state == "new":
             self.start()
             if self.state == "control":
-                assert self.controller is not None
-                return self.controller.step()
+                return self._controlled()
         k = self._steps
         self._steps += 1
         if self.state == "warmup" and k >= self.settings.warmup_steps:
@@ -250,8 +255,15 @@ class Clocked:
 
     def _control_from_here(self) -> StepMark:
         self._finish_profile()
+        return self._controlled()
+
+    def _controlled(self) -> StepMark:
+        """A controlled step begins; when learning, the learner chooses the next step's plan."""
         assert self.controller is not None
-        return self.controller.step()
+        mark = self.controller.step()
+        if self._learner is not None:
+            self.controller.set_pattern([self._learner.on_step()])
+        return mark
 
     def point(self) -> None:
         """Mark a point inside the current step — at the same places in every step (each layer's start, say).
@@ -420,7 +432,10 @@ class Clocked:
                 from rlclock.gpu.nvml import NvmlDevice
 
                 latency = default_latency_s(NvmlDevice(device).name)
-            schedule = self._builder(prof.trace, prof.auto_time_s, latency)
+            if self.settings.learn:
+                schedule = self._learn_candidates(prof, latency)
+            else:
+                schedule = self._builder(prof.trace, prof.auto_time_s, latency)
         schedule.check_length(len(prof.trace))
         timeline.check_length(len(schedule))
         if self.settings.save:
@@ -429,8 +444,29 @@ class Clocked:
             prof.trace.save(out / "step.trace.json")
             timeline.save(out / "step.timeline.json")
             schedule.save(out / "step.schedule.json")
-            self._say(f"wrote the profiled trace, timeline and schedule to {out}/")
+            for i, alt in enumerate(self.alternatives, 1):
+                alt.save(out / f"step.plan{i}.schedule.json")
+            self._say(f"wrote the profiled trace, timeline and schedule{'s' if self.alternatives else ''} to {out}/")
         return schedule, timeline
+
+    def _learn_candidates(self, prof: Any, latency_s: float) -> ClockSchedule:
+        """The candidate plans of ``learn`` (auto first, the rest the alternatives) and the learner over them."""
+        from rlclock.deploy.learn import LiveLearner, candidate_schedules
+
+        if self._policy is None:
+            raise DeployError("learn makes its candidate plans on a checkpoint's planning model, and none was given.",
+                              "pass checkpoint= (rlclock apply --checkpoint DIR --learn).")
+        t0 = time.perf_counter()
+        cand = candidate_schedules(self._policy, prof.trace, prof.auto_time_s, latency_s)
+        budget = self.settings.budget if self.settings.budget is not None else float(self._policy.budget)
+        self.alternatives = cand.schedules[1:]
+        self._learner = LiveLearner(cand, budget)
+        self._say(f"learning: {len(cand.schedules)} candidate plans made on the planning model in "
+                  f"{time.perf_counter() - t0:.1f} s (" + ", ".join(
+                      f"{lab} {100 * sl:+.2f} % time / {100 * sv:.1f} % energy"
+                      for lab, sl, sv in zip(cand.labels, cand.slowdown, cand.saving, strict=True))
+                  + f"); each step's plan is chosen from the measured step times, budget {100 * budget:g} %")
+        return cand.schedules[0]
 
     def _begin_control(self) -> None:
         s = self.settings
@@ -487,6 +523,15 @@ class Clocked:
 
             torch.cuda.synchronize()
         self.report = self.controller.close()
+        if self._learner is not None:
+            self.learned = self._learner.summary()
+            self.report.notes.append(self._learner.describe())
+            if self.settings.save:
+                import json
+
+                out = Path(self.settings.save)
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "learn.json").write_text(json.dumps(self.learned, indent=1))
         if self._energy is not None:
             dev, e0, t0 = self._energy
             try:

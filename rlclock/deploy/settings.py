@@ -90,6 +90,13 @@ class DeploySettings(Settings):
                                  "switch-time error of sparse anchors; a mark per step)")
     search: bool = Field(False, description="plan the checkpoint's schedule with the search over the policy's "
                          "second choices (about a second more, once)")
+    learn: bool = Field(False, description="learn the plan on the GPU: make candidate plans on the checkpoint's "
+                        "planning model (auto and the exact optima over a range of budgets) and choose every step's "
+                        "from the measured step times (paired against auto steps, every 100 steps kept within the "
+                        "budget + 0.5 pp); in a dry run it reads the loop's own noise, nothing is set")
+    budget: Annotated[Float, Field(ge=0.0, le=0.5)] | None = Field(
+        None, description="slowdown budget of --learn, a fraction (default: the checkpoint's)",
+        json_schema_extra=_cli(metavar="FRACTION"))
     report: str | None = Field(None, description="write the controller's report here (JSON; .rankN is added under "
                                "torch.distributed)", json_schema_extra=_cli(metavar="FILE", path=True))
     save: str | None = Field(None, description="write the profiled trace, the timeline and the schedule to this "
@@ -125,6 +132,9 @@ class DeploySettings(Settings):
     def _one_source(self) -> DeploySettings:
         if self.checkpoint and self.schedule:
             raise ValueError("both a policy checkpoint and a schedule file were given: pass only one of them")
+        if self.learn and self.schedule:
+            raise ValueError("learn makes its candidate plans on a checkpoint's planning model, but a schedule file "
+                             "was given: pass a checkpoint instead")
         return self
 
     @property

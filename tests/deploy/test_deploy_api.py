@@ -354,3 +354,71 @@ def test_watch_every_kth_block(no_nvml, alternating):
                 x = block(x)
             x.sum().backward()
     assert [(s, j) for s, j, _ in clk.controller.anchor_log.points] == [(0, j) for j in range(4)]
+
+
+def test_learn_makes_candidate_plans_and_chooses_every_step_from_the_step_times(no_nvml, monkeypatch, tmp_path):
+    """``learn``: after profiling, the candidate plans are made on the checkpoint's planning model, the controller
+    gets them all, and every controlled step's plan is the tracker's choice, read from the step times (here the host
+    clock: no CUDA); what it committed to is in ``clk.learned``, the report and the save folder."""
+    import torch
+
+    import rlclock.deploy.api as api
+    import rlclock.deploy.capture as capture
+
+    class Timer:
+        def __init__(self, steps: int) -> None:
+            pass
+
+        def mark(self) -> None:
+            pass
+
+        def period_s(self) -> float:
+            return 0.006
+
+        def located(self, names):
+            return None
+
+    monkeypatch.setattr(api, "cuda_present", lambda: True)
+    monkeypatch.setattr(capture, "StepProfiler", _FakeProfiler)
+    monkeypatch.setattr(capture, "StepTimer", Timer)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU", raising=False)
+    import rlclock.deploy.learn as learn
+    from rlclock.policy.paired import Candidates
+
+    made = {}
+
+    def candidates(model, budgets, time_limit_s):  # the profile's two kernels carry no work: plans made up here
+        made["kernels"] = len(model.trace)
+        plans = [np.zeros(2, dtype=np.int64), np.array([1, 0]), np.array([1, 1])]
+        return Candidates(plans, ["auto", "0.5 %", "2 %"], np.array([0.0, 0.004, 0.02]), np.array([0.0, 0.05, 0.1]),
+                          np.array([[0.0, 0.0], [0.004, 0.0], [0.02, 0.0]]))
+
+    monkeypatch.setattr(learn, "candidate_plans", candidates)
+    chosen: list[list[int]] = []
+    clk = clocked(checkpoint="gpt3xl-h200", learn=True, budget=0.01, warmup_steps=1, profile_steps=2,
+                  timing_steps=2, device=0, verbose=False, save=str(tmp_path / "out"))
+    with clk:
+        for _ in range(60):
+            with clk.step():
+                time.sleep(0.002)
+            if clk.controller is not None and not chosen:
+                def spy(pattern, from_step=None, real=clk.controller.set_pattern):
+                    chosen.append(list(pattern))
+                    return real(pattern, from_step)
+
+                monkeypatch.setattr(clk.controller, "set_pattern", spy)
+    learned = clk.learned
+    assert learned is not None and learned["steps"] == 60 - 1 - 2 - 2
+    assert made["kernels"] == 2 and learned["plans"] == ["auto", "0.5 %", "2 %"] and len(clk.alternatives) == 2
+    assert sum(learned["ran"]) == learned["steps"] and learned["read"] == learned["steps"] - 3
+    assert len(chosen) == learned["steps"] - 1 and all(len(p) == 1 for p in chosen)
+    assert {p[0] for p in chosen} <= set(range(len(learned["plans"])))
+    assert any(p[0] == 0 for p in chosen)  # auto runs every few steps: the reference of the paired readings
+    assert any("learned over" in n for n in clk.report.notes)
+    assert json.loads((tmp_path / "out" / "learn.json").read_text())["steps"] == learned["steps"]
+    assert (tmp_path / "out" / "step.plan1.schedule.json").is_file()
+
+
+def test_learn_needs_a_checkpoint():
+    with pytest.raises(DeployError, match="checkpoint"):
+        DeploySettings(schedule="a.json", learn=True)

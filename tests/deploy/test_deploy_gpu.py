@@ -107,3 +107,31 @@ def test_profile_build_and_dry_run_on_a_real_loop(tmp_path):
     assert rep is not None and rep.steps == 20 - 2 - 4 - 8 and rep.mode in ("dry-run", "plan-only")
     for name in ("step.trace.json", "step.timeline.json", "step.schedule.json", "rep.json"):
         assert (tmp_path / name).is_file()
+
+
+def test_learn_on_a_real_loop_in_observe_mode(tmp_path):
+    """``learn`` over a real loop: candidate plans made on the H200 checkpoint's planning model from the profiled
+    step, every step's plan chosen from CUDA-event step times, nothing set (dry run)."""
+    import torch
+
+    from rlclock.gpu.nvml import NvmlDevice
+
+    if NvmlDevice(0).name != "NVIDIA H200":
+        pytest.skip("the shipped learning test plans on the H200 checkpoint")
+    model, opt, x = _tiny_model()
+    with clocked(checkpoint="gpt3xl-h200", learn=True, warmup_steps=2, profile_steps=4, save=tmp_path,
+                 verbose=False) as clk:
+        for _ in range(150):
+            with clk.step():
+                loss = model(x).square().mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+    learned = clk.learned
+    assert learned is not None and learned["steps"] == 150 - 2 - 4 - 8 and learned["plans"][0] == "auto"
+    assert len(learned["plans"]) >= 2 and learned["read"] == learned["steps"] - 3
+    assert learned["ran"][0] > 0 and sum(learned["ran"][1:]) > 0  # auto as the reference, and plans tried
+    assert 0 < learned["median_step_s"] < 1.0
+    assert clk.report is not None and clk.report.mode in ("dry-run", "plan-only")
+    assert (tmp_path / "learn.json").is_file()
