@@ -6,7 +6,7 @@ on the committed H200 table) prints the preset's time and energy against every r
 ``docs/simulator.md`` ("The suite on the H200") and the README quote. With clock control on a GPU of one's own,
 ``rlclock calibrate --device 0 --control-clocks --out my-gpu.yaml`` sweeps and fits instead.
 
-    python benchmarks/suite_device.py --measure --out data/measurements/h200-suite-observe.csv   # on the GPU
+    python benchmarks/suite_device.py --measure --out data/h200-suite-observe.csv   # on the GPU
     python benchmarks/suite_device.py                                                            # the table again
 """
 
