@@ -67,8 +67,20 @@ def _tiny_model():
     return model, opt, x
 
 
-def test_profile_build_and_dry_run_on_a_real_loop(tmp_path):
+def _train(clk, model, opt, x, steps: int) -> None:
+    """``steps`` training steps of the tiny model, each marked for the deployment."""
     import torch
+
+    for _ in range(steps):
+        with clk.step():
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+
+
+def test_profile_build_and_dry_run_on_a_real_loop(tmp_path):
 
     model, opt, x = _tiny_model()
     seen = {}
@@ -86,13 +98,7 @@ def test_profile_build_and_dry_run_on_a_real_loop(tmp_path):
 
     with clocked(builder, warmup_steps=2, profile_steps=4, latency_s=0.006, save=tmp_path,
                  report=tmp_path / "rep.json", verbose=False) as clk:
-        for _ in range(20):
-            with clk.step():
-                loss = model(x).square().mean()
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
+        _train(clk, model, opt, x, 20)
     assert seen["n"] > 5 and seen["latency"] == 0.006 and "gemm" in seen["cats"]
     prof = clk.profile
     assert prof is not None and prof.steps_used >= 2 and len(prof.trace) == seen["n"]
@@ -123,13 +129,7 @@ def test_learn_on_a_real_loop_in_observe_mode(tmp_path):
     model = model.to(torch.bfloat16)
     with clocked(checkpoint="gpt3xl-h200", learn=True, warmup_steps=2, profile_steps=4, save=tmp_path,
                  verbose=False) as clk:
-        for _ in range(150):
-            with clk.step():
-                loss = model(x).square().mean()
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
+        _train(clk, model, opt, x, 150)
     learned = clk.learned
     assert learned is not None and learned["steps"] == 150 - 2 - 4 - 8 and learned["plans"][0] == "auto"
     assert learned["read"] == learned["steps"] - 3 and sum(learned["ran"]) == learned["steps"]
