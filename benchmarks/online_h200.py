@@ -15,6 +15,7 @@ their standard error right, the safety layer's bounds closing in) and of the win
 
     python benchmarks/online_h200.py --out data/h200-online-observe.json        # on the GPU, observe mode
     python benchmarks/online_h200.py --report data/h200-online-observe.json     # the table again
+    python benchmarks/online_h200.py --null-plans --out data/h200-online-null.json  # plans that are auto in disguise
 """
 
 from __future__ import annotations
@@ -147,7 +148,15 @@ def step_overhead(name: str, seconds: float) -> dict[str, Any]:
     return out
 
 
-def run_model(name: str, seconds: float, control: bool) -> dict[str, Any]:
+def null_schedules(schedules: list[Any]) -> list[Any]:
+    """Every plan replaced by auto under its own name: plans that cannot differ from auto, read by the same tracker
+    (the planning model's figures kept, so it chooses alike) — whatever slowdown it reads is the measurement's."""
+    from rlclock.schedule import ClockSchedule
+
+    return [ClockSchedule.constant("auto", len(s), name=f"{s.name} (auto)") for s in schedules]
+
+
+def run_model(name: str, seconds: float, control: bool, null: bool = False) -> dict[str, Any]:
     import numpy as np
     import torch
 
@@ -158,6 +167,8 @@ def run_model(name: str, seconds: float, control: bool) -> dict[str, Any]:
     model, step = training_step(name)
     dev = NvmlDevice(torch.cuda.current_device())
     timeline, cand, schedules, profile_s, plan_s = profiled_candidates(step)
+    if null:
+        schedules = null_schedules(schedules)
     tracker = PairedTracker(BUDGET, list(cand.slowdown), list(cand.saving), cand.parts)
     arms: list[int] = []
     events: list[Any] = []
@@ -252,13 +263,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", nargs="+", default=list(MODELS))
     p.add_argument("--overhead", action="store_true",
                    help="also time the loop bare, under the controller, with a pattern per step and with the tracker")
+    p.add_argument("--null-plans", action="store_true",
+                   help="run every plan as auto under its own name (the null check of the readings)")
     p.add_argument("--control-clocks", action="store_true",
                    help="set the clocks the plans ask for (a GPU you may set clocks on; needs the permission)")
     a = p.parse_args(argv)
     if a.report:
         data = json.loads(a.report.read_text())
         print(f"# {data['gpu']}, {data['date']}, {data['seconds']:.0f} s per model, "
-              f"{'clocks set' if data['control_clocks'] else 'observe mode (dry run: nothing set)'}")
+              f"{'clocks set' if data['control_clocks'] else 'observe mode (dry run: nothing set)'}"
+              + ("; every plan run as auto (null check)" if data.get("null_plans") else ""))
         for name, r in data["models"].items():
             summarise(name, r)
         for name, r in data.get("overhead", {}).items():
@@ -272,14 +286,15 @@ def main(argv: list[str] | None = None) -> int:
 
     models, overhead = {}, {}
     for name in a.models:
-        models[name] = run_model(name, a.seconds, a.control_clocks)
+        models[name] = run_model(name, a.seconds, a.control_clocks, a.null_plans)
         summarise(name, models[name])
         if a.overhead:
             overhead[name] = step_overhead(name, min(a.seconds, 20.0))
             print_overhead(name, overhead[name])
     data = {"gpu": NvmlDevice(torch.cuda.current_device()).name, "torch": torch.__version__,
             "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "seconds": a.seconds,
-            "control_clocks": a.control_clocks, "budget": BUDGET, "models": models, "overhead": overhead}
+            "control_clocks": a.control_clocks, "null_plans": a.null_plans, "budget": BUDGET, "models": models,
+            "overhead": overhead}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(data))
     return 0
