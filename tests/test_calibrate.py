@@ -191,3 +191,19 @@ def test_a_policy_trained_for_a_calibrated_gpu_carries_its_spec(tmp_path):
     assert ClockPolicy.load(tmp_path / "mine").gpu == mine
     preset = get_spec("h200-sxm")
     assert "gpu_spec" not in policy_meta(preset, configs, 4, n, 0.006, 0.01, {})
+
+
+def test_check_and_drop_on_a_table(tmp_path, capsys):
+    """``--check`` prints the preset against every reading of a table (the shipped H200 suite readings, taken at
+    the clocks in effect) without fitting; ``--drop`` leaves kernels out of a fit and names the ones it lacks."""
+    from rlclock import resources
+
+    table = resources.measurement("h200-suite-observe.csv")
+    assert main(["calibrate", "--table", str(table), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "gemm_large" in out and "1485@3201" in out and "preset err %" in out and "idle" in out
+    assert main(["calibrate", "--table", str(table)]) != 0  # one core clock per kernel: no fit
+    assert "one core clock" in capsys.readouterr().err
+    assert main(["calibrate", "--simulated", "1", "--drop", "no_such_kernel"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no_such_kernel" in err[0] and "Fix:" in err[0]

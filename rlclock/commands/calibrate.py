@@ -52,6 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check", action="store_true",
                    help="print the base preset's time and energy against each reading instead of fitting (what "
                         "--device does without --control-clocks)")
+    p.add_argument("--drop", default=None, metavar="KERNEL[,KERNEL]",
+                   help="leave these kernels' rows out of the fit (one the model cannot describe pulls the "
+                        "parameters it shares with the others; the per-kernel errors printed after a fit show which)")
     p.add_argument("--out", type=Path, default=None, help="GPU spec file to write (default: none)")
     p.add_argument("--key", default=None, help="the written spec's key (default: <base>-calibrated)")
     p.add_argument("--name", default=None, help="the written spec's GPU name (default: the base's)")
@@ -113,8 +116,10 @@ def _fit_and_write(args: argparse.Namespace, base, rows, source: str, true_gpu=N
 
     from rlclock.calibration.sweep import agreement, fit_sweep, write_preset
 
+    rows = _dropped(rows, args.drop)
     print(f"fitting {base.name} ({base.key}) to the {source} ...", flush=True)
     fitted, figures = fit_sweep(base, rows, args.max_nfev)
+    _print_per_kernel(base, fitted, rows)
     print(f"sweep: time error median {100 * figures['time_median_before']:.1f} % -> "
           f"{100 * figures['time_median_after']:.1f} %, largest {100 * figures['time_max_before']:.1f} % -> "
           f"{100 * figures['time_max_after']:.1f} %; energy median {100 * figures['energy_median_before']:.1f} % -> "
@@ -139,6 +144,41 @@ def _fit_and_write(args: argparse.Namespace, base, rows, source: str, true_gpu=N
         print(f"wrote {write_preset(fitted, args.out, key, args.name, provenance)} (use it as gpu_file: in an "
               "env spec, or --gpu FILE)")
     return 0
+
+
+def _dropped(rows, drop: str | None):
+    """``rows`` without the kernels named in ``drop`` (comma-separated)."""
+    from rlclock.errors import SpecError
+
+    if not drop:
+        return rows
+    names = {n.strip() for n in drop.split(",") if n.strip()}
+    unknown = sorted(names - {r.kernel for r in rows})
+    if unknown:
+        raise SpecError(f"--drop names kernel(s) {unknown} that the sweep does not hold.",
+                        f"use names of its rows: {sorted({r.kernel for r in rows})}.")
+    return [r for r in rows if r.kernel not in names]
+
+
+def _print_per_kernel(base, fitted, rows) -> None:
+    """Per kernel, the median absolute time and energy error over its readings, the base preset's and the fit's."""
+    import numpy as np
+
+    from rlclock.calibration.sweep import predictions
+
+    work = [r for r in rows if not r.is_idle]
+    t_meas = np.array([r.time_s for r in work])
+    e_meas = np.array([r.energy_j for r in work])
+    (tb, eb, _), (tf, ef, _) = predictions(base, rows), predictions(fitted, rows)
+    names = list(dict.fromkeys(r.kernel for r in work))
+    def med(pred, meas, m) -> float:
+        return 100 * float(np.median(np.abs(pred[m] / meas[m] - 1)))
+
+    print("per kernel, median |error| over its readings (time; energy), base preset -> fitted:")
+    for name in names:
+        m = np.array([r.kernel == name for r in work])
+        print(f"  {name:17s} {med(tb, t_meas, m):6.1f} % -> {med(tf, t_meas, m):5.1f} %;  "
+              f"{med(eb, e_meas, m):6.1f} % -> {med(ef, e_meas, m):5.1f} %  ({int(m.sum())} readings)")
 
 
 def _device(args: argparse.Namespace) -> int:
