@@ -242,7 +242,8 @@ def summarise(name: str, r: dict[str, Any]) -> None:
     print(f"{name:16s} {r['steps']:5d} steps (profile {r['profile_s']:.0f} s, {len(r['plans'])} plans in "
           f"{r['plan_s']:.0f} s); step {1e3 * np.median(t):.2f} ms (CV {100 * t.std() / t.mean():.1f} %); "
           f"auto on {100 * used[0] / used.sum():.0f} % of steps; paired readings {pooled.size} "
-          f"(mean {100 * pooled.mean():+.2f} %, spread {100 * pooled.std():.2f} %), per plan z = reading / its s.e.: mean {np.mean(z):+.2f}, "
+          f"(mean {100 * pooled.mean():+.2f} %, spread {100 * pooled.std():.2f} %), "
+          f"per plan z = reading / its s.e.: mean {np.mean(z):+.2f}, "
           f"|z| <= 2 on {100 * np.mean(np.abs(z) <= 2):.0f} % of {len(z)} plans; energy per step over windows of "
           + ", ".join(windows) + f"; controller ({rep.get('mode')}): {rep.get('issued')} switches requested, "
           f"{rep.get('boundary')} of them at plan boundaries, {rep.get('late')} late")
