@@ -277,3 +277,19 @@ def test_candidate_plans_span_budgets_and_latencies(trace):
     assert np.all(cand.plans[0] == 0) and cand.slowdown[0] == 0.0
     assert cand.slowdown[2] <= 0.01 + 1e-9 and cand.saving[2] >= cand.saving[1] - 1e-12
     np.testing.assert_allclose(cand.parts.sum(axis=1), cand.slowdown, atol=1e-12)
+
+
+def test_candidate_plans_take_extra_plans_once():
+    from rlclock.config import load_env_spec
+
+    env = load_env_spec("gpt3xl-h200")
+    trace = env.build_trace()
+    model = SimulatedGpu(env.gpu, trace, env.configs(), env.latency_s)
+    first = candidate_plans(model, budgets=(0.0, 0.01), latency_scales=(), time_limit_s=5.0)
+    own = np.full(len(trace), 1, dtype=np.int64)
+    got = candidate_plans(model, budgets=(0.0, 0.01), latency_scales=(), time_limit_s=5.0,
+                          extra=[("mine", own), ("again", first.plans[-1])])
+    assert got.labels == [*first.labels, "mine"] and np.array_equal(got.plans[-1], own)
+    assert len(got.slowdown) == len(got.saving) == len(got.parts) == len(first.plans) + 1
+    with pytest.raises(ValueError, match="entries"):
+        candidate_plans(model, budgets=(0.0,), latency_scales=(), extra=[("short", own[:3])])

@@ -457,7 +457,7 @@ class Clocked:
             raise DeployError("learn makes its candidate plans on a checkpoint's planning model, and none was given.",
                               "pass checkpoint= (rlclock apply --checkpoint DIR --learn).")
         t0 = time.perf_counter()
-        cand = candidate_schedules(self._policy, prof.trace, prof.auto_time_s, latency_s)
+        cand = candidate_schedules(self._policy, prof.trace, prof.auto_time_s, latency_s, search=self.settings.search)
         budget = self.settings.budget if self.settings.budget is not None else float(self._policy.budget)
         self.alternatives = cand.schedules[1:]
         self._learner = LiveLearner(cand, budget)

@@ -1,8 +1,9 @@
 """Learning the plan on the GPU itself, inside the training loop: ``rlclock apply --learn``.
 
 After the step is profiled, :func:`candidate_schedules` makes the candidate plans on the policy's planning model
-(the simulated GPU anchored on the profiled kernel times: auto and the exact latency-aware optima over a range of
-budgets, :func:`rlclock.policy.paired.candidate_plans`). The controller gets them all (plan 0 is auto, the others
+(the simulated GPU anchored on the profiled kernel times: auto, the exact latency-aware optima over a range of
+budgets, :func:`rlclock.policy.paired.candidate_plans`, and the policy's own plan — where the learner starts from
+what the policy would have applied). The controller gets them all (plan 0 is auto, the others
 its alternatives) and :class:`LiveLearner` chooses every step's plan one step ahead with the
 :class:`~rlclock.policy.paired.PairedTracker`: each step's time is read from a mark at its start and at the next
 step's start (CUDA events, read ``lag_steps`` steps later, when they have surely completed; the host clock without
@@ -48,12 +49,14 @@ class Candidates:
 
 
 def candidate_schedules(policy: Any, trace: KernelTrace, auto_time_s: np.ndarray, latency_s: float,
-                        budgets: tuple[float, ...] = LEARN_BUDGETS,
-                        time_limit_s: float = PLAN_TIME_LIMIT_S) -> Candidates:
+                        budgets: tuple[float, ...] = LEARN_BUDGETS, time_limit_s: float = PLAN_TIME_LIMIT_S,
+                        search: bool = False) -> Candidates:
     """The candidate plans for a profiled step on ``policy``'s planning model (its GPU and action set), as
-    schedules."""
+    schedules: auto, the exact optima at ``budgets``, and the policy's own plan at its budget (where it differs)."""
     model = policy.backend_for(trace, auto_time_s, None, latency_s)
-    cand = candidate_plans(model, budgets=budgets, time_limit_s=time_limit_s)
+    own = policy.schedule(trace, auto_time_s, None, latency_s, backend=model, search=search)
+    cand = candidate_plans(model, budgets=budgets, time_limit_s=time_limit_s,
+                           extra=[(f"policy at {100 * float(policy.budget):g} %", np.asarray(own.index))])
     schedules = tuple(ClockSchedule(policy.configs, np.asarray(p, dtype=np.int64).tolist(), name=label)
                       for p, label in zip(cand.plans, cand.labels, strict=True))
     return Candidates(schedules, cand.slowdown, cand.saving, cand.parts)

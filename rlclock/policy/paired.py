@@ -93,9 +93,11 @@ class Candidates:
 
 def candidate_plans(model: SimulatedGpu, budgets: Sequence[float] = PLAN_BUDGETS,
                     latency_scales: Sequence[float] = LATENCY_SCALES,
-                    latency_budgets: Sequence[float] = LATENCY_BUDGETS, time_limit_s: float = 20.0) -> Candidates:
+                    latency_budgets: Sequence[float] = LATENCY_BUDGETS, time_limit_s: float = 20.0,
+                    extra: Sequence[tuple[str, np.ndarray]] = ()) -> Candidates:
     """Auto and the planning model's exact latency-aware optima at ``budgets``, and at ``latency_budgets`` for each
-    switching latency ``latency_scales`` times the model's, each plan once (all judged on the model as it is)."""
+    switching latency ``latency_scales`` times the model's, then the ``extra`` plans (label, per-kernel
+    configuration indices: a policy's own plan, say), each plan once (all judged on the model as it is)."""
     from rlclock.solve.optimum import latency_aware_optimum
 
     t, e = model.tables
@@ -110,6 +112,13 @@ def candidate_plans(model: SimulatedGpu, budgets: Sequence[float] = PLAN_BUDGETS
                 continue  # the same plan (e.g. auto itself, where no switch pays at that latency)
             plans.append(plan)
             labels.append(f"{100 * b:g} %" + ("" if scale == 1.0 else f" at latency x{scale:g}"))
+    for label, plan in extra:
+        plan = np.asarray(plan, dtype=np.int64)
+        if plan.shape != plans[0].shape:
+            raise ValueError(f"extra plan {label!r} has {plan.shape} entries for a step of {plans[0].shape}")
+        if not any(np.array_equal(plan, p) for p in plans):
+            plans.append(plan)
+            labels.append(label)
     runs = [model.run_indices(p) for p in plans]
     slowdown = np.array([r.time_s / auto.time_s - 1 for r in runs])
     saving = np.array([1 - r.energy_j / auto.energy_j for r in runs])

@@ -387,8 +387,8 @@ def test_learn_makes_candidate_plans_and_chooses_every_step_from_the_step_times(
 
     made = {}
 
-    def candidates(model, budgets, time_limit_s):  # the profile's two kernels carry no work: plans made up here
-        made["kernels"] = len(model.trace)
+    def candidates(model, budgets, time_limit_s, extra=()):  # the profile's two kernels carry no work: plans made
+        made["kernels"], made["extra"] = len(model.trace), [label for label, _ in extra]  # up here
         plans = [np.zeros(2, dtype=np.int64), np.array([1, 0]), np.array([1, 1])]
         return Candidates(plans, ["auto", "0.5 %", "2 %"], np.array([0.0, 0.004, 0.02]), np.array([0.0, 0.05, 0.1]),
                           np.array([[0.0, 0.0], [0.004, 0.0], [0.02, 0.0]]))
@@ -410,6 +410,7 @@ def test_learn_makes_candidate_plans_and_chooses_every_step_from_the_step_times(
     learned = clk.learned
     assert learned is not None and learned["steps"] == 60 - 1 - 2 - 2
     assert made["kernels"] == 2 and learned["plans"] == ["auto", "0.5 %", "2 %"] and len(clk.alternatives) == 2
+    assert made["extra"] == ["policy at 1 %"]  # the policy's own plan is offered as a candidate
     assert sum(learned["ran"]) == learned["steps"] and learned["read"] == learned["steps"] - 3
     assert len(chosen) == learned["steps"] - 1 and all(len(p) == 1 for p in chosen)
     assert {p[0] for p in chosen} <= set(range(len(learned["plans"])))
