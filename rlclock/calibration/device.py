@@ -22,7 +22,7 @@ from typing import Any
 
 from rlclock.calibration.sweep import IDLE, SweepRow, rows_from, suite, sweep_configs
 from rlclock.dvfs.spec import GpuSpec
-from rlclock.errors import MeasurementError, RlclockError
+from rlclock.errors import ClockError, MeasurementError, RlclockError
 from rlclock.gpu.clocks import ClockControl
 from rlclock.gpu.meter import EnergySampler, MeasureSettings, WindowStats, measure
 from rlclock.schedule import AUTO, ClockConfig
@@ -87,12 +87,12 @@ def planned_configs(spec: GpuSpec, control: ClockControl, per_memory: int = 10) 
     ``auto`` in observe mode."""
     if control.dry_run:
         return [AUTO]
-    configs = sweep_configs(spec, per_memory)
-    if control.memory_locks != "runtime":
-        held = control.memory_in_effect_mhz or spec.default_mem_mhz
-        configs = [c for c in configs if c.mem_mhz == held] or [
-            ClockConfig(c.core_mhz, held) for c in sweep_configs(spec, per_memory) if c.mem_mhz == spec.default_mem_mhz]
-    return [control.validate(c) for c in configs]
+    mems = None if control.memory_locks == "runtime" else (control.memory_in_effect_mhz or spec.default_mem_mhz,)
+    if mems is not None and mems[0] not in spec.clocks:
+        raise ClockError(f"the memory clock in effect ({mems[0]} MHz) is not one of the {spec.key} preset's "
+                         f"({sorted(spec.clocks)} MHz).", "give the preset of this GPU (--gpu), or a spec file "
+                         "with its clock table.")
+    return [control.validate(c) for c in sweep_configs(spec, per_memory, mems)]
 
 
 def device_sweep(spec: GpuSpec, control: ClockControl, sampler: EnergySampler, realiser: Realiser,

@@ -111,10 +111,11 @@ def suite(spec: GpuSpec) -> list[Kernel]:
     ]
 
 
-def sweep_configs(spec: GpuSpec, per_memory: int = 10) -> list[ClockConfig]:
+def sweep_configs(spec: GpuSpec, per_memory: int = 10, mems: Sequence[int] | None = None) -> list[ClockConfig]:
     """About ``per_memory`` core clocks, evenly spread over the supported ones, at every lockable memory clock
-    (the memory clock in effect only, where memory locks are not runtime)."""
-    mems = spec.mem_clocks_mhz if spec.runtime_memory else (spec.default_mem_mhz,)
+    (the memory clock in effect only, where memory locks are not runtime) or at ``mems``."""
+    if mems is None:
+        mems = spec.mem_clocks_mhz if spec.runtime_memory else (spec.default_mem_mhz,)
     out: list[ClockConfig] = []
     for m in mems:
         cores = sorted(spec.core_clocks_mhz(m))
