@@ -574,7 +574,8 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
             checkpoint whose ``ClockPolicy`` builds the schedule), ``control`` (``"dry-run"`` by default, or
             ``"on"``: set clocks, needs root), ``device``, ``latency_s``, ``lookahead_s``, ``min_dwell_s``,
             ``warmup_steps``, ``profile_steps``, ``worker``, ``read_back``, ``anchor_every``, ``time_all_steps``,
-            ``follow_pace``, ``search``, ``report``, ``save``, ``verbose``; each documented there (and in
+            ``follow_pace``, ``search``, ``learn`` (choose every step's plan from the measured step times,
+            ``budget``), ``report``, ``save``, ``verbose``; each documented there (and in
             ``rlclock apply --help``). ``None`` leaves an option at its default.
 
     Returns:
