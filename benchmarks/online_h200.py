@@ -43,8 +43,6 @@ LAG_STEPS = 2
 """Steps after which a step's CUDA events are read (done by then in any loop that keeps the GPU busy)."""
 
 
-PLAN_BUDGETS = (0.0, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.06)
-"""Planning budgets of the candidate plans (fewer than the simulated benchmark's: planning runs inside the job)."""
 
 
 def candidate_schedules(trace_path: Path) -> tuple[Any, list[Any]]:
@@ -54,6 +52,7 @@ def candidate_schedules(trace_path: Path) -> tuple[Any, list[Any]]:
     from rlclock.agents.online import candidate_plans
     from rlclock.backends.simulated import SimulatedGpu
     from rlclock.config import load_env_spec
+    from rlclock.deploy.learn import LEARN_BUDGETS, PLAN_TIME_LIMIT_S
     from rlclock.schedule import ClockSchedule
     from rlclock.workload.op_costs import refresh_costs
     from rlclock.workload.trace import KernelTrace, Measurement
@@ -63,8 +62,8 @@ def candidate_schedules(trace_path: Path) -> tuple[Any, list[Any]]:
     trace = refresh_costs(KernelTrace.load(trace_path))
     trace = trace.with_kernels([replace(k, measured=(Measurement(gpu=gpu.key, time_s=k.measured[0].time_s,
                                                                  source="profile"),)) for k in trace])
-    cand = candidate_plans(SimulatedGpu(gpu, trace, configs, env.latency_s, anchor=True), budgets=PLAN_BUDGETS,
-                           time_limit_s=2.0)
+    cand = candidate_plans(SimulatedGpu(gpu, trace, configs, env.latency_s, anchor=True), budgets=LEARN_BUDGETS,
+                           time_limit_s=PLAN_TIME_LIMIT_S)
     schedules = [ClockSchedule(configs, np.asarray(p, dtype=np.int64).tolist(), name=label)
                  for p, label in zip(cand.plans, cand.labels, strict=True)]
     return cand, schedules

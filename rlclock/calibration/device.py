@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rlclock.calibration.sweep import IDLE, SweepRow, rows_from, suite, sweep_configs
 from rlclock.dvfs.spec import GpuSpec
 from rlclock.errors import ClockError, MeasurementError, RlclockError
@@ -186,8 +188,6 @@ def _reading(spec: GpuSpec, kernel: Kernel | None, config: ClockConfig, stats: W
     if kernel is None:
         row = SweepRow(IDLE, 0.0, 0.0, 0.0, "other", "fp32", core, mem, stats.time_s, stats.energy_j)
     else:
-        import numpy as np
-
         row = rows_from([kernel], [ClockConfig(core, mem)], np.array([[stats.time_s]]),
                         np.array([[stats.energy_j]]))[0]
     return Reading(row, str(config), stats)

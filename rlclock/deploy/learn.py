@@ -29,13 +29,14 @@ from rlclock.schedule import ClockSchedule
 from rlclock.workload.trace import KernelTrace
 
 LEARN_BUDGETS = (0.0, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.06)
-"""Planning budgets of the candidate plans (fractions; fewer than a simulated study's, as planning runs in the job)."""
+"""Planning budgets of the candidate plans in a live job (fractions; fewer than a simulated study's, as planning
+runs inside the job)."""
 PLAN_TIME_LIMIT_S = 2.0
 """Each candidate's solver stops at this many seconds (the best plan found so far is used)."""
 
 
 @dataclass(frozen=True)
-class Candidates:
+class CandidateSchedules:
     """The candidate schedules of a step and what the planning model says of them (plan 0 is auto)."""
 
     schedules: tuple[ClockSchedule, ...]
@@ -50,7 +51,7 @@ class Candidates:
 
 def candidate_schedules(policy: Any, trace: KernelTrace, auto_time_s: np.ndarray, latency_s: float,
                         budgets: tuple[float, ...] = LEARN_BUDGETS, time_limit_s: float = PLAN_TIME_LIMIT_S,
-                        search: bool = False) -> Candidates:
+                        search: bool = False) -> CandidateSchedules:
     """The candidate plans for a profiled step on ``policy``'s planning model (its GPU and action set), as
     schedules: auto, the exact optima at ``budgets``, and the policy's own plan at its budget (where it differs)."""
     model = policy.backend_for(trace, auto_time_s, None, latency_s)
@@ -59,7 +60,7 @@ def candidate_schedules(policy: Any, trace: KernelTrace, auto_time_s: np.ndarray
                            extra=[(f"policy at {100 * float(policy.budget):g} %", np.asarray(own.index))])
     schedules = tuple(ClockSchedule(policy.configs, np.asarray(p, dtype=np.int64).tolist(), name=label)
                       for p, label in zip(cand.plans, cand.labels, strict=True))
-    return Candidates(schedules, cand.slowdown, cand.saving, cand.parts)
+    return CandidateSchedules(schedules, cand.slowdown, cand.saving, cand.parts)
 
 
 class _Marks:
@@ -105,7 +106,7 @@ class LiveLearner:
         seed: Seed of where auto runs in each cycle.
     """
 
-    def __init__(self, candidates: Candidates, budget: float, cuda: bool | None = None, lag_steps: int = 2,
+    def __init__(self, candidates: CandidateSchedules, budget: float, cuda: bool | None = None, lag_steps: int = 2,
                  seed: int = 0) -> None:
         self.candidates = candidates
         self.budget = float(budget)
