@@ -53,10 +53,18 @@ def rtx3080ti() -> int:
     print(f"  large GEMMs, best point at memory 5001 MHz: {sp:+.1f} % time, {-sv:+.1f} % energy   "
           f"(paper: {-paper.GEMM_MEM5001_SPEEDUP_PCT[1]:+.0f}..{-paper.GEMM_MEM5001_SPEEDUP_PCT[0]:+.0f} % time, "
           f"-{paper.GEMM_MEM5001_SAVING_PCT[0]:.0f}..-{paper.GEMM_MEM5001_SAVING_PCT[1]:.0f} % energy)")
+    at, ae = m.gemm_auto5001
+    print(f"  large GEMMs, memory 5001 MHz, core auto:   {at:+.1f} % time, {-ae:+.1f} % energy")
     mb = m.membound_saving_pct
     lo, hi = paper.MEMBOUND_SAVING_PCT
     print(f"  memory-bound kernels, best saving within +{paper.MEMBOUND_MAX_SLOWDOWN_PCT} %: "
           f"{mb.min():.1f}-{mb.max():.1f} % (paper: {lo:.0f}-{hi:.0f} %)")
+    f_lo, f_hi = paper.MEMBOUND_CORE_MHZ
+    knee = m.membound_knee_mhz
+    print(f"  memory-bound kernels, lowest core clock within +{paper.MEMBOUND_MAX_SLOWDOWN_PCT} % (memory 9501 MHz): "
+          f"{knee.min()}-{knee.max()} MHz (paper: roughly {f_lo}-{f_hi} MHz)")
+    s_lo = m.membound_slowdown_pct[f_lo]
+    print(f"  memory-bound kernels' slowdown at core {f_lo} MHz: {s_lo.min():.1f}-{s_lo.max():.1f} %")
     print(f"  large GEMMs' auto core clock: {m.gemm_auto_core_mhz:.0f} MHz (power-capped)")
     rows = [
         ("kernel-level global, 0 % budget", (0.0, m.kernel_global_pct), paper.TABLE2["kernel-global"]),

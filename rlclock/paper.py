@@ -22,7 +22,7 @@ RELAXED: dict[float, float] = {0.05: -21.0, 0.10: -27.0, 0.30: -35.0}
 """Relaxed budget (global, kernel-level): time budget → energy %, read off the paper's figure."""
 
 GEMM_MEM5001_SPEEDUP_PCT = (2.0, 3.0)
-"""Large GEMMs at memory 5001 MHz run this much faster (%) than at auto …"""
+"""Large GEMMs at memory 5001 MHz (the core clock left to the driver) run this much faster (%) than at auto …"""
 
 GEMM_MEM5001_SAVING_PCT = (13.0, 16.0)
 """… and save this much energy (%)."""
@@ -31,7 +31,11 @@ MEMBOUND_SAVING_PCT = (25.0, 33.0)
 """Memory-bound kernels save this much energy (%) at a lower core clock …"""
 
 MEMBOUND_MAX_SLOWDOWN_PCT = 2.6
-"""… for at most this slowdown (%)."""
+"""… for at most this slowdown (%) …"""
+
+MEMBOUND_CORE_MHZ = (630, 1680)
+"""… at core clocks of roughly this range: the lowest core clock within that slowdown of each memory-bound
+kernel type lies in it, the lightest kernels' near its lower end."""
 
 STEP_TIME_S = 5.3
 STEP_ENERGY_J = 1800.0

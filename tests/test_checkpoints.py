@@ -20,13 +20,17 @@ ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
                                        ("corpus-rtx3080ti", "rtx3080ti")])
 def test_shipped_checkpoint(name, gpu):
     """Each loads, and plans its first training spec (a corpus policy: BERT's real step, found in the shipped
-    measurements) within budget at its trained share of the optimum."""
+    measurements) within budget at the share of the optimum its metadata records for it (so a checkpoint left
+    behind by a change of its GPU's preset fails here) and at least half (a family policy) or 85 % of it."""
     pol = ClockPolicy.load(ROOT / name)
     assert pol.gpu_key == gpu
     spec = load_env_spec(pol.meta["env_spec"])
     ev = evaluate_policy(pol, spec)
     assert ev.slowdown_pct <= 100 * spec.reward.budget + 0.2
-    assert ev.fraction_of_optimum >= (0.5 if name.startswith("family") else 0.9)
+    assert ev.fraction_of_optimum >= (0.5 if name.startswith("family") else 0.85)
+    trained = pol.meta["training"].get("figures", {}).get(spec.name)
+    if trained is not None:
+        assert ev.fraction_of_optimum >= trained["fraction_of_optimum"] - 0.02
 
 
 def test_loading_a_checkpoint_never_opens_the_sb3_zip(tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ from rlclock import paper
 from rlclock.backends.simulated import SimulatedGpu
 from rlclock.calibration.paper import paper_grid, paper_kernel_types, paper_metrics
 from rlclock.dvfs import model
+from rlclock.dvfs.spec import get_spec
 from rlclock.schedule import AUTO, ClockConfig
 from rlclock.workload.llmc import gpt3xl_step, paper_table
 
@@ -51,10 +52,37 @@ def test_lower_memory_clock_makes_power_capped_gemms_faster(rtx):
     assert pred.core_mhz[0, 1] > pred.core_mhz[0, 0]  # because the freed power lifts the core clock
 
 
-def test_gemm_best_point_at_5001_matches_the_paper(metrics):
-    speed, saving = metrics.gemm_mem5001
+def test_gemms_at_memory_5001_match_the_paper(metrics):
+    speed, saving = metrics.gemm_auto5001  # the core left to the driver
     assert -4.0 <= speed <= -1.5  # paper: 2-3 % faster
     assert 10.0 <= saving <= 17.0  # paper: 13-16 % saved
+    best_speed, best_saving = metrics.gemm_mem5001  # the best grid point there is no worse
+    assert best_speed <= 0.0 and best_saving >= saving
+
+
+def test_freed_power_lifts_capped_gemms_to_the_boost_ceiling_not_beyond(rtx):
+    types, _ = paper_kernel_types()
+    gemm = types[10]
+    top = rtx.model.boost_max_mhz
+    assert 1700 <= top < rtx.abs_max_core_mhz and rtx.top_core_mhz == pytest.approx(top)
+    configs = [AUTO, ClockConfig(None, 5001), ClockConfig(2100, 5001)]
+    pred = model.predict(model.kernel_arrays([gemm], rtx), rtx, configs)
+    assert pred.capped[0, 0] and not pred.capped[0, 1]  # at 5001 MHz it stops at the ceiling, under the cap
+    assert pred.core_mhz[0, 1] == pytest.approx(top) and pred.core_mhz[0, 2] == pytest.approx(top)
+    assert pred.power_w[0, 1] < rtx.power_limit_w * 0.95  # so it is cheaper, not only faster
+
+
+def test_presets_without_a_ceiling_run_up_to_their_table_top():
+    spec = get_spec("h200-sxm")
+    assert spec.model.boost_max_mhz == 0 and spec.top_core_mhz == spec.abs_max_core_mhz
+    pred = model.predict(model.kernel_arrays(paper_kernel_types()[0][:2], spec), spec, [AUTO])
+    assert pred.core_mhz.max() <= spec.abs_max_core_mhz
+
+
+def test_memory_bound_knees_lie_in_the_papers_range(metrics):
+    knee = metrics.membound_knee_mhz  # lowest paper-grid core clock within 2.6 %, memory 9501 MHz
+    assert knee.max() <= 1680 and np.sum(knee <= 630) >= 2  # paper: roughly 630-1680 MHz
+    assert metrics.membound_slowdown_pct[630].max() < 20  # GELU took +90 % at 630 MHz before the knee target
 
 
 def test_memory_bound_kernels_save_25_to_35_percent_for_at_most_3_percent(rtx):

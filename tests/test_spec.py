@@ -60,3 +60,14 @@ def test_unknown_gpu():
         get_spec("rtx9090")
     assert get_spec("NVIDIA H200").key == "h200-sxm"
     assert get_spec("h200").key == "h200-sxm"
+
+
+def test_boost_ceiling_below_the_clock_table_is_one_clear_line(rtx):
+    from rlclock.dvfs.spec import spec_from_mapping, spec_to_mapping
+
+    data = spec_to_mapping(rtx)
+    data["model"] = {**data["model"], "boost_max_mhz": 100.0}
+    with pytest.raises(SpecError, match="boost_max_mhz 100 is below the lowest core clock 210 MHz"):
+        spec_from_mapping(data, "my-gpu.yaml")
+    data["model"]["boost_max_mhz"] = 1800.0
+    assert spec_from_mapping(data, "my-gpu.yaml").top_core_mhz == 1800.0

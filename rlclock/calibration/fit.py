@@ -32,13 +32,13 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "e_dram_j_per_byte": (0, 3e-10), "eta_gemm": (0.5, 1.0), "eta_stream": (0.5, 1.0), "eta_gather": (0.3, 1.0),
     "eta_reduce": (0.3, 1.0), "simt_ops_per_byte": (0, 40), "lat_core_cycles": (50, 2000),
     "lat_mem_cycles": (500, 10000), "smooth_p": (1.5, 12), "launch_s": (5e-7, 5e-6),
-    "reduce_overhead_cycles": (0.0, 2e5), "eta_simt_gemm": (0.2, 1.0),
+    "reduce_overhead_cycles": (0.0, 2e5), "eta_simt_gemm": (0.2, 1.0), "boost_max_mhz": (0.0, 4000.0),
 }
 
 # Typical magnitudes, so the optimiser sees parameters of order one.
 _SCALE = {"e_xbar_j_per_byte": 1e-11, "e_dram_j_per_byte": 1e-11, "launch_s": 1e-6, "f_ridge_mhz": 100.0,
           "reduce_overhead_cycles": 1e3, "l2_resident_bytes": 1e7, "l2_bytes_per_cycle": 1000.0,
-          "lat_mem_cycles": 1000.0, "lat_core_cycles": 100.0}
+          "lat_mem_cycles": 1000.0, "lat_core_cycles": 100.0, "boost_max_mhz": 100.0}
 
 def fit(spec: GpuSpec, residuals: Callable[[GpuSpec], np.ndarray], names: Sequence[str] = FIT_NAMES,
         max_nfev: int = 400, bounds: dict[str, tuple[float, float]] | None = None) -> tuple[GpuSpec, float]:

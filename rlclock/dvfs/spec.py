@@ -52,7 +52,7 @@ def memory_locks_of(architecture: str, mem_clocks_mhz: Collection[int] | None) -
 class DvfsParams:
     """Physical parameters of the simulator (see ``docs/simulator.md`` for the equations).
 
-    Voltage: flat ``v_min_v`` up to ``f_ridge_mhz``, linear to ``v_max_v`` at the highest core clock.
+    Voltage: flat ``v_min_v`` up to ``f_ridge_mhz``, linear to ``v_max_v`` at the highest core clock reached.
     Power: ``p_const_w + k_leak_w_per_v·V + V²·f_GHz·(c_clock + c_tensor·u_tensor + c_simt·u_simt)
     + e_xbar_j_per_byte·V²·B/t + p_mem_bg_w·m/m_max + e_dram_j_per_byte·B/t``.
     Time: tensor / SIMT work over clock-scaled rates, DRAM bytes over bandwidth limited both by the
@@ -74,7 +74,10 @@ class DvfsParams:
     power; ``loop_ops_per_element`` — SIMT operations per element of PyTorch's generic (strided: offsets per
     operand and dimension) and unrolled (a dynamic cast per load and store) elementwise loops;
     ``narrow_load_ops`` — SIMT operations per operand load instruction of a GEMM whose tiles are fetched fewer than
-    16 bytes at a time (a CUTLASS ``_alignN`` kernel chosen for a misaligned leading dimension). Launch
+    16 bytes at a time (a CUTLASS ``_alignN`` kernel chosen for a misaligned leading dimension);
+    ``boost_max_mhz`` — the highest core clock the GPU runs at, MHz, where that is below the top of NVML's table
+    (a GeForce card lists clocks it never reaches at its voltage limit): "auto" boosts up to it, a higher locked
+    clock lands on it, and the voltage reaches ``v_max_v`` there (0 = the top of the table). Launch
     occupancy (always on, when the trace records launch shapes): a SIMT kernel whose grid
     fills only a share of the GPU's resident-thread capacity keeps that share of the loads in flight.
     """
@@ -109,6 +112,7 @@ class DvfsParams:
     norm_ops_per_written_byte: float = 0.0
     loop_ops_per_element: float = 0.0
     narrow_load_ops: float = 0.0
+    boost_max_mhz: float = 0.0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str) -> DvfsParams:
@@ -214,6 +218,14 @@ class GpuSpec:
         return min(min(v) for v in self.clocks.values())
 
     @cached_property
+    def top_core_mhz(self) -> float:
+        """The highest core clock the GPU reaches, MHz: its boost ceiling where the model sets one
+        (``model.boost_max_mhz``: a card listing clocks above what its voltage limit lets it run), else the top
+        of its clock table. A request above it — "auto" included — runs at it."""
+        boost = self.model.boost_max_mhz
+        return min(float(self.abs_max_core_mhz), boost) if boost > 0 else float(self.abs_max_core_mhz)
+
+    @cached_property
     def abs_max_core_mhz(self) -> int:
         return max(max(v) for v in self.clocks.values())
 
@@ -238,7 +250,8 @@ class GpuSpec:
         return self.default_mem_mhz if config.mem_mhz is None else config.mem_mhz
 
     def requested_core_mhz(self, config: ClockConfig) -> int:
-        """The core clock a configuration asks for before the power cap (the maximum when auto)."""
+        """The core clock a configuration asks for (the maximum when auto); the clock it runs at before the
+        power cap is :meth:`top_core_mhz` at most."""
         if config.core_mhz is not None:
             return config.core_mhz
         return self.max_core_mhz(self.effective_mem_mhz(config))
@@ -418,6 +431,11 @@ def spec_from_mapping(data: Any, where: str) -> GpuSpec:
         raise SpecError(f"{where}: malformed GPU spec: {exc}.") from None
     if spec.switch_latency_s < 0 or spec.power_limit_w <= 0 or spec.sm_count <= 0:
         raise SpecError(f"{where}: switch latency must be >= 0, power limit and SM count > 0.")
+    boost = spec.model.boost_max_mhz
+    if 0 < boost < spec.min_core_mhz:
+        raise SpecError(f"{where}: model parameter boost_max_mhz {boost:g} is below the lowest core clock "
+                        f"{spec.min_core_mhz} MHz; give the highest clock the GPU runs at, or 0 for the top of its "
+                        "clock table.")
     return spec
 
 
