@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "the fit predicts kernels outside the suite at every clock pair: the proof without hardware. "
                     "--device INDEX sweeps your own GPU: the suite's kernels run as CUDA work (cuBLAS GEMMs, "
                     "copies, Triton kernels with their grids given) over tick-aligned NVML energy windows, about "
-                    "1.5 s per kernel and clock pair. Without --control-clocks nothing is set: the suite is measured "
+                    "0.8 s per kernel and clock pair. Without --control-clocks nothing is set: the suite is measured "
                     "at the clocks in effect and the preset is checked against it (a fit needs locked clocks). "
                     "With --control-clocks (root) each clock pair is locked in turn and the GPU is given back as "
                     "found on exit, on signals and by a watchdog.",
@@ -47,8 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--control-clocks", action="store_true",
                    help="--device: lock each clock pair of the sweep (needs root; restored on exit, signals and by a "
                         "watchdog). Without it nothing is set and only the clocks in effect are measured")
-    p.add_argument("--window", type=number(0.1, 10.0), default=0.4,
-                   help="--device: energy window of each reading, seconds (three per reading)")
+    p.add_argument("--window", type=number(0.1, 10.0), default=None,
+                   help="--device: shortest energy window of each reading, seconds (three per reading, each from one "
+                        "step of NVML's energy counter to another; default: the sweep's own, 0.1)")
     p.add_argument("--check", action="store_true",
                    help="print the base preset's time and energy against each reading instead of fitting (what "
                         "--device does without --control-clocks)")
@@ -196,7 +197,8 @@ def _device(args: argparse.Namespace) -> int:
 
     device = nvml.NvmlDevice(args.device)
     base = get_spec(args.gpu or device.name)
-    settings = MeasureSettings(window_s=args.window, warmup_s=SWEEP_SETTINGS.warmup_s, repeats=SWEEP_SETTINGS.repeats)
+    window_s = SWEEP_SETTINGS.window_s if args.window is None else args.window
+    settings = MeasureSettings(window_s=window_s, warmup_s=SWEEP_SETTINGS.warmup_s, repeats=SWEEP_SETTINGS.repeats)
     if base.generic_note() is not None:
         print(base.generic_note())
     if args.device:  # CUDA and NVML number GPUs alike when CUDA_DEVICE_ORDER=PCI_BUS_ID
@@ -250,8 +252,12 @@ def _device(args: argparse.Namespace) -> int:
 
 
 def _eta_s(configs: int, kernels: int, settings) -> float:
-    """About how long a sweep takes, seconds: warm-up and windows (each a little over its length) per reading."""
-    return (configs * kernels + configs) * (settings.warmup_s + 1.2 * (settings.repeats + 1) * settings.window_s)
+    """About how long a sweep takes, seconds: warm-up, windows (each a little over its length) and the measured
+    overhead per reading."""
+    from rlclock.calibration.device import READING_OVERHEAD_S
+
+    per_reading = settings.warmup_s + 1.2 * (settings.repeats + 1) * settings.window_s + READING_OVERHEAD_S
+    return (configs * kernels + configs) * per_reading
 
 
 def _realiser(base):
