@@ -177,12 +177,18 @@ def _wave_efficiency(k: Kernel, sm_count: int) -> float:
     return units / (waves * sm_count)
 
 
+def reached_core_mhz(spec: GpuSpec, request_mhz: np.ndarray | float) -> np.ndarray:
+    """The core clock a request (MHz) runs at before the power cap: the request, at most the GPU's
+    :attr:`~rlclock.dvfs.spec.GpuSpec.top_core_mhz` (its boost ceiling, where it has one)."""
+    return np.minimum(request_mhz, spec.top_core_mhz)
+
+
 def voltage_v(spec: GpuSpec, core_mhz: np.ndarray) -> np.ndarray:
     """Core voltage: flat up to the ridge clock, then linear to ``v_max`` at the highest clock reached."""
     p = spec.model
     top = spec.top_core_mhz
     slope = (p.v_max_v - p.v_min_v) / max(top - p.f_ridge_mhz, 1.0)
-    return p.v_min_v + slope * np.clip(np.asarray(core_mhz, dtype=float) - p.f_ridge_mhz, 0.0, None)
+    return p.v_min_v + slope * np.maximum(core_mhz - p.f_ridge_mhz, 0.0)
 
 
 def _smax(a: np.ndarray, b: np.ndarray, p: float) -> np.ndarray:
@@ -303,7 +309,7 @@ def gap_power_w(spec: GpuSpec, core_mhz: float, mem_mhz: float) -> float:
     """Board power while no kernel runs but the clocks stay up (launch gaps inside a step), W: the model's
     power with no activity — static and leakage power, the clock tree, the memory's background."""
     p = spec.model
-    core_mhz = min(core_mhz, spec.top_core_mhz)
+    core_mhz = float(reached_core_mhz(spec, core_mhz))
     v = float(voltage_v(spec, np.array([core_mhz]))[0])
     return (p.p_const_w + p.k_leak_w_per_v * v + v * v * core_mhz * 1e-3 * p.c_clock_w
             + p.p_mem_bg_w * mem_mhz / spec.max_mem_mhz)
@@ -324,7 +330,7 @@ class Prediction:
 def config_arrays(spec: GpuSpec, configs: Sequence[ClockConfig]) -> tuple[np.ndarray, np.ndarray]:
     """Core clock each configuration runs at before the power cap (its request — the maximum when auto — up to
     the GPU's :attr:`~rlclock.dvfs.spec.GpuSpec.top_core_mhz`) and its memory clock, ``(1, C)``."""
-    core = np.minimum([spec.requested_core_mhz(c) for c in configs], spec.top_core_mhz).astype(float).reshape(1, -1)
+    core = reached_core_mhz(spec, np.array([spec.requested_core_mhz(c) for c in configs], dtype=float)).reshape(1, -1)
     mem = np.array([spec.effective_mem_mhz(c) for c in configs], dtype=float).reshape(1, -1)
     return core, mem
 

@@ -251,7 +251,7 @@ class GpuSpec:
 
     def requested_core_mhz(self, config: ClockConfig) -> int:
         """The core clock a configuration asks for (the maximum when auto); the clock it runs at before the
-        power cap is :meth:`top_core_mhz` at most."""
+        power cap is :func:`rlclock.dvfs.model.reached_core_mhz` of it."""
         if config.core_mhz is not None:
             return config.core_mhz
         return self.max_core_mhz(self.effective_mem_mhz(config))
