@@ -11,6 +11,7 @@ clock steps.
 
     python benchmarks/calibrate_hidden.py                      # 20 GPUs per preset, every preset
     python benchmarks/calibrate_hidden.py --presets h200-sxm --seeds 5
+    python benchmarks/calibrate_hidden.py --presets h200-sxm --per-memory 20   # a denser sweep
 """
 
 from __future__ import annotations
@@ -41,6 +42,15 @@ def corpus_kernels(folder: Path, models: list[str] | None = None) -> list:
     return out
 
 
+def _summary(key: str, per: list[tuple[float, float, float, float, bool, bool, bool]]) -> None:
+    """One line per preset: how many of its hidden GPUs met each target, and the worst figures."""
+    t, e, share, regret, ok_t, ok_e, ok_o = (np.array(c) for c in zip(*per, strict=True))
+    n = len(per)
+    print(f"# {key}: time within 5 % on {ok_t.sum()}/{n} (worst {100 * t.max():.2f} %), energy within 8 % on "
+          f"{ok_e.sum()}/{n} (worst {100 * e.max():.2f} %), every optimum within two steps on {ok_o.sum()}/{n} "
+          f"(lowest share {100 * share.min():.1f} %, largest regret {100 * regret.max():.2f} %)", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--presets", nargs="+", default=["h200-sxm", "rtx3080ti", "a100-sxm4-40gb", "h100-sxm"])
@@ -48,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--noise", type=float, default=0.01)
     p.add_argument("--corpus", type=Path, default=ROOT / "data" / "corpus-h200")
     p.add_argument("--models", nargs="*", default=None, help="corpus steps to judge on (default: all)")
+    p.add_argument("--per-memory", type=int, default=10,
+                   help="core clocks swept per lockable memory clock (default 10, as rlclock calibrate)")
     a = p.parse_args(argv)
     kernels = corpus_kernels(a.corpus, a.models)
     print(f"# {len(kernels)} distinct corpus kernels ({a.corpus.name}: {', '.join(a.models or ['all'])}); "
@@ -58,9 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     total = 0
     for key in a.presets:
         base = get_spec(key)
+        per: list[tuple[float, float, float, float, bool, bool, bool]] = []
         for seed in range(a.seeds):
             true = hidden_gpu(base, seed)
-            rows = simulated_sweep(true, noise_std=a.noise, seed=seed)
+            rows = simulated_sweep(true, a.per_memory, noise_std=a.noise, seed=seed)
             t0 = time.perf_counter()
             fitted, _ = fit_sweep(base, rows)
             fit_s = time.perf_counter() - t0
@@ -70,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             met = ok_t and ok_e and ok_o
             met_all += met
             total += 1
+            per.append((got.time_err.max(), got.energy_err.max(), float(np.mean(got.optimum_steps <= 2)),
+                        got.optimum_regret.max(), ok_t, ok_e, ok_o))
             print(f"{key:16s} {seed:4d} {len(rows):5d} {fit_s:6.1f} {100 * np.quantile(got.time_err, 0.95):5.2f}% "
                   f"{100 * got.time_err.max():5.2f}% {100 * np.quantile(got.energy_err, 0.95):5.2f}% "
                   f"{100 * got.energy_err.max():5.2f}% {100 * np.mean(got.optimum_steps <= 2):6.1f}% "
@@ -77,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{100 * was.energy_err.max():5.1f}%, {100 * np.mean(was.optimum_steps <= 2):5.1f}%)   "
                   f"{'time ' + ('ok' if ok_t else 'MISS')}, {'energy ' + ('ok' if ok_e else 'MISS')}, "
                   f"{'optimum ' + ('ok' if ok_o else 'MISS')}", flush=True)
+        _summary(key, per)
     print(f"# all three targets met on {met_all} of {total} hidden GPUs (t/E: |fitted/true - 1| over every kernel "
           "and clock pair; opt<=2: share of (kernel, memory clock) whose energy-optimal core clock is within two "
           "supported steps; regret: the largest extra energy that choice costs on the true GPU)")
