@@ -8,20 +8,24 @@
    a discrete schedule has gaps). For the ``pairs`` most promising pairs of a fitting and a missing plan (by
    the saving their straight-line mix would reach at the budget), the policy runs the first ``K`` kernels at
    one price and the rest at the other, both ways round, with ``K`` bisected (``mix_tries`` rollouts each).
+3. **Starting later**: a plan that misses the budget can fit when the policy starts deciding later — the first
+   ``K`` kernels left to the driver, ``K`` bisected — which time-shares a plan of few switches (a short step
+   against a long switching latency) where stage 2 cannot: with one decision at the step's start, which price
+   makes it decides the whole plan.
 
 With the search (``search=True``), three more:
 
-3. **Search**: at ``searches`` prices, the plan of least ``energy + price·time`` among those taking the
+4. **Search**: at ``searches`` prices, the plan of least ``energy + price·time`` among those taking the
    policy's first or second choice at every decision (exact: :func:`rlclock.policy.search.second_choices`) —
    at the two prices of the most promising pair, then at prices that bracket the budget between searched
    plans.
-4. **Time-sharing again**, over ``2 · pairs`` pairs of distinct plans (searched ones among them).
-5. **Switching earlier**: the budget the best plan leaves unused goes into issuing its switches earlier, where
+5. **Time-sharing again**, over ``2 · pairs`` pairs of distinct plans (searched ones among them).
+6. **Switching earlier**: the budget the best plan leaves unused goes into issuing its switches earlier, where
    the policy's first or second choice at the kernel's price or a grid price ``notches`` steps below
    requests the same configuration (:func:`switch_earlier`).
 
 The cheapest plan within the budget wins; if none fits or saves energy, every kernel is left to the driver
-(auto). With the search it is never worse than without (stages 1 and 2 are the same). Every request comes from
+(auto). With the search it is never worse than without (stages 1 to 3 are the same). Every request comes from
 the policy: its first choice at the price of the kernel's decision (one price, or one per kernel) or, with the
 search, its second. Plans are weighed on the planning model — on a real GPU they are worth what the planning
 model is.
@@ -116,8 +120,33 @@ def time_share(budget: _Budget, pairs: int, mix_tries: int, distinct: bool = Fal
                     hi = k
 
 
+def start_later(budget: _Budget, tries: int) -> None:
+    """Stage 3: the missing plan of the most promising pair (:meth:`_Budget.mixes`) with the first ``K`` kernels
+    left to the driver (keep, with auto in effect) and the policy deciding from kernel ``K`` on, ``K`` bisected
+    towards the budget (``tries`` rollouts). The kernels before ``K`` issue nothing; every request after comes
+    from the policy at the plan's price."""
+    mixes = budget.mixes()
+    if not mixes:
+        return
+    price = mixes[0][2]
+    n, C = budget.step.n, budget.step.time_s.shape[1]
+    keep = budget.prepared.look.n_slots
+    base = budget.overrides.get(price)
+    lo, hi = 0, n  # starting at lo misses the budget; at hi (all auto) it fits
+    for _ in range(tries):
+        k = (lo + hi) // 2
+        if k in (lo, hi):
+            break
+        over = np.full((n, C), -1, dtype=np.int64) if base is None else base.copy()
+        over[:k, 0] = keep
+        if budget.attempt(price, {**budget.overrides, price: over}).time_s <= budget.limit_s:
+            hi = k
+        else:
+            lo = k
+
+
 def search_second_choices(budget: _Budget, searches: int) -> None:
-    """Stage 3: the search over the policy's second choices (:func:`rlclock.policy.search.second_choices`, exact
+    """Stage 4: the search over the policy's second choices (:func:`rlclock.policy.search.second_choices`, exact
     at one price) at ``searches`` prices: the two of the most promising pair, then prices that bracket the
     budget between searched plans — a step along the grid while all of them fit or all miss, else the
     geometric middle of the cheapest searched plan that fits and the nearest searched one that misses."""
@@ -152,7 +181,7 @@ def _bracket(budget: _Budget, grid: list[float]) -> float | None:
 
 
 def switch_earlier(budget: _Budget, grid: list[float], notches: int, tries: int) -> None:
-    """Stage 5 (with the search): the budget the best plan leaves unused, spent on issuing its switches earlier.
+    """Stage 6 (with the search): the budget the best plan leaves unused, spent on issuing its switches earlier.
     For each switch in turn (from ``c`` to ``r`` at kernel ``k``), the kernels before it since the switch before
     where the policy's first or second choice with ``c`` in effect — at the kernel's own price, or up to
     ``notches`` steps lower on the ``grid`` — requests ``r``; of those, the earliest whose plan still fits
@@ -231,9 +260,10 @@ def plan(evaluator: FirstLayerEvaluator, step: PlanningStep, budget: float, pric
     state = _Budget(evaluator, step, evaluator.prepare(step), limit, auto)
     price_grid(state, prices)
     time_share(state, pairs, mix_tries)
+    start_later(state, mix_tries)
     if search:
         search_second_choices(state, searches)
-        time_share(state, 2 * pairs, mix_tries, distinct=True)  # stage 4
+        time_share(state, 2 * pairs, mix_tries, distinct=True)  # stage 5
         switch_earlier(state, sorted(state.points), notches, mix_tries)
     return state.best
 
