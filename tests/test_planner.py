@@ -124,8 +124,8 @@ def _stages(pol: ClockPolicy, step: PlanningStep, budget: float) -> planner._Bud
 def test_the_plan_with_the_search_fits_saves_and_asks_only_for_the_policys_choices(real_step, budget):
     """With the search the plan fits the budget and uses no more energy than the plan from first choices alone;
     it is the rollout at the prices and overrides it was found with, whose overrides are second choices at
-    their price: every request is the policy's first or second choice at the price its kernel decided at (or,
-    before the policy starts deciding, nothing: keep, with auto in effect)."""
+    their price: every request is the policy's first or second choice at the price its kernel decided at (the
+    kernels before its first decision request nothing)."""
     pol, step = real_step
     plain = pol.plan(step, budget)
     state = _stages(pol, step, budget)
@@ -133,14 +133,14 @@ def test_the_plan_with_the_search_fits_saves_and_asks_only_for_the_policys_choic
     assert best.time_s <= step.auto_total_s * (1 + budget) * (1 + 1e-9) and best.energy_j <= plain.energy_j
     assert best.energy_j < float(step.auto_energy_j.sum())
     assert state.best_prices is not None
-    replay = pol.rollout(step, state.best_prices, prepared=state.prepared, overrides=state.best_overrides)
+    replay = pol.rollout(step, state.best_prices, prepared=state.prepared, overrides=state.best_overrides,
+                         start=state.best_start)
     assert np.array_equal(replay.requests, best.requests) and replay.energy_j == best.energy_j
-    keep = state.prepared.look.n_slots
     for price, over in state.best_overrides.items():
         tab = pol.evaluator.price_tables(state.prepared, price)
         k, c = np.nonzero(over >= 0)
-        second = np.array([tab.decided[j].second[state.prepared.situation[i]] for i, j in zip(k, c, strict=True)])
-        assert np.all((over[k, c] == second) | ((over[k, c] == keep) & (c == 0)))
+        second = [tab.decided[j].second[state.prepared.situation[i]] for i, j in zip(k, c, strict=True)]
+        assert over[k, c].tolist() == [int(x) for x in second]
     assert np.array_equal(pol.plan(step, budget, search=True).requests, best.requests)
 
 
@@ -177,5 +177,7 @@ def test_starting_later_time_shares_a_plan_of_one_switch():
     after = state.best
     assert after.time_s <= state.limit_s and after.energy_j < before.energy_j * (1 - 0.005)
     start = int(np.flatnonzero(after.requests)[0])
-    assert start > 0 and not after.requests[:start].any()
+    assert 0 < state.best_start <= start and not after.requests[:start].any()
+    replay = pol.rollout(step, state.best_prices, prepared=state.prepared, start=state.best_start)
+    assert np.array_equal(replay.requests, after.requests) and replay.energy_j == after.energy_j
     assert np.array_equal(pol.plan(step, 0.01).requests, after.requests)

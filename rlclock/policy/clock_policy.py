@@ -161,6 +161,8 @@ class ClockPolicy:
 
     def rollout(self, backend: GpuBackend | PlanningStep, price_rel: float | np.ndarray,
                 prepared: PreparedStep | None = None, timings: list[float] | None = None,
-                first_layer: list[np.ndarray] | None = None, overrides: Overrides | None = None) -> Plan:
+                first_layer: list[np.ndarray] | None = None, overrides: Overrides | None = None,
+                start: int = 0) -> Plan:
         """One rollout at a price of time (:func:`rlclock.policy.rollout.rollout`)."""
-        return rollout(self.evaluator, self.step_of(backend), price_rel, prepared, timings, first_layer, overrides)
+        return rollout(self.evaluator, self.step_of(backend), price_rel, prepared, timings, first_layer, overrides,
+                       start)

@@ -57,16 +57,18 @@ class _Budget:
     points: dict[float, tuple[float, float]] = field(default_factory=dict)  # price → (seconds, joules)
     best_prices: np.ndarray | None = None  # per kernel the price the best plan decided at (None: auto)
     best_overrides: Overrides = field(default_factory=dict)
+    best_start: int = 0  # the first kernel the best plan decided at
 
-    def attempt(self, price: float | np.ndarray, overrides: Overrides | None = None) -> Plan:
-        """Plan at ``price`` (one, or one per kernel) with ``overrides`` (default: the searched prices'); keep the
-        plan if it fits and is the cheapest so far."""
+    def attempt(self, price: float | np.ndarray, overrides: Overrides | None = None, start: int = 0) -> Plan:
+        """Plan at ``price`` (one, or one per kernel) with ``overrides`` (default: the searched prices'), the policy
+        deciding from kernel ``start`` on; keep the plan if it fits and is the cheapest so far."""
         replaced = self.overrides if overrides is None else overrides
-        got = rollout(self.evaluator, self.step, price, prepared=self.prepared, overrides=replaced)
+        got = rollout(self.evaluator, self.step, price, prepared=self.prepared, overrides=replaced, start=start)
         if got.time_s <= self.limit_s and got.energy_j < self.best.energy_j:
             self.best = got
             self.best_prices = np.broadcast_to(np.asarray(price, dtype=float), (self.step.n,)).copy()
             self.best_overrides = dict(replaced)
+            self.best_start = start
         return got
 
     def price_point(self, price: float) -> None:
@@ -122,24 +124,19 @@ def time_share(budget: _Budget, pairs: int, mix_tries: int, distinct: bool = Fal
 
 def start_later(budget: _Budget, tries: int) -> None:
     """Stage 3: the missing plan of the most promising pair (:meth:`_Budget.mixes`) with the first ``K`` kernels
-    left to the driver (keep, with auto in effect) and the policy deciding from kernel ``K`` on, ``K`` bisected
-    towards the budget (``tries`` rollouts). The kernels before ``K`` issue nothing; every request after comes
-    from the policy at the plan's price."""
+    left to the driver and the policy deciding from kernel ``K`` on, ``K`` bisected towards the budget (``tries``
+    rollouts). The kernels before ``K`` request nothing; every request after comes from the policy at the plan's
+    price."""
     mixes = budget.mixes()
     if not mixes:
         return
     price = mixes[0][2]
-    n, C = budget.step.n, budget.step.time_s.shape[1]
-    keep = budget.prepared.look.n_slots
-    base = budget.overrides.get(price)
-    lo, hi = 0, n  # starting at lo misses the budget; at hi (all auto) it fits
+    lo, hi = 0, budget.step.n  # starting at lo misses the budget; at hi (all auto) it fits
     for _ in range(tries):
         k = (lo + hi) // 2
         if k in (lo, hi):
             break
-        over = np.full((n, C), -1, dtype=np.int64) if base is None else base.copy()
-        over[:k, 0] = keep
-        if budget.attempt(price, {**budget.overrides, price: over}).time_s <= budget.limit_s:
+        if budget.attempt(price, start=k).time_s <= budget.limit_s:
             hi = k
         else:
             lo = k
@@ -211,7 +208,8 @@ def switch_earlier(budget: _Budget, grid: list[float], notches: int, tries: int)
                 over = np.full(budget.step.time_s.shape, -1, dtype=np.int64) if over is None else over.copy()
                 over[kernels[i], requests[k - 1]] = actions[i]
                 trial[prices[i]] = over
-            if budget.attempt(trial_prices, trial).time_s <= budget.limit_s:
+            # a switch moved before the best plan's first decision moves that first decision there
+            if budget.attempt(trial_prices, trial, min(budget.best_start, int(kernels[i]))).time_s <= budget.limit_s:
                 hi = i  # fits: try earlier
             else:
                 lo = i + 1

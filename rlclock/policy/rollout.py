@@ -50,7 +50,7 @@ class Plan:
 
 def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float | np.ndarray,
             prepared: PreparedStep | None = None, timings: list[float] | None = None,
-            first_layer: list[np.ndarray] | None = None, overrides: Overrides | None = None) -> Plan:
+            first_layer: list[np.ndarray] | None = None, overrides: Overrides | None = None, start: int = 0) -> Plan:
     """The decision loop (numpy only) at a price of time ``price_rel`` (J/s per watt of mean auto power; one
     for the step or one per kernel).
 
@@ -60,7 +60,8 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
     receives the seconds spent per decision, ``first_layer`` the first layer's input-side sum ``W1 · obs + b1``
     at each decision (for checking against the env's observations); either makes the loop compute every
     decision on its own. ``overrides`` replaces the policy's action at some kernels and configurations in
-    effect, per price (:func:`rlclock.policy.search.second_choices`).
+    effect, per price (:func:`rlclock.policy.search.second_choices`). ``start``: the first kernel the policy
+    decides at; the kernels before it run at auto and request nothing (:func:`rlclock.policy.planner.start_later`).
     """
     n = step.n
     C = step.time_s.shape[1]
@@ -70,6 +71,8 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
     price = np.asarray(price_rel, dtype=float)
     if price.shape not in ((), (n,)) or not np.all(np.isfinite(price)) or np.any(price < 0):
         raise CheckpointError(f"price of time {price_rel!r}: need one finite price >= 0 or one per kernel ({n}).")
+    if not 0 <= start <= n:
+        raise CheckpointError(f"start kernel {start!r}: need 0 <= start <= {n}.")
     prices = np.broadcast_to(price, (n,))
     look = prepared.look
     levels, which_array = np.unique(prices, return_inverse=True)
@@ -95,6 +98,12 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
     held: list[int] = []  # the configuration requested over each move, and the kernels it covers
     covers: list[int] = []
     cur, k, total_t, total_e, computed, run = 0, 0, 0.0, 0.0, 0, 0
+    if start:  # the kernels before the policy's first decision run at auto, added in kernel order
+        total_t = float(np.cumsum(step.time_s[:start, 0])[-1])
+        total_e = float(np.cumsum(step.energy_j[:start, 0])[-1])
+        held.append(0)
+        covers.append(start)
+        k = start
     while k < n:  # one pass per decision that issues a switch (or, deciding one by one, per decision)
         t0 = clock() if timings is not None else 0.0
         level = which[k]
