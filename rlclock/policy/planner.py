@@ -195,7 +195,7 @@ def switch_earlier(budget: _Budget, grid: list[float], notches: int, tries: int)
         kernels, prices, actions = _earlier_requests(budget, grid, notches, np.arange(start, k),
                                                      int(requests[k - 1]), int(requests[k]))
         lo, hi = 0, len(kernels)
-        base_prices, base_overrides = budget.best_prices, budget.best_overrides
+        base_prices, base_overrides, base_start = budget.best_prices, budget.best_overrides, budget.best_start
         for _ in range(tries):
             if lo >= hi:
                 break
@@ -209,7 +209,7 @@ def switch_earlier(budget: _Budget, grid: list[float], notches: int, tries: int)
                 over[kernels[i], requests[k - 1]] = actions[i]
                 trial[prices[i]] = over
             # a switch moved before the best plan's first decision moves that first decision there
-            if budget.attempt(trial_prices, trial, min(budget.best_start, int(kernels[i]))).time_s <= budget.limit_s:
+            if budget.attempt(trial_prices, trial, min(base_start, int(kernels[i]))).time_s <= budget.limit_s:
                 hi = i  # fits: try earlier
             else:
                 lo = i + 1
