@@ -22,6 +22,7 @@ from rlclock.env import KernelClockEnv, episode_tables
 from rlclock.errors import CheckpointError, SpecError
 from rlclock.observation.lookahead import CURRENT_WIDTH
 from rlclock.policy import DEFAULT_PRICE_REL, ClockPolicy, PlanningStep, save_checkpoint
+from rlclock.policy.inputs import CONTEXT_BLOCK
 from rlclock.policy.search import second_choices
 from rlclock.schedule import ClockSchedule
 from tests.wandb_offline import read_offline_run
@@ -275,19 +276,37 @@ def test_rollout_takes_one_price_or_one_per_kernel():
 
 def test_the_in_effect_part_is_computed_only_for_configurations_a_rollout_holds():
     """A step's rollout holds a handful of the configurations: the first layer's part for the configuration
-    in effect is computed per configuration held (in every context at once), not for all of them."""
+    in effect is computed per configuration held, a block of contexts at a time, not for all of them."""
     pol, step = _random_policy(4)
     prepared = pol.prepare(step)
     req = pol.rollout(step, 1.1, prepared=prepared).requests
     tab = pol.evaluator.price_tables(prepared, 1.1)
     assert set(tab.now) <= set(req.tolist()) | {0}
     assert 0 in tab.now and len(tab.now) < len(pol.configs)
-    u = prepared.look.n_contexts - 1
-    for c in tab.now:  # each equals its parts: bins and in-effect flags, then the configuration's features
-        bins = prepared.look.bin_features(u, c, 1.1, extra=prepared.look.n_slots)
-        bins[CURRENT_WIDTH:] = tab.candidates[u] == c
-        np.testing.assert_allclose(tab.now[c][u], bins @ pol.evaluator.first.now + pol.evaluator.now_config[c],
-                                   rtol=1e-6, atol=1e-6)
+    look = prepared.look
+    for c, rows in tab.now.items():  # each equals its parts: bins and in-effect flags, then the configuration's
+        assert rows.done.any()
+        for u in np.flatnonzero(np.repeat(rows.done, CONTEXT_BLOCK)[: look.n_contexts]):
+            bins = look.bin_features(u, c, 1.1, extra=look.n_slots)
+            bins[CURRENT_WIDTH:] = tab.candidates[u] == c
+            np.testing.assert_allclose(rows.values[u], bins @ pol.evaluator.first.now + pol.evaluator.now_config[c],
+                                       rtol=1e-6, atol=1e-6)
+
+
+def test_the_in_effect_part_of_a_context_does_not_depend_on_which_contexts_asked_first():
+    """The in-effect sums are filled a fixed block of contexts at a time: asking for contexts one by one, in
+    reverse, gives the same float32 rows, bit for bit, as asking for all of them at once."""
+    pol, step = _random_policy(4)
+    ev = pol.evaluator
+    prepared = pol.prepare(step)
+    look = prepared.look
+    everything = np.arange(look.n_contexts)
+    at_once = ev.now_rows(look, ev.price_tables(prepared, 0.8), 0, everything).copy()
+    prepared = pol.prepare(step)
+    tab = ev.price_tables(prepared, 0.8)
+    for u in everything[::-1].tolist():
+        one_by_one = ev.now_rows(look, tab, 0, u)
+    assert np.array_equal(at_once, one_by_one)
 
 
 @pytest.mark.parametrize("latency_s", [0.0, 0.0005, 0.004, 10.0])

@@ -9,8 +9,9 @@ is made of parts that change at very different rates, so the first layer's sum i
 * per **price of time** and look-ahead context, the slots' features but their in-effect flags
   (:class:`PriceTables`);
 * per price and **configuration in effect**, everything that depends on it — its bins, the in-effect flags of
-  the slots holding it, its own features — filled the first time a rollout holds it
-  (:meth:`FirstLayerEvaluator.now_column`).
+  the slots holding it, its own features — filled :data:`CONTEXT_BLOCK` contexts at a time, the first time a
+  rollout holds it in one of them (:meth:`FirstLayerEvaluator.now_rows`; a rollout visits a few contexts per
+  configuration, an eighth of them on the corpus's steps).
 
 The rest of the network runs on :data:`DECISION_BLOCK` situations at a time, per price and configuration in
 effect (:meth:`FirstLayerEvaluator.decide`): a rollout mostly keeps the configuration in effect from one kernel
@@ -49,6 +50,10 @@ DECISION_BLOCK = 64
 consecutive situation numbers, the same for every rollout of a step, so that a decision's value does not depend
 on which rollout asked for it first."""
 
+CONTEXT_BLOCK = 64
+"""Look-ahead contexts whose in-effect sums (:class:`NowRows`) are computed together: blocks of consecutive
+context numbers, for the same reason as :data:`DECISION_BLOCK`."""
+
 
 @dataclass(frozen=True)
 class Decisions:
@@ -71,7 +76,8 @@ class PriceTables:
         price_rel: The price of time over the step's mean auto power.
         candidates: ``(U, S)`` configuration of every slot.
         slot_part: ``(U, H)`` first-layer sum over the slots' features but their in-effect flags.
-        now: configuration → ``(U, H)`` first-layer sum over everything that depends on it being in effect.
+        now: configuration → the first-layer sums over everything that depends on it being in effect
+            (:class:`NowRows`).
         pre: ``(situations, H)`` the first layer's sum over everything but the configuration in effect.
         decided: configuration in effect → the policy's decisions there (:meth:`FirstLayerEvaluator.decide`).
     """
@@ -79,9 +85,23 @@ class PriceTables:
     price_rel: float
     candidates: np.ndarray
     slot_part: np.ndarray
-    now: dict[int, np.ndarray]
+    now: dict[int, NowRows]
     pre: np.ndarray
     decided: dict[int, Decisions] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NowRows:
+    """The first layer's sum over everything that depends on one configuration being in effect, per context, at
+    one price: filled a :data:`CONTEXT_BLOCK` at a time (:meth:`FirstLayerEvaluator.now_rows`).
+
+    Attributes:
+        values: ``(U, H)`` float32; a row is valid once its block is ``done``.
+        done: ``(blocks,)`` whether each block of contexts is filled.
+    """
+
+    values: np.ndarray
+    done: np.ndarray
 
 
 @dataclass
@@ -219,7 +239,7 @@ class FirstLayerEvaluator:
             cand = look.context_candidates(price_rel)
             feats = np.empty((U, S, SLOT_WIDTH), dtype=np.float32)
             feats[..., :CONFIG_WIDTH] = self.config_feat[cand]
-            feats[..., CONFIG_WIDTH:-1] = look.bin_features(np.arange(U)[:, None], cand, price_rel)
+            look.bin_features(np.arange(U)[:, None], cand, price_rel, out=feats[..., CONFIG_WIDTH:-1])
             feats[..., -1] = 0.0  # no slot is flagged as in effect: that is in `now`
             slot_part = (feats.reshape(U, -1) @ self.first.slots).astype(np.float64)
             pre = prepared.base + slot_part[prepared.situation_context]
@@ -243,13 +263,11 @@ class FirstLayerEvaluator:
         missing = wanted[got.action[wanted] < 0]
         if not missing.size:
             return got, 0
-        now = tables.now.get(config)
-        if now is None:
-            now = self.now_column(prepared.look, tables, config)
         blocks = np.unique(missing // DECISION_BLOCK)
         rows = (blocks[:, None] * DECISION_BLOCK + np.arange(DECISION_BLOCK)).ravel()
         rows = rows[rows < m]  # only the step's last block can be short, and it comes last
-        h = tables.pre[rows] + now[prepared.situation_context[rows]]
+        contexts = prepared.situation_context[rows]
+        h = tables.pre[rows] + self.now_rows(prepared.look, tables, config, contexts)[contexts]
         z = np.empty((len(rows), self.weights.head[1].shape[0]))
         for lo in range(0, len(rows), DECISION_BLOCK):
             z[lo : lo + DECISION_BLOCK] = self.weights.logits_from_first_rows(h[lo : lo + DECISION_BLOCK])
@@ -259,17 +277,35 @@ class FirstLayerEvaluator:
         got.action[rows] = action
         return got, len(rows)
 
-    def now_column(self, look: StepLookahead, tables: PriceTables, config: int) -> np.ndarray:
+    def now_rows(self, look: StepLookahead, tables: PriceTables, config: int, contexts: np.ndarray | int
+                 ) -> np.ndarray:
         """``(U, H)``: the first layer's sum over everything that depends on configuration ``config`` being in
-        effect, in every context, at the tables' price — its bins, the in-effect flags of the slots holding it,
-        its features (stored in ``tables.now``)."""
+        effect, per context, at the tables' price — its bins, the in-effect flags of the slots holding it, its
+        features —, valid (at least) in ``contexts`` (one or an array): their blocks are filled now if they were
+        not before (kept in ``tables.now``)."""
+        got = tables.now.get(config)
+        if got is None:
+            U = look.n_contexts
+            got = NowRows(np.empty((U, self.first.now.shape[1]), dtype=np.float32),
+                          np.zeros(-(-U // CONTEXT_BLOCK), dtype=bool))
+            tables.now[config] = got
+        if isinstance(contexts, int | np.integer):
+            if got.done.item(contexts // CONTEXT_BLOCK):
+                return got.values
+            blocks = np.array([contexts // CONTEXT_BLOCK])
+        else:
+            blocks = np.unique(contexts // CONTEXT_BLOCK)
+            blocks = blocks[~got.done[blocks]]
         S = look.n_slots
-        bins = look.bin_features(np.arange(look.n_contexts), config, tables.price_rel, extra=S)
-        bins[:, CURRENT_WIDTH:] = tables.candidates == config
-        now = bins @ self.first.now
-        now += self.now_config[config]
-        tables.now[config] = now
-        return now
+        for b in blocks.tolist():
+            u = slice(b * CONTEXT_BLOCK, min((b + 1) * CONTEXT_BLOCK, look.n_contexts))
+            bins = look.bin_features(np.arange(u.start, u.stop), config, tables.price_rel, extra=S)
+            bins[:, CURRENT_WIDTH:] = tables.candidates[u] == config
+            now = bins @ self.first.now
+            now += self.now_config[config]
+            got.values[u] = now
+            got.done[b] = True
+        return got.values
 
 
 _HASH_MULTIPLIERS = np.random.default_rng(0x51A7).integers(1, 2**63, size=64, dtype=np.uint64) | np.uint64(1)

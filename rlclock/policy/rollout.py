@@ -124,10 +124,7 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
                 continue
             action = tab.decided[cur].action.item(s)
         else:
-            now = tab.now.get(cur)
-            if now is None:
-                now = evaluator.now_column(look, tab, cur)
-            h = tab.pre[s] + now[u]
+            h = tab.pre[s] + evaluator.now_rows(look, tab, cur, u)[u]
             if first_layer is not None:
                 first_layer.append(h.copy())
             action = int(evaluator.logits(h).argmax())
