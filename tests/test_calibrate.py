@@ -69,6 +69,19 @@ def test_the_fit_recovers_a_hidden_gpu_on_kernels_outside_the_suite(preset, seed
     assert was.energy_err.max() > 2 * got.energy_err.max()  # the fit did the work, not the preset
 
 
+def test_a_tied_optimum_counts_clocks_whose_energy_is_within_the_tie(corpus_kernels):
+    """The strict optimum is one clock; the tied one any clock within ``tie`` of the least energy: never further,
+    the same with no tie (where the argmin is unique), and at least as near as the tie grows."""
+    base = get_spec("h200-sxm")
+    true = hidden_gpu(base, 4)
+    kernels = corpus_kernels[:400]
+    strict, loose = agreement(base, true, kernels, tie=0.0), agreement(base, true, kernels, tie=0.01)
+    assert np.array_equal(strict.optimum_steps_tied, strict.optimum_steps)
+    assert np.all(loose.optimum_steps_tied <= strict.optimum_steps)
+    assert np.any(loose.optimum_steps_tied < strict.optimum_steps)  # the preset picks within 1 % but not the argmin
+    assert not np.any(agreement(true, true, kernels).optimum_steps_tied)
+
+
 def test_a_table_round_trips_and_fits_as_the_rows_do(tmp_path):
     true = hidden_gpu(get_spec("h200-sxm"), 3)
     rows = simulated_sweep(true, seed=3)

@@ -301,22 +301,32 @@ class Agreement:
             core clock lies from the true one.
         optimum_regret: Per kernel and memory clock, how much more energy (a fraction, on the true GPU) the fitted
             model's energy-optimal core clock costs than the true one.
+        optimum_steps_tied: As ``optimum_steps``, but to the nearest core clock whose true energy is within
+            ``tie`` of the true minimum: where a kernel's energy is flat over many clocks (memory-bound kernels
+            below the voltage knee), any of them is an optimum and the strict argmin is set by differences no
+            meter resolves.
     """
 
     time_err: np.ndarray
     energy_err: np.ndarray
     optimum_steps: np.ndarray
     optimum_regret: np.ndarray
+    optimum_steps_tied: np.ndarray
 
 
-def agreement(fitted: GpuSpec, true_gpu: GpuSpec, kernels: Sequence[Kernel]) -> Agreement:
+TIE = 1e-3
+"""Energy difference (a fraction of a kernel's least energy) below which two core clocks tie as its optimum in
+:func:`agreement` — a tenth of one sweep reading's noise."""
+
+
+def agreement(fitted: GpuSpec, true_gpu: GpuSpec, kernels: Sequence[Kernel], tie: float = TIE) -> Agreement:
     """Compare ``fitted`` with ``true_gpu`` on ``kernels`` (shapes alone) at every supported clock pair that can be
-    locked for a job (:meth:`GpuSpec.config_grid`)."""
+    locked for a job (:meth:`GpuSpec.config_grid`); optima within ``tie`` of the least energy count as tied."""
     configs = list(true_gpu.config_grid(auto=False))
     ka_f, ka_t = model.kernel_arrays(kernels, fitted), model.kernel_arrays(kernels, true_gpu)
     pf = model.predict(ka_f, fitted, configs)
     pt = model.predict(ka_t, true_gpu, configs)
-    steps, regret = [], []
+    steps, regret, tied = [], [], []
     rows = np.arange(len(kernels))
     for m in sorted({true_gpu.effective_mem_mhz(c) for c in configs}):
         cols = [j for j, c in enumerate(configs) if true_gpu.effective_mem_mhz(c) == m]  # core clocks descending
@@ -324,5 +334,8 @@ def agreement(fitted: GpuSpec, true_gpu: GpuSpec, kernels: Sequence[Kernel]) -> 
         best_f, best_t = np.argmin(pf.energy_j[:, cols], axis=1), np.argmin(et, axis=1)
         steps.append(np.abs(best_f - best_t))
         regret.append(et[rows, best_f] / et[rows, best_t] - 1)
+        optimal = et <= et[rows, best_t][:, None] * (1.0 + tie)
+        distance = np.abs(np.arange(len(cols))[None, :] - best_f[:, None])
+        tied.append(np.where(optimal, distance, len(cols)).min(axis=1))
     return Agreement(np.abs(pf.time_s / pt.time_s - 1), np.abs(pf.energy_j / pt.energy_j - 1),
-                     np.stack(steps, axis=1), np.stack(regret, axis=1))
+                     np.stack(steps, axis=1), np.stack(regret, axis=1), np.stack(tied, axis=1))

@@ -115,7 +115,7 @@ def _fit_and_write(args: argparse.Namespace, base, rows, source: str, true_gpu=N
 
     import numpy as np
 
-    from rlclock.calibration.sweep import agreement, fit_sweep, write_preset
+    from rlclock.calibration.sweep import TIE, agreement, fit_sweep, write_preset
 
     rows = _dropped(rows, args.drop)
     print(f"fitting {base.name} ({base.key}) to the {source} ...", flush=True)
@@ -135,7 +135,8 @@ def _fit_and_write(args: argparse.Namespace, base, rows, source: str, true_gpu=N
             print(f"  {label:11s}: time error p95 {100 * np.quantile(a.time_err, 0.95):.2f} %, largest "
                   f"{100 * a.time_err.max():.2f} %; energy p95 {100 * np.quantile(a.energy_err, 0.95):.2f} %, "
                   f"largest {100 * a.energy_err.max():.2f} %; energy-optimal core clock within two steps "
-                  f"{100 * np.mean(a.optimum_steps <= 2):.0f} % (largest extra energy "
+                  f"{100 * np.mean(a.optimum_steps <= 2):.0f} %, or of a clock tied with it within "
+                  f"{100 * TIE:g} % {100 * np.mean(a.optimum_steps_tied <= 2):.0f} % (largest extra energy "
                   f"{100 * a.optimum_regret.max():.2f} %)")
     if args.out is not None:
         provenance = {"by": "rlclock calibrate", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(
