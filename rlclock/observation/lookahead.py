@@ -229,27 +229,36 @@ def _running_added(t: np.ndarray, e: np.ndarray, at: np.ndarray, ae: np.ndarray,
     memory stays a block's, not the step's."""
     n, C = t.shape
     flat = rows.reshape(-1)
-    order = np.argsort(flat, kind="stable")
-    wanted = flat[order]
+    # the rows in kernel order, so that each block's are consecutive (one block: in the order asked)
+    order = None if n <= _CHUNK else np.argsort(flat, kind="stable")
+    wanted = flat if order is None else flat[order]
     cum = np.empty((flat.size, 2 * C))
     own = np.empty((flat.size, 2 * C))
+
+    def put(out: np.ndarray, source: np.ndarray, lo: int, hi: int, take: np.ndarray) -> None:
+        if order is None:
+            np.take(source, take, axis=0, out=out)
+        else:
+            out[order[lo:hi]] = source[take]
+
     carry = np.zeros(2 * C)
     at_k = 0  # next position of `wanted` to fill
     for lo in range(0, n, _CHUNK):
         hi = min(n, lo + _CHUNK)
-        block = np.empty((hi - lo, 2 * C))
+        # row i + 1: kernel lo + i's own added seconds and joules, then the running sum through it; row 0: the
+        # carry, the sum before the block
+        running = np.empty((hi - lo + 1, 2 * C))
+        block = running[1:]
         np.subtract(t[lo:hi], at[lo:hi, None], out=block[:, :C])
         np.subtract(e[lo:hi], ae[lo:hi, None], out=block[:, C:])
         block[:, C:] /= power
-        stop = int(np.searchsorted(wanted, hi, side="left"))
+        stop = flat.size if order is None else int(np.searchsorted(wanted, hi, side="left"))
         take = wanted[at_k:stop] - lo
-        own[order[at_k:stop]] = block[take]
-        running = block.copy()
-        running[0] += carry
-        np.cumsum(running, axis=0, out=running)
-        # the sum before kernel k: the running sum through k - 1 (the carry for the block's first kernel)
-        before = np.where((take > 0)[:, None], running[np.maximum(take - 1, 0)], carry)
-        cum[order[at_k:stop]] = before
+        put(own, block, at_k, stop, take)
+        running[0] = carry
+        block[0] += carry
+        np.cumsum(block, axis=0, out=block)
+        put(cum, running, at_k, stop, take)  # the sum before kernel k: row k - lo
         carry = running[-1].copy()
         at_k = stop
     return cum.reshape(*rows.shape, 2 * C), own.reshape(*rows.shape, 2 * C)
@@ -314,8 +323,11 @@ class StepLookahead:
         self.occupancy_by_context = (np.diff(q, axis=1) * inv[None, :]).astype(np.float32)
         # window sums per context, for ranking candidates within each memory clock's group of configurations
         self._groups = _group_indexers(tuple(c.mem_mhz for c in configs))
-        # (U, W, 2C), in float64: near-ties between candidates stay resolved
-        self._win = upto[:, _WINDOW_ENDS] - upto[:, _WINDOW_START, None]
+        # per memory clock's group: the window sums of added time and energy, (U, W, group size) each, in float64
+        # (near-ties between candidates stay resolved), contiguous for the ranking
+        win = upto[:, _WINDOW_ENDS] - upto[:, _WINDOW_START, None]
+        self._win = [(np.ascontiguousarray(win[..., :C][..., g]), np.ascontiguousarray(win[..., C:][..., g]))
+                     for g in self._groups]
         self.n_slots = 1 + len(CANDIDATE_PRICE_FACTORS) * len(CANDIDATE_WINDOWS) * len(self._groups)
         self._candidates: dict[float, np.ndarray] = {}
 
@@ -343,15 +355,17 @@ class StepLookahead:
         key = float(price_rel)
         got = self._candidates.get(key)
         if got is None:
-            cols = [np.zeros((self.n_contexts, 1), dtype=np.int64)]  # slot 0: auto
-            C = self.C
-            for factor in CANDIDATE_PRICE_FACTORS:
-                gain = self._win[..., :C] * (factor * key)
-                gain += self._win[..., C:]  # minus the gain: (U, W, C)
-                best = np.stack([gain[..., g].argmin(axis=2) + g.start if isinstance(g, slice)
-                                 else g[gain[..., g].argmin(axis=2)] for g in self._groups], axis=2)
-                cols.append(best.reshape(self.n_contexts, -1))  # window-major, then memory clock
-            got = np.concatenate(cols, axis=1)
+            U, G = self.n_contexts, len(self._groups)
+            # slot 0: auto; then per price factor, window and memory clock (in that order) the configuration of
+            # least energy + price·time
+            slots = np.empty((U, len(CANDIDATE_PRICE_FACTORS), len(CANDIDATE_WINDOWS), G), dtype=np.int64)
+            for f, factor in enumerate(CANDIDATE_PRICE_FACTORS):
+                for j, (g, (win_t, win_e)) in enumerate(zip(self._groups, self._win, strict=True)):
+                    gain = win_t * (factor * key)
+                    gain += win_e  # minus the gain: (U, W, group size)
+                    best = gain.argmin(axis=2)
+                    slots[:, f, :, j] = best + g.start if isinstance(g, slice) else g[best]
+            got = np.concatenate([np.zeros((U, 1), dtype=np.int64), slots.reshape(U, -1)], axis=1)
             if len(self._candidates) > 64:
                 self._candidates.clear()
             self._candidates[key] = got
