@@ -257,7 +257,7 @@ def cost(policy: ClockPolicy | None, checkpoint: str | None) -> None:
     print(f"   decision (numpy MLP {widths}, {len(policy.configs)} configurations in "
           f"{policy.meta['candidate_slots']} candidate slots + keep): "
           f"median {1e6 * np.median(per):.1f} us (target <= 20 us), p99 {1e6 * np.percentile(per, 99):.1f} us (the "
-          "first decision holding a configuration fills its in-effect part for every context)")
+          "first decision holding a configuration in a block of 64 contexts fills the block's in-effect part)")
     contexts = policy.prepare(step).look.n_contexts
     print(f"   whole GPT-3 XL step ({backend.n_kernels} kernels in {contexts} look-ahead contexts, {n_dec} decisions "
           f"of which {computed} computed, the others shared by repeated layers; none while a switch is "
