@@ -288,10 +288,14 @@ def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, run
         for row in tqdm(pool.imap_unordered(_fold, range(len(specs))), total=len(specs), desc="folds",
                         unit="fold", file=sys.stderr):
             rows.append(row)  # each fold as it ends, so a run cut short still says what it found
-            tqdm.write(f"{row['model']}: " + " / ".join(f"{100 * sv:.2f}% at {100 * sd:+.2f}%"
-                                                         for sv, sd, _ in row["plans"])
-                       + f" (optimum {100 * row['optimum']:.2f}%)", file=sys.stderr)
+            tqdm.write(f"{row['model']}: trained in {row['train_s']:.0f} s ({row['checkpoint']})", file=sys.stderr)
     rows.sort(key=lambda r: r["model"])
+    # planned here, one step at a time once every fold has trained: the planning times are a quiet machine's,
+    # not those of a process sharing the cores with other folds' training
+    for r in tqdm(rows, desc="planning the left-out steps", unit="step", file=sys.stderr):
+        _judge(r)
+        tqdm.write(f"{r['model']}: " + " / ".join(f"{100 * sv:.2f}% at {100 * sd:+.2f}%" for sv, sd, _ in r["plans"])
+                   + f" (optimum {100 * r['optimum']:.2f}%)", file=sys.stderr)
     latency_s = episode_tables(specs[0]).backend.latency_s
     print(f"== leave one model out: {gpu.name} ({gpu.key}), policies trained ({agent_name} recipe) on the other "
           f"{len(specs) - 1} real steps, judged on the one left out; latency {1e3 * latency_s:g} ms, budget "
@@ -316,14 +320,14 @@ def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, run
           "the exact latency-aware optimum on the step's planning model ("
           + ("anchored on the measured kernel times" if any(r["anchored"] for r in rows) else
              "from shapes alone: the steps were measured on another GPU") + "); plan s: planning and evaluating "
-          "one step; train s: the fold's training wall time\n")
+          "one step, one at a time after every fold has trained; train s: the fold's training wall time\n")
 
 
 def _fold(i: int) -> dict[str, Any]:
-    """Fold ``i`` of :func:`lomo`: train without corpus model ``i``, judge on it."""
+    """Fold ``i`` of :func:`lomo`: train without corpus model ``i`` and judge the baselines on it (the policies are
+    judged by :func:`_judge`, after every fold has trained)."""
     from rlclock.agents.train import train
     from rlclock.env import episode_tables
-    from rlclock.policy import ClockPolicy
     from rlclock.solve.baselines import power_limit, static
     from rlclock.solve.evaluation import optimum_for
 
@@ -335,19 +339,30 @@ def _fold(i: int) -> dict[str, Any]:
     train_s = time.perf_counter() - t0
     backend = episode_tables(held).backend
     budget = held.reward.budget
-    pols = [ClockPolicy.load(res.checkpoint)] * 2
-    if _FOLDS["compare"]:
-        pols.append(ClockPolicy.load(_FOLDS["compare"]))
-    plans = []
-    for pol, search in zip(pols, (False, True, True), strict=False):
-        ev, plan_s = planned_on(pol, backend, budget, search)
-        plans.append((ev.saving, ev.slowdown, plan_s))
     auto_j = backend.auto_run().energy_j
     pl = power_limit(backend, budget).evaluation
-    return {"model": held.name, "optimum": 1.0 - optimum_for(backend, budget).energy_j / auto_j, "plans": plans,
+    return {"fold": i, "model": held.name, "checkpoint": str(res.checkpoint),
+            "optimum": 1.0 - optimum_for(backend, budget).energy_j / auto_j,
             "static": static(backend, budget).evaluation.saving, "power_limit": pl.saving,
             "power_limit_name": pl.name.split(" ", 1)[1], "train_s": train_s,
             "anchored": bool(backend.anchored_kernels())}
+
+
+def _judge(row: dict[str, Any]) -> None:
+    """Plan fold ``row``'s left-out step with its policy (first choices, then the search) and, if asked, the
+    shipped checkpoint (with the search); adds ``plans``: (saving, slowdown, planning seconds) each."""
+    from rlclock.env import episode_tables
+    from rlclock.policy import ClockPolicy
+
+    held = _FOLDS["specs"][row["fold"]]
+    backend = episode_tables(held).backend
+    pols = [ClockPolicy.load(row["checkpoint"])] * 2
+    if _FOLDS["compare"]:
+        pols.append(ClockPolicy.load(_FOLDS["compare"]))
+    row["plans"] = []
+    for pol, search in zip(pols, (False, True, True), strict=False):
+        ev, plan_s = planned_on(pol, backend, held.reward.budget, search)
+        row["plans"].append((ev.saving, ev.slowdown, plan_s))
 
 
 def _models(corpus: Path) -> list[Path]:
