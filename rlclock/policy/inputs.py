@@ -11,7 +11,7 @@ is made of parts that change at very different rates, so the first layer's sum i
 * per price and **configuration in effect**, everything that depends on it — its bins, the in-effect flags of
   the slots holding it, its own features — filled :data:`CONTEXT_BLOCK` contexts at a time, the first time a
   rollout holds it in one of them (:meth:`FirstLayerEvaluator.now_rows`; a rollout visits a few contexts per
-  configuration, an eighth of them on the corpus's steps).
+  configuration: about an eighth of them on a Qwen2 step).
 
 The rest of the network runs on :data:`DECISION_BLOCK` situations at a time, per price and configuration in
 effect (:meth:`FirstLayerEvaluator.decide`): a rollout mostly keeps the configuration in effect from one kernel
