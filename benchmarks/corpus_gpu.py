@@ -155,6 +155,9 @@ SWITCH_FIELDS = ("steps", "issued", "missed", "late", "late_fraction", "issue_er
 SEGMENT_S = 0.012
 """Switch test: segments of at least this long (two switching latencies of the H200) alternate configurations."""
 
+WATCH_EVERY = 1
+"""Points at every ``WATCH_EVERY``-th layer where layers are watched (``clk.watch(model, every=...)``; ``--every``)."""
+
 
 def profile(step: Callable[[], None], out: Path, model: Any = None) -> None:
     """The deployment's profile of the step, as ``rlclock apply --save`` takes it (an all-auto schedule: the
@@ -169,7 +172,7 @@ def profile(step: Callable[[], None], out: Path, model: Any = None) -> None:
     with rlclock.deploy.clocked(all_auto, save=str(out), report=str(out / "report.json"), control="dry-run",
                                 warmup_steps=WARMUP, profile_steps=PROFILED, timing_steps=TIMED,
                                 verbose=False) as clk:
-        remove = clk.watch(model) if model is not None else None
+        remove = clk.watch(model, every=WATCH_EVERY) if model is not None else None
         for _ in range(WARMUP + PROFILED + TIMED + CONTROLLED):
             with clk.step():
                 step()
@@ -216,7 +219,7 @@ def switching(step: Callable[[], None], out: Path, follow_pace: bool = False,
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) if kernel_times else None
     with rlclock.deploy.clocked(schedule, timeline=timeline, report=str(out / report), control="dry-run",
                                 verbose=False, time_all_steps=True, follow_pace=follow_pace) as clk:
-        remove = clk.watch(model) if model is not None else None
+        remove = clk.watch(model, every=WATCH_EVERY) if model is not None else None
         if prof is not None:
             prof.__enter__()
         for _ in range(SWITCH_STEPS):
@@ -395,7 +398,7 @@ def points_overhead(name: str, step: Callable[[], None], out: Path, model: Any, 
                                 verbose=False) as clk:
         for r in range(rounds):
             for on in ((True, False) if r % 2 == 0 else (False, True)):
-                remove = clk.watch(model) if on else None
+                remove = clk.watch(model, every=WATCH_EVERY) if on else None
                 for _ in range(block):
                     ev = torch.cuda.Event(enable_timing=True)
                     ev.record()
@@ -426,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="models whose name contains this")
     parser.add_argument("--windows", type=int, default=3, help="energy windows per model (default 3)")
     parser.add_argument("--window-s", type=float, default=2.0, help="seconds per window, at least (default 2)")
+    parser.add_argument("--every", type=int, default=1,
+                        help="with --watch or --points-overhead: a point at every K-th layer only (default 1)")
     for flag, text in (
             ("--pack", "also write OUT/corpus.tar.gz"),
             ("--timing-only", "only the profile, the timeline and the switch test on the timeline as profiled and "
@@ -438,6 +443,10 @@ def main(argv: list[str] | None = None) -> int:
                                   "the hooks, alternating, in one controlled dry run)")):
         parser.add_argument(flag, action="store_true", help=text)
     args = parser.parse_args(argv)
+    if args.every < 1:
+        parser.error(f"--every takes a whole number of layers >= 1, found {args.every}")
+    global WATCH_EVERY
+    WATCH_EVERY = args.every
     import torch
 
     args.out.mkdir(parents=True, exist_ok=True)

@@ -140,7 +140,10 @@ def timing(corpus: Path) -> None:
                                                "own GPU start")):
         paced_table(models, name, what)
     paced_table(models, "timing_points.json", "a third run, the timeline located with points at every layer "
-                "(clk.watch); both switch tests under a CUDA-activity profile", "points", " --watch")
+                "(clk.watch); both switch tests under a CUDA-activity profile; t5-base rerun with the layers of both "
+                "its encoder and its decoder watched", "points", " --watch")
+    paced_table(models, "timing_points_every4.json", "as the third run, with points at every fourth layer only",
+                "points", " --watch --every 4")
 
 
 def paced_table(models: list[Path], name: str, what: str, second: str = "paced", flags: str = "") -> None:
@@ -179,8 +182,8 @@ def paced_table(models: list[Path], name: str, what: str, second: str = "paced",
     judge = "judged on the kernels" if kernels else "the report's"
     how = ("following the pace", "stretched by the pace the worker estimated, at the end of the run")
     if second != "paced":
-        how = ("re-timing from points", "re-timed from the points at every layer, forward and backward; points: "
-               "how many of them re-timed a switch")
+        how = ("re-timing from points", "re-timed from the points at the watched layers, forward and backward; "
+               "points: how many of them re-timed a switch")
     met = sum(t["switch_test"][second][("kernel_judged" if kernels else "switch_error")]["p95_abs_s"] <= 1e-3
               for _, t in paced)
     print(f"{how[0]} lowered the switch-time error p95 ({judge}) on {better} of {len(paced)} models; p95 <= 1 ms on "
