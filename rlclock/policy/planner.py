@@ -11,7 +11,9 @@
 3. **Starting later**: a plan that misses the budget can fit when the policy starts deciding later — the first
    ``K`` kernels left to the driver, ``K`` bisected — which time-shares a plan of few switches (a short step
    against a long switching latency) where stage 2 cannot: with one decision at the step's start, which price
-   makes it decides the whole plan.
+   makes it decides the whole plan. Where no plan of the grid fits (a policy too bold for this step at every
+   price it knows), the driver's plan is the fitting side: the missing plan whose straight-line mix with auto
+   would save most at the budget starts later.
 
 With the search (``search=True``), three more:
 
@@ -19,7 +21,8 @@ With the search (``search=True``), three more:
    policy's first or second choice at every decision (exact: :func:`rlclock.policy.search.second_choices`) —
    at the two prices of the most promising pair, then at prices that bracket the budget between searched
    plans.
-5. **Time-sharing again**, over ``2 · pairs`` pairs of distinct plans (searched ones among them).
+5. **Time-sharing again**, over ``2 · pairs`` pairs of distinct plans (searched ones among them); where still
+   no plan fits, the searched plans start later (stage 3 again).
 6. **Switching earlier**: the budget the best plan leaves unused goes into issuing its switches earlier, where
    the policy's first or second choice at the kernel's price or a grid price ``notches`` steps below
    requests the same configuration (:func:`switch_earlier`).
@@ -125,12 +128,12 @@ def time_share(budget: _Budget, pairs: int, mix_tries: int, distinct: bool = Fal
 def start_later(budget: _Budget, tries: int) -> None:
     """Stage 3: the missing plan of the most promising pair (:meth:`_Budget.mixes`) with the first ``K`` kernels
     left to the driver and the policy deciding from kernel ``K`` on, ``K`` bisected towards the budget (``tries``
-    rollouts). The kernels before ``K`` request nothing; every request after comes from the policy at the plan's
-    price."""
+    rollouts); where no plan fits, the missing plan whose mix with auto promises most. The kernels before ``K``
+    request nothing; every request after comes from the policy at the plan's price."""
     mixes = budget.mixes()
-    if not mixes:
+    price = mixes[0][2] if mixes else _beside_auto(budget)
+    if price is None:
         return
-    price = mixes[0][2]
     lo, hi = 0, budget.step.n  # starting at lo misses the budget; at hi (all auto) it fits
     for _ in range(tries):
         k = (lo + hi) // 2
@@ -142,6 +145,19 @@ def start_later(budget: _Budget, tries: int) -> None:
             lo = k
 
 
+def _beside_auto(budget: _Budget) -> float | None:
+    """Where no plan tried fits the budget: the price of the missing plan whose straight-line mix with the
+    driver's plan (auto, which fits any budget) would cost least at the budget (``None``: none misses)."""
+    auto_s, auto_j = float(budget.step.auto_time_s.sum()), float(budget.step.auto_energy_j.sum())
+    missing = {p: point for p, point in budget.points.items() if point[0] > budget.limit_s}
+
+    def at_budget(point: tuple[float, float]) -> float:
+        w = (budget.limit_s - auto_s) / (point[0] - auto_s)
+        return (1.0 - w) * auto_j + w * point[1]
+
+    return min(missing, key=lambda p: at_budget(missing[p])) if missing else None
+
+
 def search_second_choices(budget: _Budget, searches: int) -> None:
     """Stage 4: the search over the policy's second choices (:func:`rlclock.policy.search.second_choices`, exact
     at one price) at ``searches`` prices: the two of the most promising pair, then prices that bracket the
@@ -150,8 +166,9 @@ def search_second_choices(budget: _Budget, searches: int) -> None:
     mixes = budget.mixes()
     if mixes:
         queue = [mixes[0][1], mixes[0][2]]
-    else:  # everything fits (or nothing does): search where the grid's plan is cheapest
-        queue = [min(budget.points, key=lambda p: budget.points[p][1])]
+    else:  # everything fits: search where the grid's plan is cheapest; nothing does: where stage 3 started later
+        beside = _beside_auto(budget)
+        queue = [min(budget.points, key=lambda p: budget.points[p][1]) if beside is None else beside]
     grid = sorted(budget.points)
     for _ in range(searches):
         price = queue.pop(0) if queue else _bracket(budget, grid)
@@ -262,6 +279,8 @@ def plan(evaluator: FirstLayerEvaluator, step: PlanningStep, budget: float, pric
     if search:
         search_second_choices(state, searches)
         time_share(state, 2 * pairs, mix_tries, distinct=True)  # stage 5
+        if not state.mixes():  # still no plan fits: the searched plans start later (stage 3 again)
+            start_later(state, mix_tries)
         switch_earlier(state, sorted(state.points), notches, mix_tries)
     return state.best
 
