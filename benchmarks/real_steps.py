@@ -269,7 +269,7 @@ _FOLDS: dict[str, Any] = {}
 
 
 def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, runs: Path,
-         compare: str | None) -> None:
+         compare: str | None, latency_scales: tuple[float, ...] = (1.0,)) -> None:
     """Leave one model out: per corpus model, a policy trained on the other models' real steps (``base``'s GPU
     and action set, ``agent_name``'s recipe), judged on the model it never saw, beside the exact latency-aware
     optimum, the best static pair, the best whole-job power limit and (``compare``) a shipped checkpoint."""
@@ -277,14 +277,17 @@ def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, run
 
     from tqdm import tqdm
 
+    from rlclock.config.env_spec import at_latency_scales
     from rlclock.config.recipe import load_agent_config
     from rlclock.env import episode_tables
 
     specs = corpus_specs(corpus, base, budget)
     gpu = specs[0].gpu
-    for spec in tqdm(specs, desc="planning models and optima", unit="step", file=sys.stderr):
+    for spec in tqdm(at_latency_scales(specs, latency_scales), desc="planning models and optima", unit="step",
+                     file=sys.stderr):
         episode_tables(spec)  # built once here; the folds inherit them
-    _FOLDS.update(specs=specs, agent=load_agent_config(agent_name), runs=runs, compare=compare)
+    _FOLDS.update(specs=specs, agent=load_agent_config(agent_name), runs=runs, compare=compare,
+                  scales=latency_scales)
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(max(1, min(jobs, len(specs)))) as pool:
         rows = []
@@ -300,8 +303,10 @@ def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, run
         tqdm.write(f"{r['model']}: " + " / ".join(f"{100 * sv:.2f}% at {100 * sd:+.2f}%" for sv, sd, _ in r["plans"])
                    + f" (optimum {100 * r['optimum']:.2f}%)", file=sys.stderr)
     latency_s = episode_tables(specs[0]).backend.latency_s
+    others = [f"x{x:g}" for x in latency_scales if x != 1.0]
+    scaled = f", each also at {' and '.join(others)} the latency" if others else ""
     print(f"== leave one model out: {gpu.name} ({gpu.key}), policies trained ({agent_name} recipe) on the other "
-          f"{len(specs) - 1} real steps, judged on the one left out; latency {1e3 * latency_s:g} ms, budget "
+          f"{len(specs) - 1} real steps{scaled}, judged on the one left out; latency {1e3 * latency_s:g} ms, budget "
           f"{100 * budget:g} %; savings against auto")
     head = f"{'policy':>7s} {'of opt':>6s} {'slowdown':>8s} {'plan s':>6s}"
     print(f"{'':16s} {'':8s} {'left out, first choices':^30s} {'left out, with the search':^30s}"
@@ -330,12 +335,14 @@ def _fold(i: int) -> dict[str, Any]:
     """Fold ``i`` of :func:`lomo`: train without corpus model ``i`` and judge the baselines on it (the policies are
     judged by :func:`_judge`, after every fold has trained)."""
     from rlclock.agents.train import train
+    from rlclock.config.env_spec import at_latency_scales
     from rlclock.env import episode_tables
     from rlclock.solve.baselines import power_limit, static
     from rlclock.solve.evaluation import optimum_for
 
     specs, agent, runs = _FOLDS["specs"], _FOLDS["agent"], _FOLDS["runs"]
     held, rest = specs[i], specs[:i] + specs[i + 1:]
+    rest = at_latency_scales(rest, _FOLDS["scales"])  # as a corpus family's latency_scales
     t0 = time.perf_counter()
     res = train(rest, agent, runs_dir=runs, name=f"lomo-{held.gpu.key}-{held.name}", progress=False,
                 command=f"benchmarks/real_steps.py --part lomo (left out: {held.name})")
@@ -386,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
                              "(default gpt3xl-<GPU of --checkpoint>, e.g. gpt3xl-h200)")
     parser.add_argument("--agent", default="real-steps", help="lomo: training recipe (default real-steps)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="lomo: folds trained at once")
+    parser.add_argument("--latency-scales", type=float, nargs="+", default=[1.0, 0.5, 2.0],
+                        help="lomo: each training step also at the GPU's latency times these (default 1 0.5 2, "
+                             "as the shipped corpus families; 1: the steps alone)")
     parser.add_argument("--runs", type=Path, default=Path("runs") / "real-steps-lomo",
                         help="lomo: where the folds' run folders go (default runs/real-steps-lomo)")
     args = parser.parse_args(argv)
@@ -397,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         policy(args.corpus, args.checkpoint, args.budget, args.time_limit)
     if args.part == "lomo":
         base = args.base or args.checkpoint.replace("family-", "gpt3xl-")
-        lomo(args.corpus, base, args.agent, args.budget, args.jobs, args.runs, args.checkpoint)
+        lomo(args.corpus, base, args.agent, args.budget, args.jobs, args.runs, args.checkpoint,
+             tuple(args.latency_scales))
     return 0
 
 

@@ -152,6 +152,24 @@ def test_a_corpus_family_takes_every_profiled_step(tmp_path):
     assert Path(mine.workload["trace"]).is_absolute()
 
 
+def test_a_corpus_family_can_take_each_step_at_several_latencies(tmp_path):
+    """``latency_scales`` adds a copy of every profiled step at the base's switching latency times each other
+    scale (the step itself first); a scale that is not positive is refused in one line naming the field."""
+    from rlclock.config import load_env_specs
+
+    build_workload({"generator": "transformer", "layers": 1, "head": False}).save(tmp_path / "mine.trace.json")
+    (tmp_path / "family.yaml").write_text("family: {corpus: ., base: gpt3xl-h200, latency_scales: [1, 0.5, 2]}\n")
+    specs = load_env_specs(tmp_path / "family.yaml")
+    assert [s.name for s in specs] == ["mine", "mine-latency-x0.5", "mine-latency-x2"]
+    base = specs[0].latency_s
+    assert base == pytest.approx(specs[0].gpu.switch_latency_s)
+    assert [s.latency_s for s in specs] == pytest.approx([base, 0.5 * base, 2 * base])
+    assert len({s.workload["trace"] for s in specs}) == 1
+    (tmp_path / "bad.yaml").write_text("family: {corpus: ., base: gpt3xl-h200, latency_scales: [1, 0]}\n")
+    with pytest.raises(SpecError, match="latency_scales"):
+        load_env_specs(tmp_path / "bad.yaml")
+
+
 def test_a_shipped_corpus_member_finds_its_trace_from_anywhere(tmp_path, monkeypatch):
     """A member of a shipped corpus names its trace relative to the shipped measurements, so the spec a checkpoint
     keeps (its first training spec) loads in any install and from any working directory."""

@@ -236,7 +236,9 @@ def load_env_specs(names: Any) -> list[EnvSpec]:
     base: SPEC}`` draws ``N`` workloads (see :func:`rlclock.config.family.random_family`); ``family: {corpus:
     FOLDER, base: SPEC}`` takes every profiled step in a folder (relative to the family file, or a shipped
     corpus such as ``corpus-h200``; :func:`rlclock.config.family.corpus_family`), its costs derived again by
-    this version's rules unless ``refresh_costs: false``.
+    this version's rules unless ``refresh_costs: false``; with ``latency_scales: [1, 0.5, 2]`` each step also
+    comes at the base's switching latency times each other scale (members named ``<step>-latency-x<scale>``):
+    a policy trained on a few real steps then sees each at several horizons.
     """
     out: list[EnvSpec] = []
     for name in [names] if isinstance(names, (str, Path, Mapping, EnvSpec)) else list(names):
@@ -267,7 +269,8 @@ def _family(data: Mapping[str, Any], path: Path) -> list[EnvSpec]:
         if not folder.is_dir() and not resources.looks_like_path(corpus.corpus):
             folder = resources.data_dir() / "measurements" / corpus.corpus
         base = member(corpus.base)
-        return [base.with_overrides(**changes) for changes in corpus_family(folder, corpus.refresh_costs)]
+        steps = [base.with_overrides(**changes) for changes in corpus_family(folder, corpus.refresh_costs)]
+        return at_latency_scales(steps, corpus.latency_scales)
     if isinstance(members, Mapping):
         draw = validate(_RandomFamily, members, f"{path}: family")
         base = member(draw.base)
@@ -287,6 +290,14 @@ def _family(data: Mapping[str, Any], path: Path) -> list[EnvSpec]:
     return out
 
 
+def at_latency_scales(specs: list[EnvSpec], scales: Any) -> list[EnvSpec]:
+    """Each spec at its switching latency times each of ``scales``, in order (a scale of 1: the spec itself; any
+    other: a copy named ``<name>-latency-x<scale>``) — a corpus family's ``latency_scales``."""
+    return [spec if scale == 1.0 else spec.with_overrides(name=f"{spec.name}-latency-x{scale:g}",
+                                                           switch_latency_s=scale * spec.latency_s)
+            for spec in specs for scale in scales]
+
+
 class _RandomFamily(Settings):
     random: Annotated[Int, Field(ge=1)]
     seed: Int = 0
@@ -297,6 +308,7 @@ class _CorpusFamily(Settings):
     corpus: str
     base: str = DEFAULT_ENV
     refresh_costs: bool = True
+    latency_scales: Annotated[list[Annotated[Float, Field(gt=0.0, le=100.0)]], Field(min_length=1)] = [1.0]
 
 
 def load_env_spec(name: str | Path | Mapping[str, Any] | EnvSpec = DEFAULT_ENV) -> EnvSpec:
