@@ -393,9 +393,10 @@ def main(argv: list[str] | None = None) -> int:
                              "(default gpt3xl-<GPU of --checkpoint>, e.g. gpt3xl-h200)")
     parser.add_argument("--agent", default="real-steps", help="lomo: training recipe (default real-steps)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="lomo: folds trained at once")
-    parser.add_argument("--latency-scales", type=float, nargs="+", default=[1.0, 0.5, 2.0],
-                        help="lomo: each training step also at the GPU's latency times these (default 1 0.5 2, "
-                             "as the shipped corpus families; 1: the steps alone)")
+    parser.add_argument("--latency-scales", type=float, nargs="+", default=[1.0],
+                        help="lomo: each training step at the GPU's latency times each of these (default 1: the "
+                             "steps alone; 1 0.5 2: each also at half and twice it, a corpus family's "
+                             "latency_scales)")
     parser.add_argument("--runs", type=Path, default=Path("runs") / "real-steps-lomo",
                         help="lomo: where the folds' run folders go (default runs/real-steps-lomo)")
     args = parser.parse_args(argv)
