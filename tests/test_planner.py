@@ -115,6 +115,8 @@ def _stages(pol: ClockPolicy, step: PlanningStep, budget: float) -> planner._Bud
     first = state.best
     planner.search_second_choices(state, 4)
     planner.time_share(state, 4, 8, distinct=True)
+    if not state.mixes():
+        planner.start_later(state, 8)
     planner.switch_earlier(state, sorted(state.points), 2, 8)
     assert state.best.energy_j <= first.energy_j
     return state
@@ -158,19 +160,21 @@ def test_issuing_switches_earlier_spends_the_budget_left(real_step):
     assert switched < np.flatnonzero(np.diff(before.requests))[0]
 
 
+def _shapes_only(checkpoint: str, path: Path) -> tuple[ClockPolicy, PlanningStep]:
+    """A shipped policy and the planning model of a real step on its GPU from shapes alone, at its latency."""
+    pol = ClockPolicy.load(checkpoint)
+    trace = refresh_costs(KernelTrace.load(path))
+    return pol, pol.step_of(pol.backend_for(trace, None, None, pol.gpu.switch_latency_s))
+
+
 def test_starting_later_time_shares_a_plan_of_one_switch():
     """On a step as short as two switching latencies (the example's GPT on the simulated RTX 3080 Ti, 30 ms), the
     policy's plan at any price is one switch at the step's start, either far inside the budget or over it, and
     time-sharing by price cannot mix them; leaving the first kernels to the driver and letting the policy decide
     from there fits the budget with more saving. The kernels before it request nothing."""
-    pol = ClockPolicy.load("corpus-rtx3080ti")
-    trace = refresh_costs(KernelTrace.load(STEP))
-    step = pol.step_of(pol.backend_for(trace, None, None, pol.gpu.switch_latency_s))
-    auto_s, auto_j = step.auto_total_s, float(step.auto_energy_j.sum())
-    state = planner._Budget(pol.evaluator, step, pol.prepare(step), auto_s * 1.01 * (1 + 1e-12),
-                            Plan(np.zeros(step.n, dtype=np.int64), auto_s, auto_j, 0))
-    planner.price_grid(state, 24)
-    planner.time_share(state, 2, 8)
+    pol, step = _shapes_only("corpus-rtx3080ti", STEP)
+    state = _first_stages(pol, step, 0.01, later=False)
+    auto_s = step.auto_total_s
     before = state.best
     assert before.time_s < auto_s * 1.002  # most of the 1 % budget unused
     planner.start_later(state, 8)
@@ -188,14 +192,9 @@ def test_where_no_plan_of_the_grid_fits_the_driver_is_the_fitting_side():
     at every price it knows, so no two of its plans straddle the budget; its plan then starts later beside auto
     (which fits any budget): the cheapest missing mix's plan with the first kernels left to the driver fits and
     saves energy, and with the search the searched plans start later too and save more."""
-    pol = ClockPolicy.load("gpt3xl-rtx3080ti")
-    trace = refresh_costs(KernelTrace.load(ROOT / "data" / "corpus-h200" / "t5-base" / "step.trace.json.gz"))
-    step = pol.step_of(pol.backend_for(trace, None, None, pol.gpu.switch_latency_s))
-    auto_s, auto_j = step.auto_total_s, float(step.auto_energy_j.sum())
-    state = planner._Budget(pol.evaluator, step, pol.prepare(step), auto_s * 1.01 * (1 + 1e-12),
-                            Plan(np.zeros(step.n, dtype=np.int64), auto_s, auto_j, 0))
-    planner.price_grid(state, 24)
-    planner.time_share(state, 2, 8)
+    pol, step = _shapes_only("gpt3xl-rtx3080ti", ROOT / "data" / "corpus-h200" / "t5-base" / "step.trace.json.gz")
+    state = _first_stages(pol, step, 0.01, later=False)
+    auto_j = float(step.auto_energy_j.sum())
     assert not state.mixes() and all(t > state.limit_s for t, _ in state.points.values())
     assert state.best.energy_j == auto_j  # nothing fits: auto
     planner.start_later(state, 8)
