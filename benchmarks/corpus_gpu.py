@@ -368,7 +368,7 @@ def timing_only(name: str, step: Callable[[], None], out: Path, kernel_times: bo
                "profiled_period_s": trace["meta"].get("profiled_period_s"),
                "step_period_s": trace["meta"].get("step_period_s"), "timeline_period_s": timeline.get("period_s"),
                "running_step_s": report.get("step_time_s"), "switch_test": runs,
-               "points": len(timeline.get("points", [])),
+               "points": len(timeline.get("points", [])), "every": WATCH_EVERY,
                "date": _dt.datetime.now(_dt.timezone.utc).isoformat(), "wall_s": time.perf_counter() - started}
     (folder / "timing.json").write_text(json.dumps(summary, indent=1, default=str))
     with open(folder / "step.timeline.json", "rb") as src, gzip.open(folder / "step.timeline.json.gz", "wb") as dst:
@@ -412,7 +412,7 @@ def points_overhead(name: str, step: Callable[[], None], out: Path, model: Any, 
     for (label, a), (_, b) in itertools.pairwise(marks):
         periods[label].append(a.elapsed_time(b) * 1e-3)
     med = {k: statistics.median(v[1:]) for k, v in periods.items()}
-    return {"model": name, "points": len(timeline.points), "median_step_s": med,
+    return {"model": name, "points": len(timeline.points), "every": WATCH_EVERY, "median_step_s": med,
             "overhead": med["points"] / med["none"] - 1, "steps": {k: len(v) for k, v in periods.items()}}
 
 
@@ -445,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.every < 1:
         parser.error(f"--every takes a whole number of layers >= 1, found {args.every}")
+    if args.every > 1 and not (args.watch or args.points_overhead):
+        parser.error("--every applies to the points of --watch or --points-overhead; give one of them")
     global WATCH_EVERY
     WATCH_EVERY = args.every
     import torch

@@ -140,8 +140,7 @@ def timing(corpus: Path) -> None:
                                                "own GPU start")):
         paced_table(models, name, what)
     paced_table(models, "timing_points.json", "a third run, the timeline located with points at every layer "
-                "(clk.watch); both switch tests under a CUDA-activity profile; t5-base rerun with the layers of both "
-                "its encoder and its decoder watched", "points", " --watch")
+                "(clk.watch); both switch tests under a CUDA-activity profile", "points", " --watch")
     paced_table(models, "timing_points_every4.json", "as the third run, with points at every fourth layer only",
                 "points", " --watch --every 4")
 
@@ -400,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=Path, default=Path("runs") / "real-steps-lomo",
                         help="lomo: where the folds' run folders go (default runs/real-steps-lomo)")
     args = parser.parse_args(argv)
+    if min(args.latency_scales) <= 0 or len(set(args.latency_scales)) < len(args.latency_scales):
+        parser.error(f"--latency-scales takes distinct positive factors, found {args.latency_scales}")
     if args.part in ("costs", "all"):
         costs(args.corpus, args.gpu)
     if args.part in ("timing", "all"):

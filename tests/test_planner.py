@@ -115,8 +115,6 @@ def _stages(pol: ClockPolicy, step: PlanningStep, budget: float) -> planner._Bud
     first = state.best
     planner.search_second_choices(state, 4)
     planner.time_share(state, 4, 8, distinct=True)
-    if not state.mixes():
-        planner.start_later(state, 8)
     planner.switch_earlier(state, sorted(state.points), 2, 8)
     assert state.best.energy_j <= first.energy_j
     return state
@@ -191,7 +189,8 @@ def test_where_no_plan_of_the_grid_fits_the_driver_is_the_fitting_side():
     """The shipped RTX 3080 Ti GPT-3 XL policy on T5's real step (30 ms switches, shapes only) misses a 1 % budget
     at every price it knows, so no two of its plans straddle the budget; its plan then starts later beside auto
     (which fits any budget): the cheapest missing mix's plan with the first kernels left to the driver fits and
-    saves energy, and with the search the searched plans start later too and save more."""
+    saves energy; with the search, the search runs at that plan's price first, finds a plan there that fits, and
+    time-sharing takes it further."""
     pol, step = _shapes_only("gpt3xl-rtx3080ti", ROOT / "data" / "corpus-h200" / "t5-base" / "step.trace.json.gz")
     state = _first_stages(pol, step, 0.01, later=False)
     auto_j = float(step.auto_energy_j.sum())
@@ -204,3 +203,6 @@ def test_where_no_plan_of_the_grid_fits_the_driver_is_the_fitting_side():
     assert 0 < state.best_start <= start and not later.requests[:start].any()
     searched = pol.plan(step, 0.01, search=True)
     assert searched.time_s <= state.limit_s and searched.energy_j < later.energy_j * (1 - 0.02)
+    staged = _stages(pol, step, 0.01)  # the stages one by one: the search at that plan's price makes one that fits
+    assert next(iter(staged.best_overrides)) == planner._beside_auto(_first_stages(pol, step, 0.01))  # searched first
+    assert np.array_equal(staged.best.requests, searched.requests)

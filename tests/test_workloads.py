@@ -154,7 +154,8 @@ def test_a_corpus_family_takes_every_profiled_step(tmp_path):
 
 def test_a_corpus_family_can_take_each_step_at_several_latencies(tmp_path):
     """``latency_scales`` adds a copy of every profiled step at the base's switching latency times each other
-    scale (the step itself first); a scale that is not positive is refused in one line naming the field."""
+    scale (the step itself first); a scale that is not positive, or one given twice, is refused in one line naming
+    the field."""
     from rlclock.config import load_env_specs
 
     build_workload({"generator": "transformer", "layers": 1, "head": False}).save(tmp_path / "mine.trace.json")
@@ -165,9 +166,10 @@ def test_a_corpus_family_can_take_each_step_at_several_latencies(tmp_path):
     assert base == pytest.approx(specs[0].gpu.switch_latency_s)
     assert [s.latency_s for s in specs] == pytest.approx([base, 0.5 * base, 2 * base])
     assert len({s.workload["trace"] for s in specs}) == 1
-    (tmp_path / "bad.yaml").write_text("family: {corpus: ., base: gpt3xl-h200, latency_scales: [1, 0]}\n")
-    with pytest.raises(SpecError, match="latency_scales"):
-        load_env_specs(tmp_path / "bad.yaml")
+    for bad in ("[1, 0]", "[1, 0.5, 1]"):
+        (tmp_path / "bad.yaml").write_text(f"family: {{corpus: ., base: gpt3xl-h200, latency_scales: {bad}}}\n")
+        with pytest.raises(SpecError, match="latency_scales"):
+            load_env_specs(tmp_path / "bad.yaml")
 
 
 def test_a_shipped_corpus_member_finds_its_trace_from_anywhere(tmp_path, monkeypatch):

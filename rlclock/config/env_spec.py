@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, field_validator
 
 from rlclock import resources
 from rlclock.backends.base import GpuBackend
@@ -236,9 +236,9 @@ def load_env_specs(names: Any) -> list[EnvSpec]:
     base: SPEC}`` draws ``N`` workloads (see :func:`rlclock.config.family.random_family`); ``family: {corpus:
     FOLDER, base: SPEC}`` takes every profiled step in a folder (relative to the family file, or a shipped
     corpus such as ``corpus-h200``; :func:`rlclock.config.family.corpus_family`), its costs derived again by
-    this version's rules unless ``refresh_costs: false``; with ``latency_scales: [1, 0.5, 2]`` each step also
-    comes at the base's switching latency times each other scale (members named ``<step>-latency-x<scale>``):
-    a policy trained on a few real steps then sees each at several horizons.
+    this version's rules unless ``refresh_costs: false``; with ``latency_scales: [1, 0.5, 2]`` each step comes
+    at the base's switching latency times each scale (1: the step itself; others named
+    ``<step>-latency-x<scale>``): a policy trained on a few real steps then sees each at several horizons.
     """
     out: list[EnvSpec] = []
     for name in [names] if isinstance(names, (str, Path, Mapping, EnvSpec)) else list(names):
@@ -309,6 +309,13 @@ class _CorpusFamily(Settings):
     base: str = DEFAULT_ENV
     refresh_costs: bool = True
     latency_scales: Annotated[list[Annotated[Float, Field(gt=0.0, le=100.0)]], Field(min_length=1)] = [1.0]
+
+    @field_validator("latency_scales")
+    @classmethod
+    def _distinct(cls, scales: list[float]) -> list[float]:
+        if len(set(scales)) < len(scales):
+            raise ValueError("give each scale once (1 stands for each step at the base's latency)")
+        return scales
 
 
 def load_env_spec(name: str | Path | Mapping[str, Any] | EnvSpec = DEFAULT_ENV) -> EnvSpec:

@@ -21,8 +21,7 @@ With the search (``search=True``), three more:
    policy's first or second choice at every decision (exact: :func:`rlclock.policy.search.second_choices`) —
    at the two prices of the most promising pair, then at prices that bracket the budget between searched
    plans.
-5. **Time-sharing again**, over ``2 · pairs`` pairs of distinct plans (searched ones among them); where still
-   no plan fits, the searched plans start later (stage 3 again).
+5. **Time-sharing again**, over ``2 · pairs`` pairs of distinct plans (searched ones among them).
 6. **Switching earlier**: the budget the best plan leaves unused goes into issuing its switches earlier, where
    the policy's first or second choice at the kernel's price or a grid price ``notches`` steps below
    requests the same configuration (:func:`switch_earlier`).
@@ -147,15 +146,17 @@ def start_later(budget: _Budget, tries: int) -> None:
 
 def _beside_auto(budget: _Budget) -> float | None:
     """Where no plan tried fits the budget: the price of the missing plan whose straight-line mix with the
-    driver's plan (auto, which fits any budget) would cost least at the budget (``None``: none misses)."""
+    driver's plan (auto, which fits any budget) would cost least at the budget (``None``: no missing plan's mix
+    would save energy)."""
     auto_s, auto_j = float(budget.step.auto_time_s.sum()), float(budget.step.auto_energy_j.sum())
-    missing = {p: point for p, point in budget.points.items() if point[0] > budget.limit_s}
 
     def at_budget(point: tuple[float, float]) -> float:
         w = (budget.limit_s - auto_s) / (point[0] - auto_s)
         return (1.0 - w) * auto_j + w * point[1]
 
-    return min(missing, key=lambda p: at_budget(missing[p])) if missing else None
+    mixed = {p: at_budget(point) for p, point in budget.points.items() if point[0] > budget.limit_s}
+    saving = [p for p, energy_j in mixed.items() if energy_j < auto_j]
+    return min(saving, key=mixed.__getitem__) if saving else None
 
 
 def search_second_choices(budget: _Budget, searches: int) -> None:
@@ -166,7 +167,7 @@ def search_second_choices(budget: _Budget, searches: int) -> None:
     mixes = budget.mixes()
     if mixes:
         queue = [mixes[0][1], mixes[0][2]]
-    else:  # everything fits: search where the grid's plan is cheapest; nothing does: where stage 3 started later
+    else:  # everything fits: search where the grid's plan is cheapest; nothing does: the plan stage 3 started later
         beside = _beside_auto(budget)
         queue = [min(budget.points, key=lambda p: budget.points[p][1]) if beside is None else beside]
     grid = sorted(budget.points)
@@ -279,8 +280,6 @@ def plan(evaluator: FirstLayerEvaluator, step: PlanningStep, budget: float, pric
     if search:
         search_second_choices(state, searches)
         time_share(state, 2 * pairs, mix_tries, distinct=True)  # stage 5
-        if not state.mixes():  # still no plan fits: the searched plans start later (stage 3 again)
-            start_later(state, mix_tries)
         switch_earlier(state, sorted(state.points), notches, mix_tries)
     return state.best
 
