@@ -162,7 +162,7 @@ WATCH_EVERY = 1
 def profile(step: Callable[[], None], out: Path, model: Any = None) -> None:
     """The deployment's profile of the step, as ``rlclock apply --save`` takes it (an all-auto schedule: the
     controller issues nothing; dry run): warm-up, profiled and timed steps, then controlled ones. With
-    ``model``, points at every layer (``clk.watch``) are located in the timeline too."""
+    ``model``, points at every ``WATCH_EVERY``-th layer (``clk.watch``) are located in the timeline too."""
     import rlclock.deploy
     from rlclock.schedule import AUTO, ClockSchedule
 
@@ -207,7 +207,8 @@ def switching(step: Callable[[], None], out: Path, follow_pace: bool = False,
     set. Its report goes to ``out/report``. With ``kernel_times`` the steps also run under a profile of CUDA
     activity alone, a marker kernel at each mark, and each switch is judged against the GPU start of its
     segment's first kernel (:func:`judged_on_kernels`: the report's ``kernel_judged``). With ``model`` the
-    loop marks the timeline's points at every layer (``clk.watch``) and the controller re-times from them."""
+    loop marks the timeline's points at every ``WATCH_EVERY``-th layer (``clk.watch``) and the controller
+    re-times from them."""
     import torch
 
     import rlclock.deploy
@@ -349,7 +350,7 @@ def timing_only(name: str, step: Callable[[], None], out: Path, kernel_times: bo
                 model: Any = None) -> dict[str, Any]:
     """The deployment's profile and timeline, then the switch test twice — on the timeline as profiled and
     stretched to the running pace, or (with ``model``) from the step's anchors alone and re-timed from points
-    at every layer too — judged on the kernels' own GPU times too with ``kernel_times``; without the cost
+    at the watched layers too — judged on the kernels' own GPU times too with ``kernel_times``; without the cost
     measurements; ``out/<name>/timing.json``."""
     import gzip
     import shutil
@@ -380,7 +381,7 @@ def timing_only(name: str, step: Callable[[], None], out: Path, kernel_times: bo
 
 def points_overhead(name: str, step: Callable[[], None], out: Path, model: Any, rounds: int = 8,
                     block: int = 5) -> dict[str, Any]:
-    """What points at every layer cost the running loop: the deployment's profile with points, then one
+    """What points at the watched layers cost the running loop: the deployment's profile with points, then one
     controlled dry run of the switch test in which blocks of ``block`` steps with the hooks (``clk.watch``) and
     without them alternate, ``rounds`` times, the order reversed every other round; the step period is the GPU
     time between CUDA events recorded at consecutive step starts (nothing synchronises, so a host-bound loop
@@ -437,10 +438,10 @@ def main(argv: list[str] | None = None) -> int:
                               "stretched to the running pace (OUT/<model>/timing.json); no cost measurements"),
             ("--kernel-times", "with --timing-only: run the switch tests under a CUDA-activity profile and judge "
                                "each switch against its kernels' own GPU start"),
-            ("--watch", "with --timing-only: points at every layer (clk.watch); the second switch test re-times "
-                        "from them instead of following the pace"),
-            ("--points-overhead", "only what points at every layer cost the running loop (blocks with and without "
-                                  "the hooks, alternating, in one controlled dry run)")):
+            ("--watch", "with --timing-only: points at every layer, or every --every-th (clk.watch); the second "
+                        "switch test re-times from them instead of following the pace"),
+            ("--points-overhead", "only what points at the watched layers cost the running loop (blocks with and "
+                                  "without the hooks, alternating, in one controlled dry run)")):
         parser.add_argument(flag, action="store_true", help=text)
     args = parser.parse_args(argv)
     if args.every < 1:

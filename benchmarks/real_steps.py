@@ -147,7 +147,7 @@ def timing(corpus: Path) -> None:
 
 def paced_table(models: list[Path], name: str, what: str, second: str = "paced", flags: str = "") -> None:
     """The switch test on the timeline as profiled and, on the right, stretched to the running pace (``paced``)
-    or re-timed from points at every layer (``points``), from ``<model>/name``."""
+    or re-timed from points at the watched layers (``points``), from ``<model>/name``."""
     paced = [(f, json.loads((f / name).read_text())) for f in models if (f / name).exists()]
     if not paced:
         return
