@@ -19,7 +19,7 @@ A *family* file lists several specs sharing one GPU and action set (:func:`load_
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -290,7 +290,7 @@ def _family(data: Mapping[str, Any], path: Path) -> list[EnvSpec]:
     return out
 
 
-def at_latency_scales(specs: list[EnvSpec], scales: Any) -> list[EnvSpec]:
+def at_latency_scales(specs: Sequence[EnvSpec], scales: Sequence[float]) -> list[EnvSpec]:
     """Each spec at its switching latency times each of ``scales``, in order (a scale of 1: the spec itself; any
     other: a copy named ``<name>-latency-x<scale>``) — a corpus family's ``latency_scales``."""
     return [spec if scale == 1.0 else spec.with_overrides(name=f"{spec.name}-latency-x{scale:g}",
