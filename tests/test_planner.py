@@ -1,5 +1,5 @@
 """The shipped H200 policy's planner on a real training step (anchored on its measured kernel times): the
-rollout's fast path against decision-by-decision, the exact search over the policy's second choices, and the
+rollout's fast path against decision-by-decision, the exact search over the policy's best choices, and the
 budget planner's stages."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import rlclock.policy.planner as planner
 from rlclock.policy import ClockPolicy, PlanningStep
 from rlclock.policy.rollout import Plan
-from rlclock.policy.search import second_choices
+from rlclock.policy.search import SEARCH_RANKS, ranked_choices
 from rlclock.workload.op_costs import refresh_costs
 from rlclock.workload.trace import KernelTrace
 
@@ -46,7 +46,7 @@ def test_the_fast_path_plans_and_accounts_as_decision_by_decision(real_step):
         assert np.array_equal(fast.requests, each.requests) and len(np.unique(fast.requests)) > 1
         assert (fast.time_s, fast.energy_j) == (each.time_s, each.energy_j)
         levels = np.unique(np.broadcast_to(price, (step.n,))).tolist()
-        replaced = {p: second_choices(pol.evaluator, step, prepared, p).overrides for p in levels}
+        replaced = {p: ranked_choices(pol.evaluator, step, prepared, p).overrides for p in levels}
         fast = pol.rollout(step, price, prepared=prepared, overrides=replaced)
         each = pol.rollout(step, price, prepared=prepared, timings=[], overrides=replaced)
         assert np.array_equal(fast.requests, each.requests)
@@ -69,8 +69,9 @@ def test_decisions_do_not_depend_on_which_rollout_asked_first(real_step):
 @pytest.mark.parametrize("latency_s", [None, 0.0, 0.0005, 0.03])
 def test_the_search_counts_its_plan_as_the_rollout_does(real_step, latency_s):
     """The search's least ``energy + price·time`` is that of the plan the rollout makes with its overrides (its
-    model of the switching rule is the rule), no more than the first choices' and no more than any plan that
-    takes one other second choice on the way; overrides hold second choices only."""
+    model of the switching rule is the rule), no more than the first choices', no more with more of the policy's
+    choices weighed, and no more than any plan that takes one other second choice on the way; overrides hold
+    the policy's choices of the ranks searched only, below the first."""
     pol, step = real_step
     if latency_s is not None:
         step = dataclasses.replace(step, latency_s=latency_s)
@@ -78,14 +79,16 @@ def test_the_search_counts_its_plan_as_the_rollout_does(real_step, latency_s):
     rng = np.random.default_rng(0)
     for price in (0.4, 0.7, 1.5):
         weight = price * step.mean_power_w
-        found = second_choices(pol.evaluator, step, prepared, price)
+        fewer = [ranked_choices(pol.evaluator, step, prepared, price, ranks).objective_j for ranks in (2, 4)]
+        found = ranked_choices(pol.evaluator, step, prepared, price)
+        assert found.objective_j <= fewer[1] * (1 + 1e-12) and fewer[1] <= fewer[0] * (1 + 1e-12)
         searched = pol.rollout(step, price, prepared=prepared, overrides={price: found.overrides})
         assert searched.objective(weight) == pytest.approx(found.objective_j, rel=1e-12)
         assert found.objective_j <= pol.rollout(step, price, prepared=prepared).objective(weight) * (1 + 1e-12)
         tab = pol.evaluator.price_tables(prepared, price)
         k, c = np.nonzero(found.overrides >= 0)
-        second = np.array([tab.decided[j].second[prepared.situation[i]] for i, j in zip(k, c, strict=True)])
-        assert np.array_equal(found.overrides[k, c], second)
+        assert k.size and all(_is_ranked(tab, prepared, i, j, found.overrides[i, j])
+                              for i, j in zip(k.tolist(), c.tolist(), strict=True))
         # one decision on the searched plan's path taken the other way: never better
         path = np.flatnonzero(np.diff(np.concatenate([[0], searched.requests])) != 0)
         for i in rng.choice(path, size=min(4, len(path)), replace=False).tolist():
@@ -94,6 +97,12 @@ def test_the_search_counts_its_plan_as_the_rollout_does(real_step, latency_s):
             flipped[i, cur] = -1 if flipped[i, cur] >= 0 else tab.decided[cur].second[prepared.situation[i]]
             other = pol.rollout(step, price, prepared=prepared, overrides={price: flipped})
             assert other.objective(weight) >= found.objective_j * (1 - 1e-12)
+
+
+def _is_ranked(tab, prepared, kernel: int, config: int, action: int, ranks: int = SEARCH_RANKS) -> bool:
+    """Whether ``action`` is one of the policy's ``ranks`` best choices but its first at ``kernel`` with
+    ``config`` in effect, at the tables' price."""
+    return action in tab.decided[config].ranked[prepared.situation[kernel], 1:ranks].tolist()
 
 
 def _first_stages(pol: ClockPolicy, step: PlanningStep, budget: float, later: bool = True) -> planner._Budget:
@@ -113,7 +122,7 @@ def _stages(pol: ClockPolicy, step: PlanningStep, budget: float) -> planner._Bud
     """The budget planner's state after all its stages, with the search."""
     state = _first_stages(pol, step, budget)
     first = state.best
-    planner.search_second_choices(state, 4)
+    planner.search_ranked_choices(state, 3)
     planner.time_share(state, 4, 8, distinct=True)
     planner.switch_earlier(state, sorted(state.points), 2, 8)
     assert state.best.energy_j <= first.energy_j
@@ -123,9 +132,9 @@ def _stages(pol: ClockPolicy, step: PlanningStep, budget: float) -> planner._Bud
 @pytest.mark.parametrize("budget", [0.005, 0.01, 0.02])
 def test_the_plan_with_the_search_fits_saves_and_asks_only_for_the_policys_choices(real_step, budget):
     """With the search the plan fits the budget and uses no more energy than the plan from first choices alone;
-    it is the rollout at the prices and overrides it was found with, whose overrides are second choices at
-    their price: every request is the policy's first or second choice at the price its kernel decided at (the
-    kernels before its first decision request nothing)."""
+    it is the rollout at the prices and overrides it was found with, whose overrides are the policy's choices
+    at their price: every request is one of its best choices at the price its kernel decided at (the kernels
+    before its first decision request nothing)."""
     pol, step = real_step
     plain = pol.plan(step, budget)
     state = _stages(pol, step, budget)
@@ -139,8 +148,8 @@ def test_the_plan_with_the_search_fits_saves_and_asks_only_for_the_policys_choic
     for price, over in state.best_overrides.items():
         tab = pol.evaluator.price_tables(state.prepared, price)
         k, c = np.nonzero(over >= 0)
-        second = [tab.decided[j].second[state.prepared.situation[i]] for i, j in zip(k, c, strict=True)]
-        assert over[k, c].tolist() == [int(x) for x in second]
+        assert all(_is_ranked(tab, state.prepared, i, j, over[i, j]) for i, j in zip(k.tolist(), c.tolist(),
+                                                                                   strict=True))
     assert np.array_equal(pol.plan(step, budget, search=True).requests, best.requests)
 
 
@@ -206,3 +215,26 @@ def test_where_no_plan_of_the_grid_fits_the_driver_is_the_fitting_side():
     staged = _stages(pol, step, 0.01)  # the stages one by one: the search at that plan's price makes one that fits
     assert next(iter(staged.best_overrides)) == planner._beside_auto(_first_stages(pol, step, 0.01))  # searched first
     assert np.array_equal(staged.best.requests, searched.requests)
+
+
+def test_the_search_brackets_the_budget_along_its_plans_line():
+    """With every searched plan on one side of the budget, the next price to search is one grid step past them, or
+    further where the line through the two searched plans nearest the budget (time against log price) meets it
+    (at most the grid's end); with plans on both sides, the middle of the cheapest fitting and nearest missing."""
+    grid = [float(p) for p in np.geomspace(0.25, 4.0, 9)]  # steps of x1.41
+
+    def state(points: dict[float, tuple[float, float]]) -> planner._Budget:
+        got = planner._Budget(None, None, None, 1.0, Plan(np.zeros(1, dtype=np.int64), 1.0, 1.0, 0))  # type: ignore[arg-type]
+        got.points, got.overrides = dict(points), {p: np.zeros(0) for p in points}
+        return got
+
+    g = grid.__getitem__  # the searched prices are grid prices: 0.25, 0.35, 0.5, 0.71, 1, 1.41, 2, 2.83, 4
+    # both fit, time falls 0.01 per doubling of the price: the budget lies at half the lower price
+    assert planner._bracket(state({g(6): (0.99, 5.0), g(8): (0.98, 4.0)}), grid) == pytest.approx(1.0)
+    # ... or nearer than one grid step: one step
+    assert planner._bracket(state({g(6): (0.9, 5.0), g(8): (0.5, 4.0)}), grid) == g(5)
+    assert planner._bracket(state({g(2): (0.999, 5.0), g(8): (0.998, 4.0)}), grid) == pytest.approx(0.25)  # the end
+    # both miss: a higher price, the same way
+    assert planner._bracket(state({g(2): (1.02, 5.0), g(0): (1.04, 6.0)}), grid) == pytest.approx(1.0)
+    assert planner._bracket(state({g(8): (1.1, 1.0)}), grid) is None  # nothing above the grid's end
+    assert planner._bracket(state({g(4): (0.99, 2.0), g(0): (1.2, 1.0), g(6): (0.9, 3.0)}), grid) == pytest.approx(0.5)

@@ -54,7 +54,7 @@ class PolicyEvaluation:
 def evaluate_policy(policy: ClockPolicy, spec: EnvSpec, backend: GpuBackend | None = None,
                     search: bool = False) -> PolicyEvaluation:
     """Run the policy's schedule for ``spec``'s workload on its backend, beside the exact optimum (``search``:
-    planned with the search over the policy's second choices, :meth:`ClockPolicy.plan`)."""
+    planned with the search over the policy's best choices, :meth:`ClockPolicy.plan`)."""
     if backend is None:
         from rlclock.env import episode_tables
 

@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Load a checkpoint (weights + meta.json, no pickle), build the policy's schedule for an env "
                     "spec's workload (default: the one it was trained on) and print it beside every baseline and "
                     "the exact latency-aware optimum — planned from the policy's choices alone, and with the "
-                    "planner's search over its second choices; write the clock-timeline plot and a JSON file.",
+                    "planner's search over its best choices; write the clock-timeline plot and a JSON file.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("checkpoint", help="checkpoint: a shipped name (gpt3xl-rtx3080ti, gpt3xl-h200, corpus-h200, "
@@ -36,7 +36,7 @@ COMPARE_SOLVE_S = 60.0
 def comparison_rows(policy, spec, schedules: dict | None = None,
                     time_limit_s: float = COMPARE_SOLVE_S) -> tuple[list[str], list[list[str]]]:
     """Table rows: baselines, the policy (planned from its first choices, and with the search over its
-    second choices) and the optimum on ``spec`` (same backend, same accounting; each solver stops after
+    best choices) and the optimum on ``spec`` (same backend, same accounting; each solver stops after
     ``time_limit_s`` with the best plan found). ``schedules``, if given, receives the policy's two schedules
     (``"policy"``, ``"search"``)."""
     from rlclock.env import episode_tables

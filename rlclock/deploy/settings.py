@@ -89,7 +89,7 @@ class DeploySettings(Settings):
     time_all_steps: bool = Field(False, description="time every step on the GPU for the report (measures the "
                                  "switch-time error of sparse anchors; a mark per step)")
     search: bool = Field(False, description="plan the checkpoint's schedule with the search over the policy's "
-                         "second choices (about a second more, once)")
+                         "best choices (about a second more, once)")
     learn: bool = Field(False, description="learn the plan on the GPU: make candidate plans on the checkpoint's "
                         "planning model (auto and the exact optima over a range of budgets) and choose every step's "
                         "from the measured step times (paired against auto steps, every 100 steps kept within the "

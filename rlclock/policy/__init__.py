@@ -3,7 +3,7 @@
 :class:`ClockPolicy` is the facade; the package's modules each do one job — :mod:`.checkpoint` (format, load,
 save), :mod:`.network` (the MLP), :mod:`.step` (a step's planning inputs), :mod:`.inputs` (the incremental
 first-layer evaluator), :mod:`.rollout` (the decision loop on the switching rule), :mod:`.search` (the
-policy's second choices) and :mod:`.planner` (meeting a slowdown budget).
+policy's best choices) and :mod:`.planner` (meeting a slowdown budget).
 """
 
 from rlclock.policy.checkpoint import (

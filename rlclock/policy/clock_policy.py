@@ -3,7 +3,7 @@
 A thin facade over the policy package: :mod:`~rlclock.policy.checkpoint` (the format),
 :mod:`~rlclock.policy.network` (the numpy MLP), :mod:`~rlclock.policy.inputs` (the incremental first-layer
 evaluator), :mod:`~rlclock.policy.rollout` (the decision loop on the switching rule),
-:mod:`~rlclock.policy.planner` (meeting a budget) and :mod:`~rlclock.policy.search` (second choices).
+:mod:`~rlclock.policy.planner` (meeting a budget) and :mod:`~rlclock.policy.search` (its best choices).
 Numpy only: no torch, no stable-baselines3, nothing unpickled.
 """
 
@@ -24,6 +24,7 @@ from rlclock.policy.checkpoint import check_shapes, checkpoint_gpu, clock_table_
 from rlclock.policy.inputs import FirstLayerEvaluator, PreparedStep
 from rlclock.policy.network import PolicyWeights
 from rlclock.policy.rollout import Overrides, Plan, rollout
+from rlclock.policy.search import SEARCH_RANKS
 from rlclock.policy.step import PlanningStep
 from rlclock.schedule import ClockConfig, ClockSchedule
 from rlclock.workload.trace import KernelTrace, Measurement
@@ -134,7 +135,7 @@ class ClockPolicy:
             budget: Slowdown budget, a fraction (default: the one trained for).
             meet_budget: Choose the price of time so the plan fits the budget (:meth:`plan`); otherwise plan at
                 the trained price.
-            search: Let the planner weigh the policy's second choices on the planning model (:meth:`plan`;
+            search: Let the planner weigh the policy's best choices on the planning model (:meth:`plan`;
                 about twice the planning time).
         """
         if backend is None:
@@ -143,17 +144,17 @@ class ClockPolicy:
         return ClockSchedule(self.configs, got.requests, name="policy")
 
     def plan(self, backend: GpuBackend, budget: float, meet_budget: bool = True, prices: int = 24, pairs: int = 2,
-             mix_tries: int = 8, search: bool = False) -> Plan:
+             mix_tries: int = 8, search: bool = False, ranks: int = SEARCH_RANKS) -> Plan:
         """The requested configuration per kernel and its cost on the planning model (:mod:`rlclock.policy.planner`).
 
         With ``meet_budget`` the planner tries ``prices`` prices of time, time-shares the ``pairs`` most
         promising pairs (``mix_tries`` rollouts each) and keeps the cheapest plan within ``budget``; without
-        it, the policy plans at its trained price. ``search`` adds the search over its second choices.
+        it, the policy plans at its trained price. ``search`` adds the search over its ``ranks`` best choices.
         """
         step = self.step_of(backend)
         if not meet_budget:
             return planner.plan_at(self.evaluator, step, self.price_rel, search)
-        return planner.plan(self.evaluator, step, budget, prices, pairs, mix_tries, search)
+        return planner.plan(self.evaluator, step, budget, prices, pairs, mix_tries, search, ranks=ranks)
 
     def prepare(self, backend: GpuBackend | PlanningStep) -> PreparedStep:
         """What several rollouts of one step share (:meth:`rlclock.policy.inputs.FirstLayerEvaluator.prepare`)."""

@@ -50,6 +50,9 @@ DECISION_BLOCK = 64
 consecutive situation numbers, the same for every rollout of a step, so that a decision's value does not depend
 on which rollout asked for it first."""
 
+RANKED = 8
+"""How many of the policy's choices are kept per decision, best first (the search weighs up to this many)."""
+
 CONTEXT_BLOCK = 64
 """Look-ahead contexts whose in-effect sums (:class:`NowRows`) are computed together: blocks of consecutive
 context numbers, for the same reason as :data:`DECISION_BLOCK`."""
@@ -60,12 +63,22 @@ class Decisions:
     """The policy's decisions at one price and configuration in effect, per situation (filled a block at a time).
 
     Attributes:
-        action: ``(situations,)`` the action (argmax of the logits); -1 where not computed yet.
-        second: ``(situations,)`` the second choice (the argmax of the others).
+        ranked: ``(situations, min(RANKED, actions))`` the policy's choices, best first (``ranked[:, 0]``: the
+            action, the argmax of the logits; ``ranked[:, 1]``: the argmax of the others, …); -1 where not
+            computed yet.
     """
 
-    action: np.ndarray
-    second: np.ndarray
+    ranked: np.ndarray
+
+    @property
+    def action(self) -> np.ndarray:
+        """``(situations,)`` the action (a view of ``ranked``)."""
+        return self.ranked[:, 0]
+
+    @property
+    def second(self) -> np.ndarray:
+        """``(situations,)`` the second choice."""
+        return self.ranked[:, 1]
 
 
 @dataclass
@@ -258,7 +271,7 @@ class FirstLayerEvaluator:
         got = tables.decided.get(config)
         m = len(prepared.situation_context)
         if got is None:
-            got = Decisions(np.full(m, -1, dtype=np.int64), np.empty(m, dtype=np.int64))
+            got = Decisions(np.full((m, min(RANKED, self.weights.head[1].shape[0])), -1, dtype=np.int64))
             tables.decided[config] = got
         missing = wanted[got.action[wanted] < 0]
         if not missing.size:
@@ -271,10 +284,7 @@ class FirstLayerEvaluator:
         z = np.empty((len(rows), self.weights.head[1].shape[0]))
         for lo in range(0, len(rows), DECISION_BLOCK):
             z[lo : lo + DECISION_BLOCK] = self.weights.logits_from_first_rows(h[lo : lo + DECISION_BLOCK])
-        action = z.argmax(axis=1)
-        z[np.arange(len(z)), action] = -np.inf
-        got.second[rows] = z.argmax(axis=1)
-        got.action[rows] = action
+        got.ranked[rows] = np.argsort(-z, axis=1, kind="stable")[:, : got.ranked.shape[1]]  # ties: lower first
         return got, len(rows)
 
     def now_rows(self, look: StepLookahead, tables: PriceTables, config: int, contexts: np.ndarray | int

@@ -17,8 +17,8 @@
 
 With the search (``search=True``), three more:
 
-4. **Search**: at ``searches`` prices, the plan of least ``energy + price·time`` among those taking the
-   policy's first or second choice at every decision (exact: :func:`rlclock.policy.search.second_choices`) —
+4. **Search**: at ``searches`` prices, the plan of least ``energy + price·time`` among those taking one of the
+   policy's ``ranks`` best choices at every decision (exact: :func:`rlclock.policy.search.ranked_choices`) —
    at the two prices of the most promising pair, then at prices that bracket the budget between searched
    plans.
 5. **Time-sharing again**, over ``2 · pairs`` pairs of distinct plans (searched ones among them).
@@ -29,8 +29,8 @@ With the search (``search=True``), three more:
 The cheapest plan within the budget wins; if none fits or saves energy, every kernel is left to the driver
 (auto). With the search it is never worse than without (stages 1 to 3 are the same). Every request comes from
 the policy: its first choice at the price of the kernel's decision (one price, or one per kernel) or, with the
-search, its second. Plans are weighed on the planning model — on a real GPU they are worth what the planning
-model is.
+search, another of its ``ranks`` best. Plans are weighed on the planning model — on a real GPU they are worth
+what the planning model is.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ import numpy as np
 from rlclock.observation.features import PRICE_REL_MAX, PRICE_REL_MIN
 from rlclock.policy.inputs import FirstLayerEvaluator, PreparedStep
 from rlclock.policy.rollout import Overrides, Plan, rollout
-from rlclock.policy.search import second_choices
+from rlclock.policy.search import SEARCH_RANKS, ranked_choices
 from rlclock.policy.step import PlanningStep
 
 
@@ -159,11 +159,15 @@ def _beside_auto(budget: _Budget) -> float | None:
     return min(saving, key=mixed.__getitem__) if saving else None
 
 
-def search_second_choices(budget: _Budget, searches: int) -> None:
-    """Stage 4: the search over the policy's second choices (:func:`rlclock.policy.search.second_choices`, exact
-    at one price) at ``searches`` prices: the two of the most promising pair, then prices that bracket the
-    budget between searched plans — a step along the grid while all of them fit or all miss, else the
-    geometric middle of the cheapest searched plan that fits and the nearest searched one that misses."""
+def search_ranked_choices(budget: _Budget, searches: int, ranks: int = SEARCH_RANKS) -> None:
+    """Stage 4: the search over the policy's ``ranks`` best choices (:func:`rlclock.policy.search.ranked_choices`,
+    exact at one price) at ``searches`` prices: the two of the most promising pair, then prices that bracket
+    the budget between searched plans — the geometric middle of the cheapest searched plan that fits and the
+    nearest searched one that misses; while all of them fit (or all miss), a step along the grid below (above)
+    the searched prices, or further, to where the line through the two searched plans nearest the budget (their
+    time against the log of the price) reaches it: a policy whose searched plans run faster than its first
+    choices at the same price (most, on steps unlike those it was trained on) finds the budget's price in a few
+    searches."""
     mixes = budget.mixes()
     if mixes:
         queue = [mixes[0][1], mixes[0][2]]
@@ -175,24 +179,36 @@ def search_second_choices(budget: _Budget, searches: int) -> None:
         price = queue.pop(0) if queue else _bracket(budget, grid)
         if price is None or price in budget.overrides:
             break
-        budget.overrides[price] = second_choices(budget.evaluator, budget.step, budget.prepared, price).overrides
+        budget.overrides[price] = ranked_choices(budget.evaluator, budget.step, budget.prepared, price,
+                                                 ranks).overrides
         budget.price_point(price)
 
 
 def _bracket(budget: _Budget, grid: list[float]) -> float | None:
-    """The next price to search at (:func:`search_second_choices`), ``None`` when the grid ends."""
+    """The next price to search at (:func:`search_ranked_choices`), ``None`` when the grid ends."""
     searched = list(budget.overrides)
     fits = [p for p in searched if budget.points[p][0] <= budget.limit_s]
     misses = [p for p in searched if budget.points[p][0] > budget.limit_s]
-    if not fits:  # all too slow: a higher price of time
-        above = [p for p in grid if p > max(searched)]
-        return above[0] if above else None
-    if not misses:  # all fit: a lower one
-        below = [p for p in grid if p < min(searched)]
-        return below[-1] if below else None
-    cheapest = min(fits, key=lambda p: budget.points[p][1])
-    nearest = min(misses, key=lambda p: abs(np.log(p / cheapest)))
-    return float(np.sqrt(cheapest * nearest))
+    if fits and misses:
+        cheapest = min(fits, key=lambda p: budget.points[p][1])
+        nearest = min(misses, key=lambda p: abs(np.log(p / cheapest)))
+        return float(np.sqrt(cheapest * nearest))
+    # all fit (a lower price of time next) or all miss (a higher one): one grid step past the searched prices, or
+    # further where the line through the two searched plans nearest the budget (time against log price) meets it
+    lower = not misses
+    edge = min(searched) if lower else max(searched)
+    beyond = [p for p in grid if (p < edge if lower else p > edge)]
+    if not beyond:
+        return None
+    step = beyond[-1] if lower else beyond[0]
+    near = sorted(searched, key=lambda p: abs(budget.points[p][0] - budget.limit_s))[:2]
+    if len(near) < 2:
+        return step
+    (x1, y1), (x2, y2) = ((np.log(p), budget.points[p][0]) for p in near)
+    if y1 == y2:
+        return step
+    aim = float(np.exp(x1 + (budget.limit_s - y1) * (x2 - x1) / (y2 - y1)))
+    return max(aim, grid[0]) if lower and aim < step else min(aim, grid[-1]) if not lower and aim > step else step
 
 
 def switch_earlier(budget: _Budget, grid: list[float], notches: int, tries: int) -> None:
@@ -266,7 +282,8 @@ def _earlier_requests(budget: _Budget, grid: list[float], notches: int, kernels:
 
 
 def plan(evaluator: FirstLayerEvaluator, step: PlanningStep, budget: float, prices: int = 24, pairs: int = 2,
-         mix_tries: int = 8, search: bool = False, searches: int = 4, notches: int = 2) -> Plan:
+         mix_tries: int = 8, search: bool = False, searches: int = 3, notches: int = 2,
+         ranks: int = SEARCH_RANKS) -> Plan:
     """The cheapest plan within ``budget`` (a slowdown fraction against auto) on the planning model (module
     docstring)."""
     n = step.n
@@ -278,16 +295,16 @@ def plan(evaluator: FirstLayerEvaluator, step: PlanningStep, budget: float, pric
     time_share(state, pairs, mix_tries)
     start_later(state, mix_tries)
     if search:
-        search_second_choices(state, searches)
+        search_ranked_choices(state, searches, ranks)
         time_share(state, 2 * pairs, mix_tries, distinct=True)  # stage 5
         switch_earlier(state, sorted(state.points), notches, mix_tries)
     return state.best
 
 
 def plan_at(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float, search: bool = False) -> Plan:
-    """The policy's plan at one price of time (no budget), with the search over its second choices if asked."""
+    """The policy's plan at one price of time (no budget), with the search over its best choices if asked."""
     if not search:
         return rollout(evaluator, step, price_rel)
     prepared = evaluator.prepare(step)
-    chosen = second_choices(evaluator, step, prepared, price_rel).overrides
+    chosen = ranked_choices(evaluator, step, prepared, price_rel).overrides
     return rollout(evaluator, step, price_rel, prepared=prepared, overrides={price_rel: chosen})

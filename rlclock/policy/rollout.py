@@ -22,7 +22,7 @@ from rlclock.policy.step import PlanningStep
 
 Overrides = dict[float, np.ndarray]
 """price → ``(n, C)`` per kernel and configuration in effect the action that replaces the policy's there when
-the kernel decides at that price (-1: the policy's own; :func:`rlclock.policy.search.second_choices`)."""
+the kernel decides at that price (-1: the policy's own; :func:`rlclock.policy.search.ranked_choices`)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
     receives the seconds spent per decision, ``first_layer`` the first layer's input-side sum ``W1 · obs + b1``
     at each decision (for checking against the env's observations); either makes the loop compute every
     decision on its own. ``overrides`` replaces the policy's action at some kernels and configurations in
-    effect, per price (:func:`rlclock.policy.search.second_choices`). ``start``: the first kernel the policy
+    effect, per price (:func:`rlclock.policy.search.ranked_choices`). ``start``: the first kernel the policy
     decides at; the kernels before it run at auto and request nothing (:func:`rlclock.policy.planner.start_later`).
     """
     n = step.n
