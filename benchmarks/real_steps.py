@@ -26,12 +26,14 @@ optimum's saving on every model, slowdown within budget + 0.2 pp, planning <= 1 
 
 ``lomo`` (only when named) — leave one model out: per corpus model, a policy trained (``--agent``, default the
 ``real-steps`` recipe) on the other models' real steps on ``--base``'s GPU and action set, judged on the model
-it never saw, as in ``policy``, beside ``--checkpoint`` (a shipped policy). Planning times are taken while
-``--jobs`` folds train at once: upper bounds on a busy machine.
+it never saw, as in ``policy``, beside ``--checkpoint`` (a shipped policy). The left-out steps are planned one at
+a time once every fold has trained. ``--ranks 2 4 6 8`` adds a table of the same folds planned with the search over
+the policy's k best choices, for each k.
 
     python benchmarks/real_steps.py                 # all three parts
     python benchmarks/real_steps.py --part costs
     python benchmarks/real_steps.py --part lomo --checkpoint gpt3xl-rtx3080ti --jobs 2
+    python benchmarks/real_steps.py --part lomo --checkpoint gpt3xl-rtx3080ti --jobs 2 --ranks 2 4 5 6 8
 """
 
 from __future__ import annotations
@@ -240,13 +242,15 @@ def policy(corpus: Path, checkpoint: str, budget: float, time_limit_s: float) ->
              "from shapes alone (the steps were measured on another GPU)") + "\n")
 
 
-def planned_on(pol: Any, backend: Any, budget: float, search: bool) -> tuple[Any, float]:
-    """``pol``'s schedule for ``backend``'s step at ``budget`` (from its first choices, or with the search),
-    evaluated on ``backend``, and the seconds planning and evaluating took."""
+def planned_on(pol: Any, backend: Any, budget: float, search: bool, ranks: int | None = None) -> tuple[Any, float]:
+    """``pol``'s schedule for ``backend``'s step at ``budget`` (from its first choices, or with the search over its
+    ``ranks`` best choices, default the planner's), evaluated on ``backend``, and the seconds planning and
+    evaluating took."""
     from rlclock.solve.evaluation import evaluate
 
     t0 = time.perf_counter()
-    ev = evaluate(pol.schedule(backend.trace, backend=backend, budget=budget, search=search), backend)
+    more = {} if ranks is None else {"ranks": ranks}
+    ev = evaluate(pol.schedule(backend.trace, backend=backend, budget=budget, search=search, **more), backend)
     return ev, time.perf_counter() - t0
 
 
@@ -268,7 +272,7 @@ _FOLDS: dict[str, Any] = {}
 
 
 def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, runs: Path,
-         compare: str | None, latency_scales: tuple[float, ...] = (1.0,)) -> None:
+         compare: str | None, latency_scales: tuple[float, ...] = (1.0,), ranks: tuple[int, ...] = ()) -> None:
     """Leave one model out: per corpus model, a policy trained on the other models' real steps (``base``'s GPU
     and action set, ``agent_name``'s recipe), judged on the model it never saw, beside the exact latency-aware
     optimum, the best static pair, the best whole-job power limit and (``compare``) a shipped checkpoint."""
@@ -286,7 +290,7 @@ def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, run
                      file=sys.stderr):
         episode_tables(spec)  # built once here; the folds inherit them
     _FOLDS.update(specs=specs, agent=load_agent_config(agent_name), runs=runs, compare=compare,
-                  scales=latency_scales)
+                  scales=latency_scales, ranks=ranks)
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(max(1, min(jobs, len(specs)))) as pool:
         rows = []
@@ -328,6 +332,25 @@ def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, run
           + ("anchored on the measured kernel times" if any(r["anchored"] for r in rows) else
              "from shapes alone: the steps were measured on another GPU") + "); plan s: planning and evaluating "
           "one step, one at a time after every fold has trained; train s: the fold's training wall time\n")
+    if ranks:
+        _ranks_table(rows, ranks, budget)
+
+
+def _ranks_table(rows: list[dict[str, Any]], ranks: tuple[int, ...], budget: float) -> None:
+    """The left-out steps planned with the search over each number of the policy's best choices in ``ranks``."""
+    print("== the same folds, planned with the search over the policy's k best choices (k = --ranks): share of the "
+          "optimum's saving, slowdown, planning s")
+    print(f"{'model':16s} " + " ".join(f"{f'k = {k}':>24s}" for k in ranks))
+    met = dict.fromkeys(ranks, 0)
+    for r in rows:
+        cells = []
+        for k, (sv, sd, ps) in zip(ranks, r["ranked"], strict=True):
+            best, floor = r["optimum"], max(r["static"], r["power_limit"])
+            met[k] += sv >= 0.9 * best and sd <= budget + 0.002 + 1e-9 and sv >= floor - 1e-9
+            cells.append(f"{100 * sv / best if best > 0 else float('nan'):5.0f}% {100 * sd:+7.2f}% {ps:7.2f} s")
+        print(f"{r['model']:16s} " + " ".join(f"{c:>24s}" for c in cells))
+    print("at >= 90 % of the optimum's saving, within budget + 0.2 pp and above static and power limit: "
+          + ", ".join(f"k = {k}: {met[k]} of {len(rows)}" for k in ranks) + "\n")
 
 
 def _fold(i: int) -> dict[str, Any]:
@@ -368,10 +391,13 @@ def _judge(row: dict[str, Any]) -> None:
     pols = [ClockPolicy.load(row["checkpoint"])] * 2
     if _FOLDS["compare"]:
         pols.append(ClockPolicy.load(_FOLDS["compare"]))
-    row["plans"] = []
+    row["plans"], row["ranked"] = [], []
     for pol, search in zip(pols, (False, True, True), strict=False):
         ev, plan_s = planned_on(pol, backend, held.reward.budget, search)
         row["plans"].append((ev.saving, ev.slowdown, plan_s))
+    for k in _FOLDS["ranks"]:
+        ev, plan_s = planned_on(ClockPolicy.load(row["checkpoint"]), backend, held.reward.budget, True, k)
+        row["ranked"].append((ev.saving, ev.slowdown, plan_s))
 
 
 def _models(corpus: Path) -> list[Path]:
@@ -396,11 +422,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="lomo: each training step at the GPU's latency times each of these (default 1: the "
                              "steps alone; 1 0.5 2: each also at half and twice it, a corpus family's "
                              "latency_scales)")
+    parser.add_argument("--ranks", type=int, nargs="+", default=[],
+                        help="lomo: also plan each left-out step with the search over the policy's k best choices, "
+                             "for each k given (2 to 8; the planner's default: 6), in a table of their own")
     parser.add_argument("--runs", type=Path, default=Path("runs") / "real-steps-lomo",
                         help="lomo: where the folds' run folders go (default runs/real-steps-lomo)")
     args = parser.parse_args(argv)
     if min(args.latency_scales) <= 0 or len(set(args.latency_scales)) < len(args.latency_scales):
         parser.error(f"--latency-scales takes distinct positive factors, found {args.latency_scales}")
+    from rlclock.policy.inputs import RANKED
+
+    if any(not 2 <= k <= RANKED for k in args.ranks):
+        parser.error(f"--ranks takes numbers of choices from 2 to {RANKED}, found {args.ranks}")
     if args.part in ("costs", "all"):
         costs(args.corpus, args.gpu)
     if args.part in ("timing", "all"):
@@ -410,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.part == "lomo":
         base = args.base or args.checkpoint.replace("family-", "gpt3xl-")
         lomo(args.corpus, base, args.agent, args.budget, args.jobs, args.runs, args.checkpoint,
-             tuple(args.latency_scales))
+             tuple(args.latency_scales), tuple(args.ranks))
     return 0
 
 

@@ -123,7 +123,7 @@ class ClockPolicy:
     def schedule(self, trace: KernelTrace, auto_time_s: np.ndarray | None = None,
                  auto_energy_j: np.ndarray | None = None, latency_s: float | None = None,
                  backend: GpuBackend | None = None, budget: float | None = None, meet_budget: bool = True,
-                 search: bool = False) -> ClockSchedule:
+                 search: bool = False, ranks: int = SEARCH_RANKS) -> ClockSchedule:
         """The policy's clock schedule for one step of ``trace``.
 
         Args:
@@ -137,10 +137,11 @@ class ClockPolicy:
                 the trained price.
             search: Let the planner weigh the policy's best choices on the planning model (:meth:`plan`;
                 about twice the planning time).
+            ranks: How many of its best choices the search weighs at every decision.
         """
         if backend is None:
             backend = self.backend_for(trace, auto_time_s, auto_energy_j, latency_s)
-        got = self.plan(backend, self.budget if budget is None else budget, meet_budget, search=search)
+        got = self.plan(backend, self.budget if budget is None else budget, meet_budget, search=search, ranks=ranks)
         return ClockSchedule(self.configs, got.requests, name="policy")
 
     def plan(self, backend: GpuBackend, budget: float, meet_budget: bool = True, prices: int = 24, pairs: int = 2,
@@ -153,7 +154,7 @@ class ClockPolicy:
         """
         step = self.step_of(backend)
         if not meet_budget:
-            return planner.plan_at(self.evaluator, step, self.price_rel, search)
+            return planner.plan_at(self.evaluator, step, self.price_rel, search, ranks)
         return planner.plan(self.evaluator, step, budget, prices, pairs, mix_tries, search, ranks=ranks)
 
     def prepare(self, backend: GpuBackend | PlanningStep) -> PreparedStep:

@@ -301,10 +301,12 @@ def plan(evaluator: FirstLayerEvaluator, step: PlanningStep, budget: float, pric
     return state.best
 
 
-def plan_at(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float, search: bool = False) -> Plan:
-    """The policy's plan at one price of time (no budget), with the search over its best choices if asked."""
+def plan_at(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float, search: bool = False,
+            ranks: int = SEARCH_RANKS) -> Plan:
+    """The policy's plan at one price of time (no budget), with the search over its ``ranks`` best choices if
+    asked."""
     if not search:
         return rollout(evaluator, step, price_rel)
     prepared = evaluator.prepare(step)
-    chosen = ranked_choices(evaluator, step, prepared, price_rel).overrides
+    chosen = ranked_choices(evaluator, step, prepared, price_rel, ranks).overrides
     return rollout(evaluator, step, price_rel, prepared=prepared, overrides={price_rel: chosen})
