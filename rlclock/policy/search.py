@@ -10,9 +10,8 @@ at the first kernel after. The result is a set of overrides for :func:`rlclock.p
 then plans and accounts the step as always; every request still comes from the policy.
 
 Why six: leave-one-model-out on the real steps of the simulated RTX 3080 Ti (30 ms switches), the search over
-the first two choices reached 81-100 % of the exact optimum's saving, over the six best 92-100 % (the first
-choice and five others drawn at random: 89-100 %; docs/agent.md); the decisions it weighs, and so its time,
-grow with the choices.
+the first two choices reached 80-100 % of the exact optimum's saving, over the six best 94-100 % (docs/agent.md);
+the decisions it weighs, and so its time, grow with the choices.
 """
 
 from __future__ import annotations
