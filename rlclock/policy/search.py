@@ -81,7 +81,7 @@ def ranked_choices(evaluator: FirstLayerEvaluator, step: PlanningStep, prepared:
         moves.append((after * width + pos[request], cost))
     value, rank = _backwards(moves, n, width)
     out = np.full((n, C), -1, dtype=np.int64)
-    out[:, held] = np.where(rank > 0, np.take_along_axis(np.stack(actions), rank[None], axis=0)[0], -1)
+    out[:, held] = np.where(rank > 0, np.take_along_axis(actions, rank[None], axis=0)[0], -1)
     return Searched(out, float(value[0, pos[0]]))
 
 
@@ -131,12 +131,12 @@ def _backwards(moves: list[tuple[np.ndarray, np.ndarray]], n: int, width: int) -
 
 
 def _choices(evaluator: FirstLayerEvaluator, prepared: PreparedStep, tab: PriceTables, land: np.ndarray,
-             ranks: int) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+             ranks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(held, actions, requests)``: the configurations held at the decisions that the policy's ``ranks`` best
-    choices reach from the step's start (auto), and per rank, kernel and held configuration ``(n, len(held))``
-    the policy's action there and the configuration it requests (at a decision they do not reach: keep, and
-    what keeps). ``land``: the kernel a switch issued at each kernel with each configuration
-    in effect lands in (:func:`~rlclock.backends.switching.landing_table`).
+    choices reach from the step's start (auto), and per rank, kernel and held configuration (``(ranks, n,
+    len(held))`` each) the policy's action there and the configuration it requests (at a decision they do not
+    reach: keep, and what keeps). ``land``: the kernel a switch issued at each kernel with each configuration in
+    effect lands in (:func:`~rlclock.backends.switching.landing_table`).
 
     The decisions reached are found in one sweep over the step, a block of kernels at a time (every move goes
     forward): in each block, for each configuration entered there (at the step's start, where a switch to it
@@ -182,8 +182,7 @@ def _choices(evaluator: FirstLayerEvaluator, prepared: PreparedStep, tab: PriceT
     acts = [np.where(reached[:, c, None], tab.decided[c].ranked[situation, :ranks], keep)  # unreached: keep
             for c in held.tolist()]
     reqs = [_request(prepared, tab, c, a, 0, n) for c, a in zip(held.tolist(), acts, strict=True)]
-    by_rank = (list(np.moveaxis(np.stack(x, axis=2), 1, 0)) for x in (acts, reqs))  # per rank (n, len(held))
-    return held, next(by_rank), next(by_rank)
+    return held, np.stack(acts).transpose(2, 1, 0), np.stack(reqs).transpose(2, 1, 0)  # (ranks, n, len(held))
 
 
 def _request(prepared: PreparedStep, tab: PriceTables, current: int, action: np.ndarray, lo: int, hi: int
