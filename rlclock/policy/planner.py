@@ -208,7 +208,9 @@ def _bracket(budget: _Budget, grid: list[float]) -> float | None:
     if y1 == y2:
         return step
     aim = float(np.exp(x1 + (budget.limit_s - y1) * (x2 - x1) / (y2 - y1)))
-    return max(aim, grid[0]) if lower and aim < step else min(aim, grid[-1]) if not lower and aim > step else step
+    if lower:
+        return max(aim, grid[0]) if aim < step else step
+    return min(aim, grid[-1]) if aim > step else step
 
 
 def switch_earlier(budget: _Budget, grid: list[float], notches: int, tries: int) -> None:
