@@ -20,6 +20,7 @@ and packs the lot into ``OUT/corpus.tar.gz`` when ``--pack`` is given.
     python benchmarks/corpus_gpu.py --out data/corpus                  # every model
     python benchmarks/corpus_gpu.py --out /tmp/c --only llama --windows 1 --window-s 0.5
     python benchmarks/corpus_gpu.py --out /tmp/t --timing-only      # the controller's timing, both ways
+    python benchmarks/corpus_gpu.py --out data/corpus-h200-heldout --set heldout --pack   # never fitted to
 """
 
 from __future__ import annotations
@@ -77,32 +78,83 @@ def hf_models() -> dict[str, tuple[Any, dict[str, Any]]]:
     }
 
 
-def build(name: str, config: Any, shape: dict[str, Any]) -> tuple[Any, Batch, str]:
-    """The model on the GPU, a batch maker, and the task (causal LM, masked LM, seq2seq, image classes)."""
+def heldout_models() -> dict[str, tuple[Any, dict[str, Any]]]:
+    """Name → (config, batch shape, with its task) of architectures the cost rules were never fitted to (``--set
+    heldout``): Gemma (GeGLU, head dim 256, multi-query, a 256 k vocabulary), Phi (partial rotary, parallel
+    attention and MLP), OPT-350m (post-norm, ReLU, projected embeddings), Falcon (multi-query, parallel blocks),
+    Qwen3 (per-head q/k RMSNorm), a Mixtral-style mixture of experts, BART, DeBERTa-v3 (disentangled relative
+    attention) and Swin (shifted-window attention)."""
+    import transformers as tf
+
+    lm, mlm, s2s, img = "causal-lm", "masked-lm", "seq2seq", "image-classification"
+    return {
+        "gemma-1b": (tf.GemmaConfig(hidden_size=1536, intermediate_size=6144, num_hidden_layers=12,
+                                    num_attention_heads=8, num_key_value_heads=1, head_dim=256, vocab_size=256000,
+                                    max_position_embeddings=2048), {"task": lm, "batch": 4, "seq": 1024}),
+        "phi-1b": (tf.PhiConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=12,
+                                num_attention_heads=32, partial_rotary_factor=0.5, vocab_size=51200,
+                                max_position_embeddings=2048), {"task": lm, "batch": 4, "seq": 2048}),
+        "opt-350m": (tf.OPTConfig(hidden_size=1024, ffn_dim=4096, num_hidden_layers=24, num_attention_heads=16,
+                                  word_embed_proj_dim=512, do_layer_norm_before=False, vocab_size=50272,
+                                  max_position_embeddings=2048), {"task": lm, "batch": 8, "seq": 1024}),
+        "falcon-1b-mqa": (tf.FalconConfig(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
+                                          multi_query=True, parallel_attn=True, new_decoder_architecture=False,
+                                          alibi=False, vocab_size=65024), {"task": lm, "batch": 4, "seq": 2048}),
+        "qwen3-0.6b": (tf.Qwen3Config(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                                      num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                                      vocab_size=151936, max_position_embeddings=2048),
+                       {"task": lm, "batch": 8, "seq": 1024}),
+        "mixtral-moe": (tf.MixtralConfig(hidden_size=1024, intermediate_size=2048, num_hidden_layers=8,
+                                         num_attention_heads=16, num_key_value_heads=4, num_local_experts=8,
+                                         num_experts_per_tok=2, vocab_size=32000, max_position_embeddings=2048),
+                        {"task": lm, "batch": 8, "seq": 1024}),
+        "bart-base": (tf.BartConfig(d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
+                                    decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072,
+                                    vocab_size=50265), {"task": s2s, "batch": 16, "seq": 512, "target": 128}),
+        "deberta-v3-base": (tf.DebertaV2Config(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                                               intermediate_size=3072, vocab_size=128100, relative_attention=True,
+                                               position_buckets=256, pos_att_type=["p2c", "c2p"],
+                                               max_relative_positions=-1, norm_rel_ebd="layer_norm",
+                                               share_att_key=True, position_biased_input=False),
+                            {"task": mlm, "batch": 16, "seq": 512}),
+        "swin-tiny": (tf.SwinConfig(image_size=224, patch_size=4, embed_dim=96, depths=[2, 2, 6, 2],
+                                    num_heads=[3, 6, 12, 24], window_size=7, num_labels=1000),
+                      {"task": img, "batch": 64}),
+    }
+
+
+MODEL_SETS = {"corpus": hf_models, "heldout": heldout_models}
+"""``--set``: the corpus the cost rules were fitted to, or architectures they never saw."""
+
+
+def build(name: str, config: Any, shape: dict[str, Any], device: str = "cuda") -> tuple[Any, Batch, str]:
+    """The model on ``device``, a batch maker, and the task (causal LM, masked LM, seq2seq, image classes): the
+    shape's ``task`` where it names one, else from the config's kind. Attention through SDPA where the
+    architecture has it, else its own."""
     import torch
     import transformers as tf
 
     torch.manual_seed(0)
-    config.attn_implementation = "sdpa"
-    if isinstance(config, tf.BertConfig):
-        model, task = tf.BertForMaskedLM(config), "masked-lm"
-    elif isinstance(config, tf.T5Config):
-        model, task = tf.T5ForConditionalGeneration(config), "seq2seq"
-    elif isinstance(config, tf.ViTConfig):
-        model, task = tf.ViTForImageClassification(config), "image-classification"
-    else:
-        model, task = tf.AutoModelForCausalLM.from_config(config), "causal-lm"
-    model = model.cuda().train()
+    task = shape.get("task") or (
+        "masked-lm" if isinstance(config, tf.BertConfig) else "seq2seq" if isinstance(config, tf.T5Config)
+        else "image-classification" if isinstance(config, tf.ViTConfig) else "causal-lm")
+    auto = {"causal-lm": tf.AutoModelForCausalLM, "masked-lm": tf.AutoModelForMaskedLM,
+            "seq2seq": tf.AutoModelForSeq2SeqLM, "image-classification": tf.AutoModelForImageClassification}[task]
+    try:
+        model = auto.from_config(config, attn_implementation="sdpa")
+    except ValueError:  # the architecture has no SDPA path
+        model = auto.from_config(config, attn_implementation="eager")
+    model = model.to(device).train()
     b = shape["batch"]
 
     def batch() -> dict[str, Any]:
         if task == "image-classification":
-            return {"pixel_values": torch.randn(b, 3, 224, 224, device="cuda"),
-                    "labels": torch.randint(0, 1000, (b,), device="cuda")}
-        ids = torch.randint(0, config.vocab_size, (b, shape["seq"]), device="cuda")
+            return {"pixel_values": torch.randn(b, 3, 224, 224, device=device),
+                    "labels": torch.randint(0, 1000, (b,), device=device)}
+        ids = torch.randint(0, config.vocab_size, (b, shape["seq"]), device=device)
         if task == "seq2seq":
             return {"input_ids": ids, "labels": torch.randint(0, config.vocab_size, (b, shape["target"]),
-                                                              device="cuda")}
+                                                              device=device)}
         return {"input_ids": ids, "labels": ids}
 
     return model, batch, task
@@ -428,6 +480,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder to write the corpus to")
     parser.add_argument("--only", default="", help="models whose name contains this")
+    parser.add_argument("--set", choices=sorted(MODEL_SETS), default="corpus",
+                        help="corpus: the models the cost rules were fitted to, with examples/train_small_gpt.py's "
+                             "(default); heldout: architectures they never saw")
     parser.add_argument("--windows", type=int, default=3, help="energy windows per model (default 3)")
     parser.add_argument("--window-s", type=float, default=2.0, help="seconds per window, at least (default 2)")
     parser.add_argument("--every", type=int, default=1,
@@ -455,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     summaries: dict[str, Any] = {}
     entries: list[tuple[str, Callable[[], tuple[Any, Callable[[], None], str, Any, dict[str, Any]]]]] = []
-    for name, (config, shape) in hf_models().items():
+    for name, (config, shape) in MODEL_SETS[args.set]().items():
         def make(name=name, config=config, shape=shape):
             model, batch, task = build(name, config, shape)
             return model, trainer(model, batch), task, config, shape
@@ -466,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
         return model, trainer(model, batch, loss), "causal-lm", {"width": 768, "layers": 8, "heads": 12}, \
             {"batch": 16, "seq": 512}
 
-    entries.append(("train-small-gpt", make_small))
+    if args.set == "corpus":
+        entries.append(("train-small-gpt", make_small))
     for name, make in entries:
         if args.only not in name:
             continue
