@@ -191,6 +191,27 @@ def test_norms_split_input_and_weight_gradients():
     assert gamma.access == "reduce"
 
 
+def test_a_layernorm_row_narrower_than_its_block_keeps_only_the_rows_bytes_in_flight():
+    """One block of 128 threads per row (PyTorch's vectorized LayerNorm): a 96-channel fp32 row is 384 bytes, so the
+    block's threads average 3 bytes in flight, not a 16-byte vector; a 4096-channel row fills every thread."""
+    fwd = "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>()"
+
+    def forward(rows: int, hidden: int, grid: tuple[int, int, int]):
+        x = (rows, hidden)
+        op = LaunchOp("aten::native_layer_norm", (x, (), (hidden,), (hidden,), ()), (F32, "ScalarList", F32, F32, ""))
+        return one(op, fwd, grid=grid, block=(32, 4, 1))
+
+    assert forward(4096, 96, (4096, 1, 1)).mlp_bytes == pytest.approx(96 * 4 / 128)
+    assert forward(4096, 4096, (4096, 1, 1)).mlp_bytes == 16.0
+    assert forward(4096, 96, (1024, 1, 1)).mlp_bytes == 16.0  # several rows per block: not this loop
+    x = (4096, 192)  # the input gradient reads two rows (the output's gradient and the input) per block
+    op = LaunchOp("aten::native_layer_norm_backward", (x, x, (), (4096, 1), (4096, 1), (192,), (192,)),
+                  (F32, F32, "ScalarList", F32, F32, F32, F32))
+    (grad_in,) = call_costs(op, [Launch("void at::native::layer_norm_grad_input_kernel_vectorized<float>()",
+                                        grid=(4096, 1, 1), block=(128, 1, 1))], strict=True)
+    assert grad_in.mlp_bytes == pytest.approx(2 * 192 * 4 / 128)
+
+
 def test_costs_group_activities_by_call_and_unknown_ones_have_only_their_time():
     a = LaunchOp("aten::fill_", ((1024,), ()), (F32, "Scalar"), call=0)
     out = costs([a, None, a], [Launch(VEC), Launch("mystery"), Launch(VEC)], strict=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,15 @@ SWEEP_SETTINGS = MeasureSettings(window_s=0.1, warmup_s=0.2, repeats=3)
 end on the energy counter's steps, so each spans one step or more whatever the counter's period (0.1 s on an
 H200); there the suite read at 0.1 s windows agrees with 1.0 s windows within 0.7 % in energy and 0.3 % in time on
 every kernel not under the power cap (``data/h200-suite-windows``) — about 0.8 s per kernel and clock pair."""
+
+RESTING = "auto, at rest"
+"""The ``requested`` label of the observe-mode idle reading taken after :data:`REST_S` without work."""
+
+REST_S = 2.0
+"""Observe mode: seconds without work before the resting idle reading. An idle H200 sits at its lowest SM clock
+(345 MHz) after about 1.5 s; the idle reading right after the suite's kernels still finds the clocks up. The two
+readings are the GPU's power floor at two core clocks, what separates constant power from power that follows the
+clock in a fit."""
 
 READING_OVERHEAD_S = 0.3
 """Per reading beyond its warm-up and windows (graph launches, synchronisation, the table written), seconds:
@@ -107,7 +116,8 @@ def device_sweep(spec: GpuSpec, control: ClockControl, sampler: EnergySampler, r
                  per_memory: int = 10, settings: MeasureSettings = SWEEP_SETTINGS,
                  kernels: Sequence[Kernel] | None = None,
                  progress: Callable[[Reading, int, int], None] | None = None,
-                 save: Callable[[DeviceSweep], Any] | None = None, idle_runner: Any | None = None) -> DeviceSweep:
+                 save: Callable[[DeviceSweep], Any] | None = None, idle_runner: Any | None = None,
+                 rest_s: float = REST_S) -> DeviceSweep:
     """Sweep the suite on the GPU ``control`` holds.
 
     Args:
@@ -122,6 +132,8 @@ def device_sweep(spec: GpuSpec, control: ClockControl, sampler: EnergySampler, r
         progress: Called after each reading with it, the readings done and the readings planned.
         save: Called after each clock pair with the sweep so far (write it, so an interrupted sweep keeps its rows).
         idle_runner: The idle window's runner (default: :class:`rlclock.gpu.microbench.IdleRunner`).
+        rest_s: Observe mode: after the idle reading with the clocks still up, leave the GPU without work this long
+            and read it idle again, at the clocks its firmware rests at (:data:`REST_S`; 0: no resting reading).
 
     Raises:
         ClockError: A clock pair of the sweep is not one this GPU supports (the preset is another GPU's).
@@ -141,7 +153,8 @@ def device_sweep(spec: GpuSpec, control: ClockControl, sampler: EnergySampler, r
             raise MeasurementError(f"no kernel of the calibration suite could run on this GPU ({out.skipped}).",
                                    "see the reasons given for each kernel.")
         mems = sorted({c.mem_mhz for c in configs if c.mem_mhz is not None})
-        planned = len(configs) * len(runners) + max(1, len(mems))
+        resting = control.dry_run and rest_s > 0
+        planned = len(configs) * len(runners) + max(1, len(mems)) + int(resting)
         idle_runner = _idle_runner() if idle_runner is None else idle_runner
         for i, config in enumerate(configs):
             if not control.dry_run:
@@ -161,6 +174,12 @@ def device_sweep(spec: GpuSpec, control: ClockControl, sampler: EnergySampler, r
                 out.readings.append(_reading(spec, None, idle_config, stats))
                 if progress is not None:
                     progress(out.readings[-1], len(out.readings), planned)
+                if resting:  # the same idle after the firmware has had time to lower its clocks
+                    time.sleep(rest_s)
+                    stats = measure(idle_runner, sampler, settings)
+                    out.readings.append(replace(_reading(spec, None, idle_config, stats), requested=RESTING))
+                    if progress is not None:
+                        progress(out.readings[-1], len(out.readings), planned)
             if save is not None:
                 out.seconds = time.perf_counter() - t0
                 save(out)

@@ -6,7 +6,9 @@ predicted auto-clock time, energy and power-capped SM clock match the isolated m
 measures only the driver's own clocks, so how a kernel responds to *other* clocks comes from the model's
 physics with the fitted parameters and weak priors (stated in :data:`PRIORS`), not from measurements. Beside
 the trace, single elementwise kernels timed on the same GPU (:data:`LOOP_MEASUREMENTS`) fix what the layer's
-kernels do not exercise: PyTorch's generic and unrolled loops, and large streams with and without their input in L2.
+kernels do not exercise: PyTorch's generic and unrolled loops, and large streams with and without their input in L2;
+fp32 products on the SIMT units (:data:`SIMT_GEMMS`) fix their rate and switching power, and idle readings with the
+clocks up (:data:`IDLE_MEASUREMENTS`) the power floor.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import numpy as np
 
 from rlclock import resources
 from rlclock.calibration.fit import BOUNDS, fit
+from rlclock.calibration.sweep import SweepRow, sweep_residuals
+from rlclock.calibration.table import read_table
 from rlclock.dvfs import model
 from rlclock.dvfs.spec import GpuSpec
 from rlclock.errors import SpecError
@@ -39,6 +43,18 @@ SIMT_GEMMS: dict[str, str] = {"h200-sxm": "h200-simt-gemm.json"}
 """Per preset, shipped timings of fp32 matrix products on the SIMT units (cuBLAS FFMA kernels, TF32 off;
 ``benchmarks/simt_gemm.py``) fitted beside the trace: the layer's GEMMs all run on tensor cores, so these alone carry
 ``eta_simt_gemm``; T5's fp32 attention products in the corpus judge it."""
+RESPONSE_MEASUREMENTS: dict[str, str] = {"h200-sxm": "h200-response.json"}
+"""Per preset, the shipped frequency-response measurement (``benchmarks/freq_response.py``), here only for the fixed
+cost of its spin gauge between two CUDA events, which the SIMT products' clock readings are corrected by."""
+IDLE_MEASUREMENTS: dict[str, tuple[str, ...]] = {
+    "h200-sxm": ("h200-suite-observe.csv", "h200-suite-observe-rest.csv")}
+"""Per preset, shipped sweep tables (``rlclock calibrate --device`` in observe mode) whose ``idle`` rows — the board
+with no work, clocks up — fix the model's power floor (its power between kernels,
+:func:`rlclock.dvfs.model.gap_power_w`): the layer's kernels alone cannot tell constant power from power that scales
+with activity. Two sweeps three days apart read 128.9 and 119.0 W (and 118.4 W after 2 s more without work, the
+clocks still up)."""
+IDLE_WEIGHT = 10.0
+"""Weight of the idle power's log error (one reading against the layer's hundreds; as the step sums' weight)."""
 LOOP_WEIGHT = 0.25
 """Weight of each loop timing's log error against the trace's kernels (whose targets stay first)."""
 
@@ -47,7 +63,7 @@ FIT_NAMES: tuple[str, ...] = (
     "e_xbar_j_per_byte", "p_mem_bg_w", "e_dram_j_per_byte", "eta_gemm", "eta_attention", "eta_stream",
     "eta_reduce", "simt_ops_per_byte", "launch_s", "reduce_overhead_cycles",
     "l2_hit_fraction", "l2_resident_bytes", "l2_bytes_per_cycle", "norm_ops_per_written_byte",
-    "loop_ops_per_element", "narrow_load_ops", "eta_simt_gemm",
+    "loop_ops_per_element", "narrow_load_ops", "eta_simt_gemm", "c_simt_gemm_w",
 )
 """Parameters the measured fit adjusts. The DRAM latency (``lat_core_cycles``, ``lat_mem_cycles``) is left as the
 preset holds it: observe mode measures every kernel at one clock pair, where no kernel is latency-bound, so the
@@ -70,7 +86,9 @@ _BOUNDS = {**BOUNDS, "v_min_v": (0.55, 0.85), "v_max_v": (0.85, 1.15), "eta_atte
            # cycle (~20 TB/s at 1980 MHz); norm kernels up to 50 extra SIMT operations per byte written.
            "l2_hit_fraction": (0.0, 1.0), "l2_resident_bytes": (0.0, 60e6), "l2_bytes_per_cycle": (0.0, 1e4),
            "norm_ops_per_written_byte": (0.0, 50.0), "loop_ops_per_element": (0.0, 1000.0),
-           "narrow_load_ops": (0.0, 1000.0)}
+           "narrow_load_ops": (0.0, 1000.0), "c_simt_gemm_w": (0.0, 400.0),
+           # with the power floor fixed by the idle reading, the GEMMs' power is tensor activity: up to 800 W
+           "c_tensor_w": (10.0, 800.0)}
 
 
 def measured_trace(spec: GpuSpec) -> KernelTrace:
@@ -135,19 +153,54 @@ def narrow_gemm_points(spec: GpuSpec) -> tuple[list[Kernel], np.ndarray]:
     return kernels, np.array(t)
 
 
-def simt_gemm_points(spec: GpuSpec) -> tuple[list[Kernel], np.ndarray]:
-    """The fp32 SIMT matrix products of :data:`SIMT_GEMMS` (FLOPs and bytes by the current rules) and their measured
-    times (medians of back-to-back launches). Empty when the preset has none."""
+def simt_gemm_points(spec: GpuSpec) -> tuple[list[Kernel], np.ndarray, np.ndarray]:
+    """The fp32 SIMT matrix products of :data:`SIMT_GEMMS` (FLOPs and bytes by the current rules), their measured
+    times (medians of back-to-back launches) and the SM clock they ran at, MHz (medians of the spin gauges beside
+    each timing, corrected for a gauge kernel's fixed cost between two events; NaN where not recorded). Run back to
+    back they hold the board at its power limit, so the clock carries their power. Empty when the preset has none."""
     rel = SIMT_GEMMS.get(spec.key)
     if rel is None:
-        return [], np.zeros(0)
-    kernels, t = [], []
-    for entry in json.loads(resources.measurement(rel).read_text())["products"].values():
+        return [], np.zeros(0), np.zeros(0)
+    data = json.loads(resources.measurement(rel).read_text())
+    cycles, cost_s = data.get("gauge_cycles"), data.get("gauge_cost_s", _gauge_cost_s(spec))
+    kernels, t, f = [], [], []
+    for entry in data["products"].values():
         ks = [k for k in refresh_costs(KernelTrace.from_dict(entry["trace"])) if k.category == "gemm"]
         if len(ks) == 1 and not ks[0].uses_tensor_cores:
             kernels.append(ks[0])
             t.append(float(np.median(entry["time_s"])))
-    return kernels, np.array(t)
+            mhz = entry.get("clock_mhz")
+            if mhz and cycles and cost_s is not None:  # back out the gauge's event-timed length, less its fixed cost
+                f.append(float(np.median([cycles / (cycles / (m * 1e6) - cost_s) / 1e6 for m in mhz])))
+            else:
+                f.append(np.nan)
+    return kernels, np.array(t), np.array(f)
+
+
+def idle_rows(spec: GpuSpec) -> list[SweepRow]:
+    """The idle readings of :data:`IDLE_MEASUREMENTS` for this preset (empty when it has none)."""
+    return [r for rel in IDLE_MEASUREMENTS.get(spec.key, ()) for r in read_table(resources.measurement(rel))
+            if r.is_idle]
+
+
+def simt_power_at_clock(spec: GpuSpec, kernels: list[Kernel], core_mhz: np.ndarray) -> np.ndarray:
+    """The model's power of each kernel, W, at the core clock it was measured at (the memory clock at its top). The
+    firmware held those clocks below boost, so the board drew its limit there: the fit sets this to the limit (a
+    smooth residual; the capped clock itself is flat in the parameters while the model stays under the cap)."""
+    ka = model.kernel_arrays(kernels, spec)
+    f = np.asarray(core_mhz, float).reshape(-1, 1)
+    m = np.full_like(f, float(spec.max_mem_mhz))
+    return model.power_w(ka, spec, f, m, model.components(ka, spec, f, m))[:, 0]
+
+
+def _gauge_cost_s(spec: GpuSpec) -> float | None:
+    """A spin gauge's fixed cost between two CUDA events on this GPU, s, as the frequency-response measurement of
+    :data:`RESPONSE_MEASUREMENTS` found it (gauges of two lengths); None where there is none."""
+    rel = RESPONSE_MEASUREMENTS.get(spec.key)
+    if rel is None:
+        return None
+    cost = json.loads(resources.measurement(rel).read_text()).get("gauge_cost_s")
+    return None if cost is None else float(cost)
 
 
 def predict_loops(spec: GpuSpec, kernels: list[Kernel], cold: np.ndarray) -> np.ndarray:
@@ -175,11 +228,14 @@ def _residuals(spec: GpuSpec, kernels: list[Kernel], t: np.ndarray, e: np.ndarra
 
 
 def fit_measured(spec: GpuSpec, max_nfev: int = 400) -> tuple[GpuSpec, float]:
-    """Fit ``spec``'s model to its measured trace and loop timings (module docstring)."""
+    """Fit ``spec``'s model to its measured trace, loop timings, SIMT products and idle power (module docstring)."""
     kernels, t, e, f = isolated_points(measured_trace(spec), spec)
     loops, t_loops, cold = loop_points(spec)
     gemms, t_gemms = narrow_gemm_points(spec)
-    simt, t_simt = simt_gemm_points(spec)
+    simt, t_simt, f_simt = simt_gemm_points(spec)
+    clocked = np.isfinite(f_simt)
+    idle = idle_rows(spec)
+    simt_clocked = [k for k, c in zip(simt, clocked) if c]
 
     def residuals(s: GpuSpec) -> np.ndarray:
         r = [_residuals(s, kernels, t, e, f)]
@@ -189,6 +245,9 @@ def fit_measured(spec: GpuSpec, max_nfev: int = 400) -> tuple[GpuSpec, float]:
             r.append(LOOP_WEIGHT * 2 * np.log(predict_auto(s, gemms).time_s[:, 0] / t_gemms))
         if simt:
             r.append(LOOP_WEIGHT * 2 * np.log(predict_auto(s, simt).time_s[:, 0] / t_simt))
+            r.append(LOOP_WEIGHT * 2 * np.log(simt_power_at_clock(s, simt_clocked, f_simt[clocked]) / s.power_limit_w))
+        if idle:
+            r.append(IDLE_WEIGHT * sweep_residuals(s, idle, parts="energy"))
         return np.concatenate(r)
 
     return fit(spec, residuals, FIT_NAMES, max_nfev=max_nfev, bounds=_BOUNDS)

@@ -297,7 +297,10 @@ def power_w(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: np.n
     v = voltage_v(spec, core_mhz)
     t = comp.time_s
     bytes_rate = ka.work_scale * (ka.read_bytes + ka.write_bytes) / t
-    activity = p.c_tensor_w * comp.t_tensor / t + p.c_simt_w * comp.t_simt / t
+    # A SIMT GEMM's FMAs take their operands from shared memory through the register file: more switching per
+    # issue-busy second than other SIMT work (``c_simt_gemm_w`` on top of ``c_simt_w``).
+    c_simt = p.c_simt_w + p.c_simt_gemm_w * ka.is_simt_gemm
+    activity = p.c_tensor_w * comp.t_tensor / t + c_simt * comp.t_simt / t
     core_dyn = v * v * (core_mhz * 1e-3 * (p.c_clock_w + ka.activity_scale * activity)
                         + ka.activity_scale * p.e_xbar_j_per_byte * bytes_rate)
     static = p.p_const_w + p.k_leak_w_per_v * v

@@ -75,6 +75,8 @@ class DvfsParams:
     operand and dimension) and unrolled (a dynamic cast per load and store) elementwise loops;
     ``narrow_load_ops`` — SIMT operations per operand load instruction of a GEMM whose tiles are fetched fewer than
     16 bytes at a time (a CUTLASS ``_alignN`` kernel chosen for a misaligned leading dimension);
+    ``c_simt_gemm_w`` — switching power per issue-busy second of a SIMT matrix product on top of ``c_simt_w``
+    (its FMAs take every operand from shared memory through the register file, which other SIMT work does not);
     ``boost_max_mhz`` — the highest core clock the GPU runs at, MHz, where that is below the top of NVML's table
     (a GeForce card lists clocks it never reaches at its voltage limit): "auto" boosts up to it, a higher locked
     clock lands on it, and the voltage reaches ``v_max_v`` there (0 = the top of the table). Launch
@@ -105,6 +107,7 @@ class DvfsParams:
     launch_s: float
     reduce_overhead_cycles: float = 0.0
     eta_simt_gemm: float = 1.0
+    c_simt_gemm_w: float = 0.0
     memset_s: float = 0.0
     l2_hit_fraction: float = 0.0
     l2_resident_bytes: float = 0.0

@@ -319,6 +319,18 @@ def gamma_beta_loads(elem_bytes: float, kernel_name: str = "") -> float:
     return float(max(1, rows) * 2 * elem_bytes)
 
 
+def row_loads(launch: Launch, rows: float, row_read_bytes: float) -> float:
+    """Bytes of independent loads a thread of a row kernel keeps in flight: a normalisation launched one block per
+    row (PyTorch's ``vectorized_layer_norm_kernel`` and its input gradient) has each thread load
+    :data:`VECTOR_LOAD_BYTES` of the row at a time, so a row narrower than the block leaves threads without data —
+    the block's loads in flight are the row's bytes (over every tensor it reads), spread over its threads. On the
+    H200, Swin's fp32 LayerNorms of 96-768 channels ran at 0.21-0.88 of the rate a full block would reach, about that
+    share. Other launches (several rows per block, unknown shape): :data:`VECTOR_LOAD_BYTES`."""
+    if launch.grid is None or launch.block is None or math.prod(launch.grid) != round(rows):
+        return VECTOR_LOAD_BYTES
+    return float(min(VECTOR_LOAD_BYTES, row_read_bytes / math.prod(launch.block)))
+
+
 def _spread(launches: Sequence[Launch], total: Cost, elements: float = 0.0,
             read_bytes_per_element: float = 0.0) -> list[Cost]:
     """An operator's work done once by its kernels together (PyTorch splits a tensor too large for 32-bit
@@ -550,13 +562,14 @@ def _norm(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
         if lk.kind != "kernel":
             out.append(_kind_cost(lk))
         elif not backward:
-            out.append(Cost(8.0 * n, n * eb + 2.0 * hidden * 4.0, n * eb + 8.0 * rows, "norm", rule="norm.forward"))
+            out.append(Cost(8.0 * n, n * eb + 2.0 * hidden * 4.0, n * eb + 8.0 * rows, "norm", rule="norm.forward",
+                            mlp_bytes=row_loads(lk, rows, hidden * eb)))
         elif "gamma" in nm or "beta" in nm or ("weight" in nm and "input" not in nm):
             out.append(Cost(4.0 * n, 2.0 * n * eb + 8.0 * rows, 2.0 * hidden * 4.0, "norm", access="reduce",
                             rule="norm.backward.weight", mlp_bytes=gamma_beta_loads(eb, lk.name)))
         else:
             out.append(Cost(10.0 * n, 2.0 * n * eb + 8.0 * rows + hidden * 4.0, n * eb, "norm",
-                            rule="norm.backward.input"))
+                            rule="norm.backward.input", mlp_bytes=row_loads(lk, rows, 2.0 * hidden * eb)))
     return out
 
 

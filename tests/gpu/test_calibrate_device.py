@@ -143,9 +143,13 @@ def test_a_sweep_in_observe_mode_sets_nothing_and_places_rows_at_the_clocks_read
     kernels = [k for k in suite(BASE) if k.name in ("gemm_small", "l2_stream")]
     fake_nvml.set_device(0, default_sm_mhz=1755)
     with ClockControl(0) as control:
-        sweep, _ = _sweep(fake_nvml, control, kernels, true_gpu)
+        t0 = time.perf_counter()
+        sweep, _ = _sweep(fake_nvml, control, kernels, true_gpu, rest_s=0.3)
+        took_s = time.perf_counter() - t0
     assert fake_nvml.calls() == []
-    assert sweep.observe and [r.requested for r in sweep.readings] == ["auto"] * 3
+    # the kernels and an idle reading at the clocks in effect, then the same idle after a rest without work
+    assert sweep.observe and [r.requested for r in sweep.readings] == ["auto"] * 3 + ["auto, at rest"]
+    assert [r.is_idle for r in sweep.rows] == [False, False, True, True] and took_s >= 0.3
     assert {(r.row.core_mhz, r.row.mem_mhz) for r in sweep.readings} == {(1755, 3201)}
     with pytest.raises(Exception, match="one core clock"):
         fit_sweep(BASE, sweep.rows)
