@@ -262,6 +262,8 @@ def test_loop_kinds_and_narrow_gemms_read_from_kernel_names():
     assert loop_kind(unrolled) == "unrolled" and elements_per_thread(unrolled) == 4
     cat = "void at::native::(anonymous namespace)::CatArrayBatchedCopy_vectorized<OpaqueType<2u>, unsigned int, 3>"
     assert loop_kind(cat) == "vectorized" and loop_kind(cat.replace("_vectorized", "")) == "generic"
+    roll = "void at::native::roll_cuda_kernel<c10::BFloat16>(const T*, T*, long, long, long, long, long, long)"
+    assert loop_kind(roll) == "generic" and elements_per_thread(roll) == 1  # a thread per element, offsets per element
     assert gemm_narrow_loads("void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_128x256_nt_align1>") \
         == (128, 256, 1)
     assert gemm_narrow_loads("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT") is None

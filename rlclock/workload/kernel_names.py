@@ -64,6 +64,12 @@ def classify(name: str, op: str | None = None) -> str:
     return "other"
 
 
+ROLL_KERNEL = "roll_cuda_kernel"
+"""PyTorch's ``torch.roll`` kernel: per element, its index's position along the rolled dimension moved by the shift
+(a division and a remainder); on the H200 Swin's rolls run at a fixed rate in elements, bf16 or fp32 alike
+(~230 G elements/s), as the generic loop does."""
+
+
 def loop_kind(name: str) -> str:
     """Which of PyTorch's elementwise loops a kernel runs, from its (demangled) name; one of :data:`LOOPS`.
 
@@ -71,23 +77,27 @@ def loop_kind(name: str) -> str:
     operands of one type, 16-byte vector loads); ``unrolled``: ``unrolled_elementwise_kernel`` (contiguous
     operands whose types differ: every load and store goes through a per-element dynamic cast); ``generic``: the
     strided ``elementwise_kernel<nt, vt>`` (an operand broadcast, transposed or otherwise not contiguous: every
-    element's offsets computed per operand) and the strided ``CatArrayBatchedCopy``; ``other``: anything else.
+    element's offsets computed per operand), the strided ``CatArrayBatchedCopy`` and ``roll_cuda_kernel`` (each
+    element's source offset computed from its index, one element per thread); ``other``: anything else.
     """
     if "vectorized_elementwise_kernel" in name or "CatArrayBatchedCopy_vectorized" in name:
         return "vectorized"
     if "unrolled_elementwise_kernel" in name:
         return "unrolled"
-    if "::elementwise_kernel<" in name or "CatArrayBatchedCopy" in name:
+    if "::elementwise_kernel<" in name or "CatArrayBatchedCopy" in name or ROLL_KERNEL in name:
         return "generic"
     return "other"
 
 
 def elements_per_thread(name: str) -> int | None:
     """Elements one thread of a ``generic`` or ``unrolled`` loop handles (``elementwise_kernel<nt, vt>``: ``vt``;
-    ``unrolled_elementwise_kernel``: PyTorch's thread work size, 4), ``None`` for other kernels."""
+    ``unrolled_elementwise_kernel``: PyTorch's thread work size, 4; ``roll_cuda_kernel``: 1, a thread per element),
+    ``None`` for other kernels."""
     kind = loop_kind(name)
     if kind == "unrolled":
         return 4
+    if ROLL_KERNEL in name:
+        return 1
     if kind == "generic":
         m = re.search(r"::elementwise_kernel<\s*\d+\s*,\s*(\d+)", name)
         return int(m.group(1)) if m else None
