@@ -9,8 +9,13 @@ clock is measured before and after each timing by a spin kernel of known cycles,
 Each product is also profiled once into a kernel trace whose FLOPs and bytes come from the operator's shapes
 (``rlclock.workload.op_costs``), so ``--compare`` can put the preset's prediction beside it.
 
+``--power`` runs each product back to back over tick-aligned NVML energy windows instead (``rlclock.gpu.meter``, as
+``rlclock calibrate --device`` reads the suite): the board's power, the SM clock and the clock-event reasons while
+it runs — whether the firmware held it at the power limit, as the preset's fit of their switching power assumes.
+
     python benchmarks/simt_gemm.py --measure --out data/h200-simt-gemm.json     # on the GPU
-    python benchmarks/simt_gemm.py --compare data/h200-simt-gemm.json           # anywhere
+    python benchmarks/simt_gemm.py --power data/h200-simt-gemm-power.json       # on the GPU
+    python benchmarks/simt_gemm.py --compare data/h200-simt-gemm.json [--power-file data/h200-simt-gemm-power.json]
 """
 
 from __future__ import annotations
@@ -96,6 +101,59 @@ def measure(out: Path, reps: int) -> None:
     print(f"wrote {out}")
 
 
+def power(out: Path, window_s: float) -> None:
+    """Each product back to back over NVML energy windows: power, SM clock and clock-event reasons (nothing set)."""
+    import torch
+
+    from rlclock.gpu.meter import EnergySampler, MeasureSettings, measure
+    from rlclock.gpu.microbench import SuiteRunner
+    from rlclock.gpu.nvml import NvmlDevice
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    device = NvmlDevice(0)
+    settings = MeasureSettings(window_s=window_s, warmup_s=0.3, repeats=3)
+    result: dict[str, Any] = {
+        "gpu": torch.cuda.get_device_name(0), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__, "power_limit_w": device.power_limit_w(), "window_s": window_s, "repeats": 3,
+        "method": __doc__.split("``--power``")[1].split("    python")[0].strip(), "products": {}}
+    with EnergySampler(device, settings.poll_s, settings.clock_period_s) as sampler:
+        for name, fn in products(torch).items():
+            runner = SuiteRunner(name, fn)
+            try:
+                st = measure(runner, sampler, settings)
+            finally:
+                runner.close()
+            result["products"][name] = {"power_w": st.power_w, "sm_clock_mhz": st.sm_clock_mhz,
+                                        "reasons": list(st.reasons), "time_s": st.time_s, "energy_j": st.energy_j}
+            print(f"{name:20s} {st.time_s * 1e6:9.1f} us {st.power_w:6.1f} W at {st.sm_clock_mhz:5.0f} MHz "
+                  f"{'/'.join(st.reasons)}", flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"wrote {out}")
+
+
+def compare_power(path: Path, traces_path: Path, gpu: str) -> None:
+    """The model's power of each product at the SM clock NVML read (``path``), against the board's measured power;
+    the products' kernels come from the timing file ``traces_path`` (``--measure``'s)."""
+    from rlclock.calibration.measured import simt_power_at_clock
+    from rlclock.dvfs.spec import get_spec
+    from rlclock.workload.op_costs import refresh_costs
+    from rlclock.workload.trace import KernelTrace
+
+    spec = get_spec(gpu)
+    data = json.loads(path.read_text())
+    traces = json.loads(traces_path.read_text())["products"]
+    print(f"# {data['gpu']} ({data['date']}, limit {data['power_limit_w']:.0f} W): NVML energy windows of "
+          f">= {data['window_s']} s, back to back; model power at the SM clock read")
+    print(f"{'product':20s} {'MHz':>5s} {'meas W':>7s} {'model W':>7s} {'err':>6s}  reasons")
+    for name, e in data["products"].items():
+        ks = [k for k in refresh_costs(KernelTrace.from_dict(traces[name]["trace"]))
+              if k.category == "gemm"] if name in traces else []
+        p_model = float(simt_power_at_clock(spec, ks, [e["sm_clock_mhz"]])[0]) if len(ks) == 1 else float("nan")
+        print(f"{name:20s} {e['sm_clock_mhz']:5.0f} {e['power_w']:7.1f} {p_model:7.1f} "
+              f"{100 * (p_model / e['power_w'] - 1):+5.1f}%  {'/'.join(e['reasons'])}")
+
+
 def compare(path: Path, gpu: str) -> int:
     import numpy as np
 
@@ -133,13 +191,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=15, help="timings per product")
     p.add_argument("--compare", type=Path, help="a measurement file to check a preset against")
     p.add_argument("--gpu", default="h200-sxm", help="the preset --compare checks")
+    p.add_argument("--power", type=Path, help="measure each product's power on GPU 0 (observe mode) into this file")
+    p.add_argument("--window", type=float, default=1.0, help="--power: shortest energy window, seconds")
+    p.add_argument("--power-file", type=Path, help="--compare: also check the model's power against this file")
     a = p.parse_args(argv)
     if a.measure:
         measure(a.out, a.reps)
+    if a.power:
+        power(a.power, a.window)
     if a.compare:
-        return compare(a.compare, a.gpu)
-    if not a.measure:
-        p.error("give --measure and/or --compare FILE")
+        rc = compare(a.compare, a.gpu)
+        if a.power_file:
+            compare_power(a.power_file, a.compare, a.gpu)
+        return rc
+    if not (a.measure or a.power):
+        p.error("give --measure, --power FILE and/or --compare FILE")
     return 0
 
 

@@ -14,6 +14,7 @@ clocks up (:data:`IDLE_MEASUREMENTS`) the power floor.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 
@@ -43,9 +44,9 @@ SIMT_GEMMS: dict[str, str] = {"h200-sxm": "h200-simt-gemm.json"}
 """Per preset, shipped timings of fp32 matrix products on the SIMT units (cuBLAS FFMA kernels, TF32 off;
 ``benchmarks/simt_gemm.py``) fitted beside the trace: the layer's GEMMs all run on tensor cores, so these alone carry
 ``eta_simt_gemm``; T5's fp32 attention products in the corpus judge it."""
-RESPONSE_MEASUREMENTS: dict[str, str] = {"h200-sxm": "h200-response.json"}
-"""Per preset, the shipped frequency-response measurement (``benchmarks/freq_response.py``), here only for the fixed
-cost of its spin gauge between two CUDA events, which the SIMT products' clock readings are corrected by."""
+SIMT_GEMM_POWER: dict[str, str] = {"h200-sxm": "h200-simt-gemm-power.json"}
+"""Per preset, the same products run back to back over NVML energy windows (``benchmarks/simt_gemm.py --power``): the
+board's power and SM clock while each ran, which fix their switching power (``c_simt_gemm_w``)."""
 IDLE_MEASUREMENTS: dict[str, tuple[str, ...]] = {
     "h200-sxm": ("h200-suite-observe.csv", "h200-suite-observe-rest.csv")}
 """Per preset, shipped sweep tables (``rlclock calibrate --device`` in observe mode) whose ``idle`` rows — the board
@@ -153,28 +154,39 @@ def narrow_gemm_points(spec: GpuSpec) -> tuple[list[Kernel], np.ndarray]:
     return kernels, np.array(t)
 
 
-def simt_gemm_points(spec: GpuSpec) -> tuple[list[Kernel], np.ndarray, np.ndarray]:
-    """The fp32 SIMT matrix products of :data:`SIMT_GEMMS` (FLOPs and bytes by the current rules), their measured
-    times (medians of back-to-back launches) and the SM clock they ran at, MHz (medians of the spin gauges beside
-    each timing, corrected for a gauge kernel's fixed cost between two events; NaN where not recorded). Run back to
-    back they hold the board at its power limit, so the clock carries their power. Empty when the preset has none."""
-    rel = SIMT_GEMMS.get(spec.key)
+def simt_gemm_points(spec: GpuSpec) -> tuple[list[Kernel], np.ndarray]:
+    """The fp32 SIMT matrix products of :data:`SIMT_GEMMS` (FLOPs and bytes by the current rules) and their measured
+    times (medians of back-to-back launches). Empty when the preset has none."""
+    kernels, entries, _ = _simt_products(spec)
+    return kernels, np.array([float(np.median(e["time_s"])) for e in entries])
+
+
+def simt_power_points(spec: GpuSpec) -> tuple[list[Kernel], np.ndarray, np.ndarray]:
+    """The same products run back to back over NVML energy windows (:data:`SIMT_GEMM_POWER`): the kernels, the board's
+    power (W) and the SM clock NVML read (MHz). Empty when the preset has none."""
+    kernels, _, names = _simt_products(spec)
+    rel = SIMT_GEMM_POWER.get(spec.key)
     if rel is None:
         return [], np.zeros(0), np.zeros(0)
-    data = json.loads(resources.measurement(rel).read_text())
-    cycles, cost_s = data.get("gauge_cycles"), data.get("gauge_cost_s", _gauge_cost_s(spec))
-    kernels, t, f = [], [], []
-    for entry in data["products"].values():
+    power = json.loads(resources.measurement(rel).read_text())["products"]
+    keep = [i for i, n in enumerate(names) if n in power]
+    return ([kernels[i] for i in keep], np.array([power[names[i]]["power_w"] for i in keep]),
+            np.array([power[names[i]]["sm_clock_mhz"] for i in keep]))
+
+
+def _simt_products(spec: GpuSpec) -> tuple[list[Kernel], list[dict[str, Any]], list[str]]:
+    """The SIMT products of :data:`SIMT_GEMMS`: their kernels, their measurement entries and their names."""
+    rel = SIMT_GEMMS.get(spec.key)
+    if rel is None:
+        return [], [], []
+    kernels, entries, names = [], [], []
+    for name, entry in json.loads(resources.measurement(rel).read_text())["products"].items():
         ks = [k for k in refresh_costs(KernelTrace.from_dict(entry["trace"])) if k.category == "gemm"]
         if len(ks) == 1 and not ks[0].uses_tensor_cores:
             kernels.append(ks[0])
-            t.append(float(np.median(entry["time_s"])))
-            mhz = entry.get("clock_mhz")
-            if mhz and cycles and cost_s is not None:  # back out the gauge's event-timed length, less its fixed cost
-                f.append(float(np.median([cycles / (cycles / (m * 1e6) - cost_s) / 1e6 for m in mhz])))
-            else:
-                f.append(np.nan)
-    return kernels, np.array(t), np.array(f)
+            entries.append(entry)
+            names.append(name)
+    return kernels, entries, names
 
 
 def idle_rows(spec: GpuSpec) -> list[SweepRow]:
@@ -184,23 +196,13 @@ def idle_rows(spec: GpuSpec) -> list[SweepRow]:
 
 
 def simt_power_at_clock(spec: GpuSpec, kernels: list[Kernel], core_mhz: np.ndarray) -> np.ndarray:
-    """The model's power of each kernel, W, at the core clock it was measured at (the memory clock at its top). The
-    firmware held those clocks below boost, so the board drew its limit there: the fit sets this to the limit (a
-    smooth residual; the capped clock itself is flat in the parameters while the model stays under the cap)."""
+    """The model's power of each kernel, W, at the core clock it was measured at (the memory clock at its top), with
+    no power cap applied: what the fit sets to the board's measured power there (a smooth residual, where the capped
+    clock itself is flat in the parameters while the model stays under the cap)."""
     ka = model.kernel_arrays(kernels, spec)
     f = np.asarray(core_mhz, float).reshape(-1, 1)
     m = np.full_like(f, float(spec.max_mem_mhz))
     return model.power_w(ka, spec, f, m, model.components(ka, spec, f, m))[:, 0]
-
-
-def _gauge_cost_s(spec: GpuSpec) -> float | None:
-    """A spin gauge's fixed cost between two CUDA events on this GPU, s, as the frequency-response measurement of
-    :data:`RESPONSE_MEASUREMENTS` found it (gauges of two lengths); None where there is none."""
-    rel = RESPONSE_MEASUREMENTS.get(spec.key)
-    if rel is None:
-        return None
-    cost = json.loads(resources.measurement(rel).read_text()).get("gauge_cost_s")
-    return None if cost is None else float(cost)
 
 
 def predict_loops(spec: GpuSpec, kernels: list[Kernel], cold: np.ndarray) -> np.ndarray:
@@ -232,10 +234,9 @@ def fit_measured(spec: GpuSpec, max_nfev: int = 400) -> tuple[GpuSpec, float]:
     kernels, t, e, f = isolated_points(measured_trace(spec), spec)
     loops, t_loops, cold = loop_points(spec)
     gemms, t_gemms = narrow_gemm_points(spec)
-    simt, t_simt, f_simt = simt_gemm_points(spec)
-    clocked = np.isfinite(f_simt)
+    simt, t_simt = simt_gemm_points(spec)
+    simt_p, p_simt, f_simt = simt_power_points(spec)
     idle = idle_rows(spec)
-    simt_clocked = [k for k, c in zip(simt, clocked) if c]
 
     def residuals(s: GpuSpec) -> np.ndarray:
         r = [_residuals(s, kernels, t, e, f)]
@@ -245,7 +246,8 @@ def fit_measured(spec: GpuSpec, max_nfev: int = 400) -> tuple[GpuSpec, float]:
             r.append(LOOP_WEIGHT * 2 * np.log(predict_auto(s, gemms).time_s[:, 0] / t_gemms))
         if simt:
             r.append(LOOP_WEIGHT * 2 * np.log(predict_auto(s, simt).time_s[:, 0] / t_simt))
-            r.append(LOOP_WEIGHT * 2 * np.log(simt_power_at_clock(s, simt_clocked, f_simt[clocked]) / s.power_limit_w))
+        if simt_p:
+            r.append(LOOP_WEIGHT * 2 * np.log(simt_power_at_clock(s, simt_p, f_simt) / p_simt))
         if idle:
             r.append(IDLE_WEIGHT * sweep_residuals(s, idle, parts="energy"))
         return np.concatenate(r)
