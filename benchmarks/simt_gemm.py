@@ -11,7 +11,7 @@ Each product is also profiled once into a kernel trace whose FLOPs and bytes com
 
 ``--power`` runs each product back to back over tick-aligned NVML energy windows instead (``rlclock.gpu.meter``, as
 ``rlclock calibrate --device`` reads the suite): the board's power, the SM clock and the clock-event reasons while
-it runs — whether the firmware held it at the power limit, as the preset's fit of their switching power assumes.
+it runs, which the H200 preset's fit of their switching power takes (``rlclock.calibration.measured.SIMT_GEMM_POWER``).
 
     python benchmarks/simt_gemm.py --measure --out data/h200-simt-gemm.json     # on the GPU
     python benchmarks/simt_gemm.py --power data/h200-simt-gemm-power.json       # on the GPU
