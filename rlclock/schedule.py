@@ -2,7 +2,8 @@
 
 A :class:`ClockConfig` is what rlclock asks the driver for: a locked core clock and/or a locked memory
 clock, each ``None`` for "let the driver decide" (auto). A :class:`ClockSchedule` requests one
-configuration per kernel invocation of a trace. How a schedule is judged — run through
+configuration per kernel invocation of a trace, and may name one board power limit for the whole step (the
+driver then keeps every kernel's power under it, inside the kernel). How a schedule is judged — run through
 ``GpuBackend.run`` beside the same backend's auto run — is :func:`rlclock.solve.evaluation.evaluate`.
 """
 
@@ -68,6 +69,17 @@ AUTO = ClockConfig()
 """The driver's own clocks: nothing locked."""
 
 
+def _power_limit(value: Any, name: str) -> float | None:
+    """A schedule's power limit, checked: ``None`` or a finite number of watts above 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(value) or value <= 0:
+        raise ScheduleError(f"schedule {name!r} has power limit {value!r}; it must be a number of watts above 0.",
+                            "give a board power limit in watts (e.g. 650), or none to leave the GPU's as it is.")
+    return float(value)
+
+
 class ClockSchedule:
     """A requested clock configuration per kernel invocation.
 
@@ -75,12 +87,15 @@ class ClockSchedule:
         configs: The distinct configurations the schedule uses (or may use).
         index: For every kernel invocation, the position of its requested configuration in ``configs``.
         name: What produced it (``"auto"``, ``"kernel-global"``, ``"ppo"`` …).
+        power_limit_w: The board power limit the whole step runs under, watts; ``None`` (the default) leaves
+            the GPU's limit as it is. A whole-job setting: it is set once before the step, not per kernel.
 
     A request is a wish: the backend issues it at the kernel's start, and with a switching latency the
     clocks change only after that latency (see ``GpuBackend.run``).
     """
 
-    def __init__(self, configs: Sequence[ClockConfig], index: Iterable[int], name: str = "schedule") -> None:
+    def __init__(self, configs: Sequence[ClockConfig], index: Iterable[int], name: str = "schedule",
+                 power_limit_w: float | None = None) -> None:
         self.configs: tuple[ClockConfig, ...] = tuple(ClockConfig.parse(c) for c in configs)
         if not self.configs:
             raise ScheduleError("a schedule needs at least one clock configuration.")
@@ -94,12 +109,14 @@ class ClockSchedule:
                 f"(indices 0 to {len(self.configs) - 1})."
             )
         self.name = name
+        self.power_limit_w = _power_limit(power_limit_w, name)
 
     @classmethod
-    def constant(cls, config: ClockConfig | str, n: int, name: str | None = None) -> ClockSchedule:
-        """The same configuration for all ``n`` invocations."""
+    def constant(cls, config: ClockConfig | str, n: int, name: str | None = None,
+                 power_limit_w: float | None = None) -> ClockSchedule:
+        """The same configuration for all ``n`` invocations (under ``power_limit_w`` watts, if given)."""
         c = ClockConfig.parse(config)
-        return cls([c], np.zeros(n, dtype=np.int64), name or str(c))
+        return cls([c], np.zeros(n, dtype=np.int64), name or str(c), power_limit_w)
 
     @classmethod
     def from_configs(cls, per_kernel: Sequence[ClockConfig | str], name: str = "schedule") -> ClockSchedule:
@@ -117,7 +134,8 @@ class ClockSchedule:
         return self.configs[int(self.index[i])]
 
     def __repr__(self) -> str:
-        return f"ClockSchedule({self.name!r}, {len(self)} kernels, {self.n_changes} changes)"
+        limit = "" if self.power_limit_w is None else f", power limit {self.power_limit_w:g} W"
+        return f"ClockSchedule({self.name!r}, {len(self)} kernels, {self.n_changes} changes{limit})"
 
     @property
     def per_kernel(self) -> list[ClockConfig]:
@@ -159,8 +177,11 @@ class ClockSchedule:
                 runs[-1][1] += 1
             else:
                 runs.append([i, 1])
-        return {"format": "rlclock.schedule", "version": 1, "name": self.name,
-                "configs": [str(c) for c in self.configs], "runs": runs}
+        out: dict[str, Any] = {"format": "rlclock.schedule", "version": 1, "name": self.name,
+                               "configs": [str(c) for c in self.configs], "runs": runs}
+        if self.power_limit_w is not None:
+            out["power_limit_w"] = self.power_limit_w
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> ClockSchedule:
@@ -177,7 +198,7 @@ class ClockSchedule:
             parsed = [ClockConfig.parse(c) for c in configs]
         except (TypeError, ValueError, ClockError) as exc:
             raise ScheduleError(f"malformed schedule: {exc}.") from None
-        return cls(parsed, index, str(data.get("name", "schedule")))
+        return cls(parsed, index, str(data.get("name", "schedule")), data.get("power_limit_w"))
 
     def save(self, path: str | Path) -> Path:
         """Write as JSON."""

@@ -106,3 +106,61 @@ def test_schedule_json_roundtrip(tmp_path):
     s = ClockSchedule.from_configs(["auto", "1500@3201", "1500@3201", "auto@2201"], name="x")
     back = ClockSchedule.load(s.save(tmp_path / "s.json"))
     assert back.per_kernel == s.per_kernel and back.n_changes == 2
+
+
+def test_a_schedule_names_a_power_limit_and_keeps_it_through_json(tmp_path):
+    from rlclock.errors import ScheduleError
+
+    s = ClockSchedule.constant("auto", 3, power_limit_w=650)
+    assert s.power_limit_w == 650.0 and "power limit 650 W" in repr(s)
+    back = ClockSchedule.load(s.save(tmp_path / "s.json"))
+    assert back.power_limit_w == 650.0 and back.per_kernel == s.per_kernel
+    assert "power_limit_w" not in ClockSchedule.constant("auto", 3).to_dict()  # none named: the file as before
+    for bad in (0, -5.0, float("nan"), float("inf"), True, "650"):
+        with pytest.raises(ScheduleError, match=r"power limit .* must be a number of watts above 0"):
+            ClockSchedule.constant("auto", 3, power_limit_w=bad)
+    with pytest.raises(ScheduleError, match="must be a number of watts"):
+        ClockSchedule.from_dict({**s.to_dict(), "power_limit_w": "lots"})
+
+
+def test_a_schedule_under_another_power_limit_runs_on_that_limit():
+    """The one accounting under a schedule's power limit is the backend at that limit, its per-kernel indices
+    still into this backend's configurations; the GPU's own limit (or none) runs as before; a backend that
+    cannot change its limit says so in one line."""
+    from rlclock.backends.simulated import SimulatedGpu
+    from rlclock.config import load_env_spec
+    from rlclock.errors import ScheduleError
+
+    backend = load_env_spec("gpt3xl-h200").build_backend()
+    assert isinstance(backend, SimulatedGpu)
+    n = backend.n_kernels
+    locked = backend.configs[3]
+    per_kernel = [AUTO if i % 7 else locked for i in range(n)]
+    plain = ClockSchedule.from_configs(per_kernel)
+    capped = ClockSchedule(plain.configs, plain.index, power_limit_w=600.0)
+    got = backend.run(capped)
+    ref = backend.at_power_limit(600.0).run(plain)
+    assert got.time_s == ref.time_s and got.energy_j == ref.energy_j and got.switches == ref.switches
+    assert got.configs == backend.configs
+    np.testing.assert_array_equal(got.requested_index, backend.schedule_indices(plain))
+    assert {backend.configs[i] for i in got.config_index} <= {AUTO, locked}
+    np.testing.assert_array_equal([backend.configs[i] for i in got.switch_to],
+                                  [ref.configs[i] for i in ref.switch_to])
+    assert got.time_s > backend.run(plain).time_s  # a lower limit slows the capped kernels
+    own = ClockSchedule(plain.configs, plain.index, power_limit_w=backend.power_limit_w)
+    assert backend.run(own).energy_j == backend.run(plain).energy_j
+    table = _gpu(0.001)
+    with pytest.raises(ScheduleError, match="cannot run under another power limit"):
+        table.run(ClockSchedule.constant("auto", 4, power_limit_w=500.0))
+
+
+def test_a_run_without_a_switch_takes_no_switching_path():
+    """A schedule that never leaves the clocks in effect runs as a table lookup, exactly as the switching path
+    would account it."""
+    gpu = _gpu(0.005)
+    for cfg, initial in ((AUTO, AUTO), ("1500@3201", ClockConfig(1500, 3201))):
+        run = gpu.run(ClockSchedule.constant(cfg, 4), initial=initial)
+        assert run.switches == 0 and run.off_plan_time_s == 0.0 and run.switch_land_s.size == 0
+        assert run.time_s == (4.0 if cfg == AUTO else 8.0)
+    switched = gpu.run(ClockSchedule.constant("1500@3201", 4))  # from auto: one switch, in flight for 5 ms
+    assert switched.switches == 1 and switched.off_plan_time_s > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -11,6 +12,7 @@ from rlclock.cli import main
 from rlclock.config import load_env_spec
 from rlclock.errors import ScheduleError
 from rlclock.solve.baselines import BASELINES, kernel_edp, run_baselines
+from rlclock.solve.evaluation import evaluate
 
 SMALL = {
     "name": "small-latency", "gpu": "rtx3080ti",
@@ -90,7 +92,7 @@ def test_cli_bad_budget_is_one_line(tmp_path, capsys):
 
 
 def test_the_power_limit_baseline_picks_the_cheapest_whole_job_limit_within_the_budget():
-    from rlclock.solve.baselines import POWER_LIMIT_STEP_W, power_limit
+    from rlclock.solve.baselines import POWER_LIMIT_STEP_W, power_limit, power_limits_w
 
     backend = load_env_spec(SMALL).build_backend()
     r = power_limit(backend, 0.01)
@@ -105,6 +107,13 @@ def test_the_power_limit_baseline_picks_the_cheapest_whole_job_limit_within_the_
     assert lower.time_s > backend.auto_run().time_s * 1.01 or lower.energy_j >= ev.energy_j
     free = power_limit(backend, 1.0).evaluation
     assert free.energy_j <= ev.energy_j
+    # the schedule names the limit it runs under, so the one accounting judges it as the baseline did
+    assert r.schedule.power_limit_w == (None if watts == backend.spec.power_limit_w else watts)
+    again = evaluate(r.schedule, backend)
+    assert (again.time_s, again.energy_j) == (ev.time_s, ev.energy_j)
+    # the scan stops at the first limit that misses the budget: a lower limit never runs the step faster
+    times = [backend.at_power_limit(float(w)).auto_run().time_s for w in power_limits_w(backend.spec.power_limit_w)]
+    assert all(b >= a for a, b in itertools.pairwise(times)) and times[-1] > times[0]
 
 
 def test_job_memory_weighs_every_memory_clock_for_the_whole_job():

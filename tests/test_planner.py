@@ -238,3 +238,38 @@ def test_the_search_brackets_the_budget_along_its_plans_line():
     assert planner._bracket(state({g(2): (1.02, 5.0), g(0): (1.04, 6.0)}), grid) == pytest.approx(1.0)
     assert planner._bracket(state({g(8): (1.1, 1.0)}), grid) is None  # nothing above the grid's end
     assert planner._bracket(state({g(4): (0.99, 2.0), g(0): (1.2, 1.0), g(6): (0.9, 3.0)}), grid) == pytest.approx(0.5)
+
+
+def test_the_plan_is_never_below_the_best_static_pair_or_whole_job_power_limit():
+    """The planner's last stage weighs the best static configuration and the driver's clocks under the best
+    whole-job power limit beside the policy's plan, on the same planning model: the plan it returns fits the
+    budget and costs no more than any of the three; it names a power limit only where that is strictly cheapest,
+    and never without ``power_limits``. On a step of many short kernels (Swin's windows, 6 ms switches) the
+    power limit wins."""
+    from rlclock.schedule import ClockSchedule
+    from rlclock.solve.baselines import power_limit, static
+    from rlclock.solve.evaluation import evaluate
+
+    pol = ClockPolicy.load("corpus-h200")
+    for folder in (STEP.parent, ROOT / "data" / "corpus-h200-heldout" / "swin-tiny"):
+        trace = refresh_costs(KernelTrace.load(folder / "step.trace.json.gz"))
+        auto_s = np.array([k.measured[0].time_s for k in trace])
+        backend = pol.backend_for(trace, auto_s, None, pol.gpu.switch_latency_s)
+        limit_s = backend.auto_run().time_s * 1.01 * (1 + 1e-12)
+        clocks_only = pol.plan(backend, 0.01, power_limits=False)
+        bare = pol.plan(pol.step_of(backend), 0.01)  # planning inputs without a backend: the policy's plan alone
+        assert np.array_equal(bare.requests, clocks_only.requests) and bare.power_limit_w is None
+        got = pol.plan(backend, 0.01)
+        fixed, capped = static(backend, 0.01).evaluation, power_limit(backend, 0.01).evaluation
+        assert got.time_s <= limit_s
+        assert got.energy_j <= min(clocks_only.energy_j, fixed.energy_j, capped.energy_j) + 1e-9
+        assert clocks_only.power_limit_w is None
+        sched = pol.schedule(trace, backend=backend, budget=0.01)
+        ev = evaluate(sched, backend)
+        assert (ev.time_s, ev.energy_j) == pytest.approx((got.time_s, got.energy_j), rel=1e-12)
+        assert sched.power_limit_w == got.power_limit_w
+        if got.power_limit_w is not None:
+            assert capped.energy_j < min(clocks_only.energy_j, fixed.energy_j)
+            assert sched.n_changes == 0 and sched.name == f"power-limit {got.power_limit_w:.0f} W"
+        assert isinstance(sched, ClockSchedule)
+    assert got.power_limit_w is not None and got.power_limit_w < backend.spec.power_limit_w  # Swin, the last step

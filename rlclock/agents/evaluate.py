@@ -60,7 +60,7 @@ def evaluate_policy(policy: ClockPolicy, spec: EnvSpec, backend: GpuBackend | No
 
         backend = episode_tables(spec).backend
     budget = spec.reward.budget
-    sched = policy.schedule(backend.trace, backend=backend, budget=budget, search=search)
+    sched = policy.schedule(backend.trace, backend=backend, budget=budget, search=search, whole_job=False)
     ev = evaluate(sched, backend)
     opt = optimum_for(backend, budget)
     auto = backend.auto_run()

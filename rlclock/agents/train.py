@@ -534,13 +534,13 @@ def _plots(run_dir: Path, policy: ClockPolicy, spec: EnvSpec, tracker: Tracker, 
     from rlclock.solve.evaluation import evaluate
 
     backend = episode_tables(spec).backend
-    sched = policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget)
+    sched = policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget, whole_job=False)
     ev = evaluate(sched, backend)
     points = {r.name: (100 * r.evaluation.slowdown, -100 * r.evaluation.saving)
               for r in run_baselines(backend, spec.reward.budget, time_limit_s=PLOT_SOLVE_S) if r.name != "auto"}
     points[f"{trained_by} policy"] = (100 * ev.slowdown, -100 * ev.saving)
-    searched = evaluate(policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget, search=True),
-                        backend)
+    searched = evaluate(policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget, search=True,
+                                        whole_job=False), backend)
     points[f"{trained_by} policy + search"] = (100 * searched.slowdown, -100 * searched.saving)
     pareto = pareto_plot(run_dir / "pareto.png", points, budget_pct=100 * spec.reward.budget,
                          title=f"{spec.name}: policy vs baselines (latency {1e3 * backend.latency_s:g} ms)")

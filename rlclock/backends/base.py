@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -73,6 +73,10 @@ class GpuBackend(ABC):
         trace: The kernel sequence of one step.
         configs: The configuration set (``AUTO`` is put first if missing); validated against the spec.
         latency_s: Switching latency; default the spec's.
+
+    Attributes:
+        power_limit_w: The board power limit the step runs under, watts (the spec's unless a subclass says
+            otherwise); a schedule naming another one runs on :meth:`at_power_limit`.
     """
 
     deterministic: bool = True
@@ -89,6 +93,8 @@ class GpuBackend(ABC):
         if not np.isfinite(self.latency_s) or self.latency_s < 0:
             raise ScheduleError(f"switching latency must be a finite number >= 0 s, found {latency_s!r}.")
         self._index = {c: i for i, c in enumerate(self.configs)}
+        self.power_limit_w = float(spec.power_limit_w)
+        self._under_limit: dict[tuple[float, tuple[ClockConfig, ...]], GpuBackend] = {}
 
     @property
     def n_kernels(self) -> int:
@@ -136,9 +142,29 @@ class GpuBackend(ABC):
         return schedule.reindexed(self.configs)
 
     def run(self, schedule: ClockSchedule, initial: ClockConfig = AUTO) -> RunResult:
-        """Run a schedule from ``initial`` clocks with nothing in flight (:mod:`rlclock.backends.switching`)."""
+        """Run a schedule from ``initial`` clocks with nothing in flight (:mod:`rlclock.backends.switching`), under
+        the schedule's power limit where it names one other than :attr:`power_limit_w`.
+
+        Raises:
+            ScheduleError: The schedule does not fit this backend, or names a power limit this backend cannot
+                run under (:meth:`at_power_limit`).
+        """
         req = self.schedule_indices(schedule)
-        return self.run_indices(req, initial=self.config_index(initial))
+        start = self.config_index(initial)
+        limit = schedule.power_limit_w
+        if limit is None or limit == self.power_limit_w:
+            return self.run_indices(req, initial=start)
+        # the same accounting on this step under the other limit, predicting only the configurations in use
+        used = tuple(self.configs[i] for i in np.unique(np.append(req, start)))
+        key = (limit, used)
+        if key not in self._under_limit:
+            self._under_limit[key] = self.at_power_limit(limit).with_configs(used)
+        other = self._under_limit[key]
+        there = np.array([other._index.get(c, -1) for c in self.configs])
+        back = np.array([self._index[c] for c in other.configs])
+        run = other.run_indices(there[req], initial=int(there[start]))
+        return replace(run, config_index=back[run.config_index], requested_index=req.copy(),
+                       switch_to=back[run.switch_to], configs=self.configs)
 
     def run_indices(self, requested: np.ndarray, initial: int = 0) -> RunResult:
         """:meth:`run` for per-kernel configuration indices."""
@@ -150,7 +176,7 @@ class GpuBackend(ABC):
         if (n and (requested.min() < 0 or requested.max() >= self.n_configs)) or not 0 <= initial < self.n_configs:
             raise ScheduleError(f"configuration indices must lie in 0..{self.n_configs - 1}, found "
                                 f"{int(requested.min())}..{int(requested.max())} (initial {initial}).")
-        if self.latency_s == 0.0:
+        if self.latency_s == 0.0 or not np.any(requested != initial):  # no switch in flight, ever
             rows = np.arange(n)
             kt, ke = t_tab[rows, requested], e_tab[rows, requested]
             changes = np.flatnonzero(np.diff(np.concatenate([[initial], requested])))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 
 import numpy as np
 
@@ -41,21 +42,30 @@ class SimulatedGpu(GpuBackend):
     def at_power_limit(self, power_limit_w: float) -> SimulatedGpu:
         """This simulated GPU and step under another power limit (measured points stay anchored at the
         preset's limit, where they were taken)."""
-        return SimulatedGpu(self.spec, self.trace, self.configs, self.latency_s, self.anchor, self.noise_std,
-                            self.seed, power_limit_w)
+        return self._derived(self.configs, power_limit_w)
 
     def with_configs(self, configs: Sequence[ClockConfig]) -> SimulatedGpu:
         """This simulated GPU and step over another configuration set."""
-        return SimulatedGpu(self.spec, self.trace, configs, self.latency_s, self.anchor, self.noise_std, self.seed,
-                            self.power_limit_w)
+        return self._derived(configs, self.power_limit_w)
+
+    def _derived(self, configs: Sequence[ClockConfig], power_limit_w: float) -> SimulatedGpu:
+        """The same step over ``configs`` under ``power_limit_w``, sharing the model's inputs (and their anchoring,
+        which neither changes) once computed."""
+        other = SimulatedGpu(self.spec, self.trace, configs, self.latency_s, self.anchor, self.noise_std, self.seed,
+                             power_limit_w)
+        if "distinct_inputs" in self.__dict__:
+            other.__dict__["distinct_inputs"] = self.distinct_inputs
+        return other
 
     def anchored_kernels(self) -> list[int]:
         """Indices of the distinct kernels that carry a measured point for this GPU."""
         first, _ = self.trace.unique_index
         return [j for j, i in enumerate(first) if _measured_point(self.trace[i], self.spec) is not None]
 
-    def predict_distinct(self, configs: Sequence[ClockConfig] | None = None) -> model.Prediction:
-        """The model's prediction for every distinct kernel of the trace (rows) at ``configs`` (columns)."""
+    @cached_property
+    def distinct_inputs(self) -> model.KernelArrays:
+        """The model's inputs for every distinct kernel of the trace, anchored on its measured auto points when
+        ``anchor`` (at the preset's limit, whatever this backend's)."""
         first, _ = self.trace.unique_index
         kernels = [self.trace[i] for i in first]
         ka = model.kernel_arrays(kernels, self.spec)
@@ -65,7 +75,12 @@ class SimulatedGpu(GpuBackend):
                 t = np.array([np.nan if p is None else p[0] for p in points])
                 e = np.array([np.nan if p is None or p[1] is None else p[1] for p in points])
                 ka = model.anchor(ka, self.spec, t, e)
-        return model.predict(ka, self.spec, self.configs if configs is None else configs, self.power_limit_w)
+        return ka
+
+    def predict_distinct(self, configs: Sequence[ClockConfig] | None = None) -> model.Prediction:
+        """The model's prediction for every distinct kernel of the trace (rows) at ``configs`` (columns)."""
+        return model.predict(self.distinct_inputs, self.spec, self.configs if configs is None else configs,
+                             self.power_limit_w)
 
     def _compute_tables(self) -> tuple[np.ndarray, np.ndarray]:
         pred = self.predict_distinct()

@@ -32,7 +32,7 @@ import numpy as np
 from rlclock.backends.simulated import SimulatedGpu
 from rlclock.dvfs.spec import GpuSpec
 from rlclock.dvfs.variants import hidden_gpu
-from rlclock.errors import RlclockError
+from rlclock.errors import RlclockError, ScheduleError
 from rlclock.schedule import ClockConfig
 from rlclock.workload.trace import KernelTrace
 
@@ -177,6 +177,15 @@ class TrueGpu(SimulatedGpu):
         self.draw = draw
         core = [draw.spec.requested_core_mhz(c) for c in self.configs]
         self._core_mhz = np.array(core, dtype=float)
+
+    def at_power_limit(self, power_limit_w: float) -> SimulatedGpu:
+        """Refused: a true GPU's firmware reserve and switching asymmetry are not carried to another limit.
+
+        Raises:
+            ScheduleError: Always.
+        """
+        raise ScheduleError("a true GPU of the online study runs under its own power limit only.",
+                            "compare power limits on the planning model (SimulatedGpu).")
 
     def switch_latency_s(self, current: int, target: int) -> float:
         """Lowering the core clock takes the latency; raising it ``raise_factor`` times as long."""

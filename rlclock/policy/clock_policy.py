@@ -26,6 +26,7 @@ from rlclock.policy.network import PolicyWeights
 from rlclock.policy.rollout import Overrides, Plan, rollout
 from rlclock.policy.search import SEARCH_RANKS
 from rlclock.policy.step import PlanningStep
+from rlclock.policy.whole_job import cheapest
 from rlclock.schedule import ClockConfig, ClockSchedule
 from rlclock.workload.trace import KernelTrace, Measurement
 
@@ -123,7 +124,8 @@ class ClockPolicy:
     def schedule(self, trace: KernelTrace, auto_time_s: np.ndarray | None = None,
                  auto_energy_j: np.ndarray | None = None, latency_s: float | None = None,
                  backend: GpuBackend | None = None, budget: float | None = None, meet_budget: bool = True,
-                 search: bool = False, ranks: int = SEARCH_RANKS) -> ClockSchedule:
+                 search: bool = False, ranks: int = SEARCH_RANKS, whole_job: bool = True,
+                 power_limits: bool = True) -> ClockSchedule:
         """The policy's clock schedule for one step of ``trace``.
 
         Args:
@@ -138,24 +140,38 @@ class ClockPolicy:
             search: Let the planner weigh the policy's best choices on the planning model (:meth:`plan`;
                 about twice the planning time).
             ranks: How many of its best choices the search weighs at every decision.
+            whole_job: With ``meet_budget``, weigh whole-job plans beside the policy's and keep the cheapest
+                (:mod:`rlclock.policy.whole_job`); ``False`` judges the policy's own plan.
+            power_limits: Among the whole-job plans, weigh the driver's clocks under board power limits: the
+                schedule may then name a power limit (:attr:`ClockSchedule.power_limit_w`), which applying it
+                sets for the job.
         """
         if backend is None:
             backend = self.backend_for(trace, auto_time_s, auto_energy_j, latency_s)
-        got = self.plan(backend, self.budget if budget is None else budget, meet_budget, search=search, ranks=ranks)
-        return ClockSchedule(self.configs, got.requests, name="policy")
+        got = self.plan(backend, self.budget if budget is None else budget, meet_budget, search=search, ranks=ranks,
+                        whole_job=whole_job, power_limits=power_limits)
+        name = "policy" if got.power_limit_w is None else f"power-limit {got.power_limit_w:.0f} W"
+        return ClockSchedule(self.configs, got.requests, name=name, power_limit_w=got.power_limit_w)
 
-    def plan(self, backend: GpuBackend, budget: float, meet_budget: bool = True, prices: int = 24, pairs: int = 2,
-             mix_tries: int = 8, search: bool = False, ranks: int = SEARCH_RANKS) -> Plan:
+    def plan(self, backend: GpuBackend | PlanningStep, budget: float, meet_budget: bool = True, prices: int = 24,
+             pairs: int = 2, mix_tries: int = 8, search: bool = False, ranks: int = SEARCH_RANKS,
+             whole_job: bool = True, power_limits: bool = True) -> Plan:
         """The requested configuration per kernel and its cost on the planning model (:mod:`rlclock.policy.planner`).
 
         With ``meet_budget`` the planner tries ``prices`` prices of time, time-shares the ``pairs`` most
         promising pairs (``mix_tries`` rollouts each) and keeps the cheapest plan within ``budget``; without
         it, the policy plans at its trained price. ``search`` adds the search over its ``ranks`` best choices.
+        With ``whole_job``, on a backend (not bare planning inputs), the plan within the budget is then weighed
+        against the best static configuration and, with ``power_limits``, the best whole-job power limit
+        (:func:`rlclock.policy.whole_job.cheapest`).
         """
         step = self.step_of(backend)
         if not meet_budget:
             return planner.plan_at(self.evaluator, step, self.price_rel, search, ranks)
-        return planner.plan(self.evaluator, step, budget, prices, pairs, mix_tries, search, ranks=ranks)
+        got = planner.plan(self.evaluator, step, budget, prices, pairs, mix_tries, search, ranks=ranks)
+        if not whole_job or isinstance(backend, PlanningStep):
+            return got
+        return cheapest(got, backend, budget, power_limits)
 
     def prepare(self, backend: GpuBackend | PlanningStep) -> PreparedStep:
         """What several rollouts of one step share (:meth:`rlclock.policy.inputs.FirstLayerEvaluator.prepare`)."""

@@ -36,12 +36,15 @@ class Plan:
         computed: Decisions the rollout computed (the others reused a repeated layer's, or an earlier
             rollout's); in blocks (:meth:`FirstLayerEvaluator.decide`), some of them ahead of kernels the
             rollout did not decide at.
+        power_limit_w: The board power limit the plan runs under, watts (``None``: the GPU's own; only the
+            planner's whole-job stage names one, :mod:`rlclock.policy.whole_job`).
     """
 
     requests: np.ndarray
     time_s: float
     energy_j: float
     computed: int
+    power_limit_w: float | None = None
 
     def objective(self, weight_j_per_s: float) -> float:
         """``energy + weight · time``, joules."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -138,24 +138,32 @@ def job_memory(backend: GpuBackend, budget: float) -> BaselineResult:
                           got.evaluation)
 
 
+def power_limits_w(top_w: float) -> np.ndarray:
+    """The board power limits the ``power-limit`` baseline tries, watts: ``top_w`` (the GPU's own limit) first,
+    then down in steps of :data:`POWER_LIMIT_STEP_W` to :data:`POWER_LIMIT_LOW` of it."""
+    return np.arange(top_w, POWER_LIMIT_LOW * top_w - 1e-9, -POWER_LIMIT_STEP_W)
+
+
 def power_limit(backend: GpuBackend, budget: float) -> BaselineResult:
-    """The driver's clocks under the whole-job power limit with the least energy whose step fits the budget.
+    """The driver's clocks under the whole-job power limit with the least energy whose step fits the budget: a
+    schedule of auto clocks naming that limit (or none, where the GPU's own limit is best).
 
     Raises:
         ScheduleError: The backend cannot change its power limit (:meth:`GpuBackend.at_power_limit`).
     """
-    top = backend.spec.power_limit_w
-    limits = np.arange(top, POWER_LIMIT_LOW * top - 1e-9, -POWER_LIMIT_STEP_W)
-    auto_run = backend.auto_run()
-    best_w, best = top, auto_run
-    for w in limits[1:]:
-        run = backend.at_power_limit(float(w)).auto_run()
-        if run.time_s <= _budget_s(backend, budget) * (1 + 1e-12) and run.energy_j < best.energy_j:
-            best_w, best = float(w), run
+    n = backend.n_kernels
+    limit_s = _budget_s(backend, budget) * (1 + 1e-12)
+    top = backend.power_limit_w
+    best_w, best = top, evaluate(ClockSchedule.constant(AUTO, n), backend)
+    for w in power_limits_w(top)[1:]:
+        got = evaluate(ClockSchedule.constant(AUTO, n, power_limit_w=float(w)), backend)
+        if got.time_s > limit_s:
+            break  # a lower limit never runs a kernel faster: every limit below misses the budget too
+        if got.energy_j < best.energy_j:
+            best_w, best = float(w), got
     name = f"power-limit {best_w:.0f} W"
-    evaluation = Evaluation(name=name, time_s=best.time_s, energy_j=best.energy_j, auto_time_s=auto_run.time_s,
-                            auto_energy_j=auto_run.energy_j, switches=0, off_plan_time_s=0.0, run=best)
-    return BaselineResult("power-limit", ClockSchedule.constant(AUTO, backend.n_kernels, name=name), evaluation)
+    schedule = ClockSchedule.constant(AUTO, n, name, power_limit_w=None if best_w == top else best_w)
+    return BaselineResult("power-limit", schedule, replace(best, name=name))
 
 
 def _passes(backend: GpuBackend) -> list[np.ndarray]:
