@@ -1,4 +1,4 @@
-"""``rlclock doctor``: GPU, driver, clocks, permissions, energy counter — and what rlclock can do here."""
+"""``rlclock doctor``: GPU, driver, clocks, power limits, permissions, energy counter — and what rlclock can do here."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "doctor",
         help="what this machine has and what rlclock can do on it",
-        description="Report the GPU(s), driver, supported clocks, privileges and the energy counter's update "
-                    "period, and say which rlclock features work here. Reads only; sets nothing.",
+        description="Report the GPU(s), driver, supported clocks, power limits, privileges and the energy counter's "
+                    "update period, and say which rlclock features work here. Reads only; sets nothing.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--period", type=number(0.0, 60.0), default=1.0, metavar="SECONDS",

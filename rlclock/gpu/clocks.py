@@ -1,30 +1,37 @@
-"""Safe control of one GPU's locked core and memory clocks.
+"""Safe control of one GPU's locked core and memory clocks and of its board power limit.
 
-:class:`ClockControl` is the only object in rlclock that changes clocks. It is opt-in, reads back what
-the GPU applied, and gives the clocks back to the driver on every way out:
+:class:`ClockControl` is the only object in rlclock that changes the GPU's settings: locked clocks and the
+board power limit (a whole-job setting). It is opt-in, reads back what the GPU applied, and gives the clocks
+back to the driver — and the power limit back to the one in effect before it first changed it — on every
+way out:
 
 * ``restore()`` / ``close()`` / leaving its ``with`` block (also through an exception);
 * SIGINT and SIGTERM (handlers chained to the ones installed before; main thread only);
 * normal interpreter exit (``atexit``);
 * SIGKILL or a crash of the owner: a watchdog *process* (:mod:`rlclock.gpu.watchdog`), started before the
-  first clock is locked, resets the clocks when the owner's end of a pipe closes.
+  first clock is locked or the power limit is changed, resets the clocks and sets the power limit back when
+  the owner's end of a pipe closes.
 
 Without ``allow_clock_control=True`` it runs in observe (dry-run) mode: every request is validated,
-planned and recorded — which NVML calls would be made — and the clocks are read back, but no set or
-reset function is called and no watchdog is started. ``rlclock reset-clocks`` (:func:`reset_clocks`)
-undoes locks left behind by anything.
+planned and recorded — which NVML calls would be made — and the clocks and power limit are read back, but
+no set or reset function is called and no watchdog is started. ``rlclock reset-clocks``
+(:func:`reset_clocks`) undoes locks left behind by anything and sets changed power limits back to the
+driver's default.
 
 Example::
 
     with ClockControl(0, allow_clock_control=True) as clocks:
+        clocks.set_power_limit(550)            # whole-job board power limit, watts
         record = clocks.apply("1410@3201")     # lock core 1410 MHz, memory 3201 MHz
         print(record.sm_clock_mhz, record.reasons)
-    # driver defaults again here
+    # driver default clocks and the power limit found before, again here
 """
 
 from __future__ import annotations
 
 import atexit
+import math
+import numbers
 import os
 import signal
 import threading
@@ -88,6 +95,45 @@ class ClockReadback:
                 "reasons": list(self.reasons), "set_latency_s": self.set_latency_s, "time_s": self.time_s}
 
 
+@dataclass(frozen=True)
+class PowerLimitReadback:
+    """What one :meth:`ClockControl.set_power_limit` (or the restore of the power limit) asked for, did, and read
+    back.
+
+    Attributes:
+        requested_w: The power limit asked for, watts; ``None`` for the one found (a restore).
+        found_w: The power limit in effect before the control first changed it, watts (``None`` until a limit was
+            asked for).
+        calls: NVML calls issued — or, in dry-run, that would have been issued — e.g. ``("set_power_limit_w(650)",)``;
+            empty when the limit was already in effect.
+        applied: True when the calls were made (False in dry-run).
+        dry_run: Observe mode: nothing was set.
+        power_limit_w: Power limit read back right after, watts (``None`` when not read back or not readable).
+        set_latency_s: Wall time spent in the NVML set call, seconds (0 in dry-run).
+        time_s: ``time.monotonic()`` when the record was made, seconds.
+    """
+
+    requested_w: float | None
+    found_w: float | None
+    calls: tuple[str, ...]
+    applied: bool
+    dry_run: bool
+    power_limit_w: float | None
+    set_latency_s: float
+    time_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return {"requested_w": self.requested_w, "found_w": self.found_w, "calls": list(self.calls),
+                "applied": self.applied, "dry_run": self.dry_run, "power_limit_w": self.power_limit_w,
+                "set_latency_s": self.set_latency_s, "time_s": self.time_s}
+
+
+def _watts(power_w: float) -> str:
+    """A power in watts as NVML can set it (to the milliwatt), without trailing zeros: ``650``, ``612.5``."""
+    return f"{power_w:.3f}".rstrip("0").rstrip(".")
+
+
 def plan_calls(current: ClockConfig, target: ClockConfig) -> list[tuple[str, tuple[int, ...]]]:
     """The NVML calls that take the locks from ``current`` to ``target``.
 
@@ -117,7 +163,8 @@ def _fmt(call: tuple[str, tuple[int, ...]]) -> str:
 
 
 class ClockControl:
-    """Locks one GPU's core and memory clocks on request and always gives them back.
+    """Locks one GPU's core and memory clocks and sets its board power limit on request, and always gives them
+    back (the clocks to the driver, the power limit to the one found before the first change).
 
     Args:
         device: NVML index of the GPU.
@@ -125,7 +172,8 @@ class ClockControl:
             it the object runs in dry-run (observe) mode.
         dry_run: Record what would be set without calling any set/reset function. Default: ``True``
             unless ``allow_clock_control``. ``dry_run=False`` without ``allow_clock_control`` is an error.
-        watchdog: Start the watchdog process before the first lock (ignored in dry-run). Leave on.
+        watchdog: Start the watchdog process before the first lock or power limit change (ignored in dry-run).
+            Leave on.
         handle_signals: Restore on SIGINT/SIGTERM (installed only when created in the main thread).
         supported: Clock table to validate requests against, ``{mem_mhz: core_mhz values}``; default: read
             from NVML (no validation if the GPU does not report one).
@@ -140,7 +188,8 @@ class ClockControl:
         GpuUnavailableError: NVML or the GPU is missing.
 
     All public methods are thread-safe. ``apply`` and ``restore`` return a :class:`ClockReadback`;
-    ``history`` keeps every record (what a dry run "would have set").
+    ``history`` keeps every record (what a dry run "would have set"). ``set_power_limit`` returns a
+    :class:`PowerLimitReadback`, kept in ``power_limit_history`` with the records of its restores.
     """
 
     def __init__(self, device: int = 0, *, allow_clock_control: bool = False, dry_run: bool | None = None,
@@ -164,6 +213,11 @@ class ClockControl:
         self._mem_locked = False  # this object has locked the memory clock (and must give it back)
         self._closed = False
         self._history: list[ClockReadback] = []
+        self._power_found_w: float | None = None  # the limit in effect before the first request
+        self._power_limit_w: float | None = None  # the limit requested last (in effect, or would be in dry-run)
+        self._power_changed = False  # live: the limit in effect may differ from the one found
+        self._power_range_w: tuple[float, float] | None = None
+        self._power_history: list[PowerLimitReadback] = []
         self._prev_handlers: dict[int, Any] = {}
         if supported is None:
             try:
@@ -203,6 +257,22 @@ class ClockControl:
         """Every record made so far, oldest first (a copy)."""
         with self._lock:
             return list(self._history)
+
+    @property
+    def power_limit_history(self) -> list[PowerLimitReadback]:
+        """Every power limit record made so far (requests and restores), oldest first (a copy)."""
+        with self._lock:
+            return list(self._power_history)
+
+    @property
+    def power_limit_found_w(self) -> float | None:
+        """The power limit in effect before this object first changed it, watts (``None`` until one was asked for)."""
+        return self._power_found_w
+
+    @property
+    def power_limit_w(self) -> float | None:
+        """The power limit requested last, watts (in effect now, or would be in dry-run; ``None`` before any)."""
+        return self._power_limit_w
 
     @property
     def watchdog_pid(self) -> int | None:
@@ -252,6 +322,36 @@ class ClockControl:
                     f"({self.device.name}).", f"use one of {min(cores)}–{max(cores)} MHz from the supported table.")
         return c
 
+    def validate_power_limit(self, power_limit_w: float | None) -> float | None:
+        """The power limit rounded to the milliwatt NVML sets, watts (``None`` stays ``None``: the limit found).
+
+        Raises:
+            ClockError: Not a finite number, or outside the range of limits this GPU accepts.
+            NvmlNotSupportedError: This GPU does not report a settable range: its power limit cannot be changed.
+        """
+        if power_limit_w is None:
+            return None
+        gpu = f"GPU {self.device_index} ({self.device.name})"
+        if isinstance(power_limit_w, bool) or not isinstance(power_limit_w, numbers.Real) or not math.isfinite(
+                power_limit_w):
+            raise ClockError(f"power limit {power_limit_w!r} for {gpu} is not a finite number of watts.",
+                             "pass watts as a number, e.g. 550, or None for the limit in effect before.")
+        with self._lock:
+            if self._power_range_w is None:
+                try:
+                    self._power_range_w = self.device.power_limit_range_w()
+                except NvmlNotSupportedError:
+                    raise NvmlNotSupportedError(
+                        f"the power limit of {gpu} cannot be changed through NVML: the GPU or its driver reports no "
+                        "settable range.", "leave the power limit unset (None) on this GPU; rlclock doctor shows "
+                        "what it supports.") from None
+            lo, hi = self._power_range_w
+        w = round(float(power_limit_w), 3)
+        if not lo <= w <= hi:
+            raise ClockError(f"power limit {_watts(w)} W is outside the range of {gpu}: {_watts(lo)}–{_watts(hi)} W.",
+                             f"ask for a limit within {_watts(lo)}–{_watts(hi)} W (rlclock doctor shows the range).")
+        return w
+
     # -- control ----------------------------------------------------------------------------------
     def apply(self, config: ClockConfig | str, read_back: bool = True) -> ClockReadback:
         """Lock the clocks of ``config`` (``auto`` domains unlocked) and read back what the GPU runs at.
@@ -273,15 +373,47 @@ class ClockControl:
             self._check_open()
             return self._change(c, read_back)
 
-    def restore(self) -> ClockReadback:
-        """Give the clocks back to the driver (when not in dry-run, always resets the core lock, and the memory lock
-        where memory locks are runtime).
+    def set_power_limit(self, power_limit_w: float | None, read_back: bool = True) -> PowerLimitReadback:
+        """Set the board power limit for the job and read back the limit in effect.
+
+        The limit in effect before the first change is read and remembered (:attr:`power_limit_found_w`); every
+        way out of this object sets it back.
+
+        Args:
+            power_limit_w: The limit, watts, within the GPU's range (rounded to the milliwatt); ``None`` for the
+                one found before this object first changed it (nothing to do if it never did).
+            read_back: Read the limit in effect after the change (one NVML read).
 
         Returns:
-            The record of the restore (``requested`` is ``auto``).
+            The record: the call made (or planned in dry-run; none when the limit is already in effect) and the
+            limit read back.
+
+        Raises:
+            ClockError: The limit is not a finite number or outside the GPU's range, or the object is closed.
+            ClockPermissionError: Not allowed to set the power limit (needs root).
+            NvmlNotSupportedError: This GPU's power limit cannot be changed through NVML.
         """
         with self._lock:
-            return self._restore()
+            self._check_open()
+            requested = self.validate_power_limit(power_limit_w)
+            if requested is not None and self._power_found_w is None:
+                self._power_found_w = round(self.device.power_limit_w(), 3)
+            target = requested if requested is not None else self._power_found_w  # None: never changed
+            return self._change_power_limit(requested, target, read_back)
+
+    def restore(self) -> ClockReadback:
+        """Give the clocks back to the driver (when not in dry-run, always resets the core lock, and the memory lock
+        where memory locks are runtime), and set the power limit back to the one found if this object changed it.
+
+        Returns:
+            The record of the clocks' restore (``requested`` is ``auto``); the power limit's goes to
+            ``power_limit_history``.
+
+        Raises:
+            RlclockError: The first error met; everything that could be restored was.
+        """
+        with self._lock:
+            return self._restore_all()
 
     def read(self) -> ClockReadback:
         """Read the clocks and reasons now, changing nothing."""
@@ -289,12 +421,12 @@ class ClockControl:
             return self._record(self._current, (), False, 0.0)
 
     def close(self) -> None:
-        """Restore the clocks, stop the watchdog and remove the signal handlers. Idempotent."""
+        """Restore the clocks and power limit, stop the watchdog and remove the signal handlers. Idempotent."""
         with self._lock:
             if self._closed:
                 return
             try:
-                self._restore()
+                self._restore_all()
             finally:
                 self._closed = True
                 if self._watchdog is not None:
@@ -390,6 +522,81 @@ class ClockControl:
         self._current = AUTO
         return self._record(AUTO, tuple(_fmt(c) for c in calls), bool(calls), latency)
 
+    def _restore_all(self) -> ClockReadback:
+        """Restore the clocks and the power limit; on errors, both are tried and the first error is raised."""
+        errors: list[Exception] = []
+        rec: ClockReadback | None = None
+        try:
+            rec = self._restore()
+        except Exception as exc:  # the power limit must still be set back
+            errors.append(exc)
+        try:
+            self._restore_power_limit()
+        except Exception as exc:
+            errors.append(exc)
+        if errors:
+            raise errors[0]
+        assert rec is not None
+        return rec
+
+    def _change_power_limit(self, requested_w: float | None, target_w: float | None, read_back: bool = True,
+                            force: bool = False) -> PowerLimitReadback:
+        current = self._power_limit_w if self._power_limit_w is not None else self._power_found_w
+        calls: tuple[str, ...] = ()
+        latency = 0.0
+        if target_w is not None and (force or target_w != current):
+            calls = (f"set_power_limit_w({_watts(target_w)})",)
+            if not self._dry_run:
+                latency = self._set_power_limit(target_w)
+            self._power_limit_w = target_w
+        if not self._dry_run and self._power_changed and target_w == self._power_found_w:
+            self._power_back()
+        return self._record_power(requested_w, calls, bool(calls) and not self._dry_run, latency, read_back)
+
+    def _set_power_limit(self, power_limit_w: float) -> float:
+        """Set the limit with the watchdog guarding the one found; returns the time the set call took, seconds."""
+        self._guard_power_limit()
+        self._power_changed = True
+        t0 = time.perf_counter()
+        try:
+            self.device.set_power_limit_w(power_limit_w)
+        except RlclockError:
+            in_effect = nvml.try_read(self.device.power_limit_w)
+            if isinstance(in_effect, float) and round(in_effect, 3) == self._power_found_w:  # refused: unchanged
+                self._power_back()
+            raise
+        return time.perf_counter() - t0
+
+    def _power_back(self) -> None:
+        """The limit in effect is the one found again: nothing for any way out to restore."""
+        self._power_changed = False
+        if self._watchdog is not None:
+            self._watchdog.release_power_limit(self.device_index)
+
+    def _restore_power_limit(self) -> None:
+        found = self._power_found_w
+        if found is None:
+            return
+        if self._dry_run:
+            if self._power_limit_w is not None and self._power_limit_w != found:
+                self._change_power_limit(None, found)
+            return
+        if self._power_changed:  # always set: a failed set may have left anything in effect
+            self._change_power_limit(None, found, force=True)
+
+    def _record_power(self, requested_w: float | None, calls: tuple[str, ...], applied: bool, latency: float,
+                      read_back: bool = True) -> PowerLimitReadback:
+        power: float | None = None
+        if read_back:
+            try:
+                power = self.device.power_limit_w()
+            except NvmlNotSupportedError:
+                power = None
+        rec = PowerLimitReadback(None if requested_w is None else float(requested_w), self._power_found_w, calls,
+                                 applied, self._dry_run, power, latency, time.monotonic())
+        self._power_history.append(rec)
+        return rec
+
     def _record(self, requested: ClockConfig, calls: tuple[str, ...], applied: bool, latency: float,
                 read_back: bool = True) -> ClockReadback:
         if read_back:
@@ -409,6 +616,15 @@ class ClockControl:
 
             self._watchdog = Watchdog([self.device_index])
         self._watchdog.arm()
+
+    def _guard_power_limit(self) -> None:
+        if not self._use_watchdog or self._power_found_w is None:
+            return
+        if self._watchdog is None:
+            from rlclock.gpu.watchdog import Watchdog
+
+            self._watchdog = Watchdog([self.device_index])
+        self._watchdog.guard_power_limit(self.device_index, self._power_found_w)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         try:
@@ -440,17 +656,18 @@ class ClockControl:
 
 
 def reset_clocks(devices: Sequence[int] | None = None, dry_run: bool = False) -> list[str]:
-    """Reset the locked core and memory clocks of ``devices`` (default: all GPUs) to the driver defaults.
+    """Reset the locked core and memory clocks of ``devices`` (default: all GPUs) to the driver defaults, and a
+    power limit that differs from the driver's default limit to that default.
 
     Args:
         devices: NVML indices; ``None`` for every GPU.
-        dry_run: Only say what would be reset.
+        dry_run: Only say what would be reset (nothing is set).
 
     Returns:
-        One line per GPU saying what was done.
+        One line per GPU saying what was done; a GPU whose power limit NVML cannot read or set says so in its line.
 
     Raises:
-        ClockPermissionError: Not allowed to reset clocks (needs root).
+        ClockPermissionError: Not allowed to reset clocks or set the power limit (needs root).
         GpuUnavailableError: NVML or the GPU is missing.
     """
     indices = list(range(nvml.device_count())) if devices is None else list(devices)
@@ -458,7 +675,8 @@ def reset_clocks(devices: Sequence[int] | None = None, dry_run: bool = False) ->
     for index in indices:
         dev = nvml.NvmlDevice(index)
         if dry_run:
-            lines.append(f"GPU {index} ({dev.name}): would reset the locked core and memory clocks.")
+            lines.append(f"GPU {index} ({dev.name}): would reset the locked core and memory clocks"
+                         f"{_reset_power_limit(dev, dry_run=True)}.")
             continue
         done = []
         for label, fn in (("core", dev.reset_locked_core_clocks), ("memory", dev.reset_locked_mem_clocks)):
@@ -467,7 +685,23 @@ def reset_clocks(devices: Sequence[int] | None = None, dry_run: bool = False) ->
                 done.append(label)
             except NvmlNotSupportedError:
                 pass
+        power = _reset_power_limit(dev, dry_run=False)
         s = dev.clocks()
         lines.append(f"GPU {index} ({dev.name}): reset the locked {' and '.join(done) or 'no'} clock(s); now SM "
-                     f"{s.sm_clock_mhz} MHz, memory {s.mem_clock_mhz} MHz.")
+                     f"{s.sm_clock_mhz} MHz, memory {s.mem_clock_mhz} MHz{power}.")
     return lines
+
+
+def _reset_power_limit(dev: nvml.NvmlDevice, dry_run: bool) -> str:
+    """Set ``dev``'s power limit back to the driver's default where it differs; returns the clause saying so."""
+    try:
+        in_effect, default = round(dev.power_limit_w(), 3), round(dev.default_power_limit_w(), 3)
+        if in_effect == default:
+            return f"; power limit {_watts(in_effect)} W (default)"
+        change = f"power limit {_watts(in_effect)} W -> {_watts(default)} W (default)"
+        if dry_run:
+            return f"; would set the {change}"
+        dev.set_power_limit_w(default)
+    except NvmlNotSupportedError:
+        return "; power limit not supported by this GPU or its driver (left alone)"
+    return f"; {change}"

@@ -1,5 +1,5 @@
-"""``rlclock doctor``: what this machine has — GPU, driver, clocks, permissions, energy counter — and what
-rlclock can do here.
+"""``rlclock doctor``: what this machine has — GPU, driver, clocks, power limits, permissions, energy counter —
+and what rlclock can do here.
 
 Every probe reads only (nothing is set); a missing piece becomes a line saying so, never a traceback.
 """
@@ -75,6 +75,9 @@ def _gpu_details(index: int, period_s: float) -> dict[str, Any]:
     dev = nvml.NvmlDevice(index)
     d: dict[str, Any] = {"index": index, "name": dev.name, "uuid": nvml.try_read(lambda: dev.uuid)}
     d["power_limit_w"] = nvml.try_read(dev.power_limit_w)
+    d["default_power_limit_w"] = nvml.try_read(dev.default_power_limit_w)
+    rng = nvml.try_read(dev.power_limit_range_w)
+    d["power_limit_range_w"] = rng if isinstance(rng, str) else list(rng)
     d["power_w"] = nvml.try_read(dev.power_w)
     d["temperature_c"] = nvml.try_read(dev.temperature_c)
     s = nvml.try_read(dev.clocks)
@@ -139,10 +142,13 @@ def diagnose(period_s: float = 1.0) -> DoctorReport:
         d = _gpu_details(i, period_s if i == 0 else 0.0)
         r.gpus.append(d)
         r.facts.append((f"GPU {i}", f"{d['name']} (preset {d.get('preset') or 'none: use gpu_file'})"))
-        for key in ("power_limit_w", "power_w", "temperature_c", "clocks_now", "energy_counter_period_s",
-                    "preset_clock_table", "preset_model", "memory_locks"):
+        for key in ("power_limit_w", "default_power_limit_w", "power_limit_range_w", "power_w", "temperature_c",
+                    "clocks_now", "energy_counter_period_s", "preset_clock_table", "preset_model", "memory_locks"):
             if key in d:
-                r.facts.append((f"  {key}", _fmt(d[key])))
+                v = d[key]
+                if key == "power_limit_range_w" and isinstance(v, list):
+                    v = f"{_fmt(v[0])}–{_fmt(v[1])}"
+                r.facts.append((f"  {key}", _fmt(v)))
         sc = d["supported_clocks"]
         if isinstance(sc, dict):
             for m, rng in sc.items():
@@ -162,7 +168,14 @@ def diagnose(period_s: float = 1.0) -> DoctorReport:
                                           "needs root; observe (dry-run) mode works without it")
     r.capabilities.append(("lock clocks (--control-clocks; read back after every change)", has_gpu and root,
                            ctl_why or "opt-in only; restored on exit, signals and by a watchdog process"))
-    r.capabilities.append(("reset clocks left locked (rlclock reset-clocks)", has_gpu and root, ctl_why))
+    unsettable = [str(g["index"]) for g in r.gpus if isinstance(g["power_limit_range_w"], str)]
+    power_why = ctl_why or (f"GPU(s) {', '.join(unsettable)} report no settable power limit range" if unsettable
+                            else "")
+    r.capabilities.append(("set a whole-job power limit (--control-clocks; read back after the change)",
+                           has_gpu and root and not unsettable,
+                           power_why or "opt-in only; set back on exit, signals and by a watchdog process"))
+    r.capabilities.append(("reset clocks left locked and power limits left changed (rlclock reset-clocks)",
+                           has_gpu and root, ctl_why))
     return r
 
 

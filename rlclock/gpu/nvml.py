@@ -1,4 +1,4 @@
-"""The one place rlclock talks to NVML: devices, energy, clocks, clock-event reasons, locked clocks.
+"""The one place rlclock talks to NVML: devices, energy, clocks, clock-event reasons, locked clocks, power limits.
 
 Only this module imports ``pynvml`` (the official ``nvidia-ml-py`` bindings), lazily, so rlclock imports
 and runs its simulated parts on machines without an NVIDIA driver. Raw NVML integers — MHz, mW, mJ —
@@ -80,14 +80,15 @@ _ERRORS: dict[int, tuple[type[RlclockError], str, str]] = {
     NVML_ERROR_NO_PERMISSION: (
         ClockPermissionError,
         "{what} on GPU {index} needs root/administrator rights (NVML: insufficient permissions).",
-        "run as root or with sudo, or ask an administrator to lock the clocks; observe mode "
-        "(--dry-run, the default) needs no privileges.",
+        "run as root or with sudo, or ask an administrator to lock the clocks or set the power limit; observe "
+        "mode (--dry-run, the default) needs no privileges.",
     ),
     NVML_ERROR_NOT_SUPPORTED: (
         NvmlNotSupportedError,
         "{what} is not supported by GPU {index} ({name}) or its driver (NVML: not supported).",
         "locked clocks need Volta or newer for the core clock and Ampere or newer for the memory clock; "
-        "energy counters need Volta or newer. rlclock doctor lists what this GPU supports.",
+        "energy counters need Volta or newer; whether the power limit can be set depends on the board. "
+        "rlclock doctor lists what this GPU supports.",
     ),
     NVML_ERROR_FUNCTION_NOT_FOUND: (
         NvmlNotSupportedError,
@@ -97,7 +98,8 @@ _ERRORS: dict[int, tuple[type[RlclockError], str, str]] = {
     NVML_ERROR_INVALID_ARGUMENT: (
         ClockError,
         "{what} on GPU {index} was refused as invalid (NVML: invalid argument).",
-        "use clocks from the supported table (rlclock doctor --clocks).",
+        "use clocks from the supported table (rlclock doctor --clocks) and power limits within the range "
+        "rlclock doctor shows.",
     ),
     NVML_ERROR_FREQ_NOT_SUPPORTED: (
         ClockError,
@@ -335,6 +337,18 @@ class NvmlDevice:
         mw = self._do("reading the power limit", self._nvml.nvmlDeviceGetPowerManagementLimit, self._handle)
         return float(mw) / 1e3
 
+    def default_power_limit_w(self) -> float:
+        """The power limit the driver uses when none is set (its default), watts."""
+        mw = self._do("reading the default power limit", self._nvml.nvmlDeviceGetPowerManagementDefaultLimit,
+                      self._handle)
+        return float(mw) / 1e3
+
+    def power_limit_range_w(self) -> tuple[float, float]:
+        """The lowest and highest power limit that can be set, watts."""
+        min_mw, max_mw = self._do("reading the power limit range",
+                                  self._nvml.nvmlDeviceGetPowerManagementLimitConstraints, self._handle)
+        return float(min_mw) / 1e3, float(max_mw) / 1e3
+
     def temperature_c(self) -> float:
         """GPU core temperature, °C."""
         return float(self._do("reading the temperature", self._nvml.nvmlDeviceGetTemperature, self._handle,
@@ -387,7 +401,7 @@ class NvmlDevice:
         """The clock table: for every supported memory clock (MHz), its supported core clocks (MHz)."""
         return {m: self.supported_core_clocks_mhz(m) for m in self.supported_mem_clocks_mhz()}
 
-    # -- clock control (privileged) -----------------------------------------------------------------
+    # -- clock and power limit control (privileged) -----------------------------------------------
     def set_locked_core_clocks(self, min_mhz: int, max_mhz: int) -> None:
         """Lock the core clock into ``[min_mhz, max_mhz]`` (root; Volta and newer)."""
         self._do(f"locking the core clock to {min_mhz}-{max_mhz} MHz", self._nvml.nvmlDeviceSetGpuLockedClocks,
@@ -405,6 +419,12 @@ class NvmlDevice:
     def reset_locked_mem_clocks(self) -> None:
         """Give the memory clock back to the driver (root)."""
         self._do("resetting the locked memory clock", self._nvml.nvmlDeviceResetMemoryLockedClocks, self._handle)
+
+    def set_power_limit_w(self, power_limit_w: float) -> None:
+        """Set the board power limit, watts (root; NVML takes whole milliwatts, so it is rounded to one)."""
+        mw = round(float(power_limit_w) * 1e3)
+        self._do(f"setting the power limit to {mw / 1e3:g} W", self._nvml.nvmlDeviceSetPowerManagementLimit,
+                 self._handle, mw)
 
 
 def try_read(fn: Callable[[], T]) -> T | str:

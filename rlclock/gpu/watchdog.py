@@ -1,21 +1,31 @@
-"""A separate process that gives the clocks back to the driver when their owner dies, even by SIGKILL.
+"""A separate process that gives the clocks and power limits back when their owner dies, even by SIGKILL.
 
-:class:`~rlclock.gpu.clocks.ClockControl` starts one :class:`Watchdog` before it locks any clock. The
-owner keeps the write end of a pipe; the watchdog (``python -m rlclock.gpu.watchdog``) reads the other
-end. The kernel closes the owner's end however the owner ends, so the watchdog sees end-of-file; if the
-owner had *armed* it (clocks are locked) and not disarmed it (clocks restored), the watchdog resets the
-locked core and memory clocks of its GPUs to the driver defaults and exits. It also checks every
-``poll_s`` whether the owner's process still exists, for the case where a forked child kept the pipe
-open. It runs in its own session and ignores SIGINT, so a Ctrl-C meant for the owner does not take it
-down first; on SIGTERM it restores (if armed) and exits.
+:class:`~rlclock.gpu.clocks.ClockControl` starts one :class:`Watchdog` before it locks any clock or changes
+the power limit. The owner keeps the write end of a pipe; the watchdog (``python -m rlclock.gpu.watchdog``)
+reads the other end. The kernel closes the owner's end however the owner ends, so the watchdog sees
+end-of-file; then, if the owner had *armed* it (clocks are locked) and not disarmed it (clocks restored), the
+watchdog resets the locked core and memory clocks of its GPUs to the driver defaults, and it sets every GPU
+with a pending power limit entry back to that entry's limit; then it exits. It also checks every ``poll_s``
+whether the owner's process still exists, for the case where a forked child kept the pipe open. It runs in
+its own session and ignores SIGINT, so a Ctrl-C meant for the owner does not take it down first; on SIGTERM
+it restores (what is armed or pending) and exits.
 
-Protocol, one line each, owner to watchdog: ``arm``, ``disarm``, ``exit``. The watchdog prints ``ready``
-once NVML is open, or ``error: <message>`` and exits.
+Protocol, one line each, owner to watchdog:
+
+* ``arm`` / ``disarm``: clocks are about to be locked / are back at the driver defaults;
+* ``power <index> <watts>``: the power limit of GPU ``<index>`` is about to change; if the owner dies, set it
+  back to ``<watts>`` (a decimal number; the last entry for a GPU counts);
+* ``power-restored <index>``: the power limit of GPU ``<index>`` is back; nothing to restore for it;
+* ``exit``: restore what is still armed or pending, and exit (the owner disarms and releases first).
+
+Unknown or malformed lines are ignored. The watchdog prints ``ready`` once NVML is open, or
+``error: <message>`` and exits.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import select
 import signal
@@ -35,7 +45,7 @@ class Watchdog:
     """The owner's handle on a watchdog process.
 
     Args:
-        devices: NVML indices of the GPUs to restore.
+        devices: NVML indices of the GPUs whose clocks to restore (power limits name their GPU in each entry).
         poll_s: How often the watchdog checks that the owner process still exists, seconds.
 
     Raises:
@@ -63,6 +73,7 @@ class Watchdog:
             raise NvmlError(f"the clock watchdog process could not start ({line or 'no answer'}).",
                             "check that NVML works (rlclock doctor).")
         self.armed = False
+        self.power_limits_w: dict[int, float] = {}  # GPU index -> limit to restore, watts
 
     @property
     def pid(self) -> int:
@@ -91,12 +102,27 @@ class Watchdog:
             self._send("disarm")
             self.armed = False
 
+    def guard_power_limit(self, index: int, power_limit_w: float) -> None:
+        """GPU ``index``'s power limit is about to change: set it back to ``power_limit_w`` (watts) if the owner
+        dies from now on."""
+        index, power_limit_w = int(index), float(power_limit_w)
+        if self.power_limits_w.get(index) != power_limit_w:
+            self._send(f"power {index} {power_limit_w!r}")
+            self.power_limits_w[index] = power_limit_w
+
+    def release_power_limit(self, index: int) -> None:
+        """GPU ``index``'s power limit is back: nothing to restore for it."""
+        if self.power_limits_w.pop(int(index), None) is not None:
+            self._send(f"power-restored {int(index)}")
+
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Disarm, tell the watchdog to exit, and reap it."""
+        """Disarm, release every power limit, tell the watchdog to exit, and reap it."""
         if self._write_fd < 0:
             return
         try:
             self.disarm()
+            for index in list(self.power_limits_w):
+                self.release_power_limit(index)
             self._send("exit")
         except OSError:
             pass
@@ -155,6 +181,42 @@ def _restore(devices: Sequence[int], owner: int) -> None:
           f"{', '.join(map(str, devices))} reset to the driver's default clocks.", file=sys.stderr)
 
 
+def _restore_power_limits(power_limits_w: dict[int, float], owner: int) -> None:
+    from rlclock.gpu import nvml
+
+    done = []
+    for index, power_limit_w in sorted(power_limits_w.items()):
+        try:
+            nvml.NvmlDevice(index).set_power_limit_w(power_limit_w)
+            done.append(f"GPU {index} back to {power_limit_w:g} W")
+        except Exception as exc:  # report every failure, restore what can be restored
+            print(f"rlclock watchdog: could not set the power limit of GPU {index} back to {power_limit_w:g} W: "
+                  f"{exc}", file=sys.stderr)
+    if done:
+        print(f"rlclock watchdog: process {owner} ended with a changed power limit; power limit of "
+              f"{', '.join(done)}.", file=sys.stderr)
+
+
+def _restore_all(armed: bool, devices: Sequence[int], power_limits_w: dict[int, float], owner: int) -> None:
+    """Reset the locked clocks if armed, and set back every pending power limit."""
+    if armed:
+        _restore(devices, owner)
+    if power_limits_w:
+        _restore_power_limits(power_limits_w, owner)
+
+
+def _power_message(msg: str, power_limits_w: dict[int, float]) -> None:
+    """Apply a ``power`` or ``power-restored`` line to the pending entries (malformed lines are ignored)."""
+    parts = msg.split()
+    try:
+        if parts[0] == "power" and len(parts) == 3 and math.isfinite(float(parts[2])):
+            power_limits_w[int(parts[1])] = float(parts[2])
+        elif parts[0] == "power-restored" and len(parts) == 2:
+            power_limits_w.pop(int(parts[1]), None)
+    except ValueError:
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the watchdog (see the module docstring)."""
     p = argparse.ArgumentParser(prog="python -m rlclock.gpu.watchdog")
@@ -177,11 +239,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print("ready", flush=True)
     armed = False
+    power_limits_w: dict[int, float] = {}  # GPU index -> limit to set back, watts
     buf = b""
     while True:
         if terminated:
-            if armed:
-                _restore(devices, args.owner)
+            _restore_all(armed, devices, power_limits_w, args.owner)
             return 0
         try:
             ready, _, _ = select.select([args.fd], [], [], args.poll)
@@ -189,14 +251,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         if not ready:
             if not process_alive(args.owner):
-                if armed:
-                    _restore(devices, args.owner)
+                _restore_all(armed, devices, power_limits_w, args.owner)
                 return 0
             continue
         chunk = os.read(args.fd, 4096)
         if not chunk:  # the owner's end is closed: it exited or was killed
-            if armed:
-                _restore(devices, args.owner)
+            _restore_all(armed, devices, power_limits_w, args.owner)
             return 0
         buf += chunk
         while b"\n" in buf:
@@ -207,9 +267,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             elif msg == "disarm":
                 armed = False
             elif msg == "exit":
-                if armed:
-                    _restore(devices, args.owner)
+                _restore_all(armed, devices, power_limits_w, args.owner)
                 return 0
+            elif msg.startswith("power"):
+                _power_message(msg, power_limits_w)
         time.sleep(0)
 
 

@@ -2,13 +2,17 @@
 
 The state lives in the file named by ``$FAKE_NVML_STATE`` so that several processes — a program that
 locks clocks, the watchdog that must undo them when that program is killed — see the same GPU. Every call
-that changes clocks is logged with the calling process id. Select it with
+that changes clocks or the power limit is logged with the calling process id. Select it with
 ``RLCLOCK_NVML_MODULE=fake_pynvml`` (with this folder on ``PYTHONPATH``) or ``rlclock.gpu.nvml.use_module``.
 
 The energy counter ticks every ``tick_s`` (0.1 s, like an H200) at a constant ``power_w``. Each device's
 ``memory_locks`` says how its memory clock can be locked, as real GPUs differ: ``"runtime"`` (Ampere and newer,
 e.g. an RTX 3080 Ti), ``"deferred"`` (Hopper, the default H200: a runtime memory lock or its reset answers
 NOT_SUPPORTED) or ``"none"`` (one memory clock; the same answer).
+
+Power limits are in watts in the state and in milliwatts through the functions, as NVML's: ``power_limit_w``
+(in effect), ``default_power_limit_w`` and ``power_limit_range_w`` (``[min, max]``, an H200's). A device with
+``power_limit_supported`` false answers every power-limit function with NOT_SUPPORTED.
 """
 
 from __future__ import annotations
@@ -69,6 +73,9 @@ def default_state(n_devices: int = 1) -> dict[str, Any]:
                 "uuid": f"GPU-fake-{i}",
                 "power_w": 500.0,
                 "power_limit_w": 700.0,
+                "default_power_limit_w": 700.0,
+                "power_limit_range_w": [200.0, 700.0],
+                "power_limit_supported": True,
                 "temperature_c": 45,
                 "default_sm_mhz": 1980,
                 "default_mem_mhz": 3201,
@@ -109,13 +116,15 @@ def _state(write: bool = False, path: str | Path | None = None):
     with open(path, "r+" if write else "r") as f:
         fcntl.flock(f, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
         state = json.load(f)
-        yield state
-        if write:
-            f.seek(0)
-            f.truncate()
-            json.dump(state, f)
-            f.flush()
-        fcntl.flock(f, fcntl.LOCK_UN)
+        try:
+            yield state
+        finally:  # also when the call fails: a refused call stays in the log, with its error
+            if write:
+                f.seek(0)
+                f.truncate()
+                json.dump(state, f)
+                f.flush()
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _dev(state: dict[str, Any], handle: Any) -> dict[str, Any]:
@@ -187,9 +196,26 @@ def nvmlDeviceGetPowerUsage(handle: int) -> int:
         return int(_dev(s, handle)["power_w"] * 1e3)  # mW
 
 
+def _power_device(s: dict[str, Any], handle: int) -> dict[str, Any]:
+    d = _dev(s, handle)
+    if not d.get("power_limit_supported", True):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return d
+
+
 def nvmlDeviceGetPowerManagementLimit(handle: int) -> int:
     with _state() as s:
-        return int(_dev(s, handle)["power_limit_w"] * 1e3)
+        return round(_power_device(s, handle)["power_limit_w"] * 1e3)  # mW
+
+
+def nvmlDeviceGetPowerManagementDefaultLimit(handle: int) -> int:
+    with _state() as s:
+        return round(_power_device(s, handle)["default_power_limit_w"] * 1e3)  # mW
+
+
+def nvmlDeviceGetPowerManagementLimitConstraints(handle: int) -> list[int]:
+    with _state() as s:
+        return [round(w * 1e3) for w in _power_device(s, handle)["power_limit_range_w"]]  # [min, max] mW
 
 
 def nvmlDeviceGetTemperature(handle: int, sensor: int) -> int:
@@ -233,15 +259,21 @@ def nvmlDeviceGetSupportedGraphicsClocks(handle: int, mem_mhz: int) -> list[int]
         return list(table[str(mem_mhz)])
 
 
-# -- clock control -----------------------------------------------------------------------------------
+# -- clock and power limit control -------------------------------------------------------------------
+
+def _log(s: dict[str, Any], handle: int, fn: str, value: Any) -> dict[str, Any]:
+    """Log a call that changes the GPU and check the caller is root; returns the device's state."""
+    d = _dev(s, handle)
+    s["calls"].append({"fn": fn, "device": int(handle), "value": value, "pid": os.getpid(), "t": time.time()})
+    if not s["root"]:
+        s["calls"][-1]["error"] = NVML_ERROR_NO_PERMISSION
+        raise NVMLError(NVML_ERROR_NO_PERMISSION)
+    return d
+
 
 def _control(handle: int, fn: str, field: str, value: list[int] | None) -> None:
     with _state(write=True) as s:
-        d = _dev(s, handle)
-        s["calls"].append({"fn": fn, "device": int(handle), "value": value, "pid": os.getpid(), "t": time.time()})
-        if not s["root"]:
-            s["calls"][-1]["error"] = NVML_ERROR_NO_PERMISSION
-            raise NVMLError(NVML_ERROR_NO_PERMISSION)
+        d = _log(s, handle, fn, value)
         if not s["locked_clocks_supported"] or (field == "locked_mem" and d.get("memory_locks") != "runtime"):
             s["calls"][-1]["error"] = NVML_ERROR_NOT_SUPPORTED
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
@@ -264,3 +296,16 @@ def nvmlDeviceResetGpuLockedClocks(handle: int) -> None:
 
 def nvmlDeviceResetMemoryLockedClocks(handle: int) -> None:
     _control(handle, "nvmlDeviceResetMemoryLockedClocks", "locked_mem", None)
+
+
+def nvmlDeviceSetPowerManagementLimit(handle: int, limit_mw: int) -> None:
+    with _state(write=True) as s:
+        d = _log(s, handle, "nvmlDeviceSetPowerManagementLimit", int(limit_mw))
+        if not d.get("power_limit_supported", True):
+            s["calls"][-1]["error"] = NVML_ERROR_NOT_SUPPORTED
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        lo, hi = (round(w * 1e3) for w in d["power_limit_range_w"])
+        if not lo <= int(limit_mw) <= hi:
+            s["calls"][-1]["error"] = NVML_ERROR_INVALID_ARGUMENT
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        d["power_limit_w"] = int(limit_mw) / 1e3

@@ -128,3 +128,78 @@ def test_watchdog_stays_quiet_after_a_clean_close(fake_nvml):
     proc.wait(10)
     time.sleep(0.5)
     assert len(fake_nvml.calls()) == n_calls and locked(fake_nvml)[0] == [900, 900]
+
+
+POWER_OWNER = r"""
+import sys, time
+from rlclock.gpu.clocks import ClockControl
+mode = sys.argv[1]
+clocks = ClockControl(0, allow_clock_control=True)
+rec = clocks.set_power_limit(450)
+if mode == "with-clocks":
+    clocks.apply("1200@2201")
+print("applied", clocks.watchdog_pid, rec.power_limit_w, flush=True)
+time.sleep(120)
+"""
+
+
+def start_power_owner(fake_nvml, mode: str) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([sys.executable, "-c", POWER_OWNER, mode], env=fake_nvml.child_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().split()
+    if not line or line[0] != "applied":
+        proc.kill()
+        raise AssertionError(f"owner did not start: {line} {proc.stderr.read()}")
+    assert float(line[2]) == 450
+    return proc, int(line[1])
+
+
+def power_limit_w(fake_nvml) -> float:
+    return fake_nvml.device()["power_limit_w"]
+
+
+def wait_until_power_limit(fake_nvml, power_w: float, timeout_s: float = 20.0) -> bool:
+    end = time.time() + timeout_s
+    while time.time() < end:
+        if power_limit_w(fake_nvml) == power_w:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def power_sets_by(fake_nvml, pid: int) -> list[int]:
+    return [c["value"] for c in fake_nvml.calls() if c["pid"] == pid and c["fn"] == "nvmlDeviceSetPowerManagementLimit"]
+
+
+@pytest.mark.parametrize("mode", ["power", "with-clocks"])
+def test_sigkill_of_the_owner_has_the_power_limit_set_back_by_the_watchdog(fake_nvml, mode):
+    fake_nvml.set_device(power_limit_w=600.0)  # not the default (700 W): the watchdog must give back this one
+    proc, watchdog = start_power_owner(fake_nvml, mode)
+    assert watchdog != proc.pid
+    assert power_limit_w(fake_nvml) == 450
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert wait_until_power_limit(fake_nvml, 600.0), "the watchdog did not set the power limit back"
+    assert power_sets_by(fake_nvml, watchdog) == [600_000]
+    assert power_sets_by(fake_nvml, proc.pid) == [450_000]
+    assert process_gone(watchdog)
+    err = proc.stderr.read()
+    assert "power limit of GPU 0 back to 600 W" in err
+    if mode == "with-clocks":
+        assert wait_until_unlocked(fake_nvml)
+        assert resets_by(fake_nvml, watchdog) == ["nvmlDeviceResetGpuLockedClocks",
+                                                  "nvmlDeviceResetMemoryLockedClocks"]
+        assert "reset to the driver's default clocks" in err
+    else:
+        assert resets_by(fake_nvml, watchdog) == []  # never armed: the clocks are not touched
+
+
+def test_sigterm_sets_the_power_limit_back_in_the_owner(fake_nvml):
+    fake_nvml.set_device(power_limit_w=600.0)
+    proc, watchdog = start_power_owner(fake_nvml, "with-clocks")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(10) == -signal.SIGTERM
+    assert power_limit_w(fake_nvml) == 600 and locked(fake_nvml) == (None, None)
+    assert power_sets_by(fake_nvml, proc.pid) == [450_000, 600_000]
+    assert process_gone(watchdog)
+    assert power_sets_by(fake_nvml, watchdog) == [] and resets_by(fake_nvml, watchdog) == []  # released: nothing left

@@ -80,16 +80,43 @@ def test_doctor_with_the_fake_gpu(fake_nvml, capsys):
     assert "NVIDIA H200 (preset h200-sxm)" in out and "preset_clock_table" in out and "matches" in out
     assert "energy_counter_period_s" in out and "0.1" in out
     assert "345–1980 MHz (110 values, step 15)" in out
+    assert "power_limit_range_w" in out and "200–700" in out and "default_power_limit_w" in out
     assert main(["doctor", "--period", "0", "--json"]) == 0
     assert '"capabilities"' in capsys.readouterr().out
+
+
+def test_doctor_reports_the_power_limit_and_who_may_change_it(fake_nvml, capsys, monkeypatch):
+    import os
+
+    fake_nvml.set_device(power_limit_w=650.0)
+    assert main(["doctor", "--period", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    facts = {line.split()[0]: line.split(None, 1)[1] for line in lines if line.startswith("  power_limit")
+             or line.startswith("  default_power")}
+    assert facts == {"power_limit_w": "650", "default_power_limit_w": "700", "power_limit_range_w": "200–700"}
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert main(["doctor", "--period", "0"]) == 0
+    assert "[no ] set a whole-job power limit (--control-clocks; read back after the change) — needs root" in (
+        capsys.readouterr().out)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert main(["doctor", "--period", "0"]) == 0
+    assert "[yes] set a whole-job power limit" in capsys.readouterr().out
+    fake_nvml.set_device(power_limit_supported=False)  # unsupported reads are lines, not a crash
+    assert main(["doctor", "--period", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("not supported by GPU 0") == 3 and "[yes] lock clocks" in out
+    assert "[no ] set a whole-job power limit (--control-clocks; read back after the change) — GPU(s) 0 report" in out
+    assert fake_nvml.calls() == []  # doctor only reads
 
 
 def test_reset_clocks_command(fake_nvml, capsys):
     fake_nvml.set_device(locked_core=[900, 900])
     assert main(["reset-clocks", "--dry-run"]) == 0
     assert "would reset" in capsys.readouterr().out and fake_nvml.device()["locked_core"] == [900, 900]
+    fake_nvml.set_device(power_limit_w=650.0)
     assert main(["reset-clocks", "--device", "0"]) == 0
-    assert fake_nvml.device()["locked_core"] is None
+    assert fake_nvml.device()["locked_core"] is None and fake_nvml.device()["power_limit_w"] == 700
+    assert "power limit 650 W -> 700 W (default)" in capsys.readouterr().out
     fake_nvml.set_device(locked_core=[900, 900])
     fake_nvml.update(root=False)
     assert main(["reset-clocks"]) == 2

@@ -81,3 +81,32 @@ def test_non_nvml_exceptions_pass_through(fake_nvml, monkeypatch):
     with pytest.raises(ValueError):
         dev.power_w()
     assert not issubclass(ValueError, RlclockError)
+
+
+def test_power_limits_are_in_watts_and_set_in_milliwatts(fake_nvml):
+    fake_nvml.set_device(power_limit_w=612.345, default_power_limit_w=700.0, power_limit_range_w=[200.0, 700.0])
+    dev = nvml.NvmlDevice(0)
+    assert dev.power_limit_w() == pytest.approx(612.345)
+    assert dev.default_power_limit_w() == pytest.approx(700.0)
+    assert dev.power_limit_range_w() == (pytest.approx(200.0), pytest.approx(700.0))
+    dev.set_power_limit_w(450.5)
+    assert fake_nvml.calls()[-1]["value"] == 450_500 and dev.power_limit_w() == pytest.approx(450.5)
+
+
+def test_power_limit_errors_are_mapped(fake_nvml):
+    dev = nvml.NvmlDevice(0)
+    fake_nvml.update(root=False)
+    with pytest.raises(ClockPermissionError) as exc:
+        dev.set_power_limit_w(450)
+    text = str(exc.value)
+    assert "setting the power limit to 450 W" in text and "power limit" in text.split("Fix:")[1] and "\n" not in text
+    fake_nvml.update(root=True)
+    with pytest.raises(RlclockError, match="refused as invalid"):
+        dev.set_power_limit_w(701)  # NVML's own check, behind rlclock's
+    fake_nvml.set_device(power_limit_supported=False)
+    for read in (dev.power_limit_w, dev.default_power_limit_w, dev.power_limit_range_w):
+        with pytest.raises(NvmlNotSupportedError, match="not supported"):
+            read()
+    with pytest.raises(NvmlNotSupportedError):
+        dev.set_power_limit_w(450)
+    assert [c.get("error") for c in fake_nvml.calls()] == [4, 2, 3]  # refused calls are logged with their error
