@@ -174,7 +174,8 @@ class Clocked:
         self._say(reason)
 
     def _policy_schedule(self, trace: KernelTrace, auto_time_s: np.ndarray, latency_s: float) -> ClockSchedule:
-        return self._policy.schedule(trace, auto_time_s, None, latency_s, search=self.settings.search)
+        return self._policy.schedule(trace, auto_time_s, None, latency_s, search=self.settings.search,
+                                     power_limits=self.settings.power_limit)
 
     def _device(self) -> int:
         if self.settings.device is not None:
@@ -482,8 +483,9 @@ class Clocked:
             anchor_every=None if s.anchor_every is None else int(s.anchor_every),
             time_all_steps=s.time_all_steps, follow_pace=s.follow_pace, alternatives=self.alternatives).start()
         self.state = "control"
+        limit = self.schedule.power_limit_w
         self._say(f"applying schedule {self.schedule.name!r} ({s.control}) on GPU {device}: "
-                  f"{self.controller.plan.describe()}")
+                  f"{self.controller.plan.describe()}" + ("" if limit is None else f"; power limit {limit:g} W"))
         if use_nvml:
             from rlclock.gpu.nvml import NvmlDevice
 

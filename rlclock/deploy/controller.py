@@ -166,10 +166,16 @@ class ClockController:
             H200's real steps following the pace helped on some loops and hurt on others; docs/deploy.md).
         alternatives: Other schedules for the same step, plans 1.. (plan 0 is ``schedule``), each planned on the
             same timeline with the same latency, lookahead and dwell; :meth:`set_pattern` chooses which plan each
-            step runs (until then every step runs plan 0).
+            step runs (until then every step runs plan 0). They run under ``schedule``'s power limit: one that
+            names another is refused.
+
+    A schedule that names a board power limit (:attr:`~rlclock.schedule.ClockSchedule.power_limit_w`) has it set
+    once, before the first switch, by the same clock control (and in a dry run recorded, not set); it is given
+    back with the clocks.
 
     Raises:
-        DeployError: Bad latency/lookahead/anchor_every, no NVML for a live run, unknown latency, worker failure.
+        DeployError: Bad latency/lookahead/anchor_every, no NVML for a live run, unknown latency, worker failure,
+            an alternative under another power limit.
         ScheduleError: Schedule (or an alternative) and timeline lengths differ.
         ClockError: A configuration of the schedule or of an alternative is not supported by the GPU.
     """
@@ -195,6 +201,11 @@ class ClockController:
         self.plan: SwitchPlan = plan_switches(schedule, timeline, float(latency_s), lookahead_s, min_dwell_s)
         self.alternatives: tuple[ClockSchedule, ...] = tuple(alternatives)
         """Plans 1.. as schedules (plan 0 is :attr:`schedule`)."""
+        for i, alt in enumerate(self.alternatives, 1):
+            if isinstance(alt, ClockSchedule) and alt.power_limit_w != schedule.power_limit_w:
+                raise DeployError(f"alternative {i} ({alt.name!r}) runs under power limit {alt.power_limit_w} W, plan "
+                                  f"0 under {schedule.power_limit_w} W: the power limit is set once for the job.",
+                                  "give every plan of one run the same power limit (or none).")
         self.plans: tuple[SwitchPlan, ...] = (self.plan, *(
             _alternative_plan(i, alt, timeline, float(latency_s), lookahead_s, min_dwell_s)
             for i, alt in enumerate(self.alternatives, 1)))
@@ -263,7 +274,7 @@ class ClockController:
             settings = {"plan": self.plan.to_dict(), "device": self.device,
                         "allow_clock_control": self.allow_clock_control, "nvml": self.use_nvml,
                         "read_back": self.read_back, "anchor_every": self.anchor_every,
-                        "follow_pace": self.follow_pace}
+                        "follow_pace": self.follow_pace, "power_limit_w": self.schedule.power_limit_w}
             if len(self.plans) > 1:
                 settings["alternatives"] = [p.to_dict() for p in self.plans[1:]]
                 settings["patterns"] = self.pattern.to_list()

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -187,6 +187,9 @@ class ControllerReport:
         replaced: Switches scheduled under a plan that a later pattern took their step away from (not issued).
         overtaken: Switches of a step not issued because the next step's (other) plan had already set the clocks.
         per_plan: Steps and switch figures of each plan (one entry per plan, also when there is only one).
+        power_limit: The board power limit the schedule named, as the worker's control recorded it when it set
+            it (or, in a dry run, would have): :meth:`~rlclock.gpu.clocks.PowerLimitReadback.as_dict`; ``None``
+            when the schedule named none.
         notes: Anything the user should know (errors of the anchor thread, the worker's end, a restore failure).
     """
 
@@ -225,6 +228,7 @@ class ControllerReport:
     replaced: int = 0
     overtaken: int = 0
     per_plan: list[PlanFigures] = field(default_factory=list)
+    power_limit: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -255,6 +259,8 @@ class ControllerReport:
                          f"{self.replaced}, overtaken {self.overtaken}")
             lines += [f"  plan {f.plan}: {f.steps} steps, issued {f.issued} (boundary {f.boundary}), switch-time "
                       f"error {f.switch_error.ms()}, late {f.late} of {f.switch_error.n}" for f in self.per_plan]
+        if self.power_limit is not None:
+            lines.append(f"  power limit: {power_limit_text(self.power_limit)}")
         if self.readbacks:
             matched = "" if self.readback_matched is None else f", at the requested clocks {self.readback_matched}"
             lines.append(f"  read-backs {self.readbacks}{matched}")
@@ -277,6 +283,18 @@ class ControllerReport:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.as_dict(), indent=1, default=_json_default))
         return path
+
+
+def power_limit_text(record: Mapping[str, Any]) -> str:
+    """One line on a power limit record (:meth:`~rlclock.gpu.clocks.PowerLimitReadback.as_dict`)."""
+    want, found, back = record.get("requested_w"), record.get("found_w"), record.get("power_limit_w")
+    was = "" if found is None else f" (was {found:g} W)"
+    if not record.get("calls"):
+        return f"{want:g} W, already in effect"
+    if not record.get("applied"):
+        return f"{want:g} W for the whole job (dry run: not set{was})"
+    read = "" if back is None else f", read back {back:g} W"
+    return f"set to {want:g} W{was}{read}; given back at the end"
 
 
 def _json_default(x: Any) -> Any:
@@ -310,7 +328,8 @@ def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any]
         plan_of = PlanPattern(len(plans)).plan_of  # no pattern: plan 0 throughout
 
     rep = ControllerReport(mode=str(info.get("mode", "?")), gpu_name=info.get("gpu_name"),
-                           device=info.get("device"), worker=worker, anchor_source=log.source, plan=plan)
+                           device=info.get("device"), worker=worker, anchor_source=log.source, plan=plan,
+                           power_limit=info.get("power_limit"))
     marked = np.asarray(log.step, dtype=np.int64)
     rep.steps = int(marked.size) if steps is None else int(steps)
     rep.anchor_every = int(anchor_every)

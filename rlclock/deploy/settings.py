@@ -53,8 +53,9 @@ class DeploySettings(Settings):
                                  json_schema_extra=_cli(metavar="FILE", path=True))
     timeline: str | None = Field(None, description="step timeline file (JSON, StepTimeline.save) to use instead of "
                                  "profiling the first steps", json_schema_extra=_cli(metavar="FILE", path=True))
-    control: Literal["dry-run", "on"] = Field("dry-run", description="set the clocks (needs root; restored on exit, "
-                                              "signals and by a watchdog); default: dry run, nothing set",
+    control: Literal["dry-run", "on"] = Field("dry-run", description="set the clocks, and the power limit where the "
+                                              "plan names one (needs root; restored on exit, signals and by a "
+                                              "watchdog); default: dry run, nothing set",
                                               json_schema_extra=_cli("--control-clocks", const="on"))
     device: Annotated[Int, Field(ge=0)] | None = Field(None, description="NVML index of the GPU (default: the one "
                                                        "behind the script's CUDA device, per rank)",
@@ -90,6 +91,9 @@ class DeploySettings(Settings):
                                  "switch-time error of sparse anchors; a mark per step)")
     search: bool = Field(False, description="plan the checkpoint's schedule with the search over the policy's "
                          "best choices (about a second more, once)")
+    power_limit: bool = Field(True, description="let the checkpoint's plan be the driver's clocks under a whole-job "
+                              "board power limit where that saves more than its clock plan within the budget",
+                              json_schema_extra=_cli(help="plan clocks only: never change the GPU's power limit"))
     learn: bool = Field(False, description="learn the plan on the GPU: make candidate plans on the checkpoint's "
                         "planning model (auto and the exact optima over a range of budgets) and choose every step's "
                         "from the measured step times (paired against auto steps, every 100 steps kept within the "

@@ -152,6 +152,7 @@ class PlanOnlyControl:
     def __init__(self) -> None:
         self.current: ClockConfig = AUTO
         self.calls = 0
+        self.power_limit_history: list[Any] = []
 
     def validate(self, config: ClockConfig | str) -> ClockConfig:
         """The parsed configuration (no clock table to check against)."""
@@ -165,6 +166,15 @@ class PlanOnlyControl:
     def read(self) -> None:
         """Nothing to read."""
         return None
+
+    def set_power_limit(self, power_limit_w: float | None, read_back: bool = True) -> Any:
+        """Record the request (a board power limit in watts; ``None``: the GPU's own)."""
+        from rlclock.gpu.clocks import PowerLimitReadback
+
+        calls = () if power_limit_w is None else (f"set_power_limit_w({power_limit_w:g})",)
+        rec = PowerLimitReadback(power_limit_w, None, calls, False, True, None, 0.0, time.monotonic())
+        self.power_limit_history.append(rec)
+        return rec
 
     def close(self) -> None:
         """Back to auto."""
@@ -592,11 +602,12 @@ def serve(conn: Connection, worker: SwitchWorker, parent_pid: int | None = None,
 
 
 def build_control(settings: dict[str, Any], handle_signals: bool) -> Any:
-    """The clock control the worker uses: ClockControl (NVML) or PlanOnlyControl (``nvml`` false).
+    """The clock control the worker uses: ClockControl (NVML) or PlanOnlyControl (``nvml`` false), with the
+    board power limit the schedule names (``power_limit_w``) set on it — or, in a dry run, recorded.
 
     Raises:
-        RlclockError: NVML is missing, clock control was not allowed, or a planned configuration is not
-            supported by the GPU.
+        RlclockError: NVML is missing, clock control was not allowed, a planned configuration is not supported
+            by the GPU, or the power limit is outside the GPU's range or cannot be set.
     """
     plans = plans_from_settings(settings)
     if settings.get("nvml", True):
@@ -615,6 +626,8 @@ def build_control(settings: dict[str, Any], handle_signals: bool) -> Any:
             control.validate(c)
         if hasattr(control, "start_watchdog"):
             control.start_watchdog()  # now, not at the first switch: starting it takes a moment
+        if settings.get("power_limit_w") is not None:
+            control.set_power_limit(float(settings["power_limit_w"]))
     except RlclockError:
         control.close()
         raise
@@ -638,11 +651,12 @@ def worker_from_settings(settings: dict[str, Any], control: Any) -> SwitchWorker
 
 
 def describe_control(control: Any) -> dict[str, Any]:
-    """Mode, GPU and process of a worker's control, for the report."""
+    """Mode, GPU and process of a worker's control, and the power limit it set (or would have), for the report."""
     device = getattr(control, "device", None)
+    limits = getattr(control, "power_limit_history", [])
     return {"mode": ("dry-run" if control.dry_run else "live") if device is not None else "plan-only",
             "gpu_name": getattr(device, "name", None), "device": getattr(control, "device_index", None),
-            "pid": os.getpid()}
+            "pid": os.getpid(), "power_limit": limits[0].as_dict() if limits else None}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

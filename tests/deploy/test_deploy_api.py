@@ -123,8 +123,8 @@ def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path)
             calls.append(("load", str(checkpoint_dir)))
             return cls()
 
-        def schedule(self, trace, auto_time_s, auto_energy_j=None, latency_s=None, search=False):
-            calls.append(("schedule", len(trace), auto_time_s.shape, auto_energy_j, latency_s, search))
+        def schedule(self, trace, auto_time_s, auto_energy_j=None, latency_s=None, search=False, power_limits=True):
+            calls.append(("schedule", len(trace), auto_time_s.shape, auto_energy_j, latency_s, search, power_limits))
             return ClockSchedule.constant("auto", len(trace))
 
     module = types.ModuleType("rlclock.policy")
@@ -138,14 +138,20 @@ def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path)
 
     trace = gpt3xl_step()
     sched = clk._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
-    assert len(sched) == len(trace) and calls[-1] == ("schedule", len(trace), (len(trace),), None, 0.006, False)
+    assert len(sched) == len(trace) and calls[-1] == ("schedule", len(trace), (len(trace),), None, 0.006, False,
+                                                      True)
     assert clk._latency_s() in (None, 0.006)  # the H200 preset's latency when NVML cannot name the GPU
     clk.close()
     searching = clocked(checkpoint=tmp_path, verbose=False, search=True)
     searching.start()
     searching._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
-    assert calls[-1][-1] is True  # the search asked for is passed on to the policy
+    assert calls[-1][-2] is True  # the search asked for is passed on to the policy
     searching.close()
+    clocks_only = clocked(checkpoint=tmp_path, verbose=False, power_limit=False)
+    clocks_only.start()
+    clocks_only._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
+    assert calls[-1][-1] is False  # so is a plan of clocks only (rlclock apply --no-power-limit)
+    clocks_only.close()
 
 
 def test_a_real_policy_checkpoint_schedules_a_profiled_step(tmp_path):

@@ -336,3 +336,46 @@ def test_report_places_steps_between_anchors_at_an_even_pace(alternating):
     assert rep.interpolated == 2 and rep.switch_error.n == 2
     assert rep.switch_error.max_abs_s == pytest.approx(0.001) and rep.switch_error.median_s == pytest.approx(5e-4)
     assert "placed between measured step starts" in rep.text()
+
+
+def test_a_schedule_under_a_power_limit_sets_it_once_and_gives_it_back(fake_gpu, alternating):
+    """The schedule's whole-job power limit is set by the worker's clock control before the first switch, said in
+    the report, and given back with the clocks; a dry run records it and sets nothing; an alternative under another
+    limit is refused in one line."""
+    from rlclock.schedule import ClockSchedule
+
+    schedule, timeline = alternating
+    capped = ClockSchedule(schedule.configs, schedule.index, "capped", power_limit_w=650.0)
+    with ClockController(capped, timeline, worker="process") as ctl:
+        run_steps(ctl, 3)
+    assert ctl.report.power_limit["requested_w"] == 650.0 and not ctl.report.power_limit["applied"]
+    assert "650 W for the whole job (dry run: not set" in ctl.report.text()
+    assert fake_gpu()["calls"] == [] and fake_gpu()["devices"][0]["power_limit_w"] == 700.0
+    with ClockController(capped, timeline, allow_clock_control=True, worker="process") as ctl:
+        run_steps(ctl, 3)
+        assert fake_gpu()["devices"][0]["power_limit_w"] == 650.0
+    rep = ctl.report
+    assert rep.power_limit["applied"] and rep.power_limit["found_w"] == 700.0
+    assert "set to 650 W (was 700 W)" in rep.text()
+    assert fake_gpu()["devices"][0]["power_limit_w"] == 700.0  # given back
+    with ClockController(schedule, timeline, worker="process") as ctl:
+        run_steps(ctl, 2)
+    assert ctl.report.power_limit is None and "power limit" not in ctl.report.text()
+    with ClockController(capped, timeline, latency_s=0.006, nvml=False, worker="thread") as ctl:  # plan-only
+        run_steps(ctl, 2)
+    assert ctl.report.mode == "plan-only" and ctl.report.power_limit["calls"] == ["set_power_limit_w(650)"]
+    with pytest.raises(DeployError, match="power limit is set once for the job"):
+        ClockController(capped, timeline, latency_s=0.006, nvml=False, alternatives=[schedule])
+
+
+def test_a_power_limit_outside_the_gpus_range_fails_at_start_and_sets_nothing(fake_gpu, alternating):
+    from rlclock.errors import ClockError
+    from rlclock.schedule import ClockSchedule
+
+    schedule, timeline = alternating
+    low = ClockSchedule(schedule.configs, schedule.index, "low", power_limit_w=150.0)
+    with pytest.raises(ClockError, match="150"):
+        ClockController(low, timeline, allow_clock_control=True, worker="process").start()
+    state = fake_gpu()
+    assert state["devices"][0]["power_limit_w"] == 700.0
+    assert not [c for c in state["calls"] if "Set" in c["fn"]]
