@@ -377,7 +377,7 @@ class ClockController:
             result = self._handle.stop()
             info = self._handle.info
             if not result and self.allow_clock_control:
-                _reset_after_failure(self.device)
+                _reset_after_failure(self.device, info.get("power_limit"))
             self.anchor_log = log if log is not None else AnchorLog(self.anchor_source)
             self.worker_result = result
             self.report = build_report(self.plan, self.anchor_log, result, info, self.worker_mode,
@@ -422,12 +422,15 @@ def check_anchor_every(anchor_every: int | None) -> None:
                           "leave it unset for the default.")
 
 
-def _reset_after_failure(device: int) -> None:
-    """The worker did not report a clean end: reset the GPU's locked clocks from here too."""
+def _reset_after_failure(device: int, power_limit: dict[str, Any] | None) -> None:
+    """The worker did not report a clean end: reset the GPU's locked clocks from here too, and set the power limit
+    back to the one the worker found where it changed it (``power_limit``: its record; a limit it never changed is
+    left alone)."""
     from rlclock.gpu.clocks import reset_clocks
 
+    found_w = power_limit.get("found_w") if power_limit and power_limit.get("applied") else None
     try:
-        reset_clocks([device])
+        reset_clocks([device], power_limit=found_w is not None, power_limit_w=found_w)
     except Exception as exc:  # the watchdog is the last line; say what happened
         print(f"rlclock: could not reset the clocks of GPU {device} after the switch worker failed: {exc} "
               "(run rlclock reset-clocks)", flush=True)

@@ -655,13 +655,17 @@ class ClockControl:
             print(f"rlclock: could not restore the clocks of GPU {self.device_index}: {exc}")
 
 
-def reset_clocks(devices: Sequence[int] | None = None, dry_run: bool = False) -> list[str]:
+def reset_clocks(devices: Sequence[int] | None = None, dry_run: bool = False, power_limit: bool = True,
+                 power_limit_w: float | None = None) -> list[str]:
     """Reset the locked core and memory clocks of ``devices`` (default: all GPUs) to the driver defaults, and a
     power limit that differs from the driver's default limit to that default.
 
     Args:
         devices: NVML indices; ``None`` for every GPU.
         dry_run: Only say what would be reset (nothing is set).
+        power_limit: Set the power limit back too (``False``: the clocks only, the limit left as it is).
+        power_limit_w: The limit to set back, watts, instead of the driver's default (one a caller found before
+            it changed it).
 
     Returns:
         One line per GPU saying what was done; a GPU whose power limit NVML cannot read or set says so in its line.
@@ -675,8 +679,8 @@ def reset_clocks(devices: Sequence[int] | None = None, dry_run: bool = False) ->
     for index in indices:
         dev = nvml.NvmlDevice(index)
         if dry_run:
-            lines.append(f"GPU {index} ({dev.name}): would reset the locked core and memory clocks"
-                         f"{_reset_power_limit(dev, dry_run=True)}.")
+            power = _reset_power_limit(dev, True, power_limit_w) if power_limit else ""
+            lines.append(f"GPU {index} ({dev.name}): would reset the locked core and memory clocks{power}.")
             continue
         done = []
         for label, fn in (("core", dev.reset_locked_core_clocks), ("memory", dev.reset_locked_mem_clocks)):
@@ -685,23 +689,26 @@ def reset_clocks(devices: Sequence[int] | None = None, dry_run: bool = False) ->
                 done.append(label)
             except NvmlNotSupportedError:
                 pass
-        power = _reset_power_limit(dev, dry_run=False)
+        power = _reset_power_limit(dev, False, power_limit_w) if power_limit else ""
         s = dev.clocks()
         lines.append(f"GPU {index} ({dev.name}): reset the locked {' and '.join(done) or 'no'} clock(s); now SM "
                      f"{s.sm_clock_mhz} MHz, memory {s.mem_clock_mhz} MHz{power}.")
     return lines
 
 
-def _reset_power_limit(dev: nvml.NvmlDevice, dry_run: bool) -> str:
-    """Set ``dev``'s power limit back to the driver's default where it differs; returns the clause saying so."""
+def _reset_power_limit(dev: nvml.NvmlDevice, dry_run: bool, to_w: float | None = None) -> str:
+    """Set ``dev``'s power limit back to ``to_w`` watts (default: the driver's default) where it differs; returns
+    the clause saying so."""
     try:
-        in_effect, default = round(dev.power_limit_w(), 3), round(dev.default_power_limit_w(), 3)
-        if in_effect == default:
-            return f"; power limit {_watts(in_effect)} W (default)"
-        change = f"power limit {_watts(in_effect)} W -> {_watts(default)} W (default)"
+        in_effect = round(dev.power_limit_w(), 3)
+        target, what = ((round(dev.default_power_limit_w(), 3), "default") if to_w is None
+                        else (round(float(to_w), 3), "as found"))
+        if in_effect == target:
+            return f"; power limit {_watts(in_effect)} W ({what})"
+        change = f"power limit {_watts(in_effect)} W -> {_watts(target)} W ({what})"
         if dry_run:
             return f"; would set the {change}"
-        dev.set_power_limit_w(default)
+        dev.set_power_limit_w(target)
     except NvmlNotSupportedError:
         return "; power limit not supported by this GPU or its driver (left alone)"
     return f"; {change}"

@@ -379,3 +379,23 @@ def test_a_power_limit_outside_the_gpus_range_fails_at_start_and_sets_nothing(fa
     state = fake_gpu()
     assert state["devices"][0]["power_limit_w"] == 700.0
     assert not [c for c in state["calls"] if "Set" in c["fn"]]
+
+
+def test_after_a_worker_failure_the_controller_gives_back_only_what_the_worker_changed(fake_gpu):
+    """The controller's own fallback (a worker that did not report a clean end) resets the locked clocks, and sets
+    the power limit back to the one the worker found only where the worker changed it: a limit set by someone else
+    (here 600 W, not the driver's 700 W default) is left alone."""
+    import fake_pynvml
+
+    from rlclock.deploy.controller import _reset_after_failure
+
+    with fake_pynvml.state() as s:
+        s["devices"][0].update(locked_core=[1410, 1410], power_limit_w=600.0)
+    _reset_after_failure(0, None)  # the schedule named no power limit
+    d = fake_gpu()["devices"][0]
+    assert d["locked_core"] is None and d["power_limit_w"] == 600.0
+    with fake_pynvml.state() as s:
+        s["devices"][0].update(locked_core=[1410, 1410], power_limit_w=650.0)
+    _reset_after_failure(0, {"requested_w": 650.0, "found_w": 600.0, "applied": True})
+    d = fake_gpu()["devices"][0]
+    assert d["locked_core"] is None and d["power_limit_w"] == 600.0
