@@ -54,9 +54,10 @@ def comparison_rows(policy, spec, schedules: dict | None = None,
     optimum_saving = 1.0 - optimum_for(backend, budget).energy_j / backend.auto_run().energy_j
     trained_by = policy.meta.get("training", {}).get("trained_by", "PPO")
     rows = []
+    chosen = {k: "" if s.name == "policy" else f" -> {s.name}" for k, s in planned.items()}  # a whole-job plan won
     for name, ev in [*((r.name, r.evaluation) for r in results),
-                     (f"{trained_by} policy", evaluate(planned["policy"], backend)),
-                     (f"{trained_by} policy + search", evaluate(planned["search"], backend))]:
+                     (f"{trained_by} policy{chosen['policy']}", evaluate(planned["policy"], backend)),
+                     (f"{trained_by} policy + search{chosen['search']}", evaluate(planned["search"], backend))]:
         share = f"{100 * ev.saving / optimum_saving:.0f}" if optimum_saving > 1e-9 else "-"
         rows.append([name, f"{100 * ev.slowdown:+.2f}", f"{-100 * ev.saving:+.2f}", str(ev.switches), share,
                      "yes" if ev.slowdown <= budget + 1e-9 else "no"])

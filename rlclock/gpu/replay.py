@@ -104,19 +104,23 @@ class ScheduleReplay:
 
 def replay_schedule(captured: Any, schedule: ClockSchedule, control: ClockControl, device: NvmlDevice,
                     settings: MeasureSettings = MeasureSettings(), read_back: bool = False) -> ScheduleReplay:
-    """Run ``schedule`` segment by segment, back to back, and measure time and energy per step.
+    """Run ``schedule`` segment by segment, back to back, and measure time and energy per step (under the board
+    power limit it names, set through ``control`` first and given back with the clocks).
 
     The first step reads the clocks back after every change (its records are returned); the measured
     steps do so only with ``read_back``.
 
     Raises:
         ScheduleError: The schedule does not fit the captured step.
+        ClockError: Its power limit is outside the GPU's range.
     """
     if len(schedule) != len(captured.entries):
         raise ScheduleError(f"schedule {schedule.name!r} has {len(schedule)} entries, the captured step "
                             f"{len(captured.entries)}.", "build the schedule for this trace.")
     seg = SegmentedStep(captured, schedule, control, read_back=True)
     try:
+        if schedule.power_limit_w is not None:
+            control.set_power_limit(schedule.power_limit_w)
         before = len(control.history)
         seg.launch()  # one step to record the changes, read back
         records = [r.as_dict() for r in control.history[before:]]

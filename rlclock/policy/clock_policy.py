@@ -150,8 +150,7 @@ class ClockPolicy:
             backend = self.backend_for(trace, auto_time_s, auto_energy_j, latency_s)
         got = self.plan(backend, self.budget if budget is None else budget, meet_budget, search=search, ranks=ranks,
                         whole_job=whole_job, power_limits=power_limits)
-        name = "policy" if got.power_limit_w is None else f"power-limit {got.power_limit_w:.0f} W"
-        return ClockSchedule(self.configs, got.requests, name=name, power_limit_w=got.power_limit_w)
+        return ClockSchedule(self.configs, got.requests, name=got.name, power_limit_w=got.power_limit_w)
 
     def plan(self, backend: GpuBackend | PlanningStep, budget: float, meet_budget: bool = True, prices: int = 24,
              pairs: int = 2, mix_tries: int = 8, search: bool = False, ranks: int = SEARCH_RANKS,

@@ -38,6 +38,8 @@ class Plan:
             rollout did not decide at.
         power_limit_w: The board power limit the plan runs under, watts (``None``: the GPU's own; only the
             planner's whole-job stage names one, :mod:`rlclock.policy.whole_job`).
+        name: What made it: ``"policy"``, or the whole-job plan that replaced the policy's (``"static 1410@3201"``,
+            ``"power-limit 650 W"``).
     """
 
     requests: np.ndarray
@@ -45,6 +47,7 @@ class Plan:
     energy_j: float
     computed: int
     power_limit_w: float | None = None
+    name: str = "policy"
 
     def objective(self, weight_j_per_s: float) -> float:
         """``energy + weight · time``, joules."""
