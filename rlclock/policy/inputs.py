@@ -7,7 +7,9 @@ is made of parts that change at very different rates, so the first layer's sum i
   share them; :func:`situations`) the part that depends on neither the price nor the state: the kernel
   window, the bins' occupancy, the time left, the latency and the bias (:meth:`FirstLayerEvaluator.prepare`);
 * per **price of time** and look-ahead context, the slots' features but their in-effect flags
-  (:class:`PriceTables`);
+  (:class:`PriceTables`), filled :data:`CONTEXT_BLOCK` contexts at a time, and their sum with the situation's
+  part :data:`DECISION_BLOCK` situations at a time, as rollouts reach them (:meth:`FirstLayerEvaluator.pre_rows`;
+  of the step's 24 grid prices, most are visited at a few of their contexts);
 * per price and **configuration in effect**, everything that depends on it — its bins, the in-effect flags of
   the slots holding it, its own features — filled :data:`CONTEXT_BLOCK` contexts at a time, the first time a
   rollout holds it in one of them (:meth:`FirstLayerEvaluator.now_rows`; a rollout visits a few contexts per
@@ -88,10 +90,16 @@ class PriceTables:
     Attributes:
         price_rel: The price of time over the step's mean auto power.
         candidates: ``(U, S)`` configuration of every slot.
-        slot_part: ``(U, H)`` first-layer sum over the slots' features but their in-effect flags.
+        slot_part: ``(U, H)`` first-layer sum over the slots' features but their in-effect flags; a row is
+            valid once its block of :data:`CONTEXT_BLOCK` contexts is done (``slot_done``).
         now: configuration → the first-layer sums over everything that depends on it being in effect
             (:class:`NowRows`).
-        pre: ``(situations, H)`` the first layer's sum over everything but the configuration in effect.
+        pre: ``(situations, H)`` the first layer's sum over everything but the configuration in effect; a row is
+            valid once its block of :data:`DECISION_BLOCK` situations is done (``pre_done``;
+            :meth:`FirstLayerEvaluator.pre_rows`).
+        price_part: ``(H,)`` the first layer's price entry's part.
+        slot_done: ``(context blocks,)`` which blocks of ``slot_part`` are filled.
+        pre_done: ``(situation blocks,)`` which blocks of ``pre`` are filled.
         decided: configuration in effect → the policy's decisions there (:meth:`FirstLayerEvaluator.decide`).
     """
 
@@ -100,6 +108,9 @@ class PriceTables:
     slot_part: np.ndarray
     now: dict[int, NowRows]
     pre: np.ndarray
+    price_part: np.ndarray
+    slot_done: np.ndarray
+    pre_done: np.ndarray
     decided: dict[int, Decisions] = field(default_factory=dict)
 
 
@@ -244,24 +255,60 @@ class FirstLayerEvaluator:
         return PreparedStep(base, look, {}, situation, look.context[firsts])
 
     def price_tables(self, prepared: PreparedStep, price_rel: float) -> PriceTables:
-        """The :class:`PriceTables` of one price (computed once per price and step)."""
+        """The :class:`PriceTables` of one price (made once per price and step; its sums are filled as rollouts
+        reach them, :meth:`pre_rows`)."""
         got = prepared.per_price.get(price_rel)
         if got is None:
             look = prepared.look
-            U, S = look.n_contexts, look.n_slots
-            cand = look.context_candidates(price_rel)
-            feats = np.empty((U, S, SLOT_WIDTH), dtype=np.float32)
-            feats[..., :CONFIG_WIDTH] = self.config_feat[cand]
-            look.bin_features(np.arange(U)[:, None], cand, price_rel, out=feats[..., CONFIG_WIDTH:-1])
-            feats[..., -1] = 0.0  # no slot is flagged as in effect: that is in `now`
-            slot_part = (feats.reshape(U, -1) @ self.first.slots).astype(np.float64)
-            pre = prepared.base + slot_part[prepared.situation_context]
-            pre += float(price_feature(price_rel)) * self.first.price
-            got = PriceTables(price_rel, cand, slot_part, {}, pre)
+            m, H = prepared.base.shape
+            got = PriceTables(price_rel, look.context_candidates(price_rel), np.empty((look.n_contexts, H)), {},
+                              np.empty((m, H)), float(price_feature(price_rel)) * self.first.price,
+                              np.zeros(-(-look.n_contexts // CONTEXT_BLOCK), dtype=bool),
+                              np.zeros(-(-m // DECISION_BLOCK), dtype=bool))
             if len(prepared.per_price) >= 32:
                 prepared.per_price.clear()
             prepared.per_price[price_rel] = got
         return got
+
+    def pre_rows(self, prepared: PreparedStep, tables: PriceTables, rows: np.ndarray | int) -> np.ndarray:
+        """``tables.pre``, valid (at least) in situations ``rows`` (one or an array): their blocks of
+        :data:`DECISION_BLOCK` situations are filled now if they were not before — each the situation's part
+        plus the slots' part of its context (whose :data:`CONTEXT_BLOCK` blocks are filled first) plus the
+        price's."""
+        if isinstance(rows, int | np.integer):
+            if tables.pre_done.item(rows // DECISION_BLOCK):
+                return tables.pre
+            blocks = np.array([rows // DECISION_BLOCK])
+        else:
+            blocks = np.unique(rows // DECISION_BLOCK)
+            blocks = blocks[~tables.pre_done[blocks]]
+        if not blocks.size:
+            return tables.pre
+        r = (blocks[:, None] * DECISION_BLOCK + np.arange(DECISION_BLOCK)).ravel()
+        r = r[r < len(prepared.situation_context)]  # only the last block can be short, and it comes last
+        contexts = prepared.situation_context[r]
+        self._slot_rows(prepared.look, tables, contexts)
+        pre = prepared.base[r] + tables.slot_part[contexts]
+        pre += tables.price_part
+        tables.pre[r] = pre
+        tables.pre_done[blocks] = True
+        return tables.pre
+
+    def _slot_rows(self, look: StepLookahead, tables: PriceTables, contexts: np.ndarray) -> None:
+        """Fill the blocks of ``tables.slot_part`` that hold ``contexts`` and are not filled yet (together)."""
+        blocks = np.unique(contexts // CONTEXT_BLOCK)
+        blocks = blocks[~tables.slot_done[blocks]]
+        if not blocks.size:
+            return
+        u = (blocks[:, None] * CONTEXT_BLOCK + np.arange(CONTEXT_BLOCK)).ravel()
+        u = u[u < look.n_contexts]  # only the last block can be short, and it comes last
+        cand = tables.candidates[u]
+        feats = np.empty((len(u), look.n_slots, SLOT_WIDTH), dtype=np.float32)
+        feats[..., :CONFIG_WIDTH] = self.config_feat[cand]
+        look.bin_features(u[:, None], cand, tables.price_rel, out=feats[..., CONFIG_WIDTH:-1])
+        feats[..., -1] = 0.0  # no slot is flagged as in effect: that is in `now`
+        tables.slot_part[u] = (feats.reshape(len(u), -1) @ self.first.slots).astype(np.float64)
+        tables.slot_done[blocks] = True
 
     def decide(self, prepared: PreparedStep, tables: PriceTables, config: int, wanted: np.ndarray
                ) -> tuple[Decisions, int]:
@@ -280,7 +327,8 @@ class FirstLayerEvaluator:
         rows = (blocks[:, None] * DECISION_BLOCK + np.arange(DECISION_BLOCK)).ravel()
         rows = rows[rows < m]  # only the step's last block can be short, and it comes last
         contexts = prepared.situation_context[rows]
-        h = tables.pre[rows] + self.now_rows(prepared.look, tables, config, contexts)[contexts]
+        h = self.pre_rows(prepared, tables, rows)[rows]
+        h += self.now_rows(prepared.look, tables, config, contexts)[contexts]
         z = np.empty((len(rows), self.weights.head[1].shape[0]))
         for lo in range(0, len(rows), DECISION_BLOCK):
             z[lo : lo + DECISION_BLOCK] = self.weights.logits_from_first_rows(h[lo : lo + DECISION_BLOCK])

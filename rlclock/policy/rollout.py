@@ -130,7 +130,7 @@ def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float
                 continue
             action = tab.decided[cur].action.item(s)
         else:
-            h = tab.pre[s] + evaluator.now_rows(look, tab, cur, u)[u]
+            h = evaluator.pre_rows(prepared, tab, s)[s] + evaluator.now_rows(look, tab, cur, u)[u]
             if first_layer is not None:
                 first_layer.append(h.copy())
             action = int(evaluator.logits(h).argmax())
