@@ -20,9 +20,12 @@ without it.
 
 ``policy`` — the shipped H200 policy (``gpt3xl-h200``, trained on generated GPT-3 XL steps) scheduling each
 real step on its anchored planning model (measured kernel times), at the GPU's default latency and a 1 %
-budget, planned from its first choices alone and with the search over its second choices, against the exact
-latency-aware optimum, the best static pair and the best whole-job power limit. Targets: >= 90 % of the
-optimum's saving on every model, slowdown within budget + 0.2 pp, planning <= 1 s per step.
+budget, planned from its first choices alone and with the search over its best choices, against the exact
+latency-aware optimum, the best static pair and the best whole-job power limit; then the plan a deployment
+applies (with the search, and the planner's whole-job stage: the best static pair or power limit where either
+saves more than the policy's plan; ``rlclock.policy.whole_job``). Targets: >= 90 % of the optimum's saving on
+every model, slowdown within budget + 0.2 pp, never below the best static pair or power limit, planning <= 1 s
+per step.
 
 ``lomo`` (only when named) — leave one model out: per corpus model, a policy trained (``--agent``, default the
 ``real-steps`` recipe) on the other models' real steps on ``--base``'s GPU and action set, judged on the model
@@ -206,9 +209,9 @@ def policy(corpus: Path, checkpoint: str, budget: float, time_limit_s: float) ->
     anchored = None
     print(f"== policy: {checkpoint} ({pol.gpu.name}) on each real step's planning model, latency "
           f"{latency_s * 1e3:g} ms, budget {100 * budget:g} %; savings against auto")
-    print(f"{'':16s} {'':8s} {'first choices':^30s} {'with the search':^30s}")
-    print(f"{'model':16s} {'optimum':>8s} {'policy':>7s} {'of opt':>6s} {'slowdown':>8s} {'plan s':>6s} "
-          f"{'policy':>7s} {'of opt':>6s} {'slowdown':>8s} {'plan s':>6s} {'static':>7s} {'power limit':>16s} "
+    print(f"{'':16s} {'':8s} {'first choices':^30s} {'with the search':^30s} {'deployed (+ whole-job stage)':^47s}")
+    cell = f"{'policy':>7s} {'of opt':>6s} {'slowdown':>8s} {'plan s':>6s}"
+    print(f"{'model':16s} {'optimum':>8s} {cell} {cell} {cell} {'plan':>16s} {'static':>7s} {'power limit':>16s} "
           f"{'model s':>7s} solve")
     for folder in _models(corpus):
         trace = refresh_costs(KernelTrace.load(folder / "step.trace.json.gz"))
@@ -221,6 +224,7 @@ def policy(corpus: Path, checkpoint: str, budget: float, time_limit_s: float) ->
         _ = backend.tables  # the planning model, shared by both plans, the solver and the baselines
         model_s = time.perf_counter() - t0
         planned = [planned_on(pol, backend, budget, search) for search in (False, True)]
+        deployed = planned_on(pol, backend, budget, True, whole_job=True)
         opt = latency_aware(backend, budget, time_limit_s)
         st, pl = static(backend, budget).evaluation, power_limit(backend, budget).evaluation
         best = opt.evaluation.saving
@@ -231,26 +235,30 @@ def policy(corpus: Path, checkpoint: str, budget: float, time_limit_s: float) ->
             bound = best + o.gap_j / opt.evaluation.auto_energy_j
             solve = f"best found, {o.solve_s:.0f} s; optimum <= {100 * bound:.2f}%"
         cells = " ".join(f"{100 * ev.saving:6.2f}% {100 * ev.saving / best if best > 0 else float('nan'):5.0f}% "
-                         f"{100 * ev.slowdown:+7.2f}% {plan_s:6.2f}" for ev, plan_s in planned)
-        print(f"{folder.name:16s} {100 * best:7.2f}% {cells} {100 * st.saving:6.2f}% {100 * pl.saving:6.2f}% "
-              f"({pl.name.split(' ', 1)[1]:>6s}) {model_s:7.2f} {solve}")
+                         f"{100 * ev.slowdown:+7.2f}% {plan_s:6.2f}" for ev, plan_s in [*planned, deployed])
+        print(f"{folder.name:16s} {100 * best:7.2f}% {cells} {deployed[0].name[:16]:>16s} {100 * st.saving:6.2f}% "
+              f"{100 * pl.saving:6.2f}% ({pl.name.split(' ', 1)[1]:>6s}) {model_s:7.2f} {solve}")
     print("of opt: the policy's saving over the optimum's (the best schedule the solver found within its time "
-          "limit, with the bound it proved on the true optimum's saving); plan s: ClockPolicy.schedule and its "
+          "limit, with the bound it proved on the true optimum's saving); deployed: the schedule rlclock apply "
+          "--search plans (the policy's, or the whole-job plan named under plan where that saves more); plan s: "
+          "ClockPolicy.schedule and its "
           "evaluation on the planning model; model s: building the planning model (the simulated GPU's tables "
           "for the step, once for both plans, the solver and the baselines); planning model "
           + ("anchored on the measured kernel times" if anchored else
              "from shapes alone (the steps were measured on another GPU)") + "\n")
 
 
-def planned_on(pol: Any, backend: Any, budget: float, search: bool, ranks: int | None = None) -> tuple[Any, float]:
+def planned_on(pol: Any, backend: Any, budget: float, search: bool, ranks: int | None = None,
+               whole_job: bool = False) -> tuple[Any, float]:
     """``pol``'s schedule for ``backend``'s step at ``budget`` (from its first choices, or with the search over its
-    ``ranks`` best choices, default the planner's), evaluated on ``backend``, and the seconds planning and
-    evaluating took."""
+    ``ranks`` best choices, default the planner's; the policy's own plan, or with ``whole_job`` the plan a
+    deployment applies), evaluated on ``backend``, and the seconds planning and evaluating took."""
     from rlclock.solve.evaluation import evaluate
 
     t0 = time.perf_counter()
     more = {} if ranks is None else {"ranks": ranks}
-    ev = evaluate(pol.schedule(backend.trace, backend=backend, budget=budget, search=search, **more), backend)
+    sched = pol.schedule(backend.trace, backend=backend, budget=budget, search=search, whole_job=whole_job, **more)
+    ev = evaluate(sched, backend)
     return ev, time.perf_counter() - t0
 
 
@@ -313,22 +321,24 @@ def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, run
           f"{100 * budget:g} %; savings against auto")
     head = f"{'policy':>7s} {'of opt':>6s} {'slowdown':>8s} {'plan s':>6s}"
     print(f"{'':16s} {'':8s} {'left out, first choices':^30s} {'left out, with the search':^30s}"
-          + (f" {compare + ', with the search':^30s}" if compare else ""))
+          + (f" {compare + ', with the search':^30s}" if compare else "") + f" {'left out, deployed':^47s}")
     print(f"{'model':16s} {'optimum':>8s} {head} {head}" + (f" {head}" if compare else "")
-          + f" {'static':>7s} {'power limit':>16s} {'train s':>7s}")
+          + f" {head} {'plan':>16s} {'static':>7s} {'power limit':>16s} {'train s':>7s}")
     met = 0
     for r in rows:
         best = r["optimum"]
         cells = " ".join(f"{100 * sv:6.2f}% {100 * sv / best if best > 0 else float('nan'):5.0f}% "
-                         f"{100 * sd:+7.2f}% {ps:6.2f}" for sv, sd, ps in r["plans"])
+                         f"{100 * sd:+7.2f}% {ps:6.2f}" for sv, sd, ps in [*r["plans"], r["deployed"][:3]])
         floor = max(r["static"], r["power_limit"])
-        sv, sd, ps = r["plans"][1]
+        sv, sd, ps, name = r["deployed"]
         met += sv >= 0.9 * best and sd <= budget + 0.002 + 1e-9 and sv >= floor - 1e-9 and ps <= 1.0
-        print(f"{r['model']:16s} {100 * best:7.2f}% {cells} {100 * r['static']:6.2f}% {100 * r['power_limit']:6.2f}% "
-              f"({r['power_limit_name']:>6s}) {r['train_s']:7.0f}")
-    print(f"targets met with the search on {met} of {len(rows)} models (>= 90 % of the optimum's saving, slowdown "
-          "within budget + 0.2 pp, never below the best static pair or power limit, planning <= 1 s); optimum: "
-          "the exact latency-aware optimum on the step's planning model ("
+        print(f"{r['model']:16s} {100 * best:7.2f}% {cells} {name[:16]:>16s} {100 * r['static']:6.2f}% "
+              f"{100 * r['power_limit']:6.2f}% ({r['power_limit_name']:>6s}) {r['train_s']:7.0f}")
+    print(f"targets met by the deployed plan on {met} of {len(rows)} models (>= 90 % of the optimum's saving, "
+          "slowdown within budget + 0.2 pp, never below the best static pair or power limit, planning <= 1 s); "
+          "deployed: with the search and the planner's whole-job stage, what rlclock apply --search applies (the "
+          "policy's plan, or the whole-job plan named under plan); optimum: the exact latency-aware optimum on the "
+          "step's planning model ("
           + ("anchored on the measured kernel times" if any(r["anchored"] for r in rows) else
              "from shapes alone: the steps were measured on another GPU") + "); plan s: planning and evaluating "
           "one step, one at a time after every fold has trained; train s: the fold's training wall time\n")
@@ -382,7 +392,9 @@ def _fold(i: int) -> dict[str, Any]:
 
 def _judge(row: dict[str, Any]) -> None:
     """Plan fold ``row``'s left-out step with its policy (first choices, then the search) and, if asked, the
-    shipped checkpoint (with the search); adds ``plans``: (saving, slowdown, planning seconds) each."""
+    shipped checkpoint (with the search); adds ``plans``: (saving, slowdown, planning seconds) each, and
+    ``deployed``: the same and the plan's name for the fold policy's deployed plan (the search and the planner's
+    whole-job stage)."""
     from rlclock.env import episode_tables
     from rlclock.policy import ClockPolicy
 
@@ -395,6 +407,8 @@ def _judge(row: dict[str, Any]) -> None:
     for pol, search in zip(pols, (False, True, True), strict=False):
         ev, plan_s = planned_on(pol, backend, held.reward.budget, search)
         row["plans"].append((ev.saving, ev.slowdown, plan_s))
+    ev, plan_s = planned_on(pols[0], backend, held.reward.budget, True, whole_job=True)
+    row["deployed"] = (ev.saving, ev.slowdown, plan_s, ev.name)
     for k in _FOLDS["ranks"]:
         ev, plan_s = planned_on(ClockPolicy.load(row["checkpoint"]), backend, held.reward.budget, True, k)
         row["ranked"].append((ev.saving, ev.slowdown, plan_s))
