@@ -275,13 +275,7 @@ class FirstLayerEvaluator:
         :data:`DECISION_BLOCK` situations are filled now if they were not before — each the situation's part
         plus the slots' part of its context (whose :data:`CONTEXT_BLOCK` blocks are filled first) plus the
         price's."""
-        if isinstance(rows, int | np.integer):
-            if tables.pre_done.item(rows // DECISION_BLOCK):
-                return tables.pre
-            blocks = np.array([rows // DECISION_BLOCK])
-        else:
-            blocks = np.unique(rows // DECISION_BLOCK)
-            blocks = blocks[~tables.pre_done[blocks]]
+        blocks = _missing(rows, tables.pre_done, DECISION_BLOCK)
         if not blocks.size:
             return tables.pre
         r = (blocks[:, None] * DECISION_BLOCK + np.arange(DECISION_BLOCK)).ravel()
@@ -296,8 +290,7 @@ class FirstLayerEvaluator:
 
     def _slot_rows(self, look: StepLookahead, tables: PriceTables, contexts: np.ndarray) -> None:
         """Fill the blocks of ``tables.slot_part`` that hold ``contexts`` and are not filled yet (together)."""
-        blocks = np.unique(contexts // CONTEXT_BLOCK)
-        blocks = blocks[~tables.slot_done[blocks]]
+        blocks = _missing(contexts, tables.slot_done, CONTEXT_BLOCK)
         if not blocks.size:
             return
         u = (blocks[:, None] * CONTEXT_BLOCK + np.arange(CONTEXT_BLOCK)).ravel()
@@ -347,15 +340,8 @@ class FirstLayerEvaluator:
             got = NowRows(np.empty((U, self.first.now.shape[1]), dtype=np.float32),
                           np.zeros(-(-U // CONTEXT_BLOCK), dtype=bool))
             tables.now[config] = got
-        if isinstance(contexts, int | np.integer):
-            if got.done.item(contexts // CONTEXT_BLOCK):
-                return got.values
-            blocks = np.array([contexts // CONTEXT_BLOCK])
-        else:
-            blocks = np.unique(contexts // CONTEXT_BLOCK)
-            blocks = blocks[~got.done[blocks]]
         S = look.n_slots
-        for b in blocks.tolist():
+        for b in _missing(contexts, got.done, CONTEXT_BLOCK).tolist():
             u = slice(b * CONTEXT_BLOCK, min((b + 1) * CONTEXT_BLOCK, look.n_contexts))
             bins = look.bin_features(np.arange(u.start, u.stop), config, tables.price_rel, extra=S)
             bins[:, CURRENT_WIDTH:] = tables.candidates[u] == config
@@ -364,6 +350,16 @@ class FirstLayerEvaluator:
             got.values[u] = now
             got.done[b] = True
         return got.values
+
+
+def _missing(rows: np.ndarray | int, done: np.ndarray, block: int) -> np.ndarray:
+    """The numbers of the blocks of ``block`` consecutive rows that hold ``rows`` (one or an array) and are not
+    ``done`` yet, ascending."""
+    if isinstance(rows, int | np.integer):
+        b = int(rows) // block
+        return np.empty(0, dtype=np.int64) if done.item(b) else np.array([b])
+    blocks = np.unique(rows // block)
+    return blocks[~done[blocks]]
 
 
 _HASH_MULTIPLIERS = np.random.default_rng(0x51A7).integers(1, 2**63, size=64, dtype=np.uint64) | np.uint64(1)
