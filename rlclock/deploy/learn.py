@@ -55,7 +55,7 @@ def candidate_schedules(policy: Any, trace: KernelTrace, auto_time_s: np.ndarray
     """The candidate plans for a profiled step on ``policy``'s planning model (its GPU and action set), as
     schedules: auto, the exact optima at ``budgets``, and the policy's own plan at its budget (where it differs)."""
     model = policy.backend_for(trace, auto_time_s, None, latency_s)
-    own = policy.schedule(trace, auto_time_s, None, latency_s, backend=model, search=search, power_limits=False)
+    own = policy.schedule(trace, auto_time_s, None, latency_s, backend=model, search=search, whole_job=False)
     cand = candidate_plans(model, budgets=budgets, time_limit_s=time_limit_s,
                            extra=[(f"policy at {100 * float(policy.budget):g} %", np.asarray(own.index))])
     schedules = tuple(ClockSchedule(policy.configs, np.asarray(p, dtype=np.int64).tolist(), name=label)
