@@ -141,3 +141,28 @@ def test_learn_on_a_real_loop_in_observe_mode(tmp_path):
     assert 0 < learned["median_step_s"] < 1.0
     assert clk.report is not None and clk.report.mode in ("dry-run", "plan-only")
     assert (tmp_path / "learn.json").is_file()
+
+
+def test_a_power_limit_schedule_in_a_dry_run_on_the_gpu_sets_nothing():
+    """A schedule that names a whole-job power limit, applied in a dry run on the real GPU: the worker's clock
+    control validates it against the range NVML reports, records it and sets nothing; the report says so."""
+    import torch
+
+    from rlclock.deploy.controller import ClockController
+    from rlclock.gpu.nvml import NvmlDevice
+
+    dev = NvmlDevice(0)
+    before = dev.power_limit_w()
+    lo, hi = dev.power_limit_range_w()
+    timeline = StepTimeline.from_durations(np.full(10, 1e-3))
+    schedule = ClockSchedule.constant("auto", 10, power_limit_w=round((lo + hi) / 2))
+    cycles = _sleep_cycles(0.01)
+    with ClockController(schedule, timeline, latency_s=0.006) as ctl:
+        for _ in range(5):
+            ctl.step()
+            torch.cuda._sleep(cycles)
+        torch.cuda.synchronize()
+    rep = ctl.report
+    assert rep.mode == "dry-run" and rep.power_limit is not None and not rep.power_limit["applied"]
+    assert rep.power_limit["found_w"] == pytest.approx(before) and "dry run: not set" in rep.text()
+    assert dev.power_limit_w() == before

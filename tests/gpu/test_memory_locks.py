@@ -25,7 +25,7 @@ def test_presets_say_what_their_gpus_can_do():
     assert get_spec("rtx3080ti").memory_locks == "runtime"
     assert get_spec("h200-sxm").memory_locks == "deferred" and not get_spec("h200-sxm").runtime_memory
     assert get_spec("a100-sxm4-40gb").memory_locks == "none"
-    assert get_spec("h100-sxm").memory_locks == "none"  # its preset lists one memory clock
+    assert get_spec("h100-sxm").memory_locks == "deferred"  # a real H100 lists 2619 and 1593 MHz (data/h100-doctor.txt)
 
 
 def test_a_deferred_gpu_gets_an_action_set_at_its_memory_clock():

@@ -28,10 +28,10 @@ def no_clock_setting(monkeypatch):
     from rlclock.gpu.nvml import NvmlDevice
 
     def forbidden(*args, **kwargs):
-        raise AssertionError("a clock-setting NVML function was called on a real GPU")
+        raise AssertionError("a clock- or power-setting NVML function was called on a real GPU")
 
     for name in ("set_locked_core_clocks", "set_locked_mem_clocks", "reset_locked_core_clocks",
-                 "reset_locked_mem_clocks"):
+                 "reset_locked_mem_clocks", "set_power_limit_w"):
         monkeypatch.setattr(NvmlDevice, name, forbidden)
 
 
@@ -113,6 +113,23 @@ def test_energy_window_of_an_isolated_kernel(captured):
     assert s.busy_fraction > 0.5
 
 
+def test_power_limit_observe_mode_reads_the_range_and_sets_nothing(no_clock_setting):
+    from rlclock.errors import ClockError
+    from rlclock.gpu.clocks import ClockControl
+    from rlclock.gpu.nvml import NvmlDevice
+
+    dev = NvmlDevice(0)
+    before = dev.power_limit_w()
+    lo, hi = dev.power_limit_range_w()
+    assert 0 < lo < hi and lo <= before <= hi and 0 < dev.default_power_limit_w() <= hi
+    with ClockControl(0) as clocks:
+        rec = clocks.set_power_limit(round((lo + hi) / 2))
+        assert rec.dry_run and not rec.applied and rec.calls and rec.found_w == pytest.approx(before)
+        with pytest.raises(ClockError, match="outside the range"):
+            clocks.set_power_limit(hi + 100)
+    assert dev.power_limit_w() == before
+
+
 def test_schedule_replay_in_observe_mode(captured, no_clock_setting):
     from rlclock.gpu.clocks import ClockControl
     from rlclock.gpu.meter import MeasureSettings
@@ -123,12 +140,16 @@ def test_schedule_replay_in_observe_mode(captured, no_clock_setting):
     n = len(captured.entries)
     with ClockControl(0) as clocks:
         low = ClockConfig(sorted(clocks.supported[max(clocks.supported)])[10], max(clocks.supported))
-        sched = ClockSchedule.from_configs([AUTO if i % 3 else low for i in range(n)], name="alternating")
+        plain = ClockSchedule.from_configs([AUTO if i % 3 else low for i in range(n)], name="alternating")
+        lo, hi = NvmlDevice(0).power_limit_range_w()
+        sched = ClockSchedule(plain.configs, plain.index, plain.name, power_limit_w=round((lo + hi) / 2))
         rep = replay_schedule(captured, sched, clocks, NvmlDevice(0),
                               MeasureSettings(window_s=0.2, warmup_s=0.05, repeats=2))
         assert rep.dry_run and rep.segments > 2 and rep.switches_per_step == rep.segments - 1
         assert rep.stats.time_s > 0 and rep.stats.energy_j > 0
         assert not any(r.applied for r in clocks.history)
+        assert [r.requested_w for r in clocks.power_limit_history][:1] == [sched.power_limit_w]
+        assert not any(r.applied for r in clocks.power_limit_history)
     captured.replay()
 
 
