@@ -71,3 +71,15 @@ def test_boost_ceiling_below_the_clock_table_is_one_clear_line(rtx):
         spec_from_mapping(data, "my-gpu.yaml")
     data["model"]["boost_max_mhz"] = 1800.0
     assert spec_from_mapping(data, "my-gpu.yaml").top_core_mhz == 1800.0
+
+
+def test_the_h100_preset_carries_the_h200_fit():
+    """One GH100 die: the H100 preset's model is the H200 preset's fit (one copy kept in step with the other when
+    the H200 is refitted), but for the L2 residency, at most the H100's own 50 MB L2; it stays a generic preset (not
+    fitted to an H100)."""
+    h100, h200 = get_spec("h100-sxm"), get_spec("h200-sxm")
+    a, b = h100.model.as_dict(), h200.model.as_dict()
+    assert a["l2_resident_bytes"] == min(b["l2_resident_bytes"], h100.l2_bytes) == 50e6
+    assert {k: v for k, v in a.items() if k != "l2_resident_bytes"} == {
+        k: v for k, v in b.items() if k != "l2_resident_bytes"}
+    assert h100.generic and not h200.generic
