@@ -74,8 +74,8 @@ def test_boost_ceiling_below_the_clock_table_is_one_clear_line(rtx):
 
 
 def test_the_h100_preset_carries_the_h200_fit():
-    """One GH100 die: the H100 preset's model is the H200 preset's fit (one copy kept in step with the other when
-    the H200 is refitted), but for the L2 residency, at most the H100's own 50 MB L2; it stays a generic preset (not
+    """One GH100 die: the H100 preset's model is the H200 preset's fit (``python -m rlclock.calibration h200-sxm
+    --write`` writes both), but for the L2 residency, at most the H100's own 50 MB L2; it stays a generic preset (not
     fitted to an H100)."""
     h100, h200 = get_spec("h100-sxm"), get_spec("h200-sxm")
     a, b = h100.model.as_dict(), h200.model.as_dict()

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from dataclasses import replace
 
 from rlclock.calibration.fit import write_model
 from rlclock.calibration.measured import fit_measured
 from rlclock.calibration.paper import fit_paper
 from rlclock.dvfs.spec import get_spec
+
+SAME_DIE: dict[str, tuple[str, ...]] = {"h200-sxm": ("h100-sxm",)}
+"""Fitted preset → presets of GPUs on the same die that carry its fit (``--write`` writes them too): the H100 is the
+H200's GH100 die with other memory (docs/simulator.md, "The H100 preset against a real H100")."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,6 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {k:22s} {v:.6g}")
     if args.write:
         print("wrote", write_model(spec.key, fitted.model, note))
+        for key in SAME_DIE.get(spec.key, ()):  # presets that carry this fit, each capped at its own L2
+            other = get_spec(key)
+            carried = replace(fitted.model, l2_resident_bytes=min(fitted.model.l2_resident_bytes, other.l2_bytes))
+            print("wrote", write_model(key, carried, f"the {spec.key} preset's fit (same die), the L2 residency at "
+                                                     f"most this GPU's {other.l2_bytes / 1e6:g} MB: not fitted to it"))
     return 0
 
 
