@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
+from concurrency import hammer
 
 from rlclock.errors import (
     ClockControlDisabledError,
@@ -139,21 +138,7 @@ def test_partial_failure_keeps_track_of_what_was_applied(fake_nvml, monkeypatch)
 def test_concurrent_applies_are_serialised(fake_nvml):
     configs = ["1500@3201", "1200@2201", "auto", "1980@3201", "auto@2201"]
     with live() as clocks:
-        errors = []
-
-        def worker(k: int) -> None:
-            try:
-                for j in range(4):
-                    clocks.apply(configs[(k + j) % len(configs)])
-            except Exception as exc:  # pragma: no cover - would fail the test below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=worker, args=(k,)) for k in range(5)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors
+        hammer(clocks.apply, configs)
         hist = clocks.history
         assert len(hist) == 20
         # replaying the records in order reproduces the GPU's state: no interleaved half-applied requests

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import threading
 import time
 
 import fake_pynvml
 import pytest
+from concurrency import hammer
 
 from rlclock.errors import ClockError, ClockPermissionError, NvmlNotSupportedError
 from rlclock.gpu.clocks import ClockControl, reset_clocks
@@ -171,21 +171,7 @@ def test_restore_errors_restore_everything_then_raise_the_first(found_600, monke
 def test_concurrent_requests_are_serialised(found_600):
     limits = [650, 450, None, 700, 450]
     with live() as clocks:
-        errors = []
-
-        def worker(k: int) -> None:
-            try:
-                for j in range(4):
-                    clocks.set_power_limit(limits[(k + j) % len(limits)], read_back=False)
-            except Exception as exc:  # pragma: no cover - would fail the test below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=worker, args=(k,)) for k in range(5)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors
+        hammer(lambda w: clocks.set_power_limit(w, read_back=False), limits)
         hist = clocks.power_limit_history
         assert len(hist) == 20
         in_effect = 600.0  # replaying the records in order reproduces the GPU's limit
