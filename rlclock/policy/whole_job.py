@@ -16,7 +16,7 @@ import numpy as np
 from rlclock.backends.base import GpuBackend
 from rlclock.errors import ScheduleError
 from rlclock.policy.rollout import Plan
-from rlclock.solve.baselines import power_limit, static
+from rlclock.solve.baselines import budget_time_s, power_limit, static
 
 
 def cheapest(plan: Plan, backend: GpuBackend, budget: float, power_limits: bool = True) -> Plan:
@@ -33,7 +33,7 @@ def cheapest(plan: Plan, backend: GpuBackend, budget: float, power_limits: bool 
         The plan with the least energy within the budget; a whole-job plan only where it is strictly cheaper
         (the static pair before a power limit, which changes one more setting of the GPU).
     """
-    limit_s = backend.auto_run().time_s * (1.0 + budget) * (1 + 1e-12)
+    limit_s = budget_time_s(backend, budget) * (1 + 1e-12)
     best = plan
     fixed = static(backend, budget)
     if fixed.evaluation.time_s <= limit_s and fixed.evaluation.energy_j < best.energy_j:

@@ -105,7 +105,13 @@ def max_clocks(backend: GpuBackend) -> BaselineResult:
     return _result(backend, np.full(backend.n_kernels, i), "max")
 
 
-def _budget_s(backend: GpuBackend, budget: float) -> float:
+def budget_time_s(backend: GpuBackend, budget: float) -> float:
+    """The longest step time within a slowdown ``budget`` (a fraction) on ``backend``, seconds: its auto step's times
+    ``1 + budget``; judges compare with ``(1 + 1e-12)`` of it, for rounding.
+
+    Raises:
+        ScheduleError: The budget is not a finite fraction >= 0.
+    """
     if not np.isfinite(budget) or budget < 0:
         raise ScheduleError(f"slowdown budget must be a finite fraction >= 0, found {budget!r}.")
     return backend.auto_run().time_s * (1.0 + budget)
@@ -115,7 +121,7 @@ def static(backend: GpuBackend, budget: float) -> BaselineResult:
     """The single configuration with the least energy whose step time fits the budget."""
     t, e = backend.tables
     tt, ee = t.sum(axis=0), e.sum(axis=0)
-    ok = tt <= _budget_s(backend, budget) * (1 + 1e-12)
+    ok = tt <= budget_time_s(backend, budget) * (1 + 1e-12)
     j = int(np.argmin(np.where(ok, ee, np.inf))) if ok.any() else 0
     return _result(backend, np.full(backend.n_kernels, j), "static")
 
@@ -152,7 +158,7 @@ def power_limit(backend: GpuBackend, budget: float) -> BaselineResult:
         ScheduleError: The backend cannot change its power limit (:meth:`GpuBackend.at_power_limit`).
     """
     n = backend.n_kernels
-    limit_s = _budget_s(backend, budget) * (1 + 1e-12)
+    limit_s = budget_time_s(backend, budget) * (1 + 1e-12)
     top = backend.power_limit_w
     best_w, best = top, evaluate(ClockSchedule.constant(AUTO, n), backend)
     for w in power_limits_w(top)[1:]:
@@ -180,7 +186,7 @@ def pass_level(backend: GpuBackend, budget: float, aggregation: str = "local") -
     if aggregation == "local":
         choice = best_within(tp, ep, tp[:, 0] * (1.0 + budget))
     elif aggregation == "global":
-        limit = _budget_s(backend, budget)
+        limit = budget_time_s(backend, budget)
         # keep each pass's Pareto-efficient configurations, then search their combinations
         cands = [_pareto(tp[p], ep[p]) for p in range(len(masks))]
         best, choice = np.inf, np.zeros(len(masks), dtype=np.int64)
@@ -218,14 +224,14 @@ def kernel_global(backend: GpuBackend, budget: float, time_limit_s: float = 300.
     """The paper's method: the exact latency-blind knapsack optimum (the best found within ``time_limit_s``),
     evaluated with the backend's latency."""
     t, e = backend.tables
-    opt = knapsack_optimum(t, e, _budget_s(backend, budget), time_limit_s)
+    opt = knapsack_optimum(t, e, budget_time_s(backend, budget), time_limit_s)
     return _result(backend, opt.requests, "kernel-global", opt)
 
 
 def latency_aware(backend: GpuBackend, budget: float, time_limit_s: float = 300.0) -> BaselineResult:
     """The exact optimum under the backend's switching latency."""
     t, e = backend.tables
-    opt = latency_aware_optimum(t, e, backend.latency_s, _budget_s(backend, budget), time_limit_s=time_limit_s)
+    opt = latency_aware_optimum(t, e, backend.latency_s, budget_time_s(backend, budget), time_limit_s=time_limit_s)
     return _result(backend, opt.requests, "latency-aware", opt)
 
 
