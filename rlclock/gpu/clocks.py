@@ -289,11 +289,7 @@ class ClockControl:
             self._check_open()
             if self._dry_run or not self._use_watchdog:
                 return None
-            if self._watchdog is None:
-                from rlclock.gpu.watchdog import Watchdog
-
-                self._watchdog = Watchdog([self.device_index])
-            return self._watchdog.pid
+            return self._started_watchdog().pid
 
     # -- validation -------------------------------------------------------------------------------
     def validate(self, config: ClockConfig | str) -> ClockConfig:
@@ -608,23 +604,21 @@ class ClockControl:
         self._history.append(rec)
         return rec
 
-    def _arm(self) -> None:
-        if not self._use_watchdog:
-            return
+    def _started_watchdog(self) -> Watchdog:
+        """The watchdog process, started now if it was not before."""
         if self._watchdog is None:
             from rlclock.gpu.watchdog import Watchdog
 
             self._watchdog = Watchdog([self.device_index])
-        self._watchdog.arm()
+        return self._watchdog
+
+    def _arm(self) -> None:
+        if self._use_watchdog:
+            self._started_watchdog().arm()
 
     def _guard_power_limit(self) -> None:
-        if not self._use_watchdog or self._power_found_w is None:
-            return
-        if self._watchdog is None:
-            from rlclock.gpu.watchdog import Watchdog
-
-            self._watchdog = Watchdog([self.device_index])
-        self._watchdog.guard_power_limit(self.device_index, self._power_found_w)
+        if self._use_watchdog and self._power_found_w is not None:
+            self._started_watchdog().guard_power_limit(self.device_index, self._power_found_w)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         try:
