@@ -24,7 +24,7 @@ import yaml
 
 from rlclock.calibration.fit import BOUNDS, fit
 from rlclock.dvfs import model
-from rlclock.dvfs.spec import GpuSpec, spec_to_mapping
+from rlclock.dvfs.spec import GpuSpec, spec_to_mapping, write_spec_file
 from rlclock.errors import SpecError
 from rlclock.schedule import ClockConfig
 from rlclock.workload.trace import Kernel
@@ -267,11 +267,8 @@ def write_preset(spec: GpuSpec, path: Path, key: str, name: str | None, provenan
                 model={k: float(f"{v:.6g}") for k, v in spec.model.as_dict().items()})
     data["sources"] = {**dict(spec.sources), "model": "fitted by rlclock calibrate (see calibration)",
                        "calibration": yaml.safe_dump(provenance, default_flow_style=True, width=10 ** 6).strip()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"# GPU spec calibrated by rlclock calibrate on "
-                    f"{_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}\n"
-                    + yaml.safe_dump(data, sort_keys=False, width=120))
-    return path
+    return write_spec_file(data, path, "GPU spec calibrated by rlclock calibrate on "
+                           f"{_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}")
 
 
 def simulated_sweep(true_gpu: GpuSpec, per_memory: int = 10, noise_std: float = 0.01, repeats: int = 4,

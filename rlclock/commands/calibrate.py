@@ -191,13 +191,17 @@ def _device(args: argparse.Namespace) -> int:
     from rlclock.calibration.device import SWEEP_SETTINGS, device_sweep, planned_configs
     from rlclock.calibration.sweep import suite
     from rlclock.calibration.table import write_table
-    from rlclock.dvfs.spec import get_spec
     from rlclock.gpu import nvml
     from rlclock.gpu.clocks import ClockControl
+    from rlclock.gpu.describe import spec_for_device
     from rlclock.gpu.meter import EnergySampler, MeasureSettings
 
     device = nvml.NvmlDevice(args.device)
-    base = get_spec(args.gpu or device.name)
+    base, origin = spec_for_device(args.device, args.gpu)
+    if origin == "derived":
+        print(f"no preset matches {device.name}: its spec ({base.key}) is built from what the GPU reports "
+              f"({base.sm_count} SMs, {base.mem_bus_bits}-bit memory, {base.power_limit_w:g} W, its clock table) with "
+              f"generic model parameters ({base.sources['model'].split(':')[1].split(',')[0].strip()})")
     window_s = SWEEP_SETTINGS.window_s if args.window is None else args.window
     settings = MeasureSettings(window_s=window_s, warmup_s=SWEEP_SETTINGS.warmup_s, repeats=SWEEP_SETTINGS.repeats)
     if base.generic_note() is not None:

@@ -390,6 +390,14 @@ def spec_to_mapping(spec: GpuSpec) -> dict[str, Any]:
     }
 
 
+def write_spec_file(data: Mapping[str, Any], path: str | Path, comment: str) -> Path:
+    """Write a spec mapping (:func:`spec_to_mapping`, maybe amended) as a GPU spec file, headed by ``comment``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"# {comment}\n" + yaml.safe_dump(dict(data), sort_keys=False, width=120))
+    return path
+
+
 def load_spec_file(path: str | Path) -> GpuSpec:
     """Load a GPU spec from a YAML file (the preset format)."""
     return spec_from_mapping(read_yaml(path, "GPU spec"), str(path))

@@ -69,7 +69,8 @@ def _range(values: tuple[int, ...]) -> str:
 
 
 def _gpu_details(index: int, period_s: float) -> dict[str, Any]:
-    from rlclock.dvfs.spec import get_spec, memory_locks_of
+    from rlclock.dvfs.spec import memory_locks_of
+    from rlclock.gpu.describe import spec_for_device
     from rlclock.gpu.meter import counter_period_s
 
     dev = nvml.NvmlDevice(index)
@@ -88,16 +89,23 @@ def _gpu_details(index: int, period_s: float) -> dict[str, Any]:
     locks = memory_locks_of(dev.architecture(), None if isinstance(table, str) else tuple(table))
     d["memory_locks"] = f"{locks} — {MEMORY_LOCK_MEANING[locks]}"
     try:
-        spec = get_spec(dev.name)
-        d["preset"] = spec.key
+        spec, origin = spec_for_device(index)
+        d["preset"] = spec.key if origin == "preset" else None
+        if origin == "derived":
+            d["derived_spec"] = (f"{spec.key}: {spec.sm_count} SMs, {spec.threads_per_sm} threads/SM, L2 "
+                                 f"{spec.l2_bytes / 2 ** 20:.0f} MiB, {spec.mem_bus_bits}-bit memory, bf16 "
+                                 f"{spec.tensor_flops_per_cycle_per_sm.get('bf16', 0):g} FLOP/cycle/SM — built from "
+                                 "what the GPU reports (rlclock doctor --spec-out FILE writes it)")
         d["preset_model"] = (f"fitted to {spec.fitted_to}" if not spec.generic else
-                             "generic (carried over from other GPUs): calibrate with rlclock calibrate")
-        if not isinstance(table, str):
+                             f"generic ({spec.sources.get('model', 'carried over from other GPUs').split(';')[0]}): "
+                             f"calibrate with rlclock calibrate --device {index} --control-clocks")
+        if not isinstance(table, str) and origin == "preset":
             same = {int(m): tuple(sorted(c)) for m, c in table.items()} == {
                 m: tuple(sorted(c)) for m, c in spec.clocks.items()}
             d["preset_clock_table"] = "matches" if same else "differs from the GPU's (update the preset)"
-    except RlclockError:
+    except RlclockError as exc:
         d["preset"] = None
+        d["derived_spec"] = f"unavailable ({exc})"
     e = nvml.try_read(dev.total_energy_j)
     d["energy_counter_j"] = e
     if not isinstance(e, str) and period_s > 0:
@@ -141,9 +149,10 @@ def diagnose(period_s: float = 1.0) -> DoctorReport:
     for i in range(n):
         d = _gpu_details(i, period_s if i == 0 else 0.0)
         r.gpus.append(d)
-        r.facts.append((f"GPU {i}", f"{d['name']} (preset {d.get('preset') or 'none: use gpu_file'})"))
-        for key in ("power_limit_w", "default_power_limit_w", "power_limit_range_w", "power_w", "temperature_c",
-                    "clocks_now", "energy_counter_period_s", "preset_clock_table", "preset_model", "memory_locks"):
+        r.facts.append((f"GPU {i}", f"{d['name']} (preset {d.get('preset') or 'none'})"))
+        for key in ("derived_spec", "power_limit_w", "default_power_limit_w", "power_limit_range_w", "power_w",
+                    "temperature_c", "clocks_now", "energy_counter_period_s", "preset_clock_table", "preset_model",
+                    "memory_locks"):
             if key in d:
                 v = d[key]
                 if key == "power_limit_range_w" and isinstance(v, list):

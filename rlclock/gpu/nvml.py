@@ -60,6 +60,8 @@ ARCHITECTURES: dict[int, str] = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Vol
                                  8: "Ada", 9: "Hopper", 10: "Blackwell", 13: "Rubin"}
 """NVML's ``nvmlDeviceArchitecture_t`` values → architecture names."""
 _TEMPERATURE_GPU = 0
+_GEFORCE_BRANDS = frozenset({5, 15})
+"""NVML's ``nvmlBrandType_t`` values of GeForce cards (GEFORCE, GEFORCE_RTX)."""
 
 CLOCK_EVENT_REASONS: dict[int, str] = {
     0x1: "gpu_idle",
@@ -321,6 +323,40 @@ class NvmlDevice:
         except RlclockError:
             return ""
         return ARCHITECTURES.get(code, "")
+
+    def compute_capability(self) -> tuple[int, int]:
+        """The CUDA compute capability ``(major, minor)``."""
+        major, minor = self._do("reading the compute capability", self._nvml.nvmlDeviceGetCudaComputeCapability,
+                                self._handle)
+        return int(major), int(minor)
+
+    def cuda_cores(self) -> int:
+        """The GPU's FP32 lanes (NVML's "GPU cores"; drivers 520 and newer), or 0 when NVML does not say."""
+        return self._optional_count("nvmlDeviceGetNumGpuCores", "reading the core count")
+
+    def memory_bus_bits(self) -> int:
+        """The memory interface width, bits, or 0 when NVML does not say."""
+        return self._optional_count("nvmlDeviceGetMemoryBusWidth", "reading the memory bus width")
+
+    def is_geforce(self) -> bool:
+        """Whether NVML's brand is GeForce (or, without a brand, the name says so)."""
+        fn = getattr(self._nvml, "nvmlDeviceGetBrand", None)
+        try:
+            brand = int(self._do("reading the brand", fn, self._handle)) if fn is not None else None
+        except RlclockError:
+            brand = None
+        if brand is None:
+            return "geforce" in self.name.lower()
+        return brand in _GEFORCE_BRANDS
+
+    def _optional_count(self, function: str, what: str) -> int:
+        fn = getattr(self._nvml, function, None)
+        if fn is None:
+            return 0
+        try:
+            return int(self._do(what, fn, self._handle))
+        except RlclockError:
+            return 0
 
     # -- energy and power -------------------------------------------------------------------------
     def total_energy_j(self) -> float:

@@ -39,6 +39,9 @@ NVML_CLOCK_MEM = 2
 NVML_TEMPERATURE_GPU = 0
 NVML_DEVICE_ARCH_AMPERE = 7
 NVML_DEVICE_ARCH_HOPPER = 9
+NVML_DEVICE_ARCH_ADA = 8
+NVML_BRAND_GEFORCE = 5
+NVML_BRAND_NVIDIA = 14
 
 STATE_ENV = "FAKE_NVML_STATE"
 
@@ -81,6 +84,10 @@ def default_state(n_devices: int = 1) -> dict[str, Any]:
                 "default_mem_mhz": 3201,
                 "clocks": {"3201": cores, "2201": cores},
                 "architecture": NVML_DEVICE_ARCH_HOPPER,
+                "compute_capability": [9, 0],
+                "cuda_cores": 16896,  # 132 SMs x 128 FP32 lanes
+                "memory_bus_bits": 6144,
+                "brand": NVML_BRAND_NVIDIA,
                 "memory_locks": "deferred",
                 "locked_core": None,
                 "locked_mem": None,
@@ -175,6 +182,27 @@ def nvmlDeviceGetName(handle: int) -> str:
 def nvmlDeviceGetArchitecture(handle: int) -> int:
     with _state() as s:
         return int(_dev(s, handle).get("architecture", NVML_DEVICE_ARCH_HOPPER))
+
+
+def nvmlDeviceGetCudaComputeCapability(handle: int) -> tuple[int, int]:
+    with _state() as s:
+        major, minor = _dev(s, handle)["compute_capability"]
+        return int(major), int(minor)
+
+
+def nvmlDeviceGetNumGpuCores(handle: int) -> int:
+    with _state() as s:
+        return int(_dev(s, handle)["cuda_cores"])
+
+
+def nvmlDeviceGetMemoryBusWidth(handle: int) -> int:
+    with _state() as s:
+        return int(_dev(s, handle)["memory_bus_bits"])
+
+
+def nvmlDeviceGetBrand(handle: int) -> int:
+    with _state() as s:
+        return int(_dev(s, handle)["brand"])
 
 
 def nvmlDeviceGetUUID(handle: int) -> str:
