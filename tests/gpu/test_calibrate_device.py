@@ -93,7 +93,7 @@ def live() -> ClockControl:
     return ClockControl(0, allow_clock_control=True, watchdog=False, handle_signals=False)
 
 
-def _sweep(fake, control, kernels, true_gpu, per_memory=3, **kw):
+def _sweep(fake, control, kernels, true_gpu, per_memory=3, base=BASE, **kw):
     made = []
     fail_at = kw.pop("fail_at", None)
 
@@ -102,7 +102,7 @@ def _sweep(fake, control, kernels, true_gpu, per_memory=3, **kw):
         return made[-1], k
 
     with EnergySampler(nvml.NvmlDevice(0), 0.0005, 0.01) as sampler:
-        sweep = device_sweep(BASE, control, sampler, realiser, per_memory, FAST, kernels=kernels,
+        sweep = device_sweep(base, control, sampler, realiser, per_memory, FAST, kernels=kernels,
                              idle_runner=SimulatedIdle(fake, true_gpu), **kw)
     return sweep, made
 
@@ -179,6 +179,24 @@ def test_a_fit_from_a_locked_sweep_recovers_the_hidden_gpu(fake_nvml):
     got, base_got = agreement(fitted, true_gpu, kernels), agreement(BASE, true_gpu, kernels)
     assert np.quantile(got.time_err, 0.95) < 0.05 and np.quantile(got.energy_err, 0.95) < 0.08
     assert np.all(got.optimum_steps <= 2) and not np.all(base_got.optimum_steps <= 2)
+
+
+def test_a_gpu_without_a_preset_is_calibrated_from_the_spec_built_from_it(l40s):
+    """No preset matches the GPU: its spec is built from what it reports, the suite is swept on it (here a GPU drawn
+    around that spec, hidden), and the fit predicts kernels outside the suite within the issue's bounds."""
+    from rlclock.gpu.describe import spec_for_device
+
+    base, origin = spec_for_device(0)
+    assert origin == "derived" and base.memory_locks == "none"
+    true_gpu = hidden_gpu(base, 3)
+    with live() as control:
+        sweep, _ = _sweep(l40s, control, None, true_gpu, per_memory=4, base=base)
+    assert {r.mem_mhz for r in sweep.rows} == {9001}
+    fitted, _ = fit_sweep(base, sweep.rows, max_nfev=100)
+    kernels = KernelTrace.load(resources.measurement("gpt3xl-h200-layer.trace.json")).distinct_with_work()
+    got = agreement(fitted, true_gpu, kernels)
+    assert np.quantile(got.time_err, 0.95) < 0.05 and np.quantile(got.energy_err, 0.95) < 0.08
+    assert l40s.device()["locked_core"] is None  # given back
 
 
 def test_nearest_pair_snaps_what_nvml_read():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fake_pynvml
 import pytest
 
 from rlclock.cli import main
@@ -153,19 +152,10 @@ def test_profile_layer_shape_from_an_env_spec():
         layer_config(argparse.Namespace(env="gpt3xl-rtx3080ti"))
 
 
-def _make_l40s(fake_nvml) -> None:
-    """The fake GPU made one no preset matches: an L40S (Ada, one memory clock, GDDR6)."""
-    fake_nvml.set_device(name="NVIDIA L40S", architecture=fake_pynvml.NVML_DEVICE_ARCH_ADA, compute_capability=[8, 9],
-                         cuda_cores=18176, memory_bus_bits=384, clocks={"9001": list(range(2520, 209, -15))},
-                         default_sm_mhz=2520, default_mem_mhz=9001, power_limit_w=350.0, default_power_limit_w=350.0,
-                         power_limit_range_w=[100.0, 350.0], memory_locks="none")
-
-
-def test_doctor_builds_a_spec_for_a_gpu_without_a_preset(fake_nvml, capsys, tmp_path):
+def test_doctor_builds_a_spec_for_a_gpu_without_a_preset(l40s, capsys, tmp_path):
     from rlclock.dvfs.spec import get_spec
     from rlclock.gpu.describe import spec_for_device
 
-    _make_l40s(fake_nvml)
     out_file = tmp_path / "l40s.yaml"
     assert main(["doctor", "--period", "0", "--spec-out", str(out_file)]) == 0
     out = capsys.readouterr().out
@@ -177,15 +167,14 @@ def test_doctor_builds_a_spec_for_a_gpu_without_a_preset(fake_nvml, capsys, tmp_
     assert (spec.sm_count, spec.memory_locks, spec.power_limit_w, spec.generic) == (142, "none", 350.0, True)
     assert spec_for_device(0) == (spec, "derived")
     assert spec_for_device(0, "h200-sxm")[1] == "given"
-    assert fake_nvml.calls() == []  # reads only
+    assert l40s.calls() == []  # reads only
 
 
-def test_a_gpu_that_cannot_be_described_is_one_line(fake_nvml, capsys):
+def test_a_gpu_that_cannot_be_described_is_one_line(l40s, capsys):
     from rlclock.errors import SpecError
     from rlclock.gpu.describe import spec_for_device
 
-    _make_l40s(fake_nvml)
-    fake_nvml.set_device(cuda_cores=0)  # an old driver: no core count, and no PyTorch CUDA to ask
+    l40s.set_device(cuda_cores=0)  # an old driver: no core count, and no PyTorch CUDA to ask
     with pytest.raises(SpecError) as e:
         spec_for_device(0)
     assert "GPU 0 (NVIDIA L40S) has no preset" in str(e.value) and "--gpu FILE" in str(e.value)

@@ -231,3 +231,30 @@ def test_calibration_suite_kernels_run_the_work_they_declare(no_clock_setting):
                 runner.close()
     # the under-occupied stream is slower per byte than the full-GPU one: latency, not bandwidth, bounds it
     assert times["latency_stream"] / 2 ** 29 > times["dram_stream"] / 2 ** 31
+
+
+def test_the_spec_built_from_the_gpu_agrees_with_its_preset(no_clock_setting, capsys):
+    """What this GPU reports (NVML, CUDA) builds the spec a GPU without a preset gets; where a preset exists, the
+    hardware facts must agree with it."""
+    from rlclock.dvfs.derive import spec_from_facts
+    from rlclock.dvfs.spec import get_spec
+    from rlclock.errors import SpecError
+    from rlclock.gpu.describe import device_facts
+
+    facts = device_facts(0)
+    built = spec_from_facts(facts)
+    print(f"\n{facts}\n-> {built.key}: {built.sm_count} SMs, {built.threads_per_sm} threads/SM, "
+          f"L2 {built.l2_bytes:g} B, {built.mem_bus_bits}-bit, rates {built.tensor_flops_per_cycle_per_sm} / "
+          f"{built.simt_flops_per_cycle_per_sm}")
+    assert facts.sm_count > 0 and facts.l2_bytes > 0 and facts.threads_per_sm > 0  # CUDA's figures were read
+    try:
+        preset = get_spec(facts.name)
+    except SpecError:
+        pytest.skip(f"no preset for {facts.name} to compare with")
+    assert (built.sm_count, built.threads_per_sm, built.mem_bus_bits, dict(built.clocks), built.memory_locks) == (
+        preset.sm_count, preset.threads_per_sm, preset.mem_bus_bits, dict(preset.clocks), preset.memory_locks)
+    assert built.l2_bytes == pytest.approx(preset.l2_bytes, rel=0.1)  # presets give datasheet MB, CUDA bytes
+    assert built.power_limit_w == pytest.approx(preset.power_limit_w)
+    assert built.simt_flops_per_cycle_per_sm == preset.simt_flops_per_cycle_per_sm
+    for dt in ("fp16", "bf16", "tf32"):
+        assert built.tensor_flops_per_cycle_per_sm[dt] == preset.tensor_flops_per_cycle_per_sm[dt]
