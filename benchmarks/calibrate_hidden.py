@@ -13,6 +13,7 @@ within 0.1 % of the least (a kernel whose energy is flat over many clocks has ma
     python benchmarks/calibrate_hidden.py                      # 20 GPUs per preset, every preset
     python benchmarks/calibrate_hidden.py --presets h200-sxm --seeds 5
     python benchmarks/calibrate_hidden.py --presets h200-sxm --per-memory 20   # a denser sweep
+    python benchmarks/calibrate_hidden.py --presets h200-sxm --clock-power 30  # GPUs with clock-tree power
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", nargs="*", default=None, help="corpus steps to judge on (default: all)")
     p.add_argument("--per-memory", type=int, default=10,
                    help="core clocks swept per lockable memory clock (default 10, as rlclock calibrate)")
+    p.add_argument("--clock-power", type=float, default=None, metavar="W_PER_GHZ",
+                   help="a diagnostic: give every hidden GPU this clock-tree power (c_clock_w, W per GHz at 1 V) "
+                        "instead of its draw around the preset's (the H200 fit's is 0, so its hidden GPUs' energy "
+                        "is flat below the voltage knee)")
     a = p.parse_args(argv)
     kernels = corpus_kernels(a.corpus, a.models)
     print(f"# {len(kernels)} distinct corpus kernels ({a.corpus.name}: {', '.join(a.models or ['all'])}); "
@@ -75,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         per: list[tuple[float, float, float, float, bool, bool, bool, bool]] = []
         for seed in range(a.seeds):
             true = hidden_gpu(base, seed)
+            if a.clock_power is not None:
+                true = true.with_model(c_clock_w=a.clock_power)
             rows = simulated_sweep(true, a.per_memory, noise_std=a.noise, seed=seed)
             t0 = time.perf_counter()
             fitted, _ = fit_sweep(base, rows)
