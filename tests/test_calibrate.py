@@ -231,3 +231,17 @@ def test_check_and_drop_on_a_table(tmp_path, capsys):
     assert main(["calibrate", "--simulated", "1", "--drop", "no_such_kernel"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no_such_kernel" in err[0] and "Fix:" in err[0]
+
+
+def test_a_table_may_give_time_in_ms_and_power_instead_of_energy(tmp_path):
+    from rlclock.calibration.table import read_table
+
+    p = tmp_path / "public.csv"
+    p.write_text("kernel,flops,bytes,core_mhz,mem_mhz,time_ms,power_w\nk,1e9,1e6,1980,3201,2.5,400\n"
+                 "idle,0,0,1980,3201,20,120\n")
+    rows = read_table(p)
+    assert rows[0].time_s == pytest.approx(2.5e-3) and rows[0].energy_j == pytest.approx(1.0)
+    assert rows[1].is_idle and rows[1].energy_j / rows[1].time_s == pytest.approx(120)
+    p.write_text("kernel,flops,bytes,core_mhz,mem_mhz,time_ms,power_w\nk,1e9,1e6,1980,3201,2.5,0\n")
+    with pytest.raises(SpecError, match=r"line 2: power_w must be a finite number > 0"):
+        read_table(p)

@@ -10,8 +10,8 @@ column                 required    meaning
 ``bytes``              yes\\*       DRAM bytes moved (read + written); \\*or ``read_bytes`` and ``write_bytes``
 ``core_mhz``           yes         the locked core clock, MHz
 ``mem_mhz``            yes         the memory clock, MHz
-``time_s``             yes         the kernel's time (the window, for ``idle``), seconds, > 0
-``energy_j``           yes         its energy, joules, > 0
+``time_s``             yes\\*\\*     the kernel's time (the window, for ``idle``), seconds, > 0; or ``time_ms``
+``energy_j``           yes\\*\\*     its energy, joules, > 0; or ``power_w``, its average power (W)
 ``category``           no          ``gemm``, ``attention``, ``elementwise``, ``copy`` … (default: from the name)
 ``dtype``              no          ``bf16``, ``fp16``, ``fp32``, ``tf32``, ``fp8`` (default ``bf16``)
 ``access``             no          ``stream``, ``gather`` or ``reduce`` (default ``stream``)
@@ -19,6 +19,9 @@ column                 required    meaning
 ``threads_per_block``  no          threads per block
 ``gemm_m/n/k``         no          a matrix product's shape
 =====================  ==========  =========================================================================
+
+\\*\\* ``time_ms`` may stand for ``time_s`` and ``power_w`` for ``energy_j`` (energy = power × time), as public
+measurements often give them.
 
 Every malformed table is refused with one line naming the row and column and what to write instead.
 """
@@ -38,7 +41,11 @@ from rlclock.workload.kernel_names import classify
 from rlclock.workload.trace import ACCESS_CLASSES, CATEGORIES, DTYPES
 
 REQUIRED = ("kernel", "flops", "core_mhz", "mem_mhz", "time_s", "energy_j")
-"""Columns every table has (plus ``bytes``, or ``read_bytes`` and ``write_bytes``)."""
+"""Columns every table has (plus ``bytes``, or ``read_bytes`` and ``write_bytes``); ``time_ms`` may stand for
+``time_s`` and ``power_w`` for ``energy_j`` (:data:`ALTERNATIVES`)."""
+ALTERNATIVES = {"time_s": "time_ms", "energy_j": "power_w"}
+"""A required column and the column that may stand for it: the time in milliseconds, the average power in watts
+(energy = power × time)."""
 OPTIONAL = ("bytes", "read_bytes", "write_bytes", "category", "dtype", "access", "blocks", "threads_per_block",
             "gemm_m", "gemm_n", "gemm_k")
 """Columns a table may have."""
@@ -90,13 +97,14 @@ def read_table(path: str | Path) -> list[SweepRow]:
                         "give a UTF-8 CSV file.") from None
     reader = csv.DictReader(text.splitlines())
     header = [h.strip() for h in (reader.fieldnames or [])]
-    missing = [c for c in REQUIRED if c not in header]
+    missing = [c for c in REQUIRED if c not in header and ALTERNATIVES.get(c) not in header]
     if not ("bytes" in header or ("read_bytes" in header and "write_bytes" in header)):
         missing.append("bytes (or read_bytes and write_bytes)")
     if missing:
         raise SpecError(f"sweep table {p}: missing column(s) {missing}; found {header or 'no header'}.",
-                        f"give a header row with {list(REQUIRED)} and bytes.")
-    unknown = [h for h in header if h not in REQUIRED + OPTIONAL + INFO]
+                        f"give a header row with {list(REQUIRED)} and bytes (time_ms may stand for time_s, power_w "
+                        "for energy_j).")
+    unknown = [h for h in header if h not in REQUIRED + OPTIONAL + INFO + tuple(ALTERNATIVES.values())]
     if unknown:
         raise SpecError(f"sweep table {p}: unknown column(s) {unknown}.", f"use {list(REQUIRED + OPTIONAL)}.")
     rows = []
@@ -119,14 +127,17 @@ def read_table(path: str | Path) -> list[SweepRow]:
         if any(gemm):
             shape = tuple(int(_number(raw, f"gemm_{d}", where, positive=True, integer=True)) for d in "mnk")
         default_category = "other" if name == IDLE else classify(name)
+        time_s = (_number(raw, "time_s", where, positive=True) if "time_s" in header
+                  else 1e-3 * _number(raw, "time_ms", where, positive=True))
+        energy_j = (_number(raw, "energy_j", where, positive=True) if "energy_j" in header
+                    else time_s * _number(raw, "power_w", where, positive=True))
         rows.append(SweepRow(
             kernel=name, flops=_number(raw, "flops", where), read_bytes=rb, write_bytes=wb,
             category=_choice(raw, "category", CATEGORIES, default_category, where),
             dtype=_choice(raw, "dtype", DTYPES, "bf16", where),
             core_mhz=int(_number(raw, "core_mhz", where, positive=True, integer=True)),
             mem_mhz=int(_number(raw, "mem_mhz", where, positive=True, integer=True)),
-            time_s=_number(raw, "time_s", where, positive=True),
-            energy_j=_number(raw, "energy_j", where, positive=True),
+            time_s=time_s, energy_j=energy_j,
             access=_choice(raw, "access", ACCESS_CLASSES, "stream", where),
             blocks=int(_number(raw, "blocks", where, integer=True, default=0.0)),
             threads_per_block=int(_number(raw, "threads_per_block", where, integer=True, default=0.0)),

@@ -26,11 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "at the clocks in effect and the preset is checked against it (a fit needs locked clocks). "
                     "With --control-clocks (root) each clock pair is locked in turn and the GPU is given back as "
                     "found on exit, on signals and by a watchdog.",
-        epilog="CSV columns: kernel, flops, bytes (or read_bytes and write_bytes), core_mhz, mem_mhz, time_s, "
-               "energy_j; optional category, dtype, access, blocks, threads_per_block, gemm_m/n/k. A row named "
-               "idle is an idle-power window. Examples: rlclock calibrate --table sweep.csv --gpu h200-sxm "
-               "--out my-h200.yaml; sudo rlclock calibrate --device 0 --control-clocks --out my-gpu.yaml "
-               "--table-out my-gpu-sweep.csv",
+        epilog="CSV columns: kernel, flops, bytes (or read_bytes and write_bytes), core_mhz, mem_mhz, time_s (or "
+               "time_ms), energy_j (or power_w); optional category, dtype, access, blocks, threads_per_block, "
+               "gemm_m/n/k. A row named idle is an idle-power window. A GPU without a preset starts from a spec "
+               "built from what it reports (rlclock doctor --spec-out shows it). Examples: rlclock calibrate --table "
+               "sweep.csv --gpu h200-sxm --out my-h200.yaml; sudo rlclock calibrate --device 0 --control-clocks "
+               "--out my-gpu.yaml --table-out my-gpu-sweep.csv",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     src = p.add_mutually_exclusive_group(required=True)
@@ -42,8 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--device", type=int, metavar="INDEX",
                      help="sweep this GPU (NVML and CUDA index; set CUDA_DEVICE_ORDER=PCI_BUS_ID so they agree)")
     p.add_argument("--gpu", default=None, help="base preset (key, NVML name or spec file): clock table, "
-                   "architecture, and the fit's starting point (default: the preset of the --device GPU, else "
-                   "h200-sxm)")
+                   "architecture, and the fit's starting point (default: the --device GPU's preset, or for a GPU "
+                   "without one a spec built from what it reports; else h200-sxm)")
     p.add_argument("--control-clocks", action="store_true",
                    help="--device: lock each clock pair of the sweep (needs root; restored on exit, signals and by a "
                         "watchdog). Without it nothing is set and only the clocks in effect are measured")
