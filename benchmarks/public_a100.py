@@ -44,12 +44,13 @@ def measured(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.array(clocks, dtype=float), t, e
 
 
-def predicted(gpu: str, clocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def predicted(gpu, clocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Time (s) and energy (J) of one GPT-3 175B layer at ``clocks`` on ``gpu`` (a preset key or a GpuSpec)."""
     from rlclock.dvfs import model
     from rlclock.dvfs.spec import get_spec
     from rlclock.workload.transformer import TransformerConfig, transformer_step
 
-    spec = get_spec(gpu)
+    spec = get_spec(gpu) if isinstance(gpu, str) else gpu
     trace = transformer_step(TransformerConfig(hidden=12288, heads=96, seq=2048, batch=1, layers=1, head=False))
     ka = model.kernel_arrays(list(trace), spec)
     req = clocks[None, :]
@@ -73,15 +74,21 @@ def main(argv: list[str] | None = None) -> int:
         i = int(np.nonzero(f == mhz)[0][0])
         print(f"{mhz:6.0f} {t[i] / t[0]:9.3f} {pt[i] / pt[0]:10.3f} {e[i] / e[0]:11.3f} {pe[i] / pe[0]:12.3f} "
               f"{e[i] / t[i]:12.0f}")
+    print(shape_summary(f, t, e, pt, pe))
+    return 0
+
+
+def shape_summary(f: np.ndarray, t: np.ndarray, e: np.ndarray, pt: np.ndarray, pe: np.ndarray) -> str:
+    """The energy-optimal clock and the top clock's extra energy, measured and modelled, and the largest errors in
+    time and energy relative to the top clock (``f`` descending, first the top clock)."""
     im, ip = int(np.argmin(e)), int(np.argmin(pe))
-    print(f"energy-optimal clock: measured {f[im]:.0f} MHz (1410 MHz takes {100 * (e[0] / e[im] - 1):.0f} % more), "
-          f"model {f[ip]:.0f} MHz (1410 MHz takes {100 * (pe[0] / pe[ip] - 1):.0f} % more); energy at 855 MHz over "
-          f"the minimum: measured {100 * (e[-1] / e[im] - 1):.0f} %, model {100 * (pe[-1] / pe[ip] - 1):.0f} %")
     err_t = np.max(np.abs(pt / pt[0] - t / t[0]))
     err_e = np.max(np.abs(pe / pe[0] - e / e[0]))
-    print(f"largest error over the {f.size} clocks: relative time {100 * err_t:.1f} pp, relative energy "
-          f"{100 * err_e:.1f} pp")
-    return 0
+    return (f"energy-optimal clock: measured {f[im]:.0f} MHz (1410 MHz takes {100 * (e[0] / e[im] - 1):.0f} % more), "
+            f"model {f[ip]:.0f} MHz (1410 MHz takes {100 * (pe[0] / pe[ip] - 1):.0f} % more); energy at 855 MHz over "
+            f"the minimum: measured {100 * (e[-1] / e[im] - 1):.0f} %, model {100 * (pe[-1] / pe[ip] - 1):.0f} %\n"
+            f"largest error over the {f.size} clocks: relative time {100 * err_t:.1f} pp, relative energy "
+            f"{100 * err_e:.1f} pp")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from rlclock.dvfs import model
 from rlclock.dvfs.spec import GpuSpec, spec_to_mapping, write_spec_file
 from rlclock.errors import SpecError
 from rlclock.schedule import ClockConfig
-from rlclock.workload.trace import Kernel
+from rlclock.workload.trace import TENSOR_CATEGORIES, Kernel
 
 IDLE = "idle"
 """The row name of an idle-power reading (no kernel; ``time_s`` the window, ``energy_j`` its energy)."""
@@ -156,11 +156,43 @@ POWER_FIT_NAMES: tuple[str, ...] = ("v_min_v", "v_max_v", "f_ridge_mhz", "p_cons
 SWEEP_FIT_NAMES: tuple[str, ...] = TIME_FIT_NAMES + POWER_FIT_NAMES
 """Physical parameters a sweep of the suite fits (the per-class efficiencies the suite does not exercise —
 attention, gathers, norms, launch overhead — stay as the base preset holds them)."""
+SIMT_GEMM_FIT_NAMES: tuple[str, str] = ("eta_simt_gemm", "c_simt_gemm_w")
+"""Fitted too when the rows hold a matrix product on the FP32 units (a table measured elsewhere, e.g. an SGEMM):
+its achieved share of the FP32 peak (time) and its extra switching power (power)."""
+
+_INFORMED_BY = {"eta_gemm": "tensor", "c_tensor_w": "tensor", "eta_stream": "stream", "eta_reduce": "reduce",
+                "simt_ops_per_byte": "memory", "lat_core_cycles": "memory", "lat_mem_cycles": "memory",
+                "e_xbar_j_per_byte": "memory", "e_dram_j_per_byte": "memory", "c_simt_w": "simt",
+                "eta_simt_gemm": "simt_gemm", "c_simt_gemm_w": "simt_gemm"}
+"""Which kind of row informs a parameter (the others — voltage curve, static, clock and memory background power —
+every row does): a table of a few kernel classes fits only what they can show and keeps the rest as the base holds
+it, rather than bending a parameter no row depends on to absorb another's misfit."""
+
+
+def fit_names(rows: Sequence[SweepRow]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The time and the power parameters ``rows`` can inform, in the order of :data:`TIME_FIT_NAMES` and
+    :data:`POWER_FIT_NAMES` (with :data:`SIMT_GEMM_FIT_NAMES` where a row is a matrix product on the FP32 units).
+    The suite informs them all; a table measured elsewhere may not (:data:`_INFORMED_BY`)."""
+    kinds: set[str] = set()
+    for r in rows:
+        if r.is_idle:
+            continue
+        tensor = r.category in TENSOR_CATEGORIES and r.dtype != "fp32"
+        kinds.add("tensor" if tensor else "simt")
+        if r.category == "gemm" and not tensor:
+            kinds.add("simt_gemm")
+        elif not tensor and r.read_bytes + r.write_bytes > 0:
+            kinds.update(("memory", "reduce" if r.access == "reduce" else "stream"))
+    keep = lambda names: tuple(n for n in names if _INFORMED_BY.get(n, "any") in kinds | {"any"})  # noqa: E731
+    time_extra, power_extra = SIMT_GEMM_FIT_NAMES if "simt_gemm" in kinds else ("", "")
+    return (keep(TIME_FIT_NAMES) + tuple(n for n in (time_extra,) if n),
+            keep(POWER_FIT_NAMES) + tuple(n for n in (power_extra,) if n))
+
 
 _BOUNDS = {**BOUNDS, "v_min_v": (0.5, 0.9), "v_max_v": (0.8, 1.2), "c_clock_w": (0.0, 300.0),
            "p_const_w": (0.0, 300.0), "k_leak_w_per_v": (0.0, 300.0), "c_tensor_w": (1.0, 800.0),
            "c_simt_w": (0.0, 800.0), "p_mem_bg_w": (0.0, 300.0), "f_ridge_mhz": (300.0, 2500.0),
-           "lat_core_cycles": (10.0, 2000.0)}
+           "lat_core_cycles": (10.0, 2000.0), "c_simt_gemm_w": (0.0, 800.0)}
 """The sweep fit's bounds: wider than the preset fits' (:data:`~rlclock.calibration.fit.BOUNDS`), so that another
 GPU of a kind is reachable (the RTX 3080 Ti preset's latency in core cycles, 50.2, sits at those bounds' floor of 50:
 a hidden GPU 20 % below it was fitted at the floor, 5.3 % off in time)."""
@@ -235,19 +267,22 @@ def check_rows(rows: Sequence[SweepRow], spec: GpuSpec, where: str) -> None:
                             f"{spec.name}.", "give the base preset of this GPU (--gpu), or fix the row.")
 
 
-def fit_sweep(base: GpuSpec, rows: Sequence[SweepRow], max_nfev: int = 300) -> tuple[GpuSpec, dict[str, float]]:
-    """Fit ``base``'s physical parameters (:data:`SWEEP_FIT_NAMES`) to a sweep.
+def fit_sweep(base: GpuSpec, rows: Sequence[SweepRow], max_nfev: int = 300,
+              names: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> tuple[GpuSpec, dict[str, float]]:
+    """Fit ``base``'s physical parameters (:data:`SWEEP_FIT_NAMES`; ``names``: the time and the power parameters
+    to fit, by default those the rows inform, :func:`fit_names`) to a sweep.
 
     Returns:
         The fitted spec and the fit's figures: median and largest absolute time and energy error over the kernel
         rows, before and after (fractions).
     """
     check_rows(rows, base, "sweep")
-    timed, _ = fit(base, lambda s: sweep_residuals(s, rows, "time"), TIME_FIT_NAMES, max_nfev=max_nfev,
+    time_names, power_names = fit_names(rows) if names is None else names
+    timed, _ = fit(base, lambda s: sweep_residuals(s, rows, "time"), time_names, max_nfev=max_nfev,
                    bounds=_BOUNDS)
-    powered, _ = fit(timed, lambda s: sweep_residuals(s, rows, "energy"), POWER_FIT_NAMES, max_nfev=max_nfev,
+    powered, _ = fit(timed, lambda s: sweep_residuals(s, rows, "energy"), power_names, max_nfev=max_nfev,
                      bounds=_BOUNDS)
-    fitted, _cost = fit(powered, lambda s: sweep_residuals(s, rows), SWEEP_FIT_NAMES, max_nfev=max_nfev,
+    fitted, _cost = fit(powered, lambda s: sweep_residuals(s, rows), time_names + power_names, max_nfev=max_nfev,
                         bounds=_BOUNDS)
     figures = {}
     for label, s in (("before", base), ("after", fitted)):
