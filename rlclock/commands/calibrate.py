@@ -202,7 +202,7 @@ def _device(args: argparse.Namespace) -> int:
     if origin == "derived":
         print(f"no preset matches {device.name}: its spec ({base.key}) is built from what the GPU reports "
               f"({base.sm_count} SMs, {base.mem_bus_bits}-bit memory, {base.power_limit_w:g} W, its clock table) with "
-              f"generic model parameters ({base.sources['model'].split(':')[1].split(',')[0].strip()})")
+              f"generic model parameters (the {base.sources.get('base', '?')} preset's fit, scaled to it)")
     window_s = SWEEP_SETTINGS.window_s if args.window is None else args.window
     settings = MeasureSettings(window_s=window_s, warmup_s=SWEEP_SETTINGS.warmup_s, repeats=SWEEP_SETTINGS.repeats)
     if base.generic_note() is not None:

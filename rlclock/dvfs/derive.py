@@ -178,6 +178,7 @@ def spec_from_facts(facts: DeviceFacts) -> GpuSpec:
                  f"SM count ×{core_scale:.3g}, memory background power by bus width ×{mem_scale:.3g}, voltage knee by "
                  f"top clock ×{clock_scale:.3g}; not fitted to this GPU (rlclock calibrate fits it)",
         "switch_latency_s": f"the {base.key} preset's (not measured on this GPU)",
+        "base": base.key,
     }
     return GpuSpec(
         key=key_of(facts.name), name=facts.name, architecture=facts.architecture or base.architecture,

@@ -96,9 +96,10 @@ def _gpu_details(index: int, period_s: float) -> dict[str, Any]:
                                  f"{spec.l2_bytes / 2 ** 20:.0f} MiB, {spec.mem_bus_bits}-bit memory, bf16 "
                                  f"{spec.tensor_flops_per_cycle_per_sm.get('bf16', 0):g} FLOP/cycle/SM — built from "
                                  "what the GPU reports (rlclock doctor --spec-out FILE writes it)")
+        carried = (f"the {spec.sources['base']} preset's fit, scaled to this GPU" if origin == "derived"
+                   else "carried over from other GPUs")
         d["preset_model"] = (f"fitted to {spec.fitted_to}" if not spec.generic else
-                             f"generic ({spec.sources.get('model', 'carried over from other GPUs').split(';')[0]}): "
-                             f"calibrate with rlclock calibrate --device {index} --control-clocks")
+                             f"generic ({carried}): calibrate with rlclock calibrate --device {index} --control-clocks")
         if not isinstance(table, str) and origin == "preset":
             same = {int(m): tuple(sorted(c)) for m, c in table.items()} == {
                 m: tuple(sorted(c)) for m, c in spec.clocks.items()}

@@ -161,7 +161,7 @@ def test_doctor_builds_a_spec_for_a_gpu_without_a_preset(l40s, capsys, tmp_path)
     out = capsys.readouterr().out
     assert "NVIDIA L40S (preset none)" in out
     assert "derived_spec" in out and "nvidia-l40s: 142 SMs" in out and "384-bit memory" in out
-    assert "generic (generic: the rtx3080ti preset's fitted parameters (GDDR memory)" in out
+    assert "generic (the rtx3080ti preset's fit, scaled to this GPU): calibrate with rlclock calibrate" in out
     assert f"wrote {out_file}" in out
     spec = get_spec(str(out_file))
     assert (spec.sm_count, spec.memory_locks, spec.power_limit_w, spec.generic) == (142, "none", 350.0, True)
