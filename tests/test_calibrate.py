@@ -44,8 +44,8 @@ def test_the_sweep_covers_ten_core_clocks_per_lockable_memory_clock():
     h200, rtx = get_spec("h200-sxm"), get_spec("rtx3080ti")
     assert len(sweep_configs(h200)) == 10 and {c.mem_mhz for c in sweep_configs(h200)} == {3201}
     assert len(sweep_configs(rtx)) == 10 * len(rtx.mem_clocks_mhz)
-    assert {k.name for k in suite(h200)} >= {"fma_bound", "gemm_large", "gemm_small", "dram_stream", "l2_stream",
-                                            "smem_bound"}
+    assert {k.name for k in suite(h200)} >= {"fma_bound", "gemm_large", "gemm_small", "dram_stream", "simt_stream",
+                                            "l2_stream", "smem_bound"}
 
 
 def test_the_true_gpu_explains_its_own_sweep_to_the_noise():
@@ -245,3 +245,40 @@ def test_a_table_may_give_time_in_ms_and_power_instead_of_energy(tmp_path):
     p.write_text("kernel,flops,bytes,core_mhz,mem_mhz,time_ms,power_w\nk,1e9,1e6,1980,3201,2.5,0\n")
     with pytest.raises(SpecError, match=r"line 2: power_w must be a finite number > 0"):
         read_table(p)
+
+
+def test_the_on_chip_loop_is_bound_by_its_shared_memory_traffic():
+    """The suite's on-chip loop counts its shared-memory bytes: its time is them over the SMs' shared-memory rate on
+    the core clock (not its few FLOPs), its power the switching of those accesses; a kernel that counts none — every
+    kernel of a training step — is predicted as without the term."""
+    from dataclasses import replace
+
+    from rlclock.dvfs import model
+    from rlclock.schedule import ClockConfig
+
+    h200 = get_spec("h200-sxm")
+    loop = next(k for k in suite(h200) if k.name == "smem_bound")
+    bare = replace(loop, onchip_bytes=None)
+    configs = [ClockConfig(1980, 3201), ClockConfig(990, 3201)]
+    got = model.predict(model.kernel_arrays([loop, bare], h200), h200, configs)
+    p = h200.model
+    t_onchip = loop.onchip_bytes / (p.smem_bytes_per_cycle * h200.sm_count * 1980e6)
+    assert got.time_s[0, 0] == pytest.approx(t_onchip + p.launch_s, rel=1e-3)
+    assert got.time_s[0, 1] / got.time_s[0, 0] == pytest.approx(2.0, rel=0.01)  # core clock domain
+    assert got.time_s[1, 0] < 0.2 * got.time_s[0, 0]  # its SIMT work alone is an eighth of that
+    off = h200.with_model(smem_bytes_per_cycle=0.0, e_smem_j_per_byte=0.0)
+    same = model.predict(model.kernel_arrays(corpus_kernels_of_one_step(), h200), h200, configs)
+    same_off = model.predict(model.kernel_arrays(corpus_kernels_of_one_step(), off), off, configs)
+    assert np.array_equal(same.time_s, same_off.time_s) and np.array_equal(same.energy_j, same_off.energy_j)
+
+
+def corpus_kernels_of_one_step() -> list:
+    return KernelTrace.load(CORPUS / "bert-base" / "step.trace.json.gz").distinct_with_work()
+
+
+def test_a_table_carries_on_chip_bytes(tmp_path):
+    rows = simulated_sweep(get_spec("h200-sxm"), per_memory=2)
+    back = read_table(write_table(rows, tmp_path / "s.csv"))
+    loop = [r for r in back if r.kernel == "smem_bound"]
+    assert loop and all(r.onchip_bytes == pytest.approx(2.0 * r.flops) for r in loop)
+    assert all(r.onchip_bytes == 0 for r in back if r.kernel != "smem_bound")

@@ -108,3 +108,14 @@ def test_any_invalid_number_is_rejected(bad):
     d["kernels"][0]["dram_read_bytes"] = bad
     with pytest.raises(TraceError):
         KernelTrace.from_dict(d)
+
+
+def test_on_chip_bytes_roundtrip_and_bad_values_are_one_line(tmp_path):
+    k = Kernel("onchip_reduce", "suite.smem", "other", "forward", 1e9, 1e6, 1e6, dtype="fp32", onchip_bytes=2e9)
+    add = Kernel("add", "add", "elementwise", "forward", 1e6, 1e6, 1e6)
+    path = KernelTrace("t", [k, add]).save(tmp_path / "t.json")
+    back = KernelTrace.load(path)
+    assert back[0].onchip_bytes == 2e9 and back[1].onchip_bytes is None
+    assert "onchip_bytes" not in json.loads(path.read_text())["kernels"][1]  # none counted, none written
+    with pytest.raises(TraceError, match=r"'onchip_bytes' must be a finite number >= 0, found -1"):
+        KernelTrace("t", [Kernel("x", "x", "other", "forward", 1.0, 1.0, 1.0, onchip_bytes=-1.0)])

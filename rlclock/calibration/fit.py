@@ -36,7 +36,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
 }
 
 # Typical magnitudes, so the optimiser sees parameters of order one.
-_SCALE = {"e_xbar_j_per_byte": 1e-11, "e_dram_j_per_byte": 1e-11, "launch_s": 1e-6, "f_ridge_mhz": 100.0,
+_SCALE = {"e_xbar_j_per_byte": 1e-11, "e_dram_j_per_byte": 1e-11, "e_smem_j_per_byte": 1e-11, "launch_s": 1e-6,
+          "f_ridge_mhz": 100.0, "smem_bytes_per_cycle": 10.0,
           "reduce_overhead_cycles": 1e3, "l2_resident_bytes": 1e7, "l2_bytes_per_cycle": 1000.0,
           "lat_mem_cycles": 1000.0, "lat_core_cycles": 100.0, "boost_max_mhz": 100.0}
 

@@ -31,6 +31,12 @@ from rlclock.workload.trace import TENSOR_CATEGORIES, Kernel
 
 IDLE = "idle"
 """The row name of an idle-power reading (no kernel; ``time_s`` the window, ``energy_j`` its energy)."""
+SIMT_STREAM_FMAS = 32
+"""Dependent multiply-adds per element of the suite's SIMT stream (8 FLOPs per byte moved: SIMT-bound below about
+1.4 GHz on an H200, with the instructions per byte a third of its SIMT work)."""
+SMEM_BYTES_PER_FLOP = 2.0
+"""Shared-memory bytes the suite's on-chip loop counts per FLOP: every iteration each element takes a multiply-add
+and its share of a column sum and a multiply (4 FLOPs) and passes through shared memory once each way (8 bytes)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,7 @@ class SweepRow:
         blocks: Thread blocks of its launch (0: unknown; the GPU taken as full).
         threads_per_block: Threads per block of its launch (0: unknown).
         gemm_mnk: ``(m, n, k)`` of a matrix product, when it is one.
+        onchip_bytes: Bytes it moves through shared memory, when it counts them (0: none).
     """
 
     kernel: str
@@ -68,6 +75,7 @@ class SweepRow:
     blocks: int = 0
     threads_per_block: int = 0
     gemm_mnk: tuple[int, int, int] | None = None
+    onchip_bytes: float = 0.0
 
     @property
     def is_idle(self) -> bool:
@@ -76,9 +84,11 @@ class SweepRow:
 
 def suite(spec: GpuSpec) -> list[Kernel]:
     """The microbenchmark suite, sized for ``spec`` (each kernel runs long enough to time at any clock):
-    an FMA-bound SIMT kernel, tensor-core GEMMs at two shapes, a DRAM stream, an L2-resident stream (fits in
-    half the L2), a shared-memory-bound kernel (SIMT work on data held on chip), a wide and a narrow reduction and
-    a stream launched on too few threads to hide DRAM latency."""
+    an FMA-bound SIMT kernel, tensor-core GEMMs at two shapes, a DRAM stream, a DRAM stream with thirty-two
+    multiply-adds per element (its SIMT time, known FLOPs plus the instructions per byte ``simt_ops_per_byte``,
+    binds below a knee), an L2-resident stream (fits in half the L2), a shared-memory-bound kernel (data held on
+    chip, reduced across threads every iteration: its shared-memory traffic, ``onchip_bytes``), a wide and a narrow
+    reduction and a stream launched on too few threads to hide DRAM latency."""
     n_big = 4096 if spec.sm_count >= 100 else 2048
     l2_half = spec.l2_bytes / 2
     dram = 2.0 ** 30  # 1 GiB each way
@@ -94,8 +104,10 @@ def suite(spec: GpuSpec) -> list[Kernel]:
                dram_write_bytes=dram, dtype="fp32"),
         Kernel("l2_stream", "suite.l2", "elementwise", "forward", flops=l2_half / 4, dram_read_bytes=l2_half / 2,
                dram_write_bytes=l2_half / 2, dtype="fp32"),
+        Kernel("simt_stream", "suite.simt_stream", "elementwise", "forward", flops=SIMT_STREAM_FMAS * 2.0 * 2 ** 26,
+               dram_read_bytes=2 ** 28, dram_write_bytes=2 ** 28, dtype="fp32"),
         Kernel("smem_bound", "suite.smem", "other", "forward", flops=2.0 * 2 ** 31, dram_read_bytes=2 ** 24,
-               dram_write_bytes=2 ** 24, dtype="fp32"),
+               dram_write_bytes=2 ** 24, dtype="fp32", onchip_bytes=SMEM_BYTES_PER_FLOP * 2.0 * 2 ** 31),
         Kernel("reduction", "suite.reduce", "reduction", "forward", flops=2.0 ** 28, dram_read_bytes=2.0 ** 30,
                dram_write_bytes=2.0 ** 14, dtype="fp32", access="reduce"),
         # a reduction over few blocks (as the column sums of norm backward passes): its DRAM side, not its SIMT
@@ -131,7 +143,8 @@ def rows_from(kernels: Sequence[Kernel], configs: Sequence[ClockConfig], time_s:
                      int(c.core_mhz or 0), int(c.mem_mhz or 0), float(time_s[i, j]), float(energy_j[i, j]), k.access,
                      int(np.prod(k.launch_grid)) if k.launch_grid else 0,
                      int(np.prod(k.launch_block)) if k.launch_block else 0,
-                     None if k.gemm_bmnk is None else (k.gemm_bmnk[1], k.gemm_bmnk[2], k.gemm_bmnk[3]))
+                     None if k.gemm_bmnk is None else (k.gemm_bmnk[1], k.gemm_bmnk[2], k.gemm_bmnk[3]),
+                     float(k.onchip_bytes or 0.0))
             for i, k in enumerate(kernels) for j, c in enumerate(configs)]
 
 
@@ -142,16 +155,18 @@ def kernel_of(row: SweepRow, index: int = 0) -> Kernel:
                   dram_read_bytes=row.read_bytes, dram_write_bytes=row.write_bytes, dtype=row.dtype,
                   access=row.access, launch_grid=(row.blocks, 1, 1) if launch else None,
                   launch_block=(row.threads_per_block, 1, 1) if launch else None,
-                  gemm_bmnk=None if row.gemm_mnk is None else (1, *row.gemm_mnk))
+                  gemm_bmnk=None if row.gemm_mnk is None else (1, *row.gemm_mnk),
+                  onchip_bytes=row.onchip_bytes or None)
 
 
 # -- the fit --------------------------------------------------------------------------------------------------
 
 TIME_FIT_NAMES: tuple[str, ...] = ("eta_gemm", "eta_stream", "eta_reduce", "simt_ops_per_byte", "lat_core_cycles",
-                                   "lat_mem_cycles")
+                                   "lat_mem_cycles", "smem_bytes_per_cycle")
 """Parameters of the model's time, fitted first to the sweep's times (time does not depend on power)."""
 POWER_FIT_NAMES: tuple[str, ...] = ("v_min_v", "v_max_v", "f_ridge_mhz", "p_const_w", "k_leak_w_per_v", "c_clock_w",
-                                    "c_tensor_w", "c_simt_w", "e_xbar_j_per_byte", "p_mem_bg_w", "e_dram_j_per_byte")
+                                    "c_tensor_w", "c_simt_w", "e_xbar_j_per_byte", "p_mem_bg_w", "e_dram_j_per_byte",
+                                    "e_smem_j_per_byte")
 """Parameters of the model's power, fitted next to the sweep's energies and idle power."""
 SWEEP_FIT_NAMES: tuple[str, ...] = TIME_FIT_NAMES + POWER_FIT_NAMES
 """Physical parameters a sweep of the suite fits (the per-class efficiencies the suite does not exercise —
@@ -163,7 +178,8 @@ its achieved share of the FP32 peak (time) and its extra switching power (power)
 _INFORMED_BY = {"eta_gemm": "tensor", "c_tensor_w": "tensor", "eta_stream": "stream", "eta_reduce": "reduce",
                 "simt_ops_per_byte": "memory", "lat_core_cycles": "memory", "lat_mem_cycles": "memory",
                 "e_xbar_j_per_byte": "memory", "e_dram_j_per_byte": "memory", "c_simt_w": "simt",
-                "eta_simt_gemm": "simt_gemm", "c_simt_gemm_w": "simt_gemm"}
+                "eta_simt_gemm": "simt_gemm", "c_simt_gemm_w": "simt_gemm", "smem_bytes_per_cycle": "onchip",
+                "e_smem_j_per_byte": "onchip"}
 """Which kind of row informs a parameter (the others — voltage curve, static, clock and memory background power —
 every row does): a table of a few kernel classes fits only what they can show and keeps the rest as the base holds
 it, rather than bending a parameter no row depends on to absorb another's misfit."""
@@ -179,6 +195,8 @@ def fit_names(rows: Sequence[SweepRow]) -> tuple[tuple[str, ...], tuple[str, ...
             continue
         tensor = r.category in TENSOR_CATEGORIES and r.dtype != "fp32"
         kinds.add("tensor" if tensor else "simt")
+        if r.onchip_bytes > 0:
+            kinds.add("onchip")
         if r.category == "gemm" and not tensor:
             kinds.add("simt_gemm")
         elif not tensor and r.read_bytes + r.write_bytes > 0:
@@ -192,7 +210,8 @@ def fit_names(rows: Sequence[SweepRow]) -> tuple[tuple[str, ...], tuple[str, ...
 _BOUNDS = {**BOUNDS, "v_min_v": (0.5, 0.9), "v_max_v": (0.8, 1.2), "c_clock_w": (0.0, 300.0),
            "p_const_w": (0.0, 300.0), "k_leak_w_per_v": (0.0, 300.0), "c_tensor_w": (1.0, 800.0),
            "c_simt_w": (0.0, 800.0), "p_mem_bg_w": (0.0, 300.0), "f_ridge_mhz": (300.0, 2500.0),
-           "lat_core_cycles": (10.0, 2000.0), "c_simt_gemm_w": (0.0, 800.0)}
+           "lat_core_cycles": (10.0, 2000.0), "c_simt_gemm_w": (0.0, 800.0), "smem_bytes_per_cycle": (1.0, 512.0),
+           "e_smem_j_per_byte": (0.0, 3e-10)}
 """The sweep fit's bounds: wider than the preset fits' (:data:`~rlclock.calibration.fit.BOUNDS`), so that another
 GPU of a kind is reachable (the RTX 3080 Ti preset's latency in core cycles, 50.2, sits at those bounds' floor of 50:
 a hidden GPU 20 % below it was fitted at the floor, 5.3 % off in time)."""
@@ -206,7 +225,7 @@ def _kernels_of(rows: Sequence[SweepRow]) -> tuple[list[Kernel], np.ndarray, lis
     ki, ci = [], []
     for r in rows:
         key = (r.kernel, r.flops, r.read_bytes, r.write_bytes, r.category, r.dtype, r.access, r.blocks,
-               r.threads_per_block, r.gemm_mnk)
+               r.threads_per_block, r.gemm_mnk, r.onchip_bytes)
         if key not in keys:
             keys[key] = len(kernels)
             kernels.append(kernel_of(r, len(kernels)))

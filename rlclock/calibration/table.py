@@ -18,6 +18,7 @@ column                 required    meaning
 ``blocks``             no          thread blocks of the launch (with ``threads_per_block``: its occupancy)
 ``threads_per_block``  no          threads per block
 ``gemm_m/n/k``         no          a matrix product's shape
+``onchip_bytes``       no          bytes it moves through shared memory (each store and load), if it counts them
 =====================  ==========  =========================================================================
 
 \\*\\* ``time_ms`` may stand for ``time_s`` and ``power_w`` for ``energy_j`` (energy = power × time), as public
@@ -47,7 +48,7 @@ ALTERNATIVES = {"time_s": "time_ms", "energy_j": "power_w"}
 """A required column and the column that may stand for it: the time in milliseconds, the average power in watts
 (energy = power × time)."""
 OPTIONAL = ("bytes", "read_bytes", "write_bytes", "category", "dtype", "access", "blocks", "threads_per_block",
-            "gemm_m", "gemm_n", "gemm_k")
+            "gemm_m", "gemm_n", "gemm_k", "onchip_bytes")
 """Columns a table may have."""
 INFO = ("requested", "sm_clock_read_mhz", "mem_clock_read_mhz", "power_w", "time_cv", "energy_cv", "reasons")
 """Columns a sweep on the GPU (``rlclock calibrate --device``) writes beside them — the clocks asked for, what NVML
@@ -141,7 +142,8 @@ def read_table(path: str | Path) -> list[SweepRow]:
             access=_choice(raw, "access", ACCESS_CLASSES, "stream", where),
             blocks=int(_number(raw, "blocks", where, integer=True, default=0.0)),
             threads_per_block=int(_number(raw, "threads_per_block", where, integer=True, default=0.0)),
-            gemm_mnk=shape if shape is None else (shape[0], shape[1], shape[2])))
+            gemm_mnk=shape if shape is None else (shape[0], shape[1], shape[2]),
+            onchip_bytes=_number(raw, "onchip_bytes", where, default=0.0)))
     if not rows:
         raise SpecError(f"sweep table {p} holds a header but no rows.", "add the measurements.")
     return rows
@@ -152,8 +154,10 @@ def write_table(rows: Sequence[SweepRow], path: str | Path, info: Sequence[Mappi
     columns to write beside)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    cols = ["kernel", "flops", "read_bytes", "write_bytes", "category", "dtype", "access", "blocks",
-            "threads_per_block", "gemm_m", "gemm_n", "gemm_k", "core_mhz", "mem_mhz", "time_s", "energy_j"]
+    base_cols = ["kernel", "flops", "read_bytes", "write_bytes", "category", "dtype", "access", "blocks",
+                 "threads_per_block", "gemm_m", "gemm_n", "gemm_k", "onchip_bytes", "core_mhz", "mem_mhz", "time_s",
+                 "energy_j"]
+    cols = list(base_cols)
     if info is not None:
         if len(info) != len(rows):
             raise ValueError(f"{len(info)} info entries for {len(rows)} rows")
@@ -167,6 +171,6 @@ def write_table(rows: Sequence[SweepRow], path: str | Path, info: Sequence[Mappi
             d.update({"gemm_m": "", "gemm_n": "", "gemm_k": ""} if mnk is None else
                      {"gemm_m": mnk[0], "gemm_n": mnk[1], "gemm_k": mnk[2]})
             if info is not None:
-                d.update({c: info[n].get(c, "") for c in cols[16:]})
+                d.update({c: info[n].get(c, "") for c in cols[len(base_cols):]})
             w.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in d.items()})
     return p

@@ -52,6 +52,7 @@ class KernelArrays:
     occupancy: np.ndarray  # threads the launch keeps resident over the GPU's capacity, at most 1 (1 if unknown)
     loop_elements: np.ndarray  # elements a generic (strided) or unrolled (casting) loop handles (0 if none/unknown)
     narrow_loads: np.ndarray  # operand load instructions of a GEMM whose tiles load fewer than 16 bytes at a time
+    onchip_bytes: np.ndarray  # bytes moved through shared memory (0 if none counted)
     work_scale: np.ndarray
     activity_scale: np.ndarray
     cap_scale: np.ndarray  # per-kernel power cap relative to the GPU's (above 1 where a measurement exceeded it)
@@ -95,6 +96,7 @@ def kernel_arrays(kernels: Sequence[Kernel], spec: GpuSpec) -> KernelArrays:
         occupancy=col([launch_occupancy(k, spec) for k in kernels]),
         loop_elements=col([loop_elements(k) for k in kernels]),
         narrow_loads=col([narrow_gemm_loads(k) for k in kernels]),
+        onchip_bytes=col([k.onchip_bytes or 0.0 for k in kernels]),
         work_scale=np.ones((n, 1)),
         activity_scale=np.ones((n, 1)),
         cap_scale=np.ones((n, 1)),
@@ -227,6 +229,10 @@ def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: n
     if p.narrow_load_ops > 0:
         simt_ops = simt_ops + p.narrow_load_ops * ka.narrow_loads  # operand tiles fetched a few bytes at a time
     t_simt = ka.work_scale * simt_ops / (spec.simt_flops_per_cycle_per_sm * spec.sm_count * f_hz)
+    t_core = t_simt  # the SMs' time: SIMT issue, or shared-memory round trips on the core clock where longer
+    if p.smem_bytes_per_cycle > 0:
+        t_onchip = ka.work_scale * ka.onchip_bytes / (p.smem_bytes_per_cycle * spec.sm_count * f_hz)
+        t_core = np.where(ka.onchip_bytes > 0, _smax(t_simt, t_onchip, p.smooth_p), t_simt)
     eta_bw = np.array([p.eta_stream, p.eta_gather, p.eta_reduce])[ka.access]
     bw_peak = 2.0 * m_hz * spec.mem_bus_bits / 8.0
     latency_s = p.lat_core_cycles / f_hz + p.lat_mem_cycles / m_hz
@@ -245,8 +251,8 @@ def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: n
         t_wr = ka.work_scale * ka.write_bytes / bw
     # Matrix products (tensor-core and SIMT) stream their inputs under the math but write results in an epilogue
     # after it.
-    t_tc = _smax(_smax(t_tensor, t_simt, p.smooth_p), t_rd, p.smooth_p) + t_wr
-    t_sm = _smax(t_simt, t_rd + t_wr, p.smooth_p)
+    t_tc = _smax(_smax(t_tensor, t_core, p.smooth_p), t_rd, p.smooth_p) + t_wr
+    t_sm = _smax(t_core, t_rd + t_wr, p.smooth_p)
     # The final combine of a cross-block reduction runs through L2 and the SMs: core cycles.
     reduce_tail = np.where(cross_block_reduction(ka), p.reduce_overhead_cycles / f_hz, 0.0)
     fixed_s = np.where(ka.is_memset & (p.memset_s > 0), p.memset_s, p.launch_s)  # a memset is no kernel grid
@@ -303,6 +309,9 @@ def power_w(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: np.n
     activity = p.c_tensor_w * comp.t_tensor / t + c_simt * comp.t_simt / t
     core_dyn = v * v * (core_mhz * 1e-3 * (p.c_clock_w + ka.activity_scale * activity)
                         + ka.activity_scale * p.e_xbar_j_per_byte * bytes_rate)
+    if p.e_smem_j_per_byte > 0:  # shared-memory accesses (kernels that count them)
+        onchip_rate = ka.work_scale * ka.onchip_bytes / t
+        core_dyn = core_dyn + v * v * ka.activity_scale * p.e_smem_j_per_byte * onchip_rate
     static = p.p_const_w + p.k_leak_w_per_v * v
     memory = p.p_mem_bg_w * mem_mhz / spec.max_mem_mhz + p.e_dram_j_per_byte * bytes_rate * comp.dram_share
     return static + core_dyn + memory

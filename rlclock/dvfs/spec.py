@@ -79,7 +79,11 @@ class DvfsParams:
     (its FMAs take every operand from shared memory through the register file, which other SIMT work does not);
     ``boost_max_mhz`` — the highest core clock the GPU runs at, MHz, where that is below the top of NVML's table
     (a GeForce card lists clocks it never reaches at its voltage limit): "auto" boosts up to it, a higher locked
-    clock lands on it, and the voltage reaches ``v_max_v`` there (0 = the top of the table). Launch
+    clock lands on it, and the voltage reaches ``v_max_v`` there (0 = the top of the table);
+    ``smem_bytes_per_cycle`` — bytes of shared-memory traffic an SM moves per core cycle: a kernel that counts its
+    on-chip bytes (``Kernel.onchip_bytes``) spends at least ``B_onchip / (smem_bytes_per_cycle · N_sm · f)`` on the
+    SMs (joined to its SIMT time by the smooth max), and ``e_smem_j_per_byte`` — energy per such byte at 1 V (the
+    SIMT units switch only for the SIMT work itself). Launch
     occupancy (always on, when the trace records launch shapes): a SIMT kernel whose grid
     fills only a share of the GPU's resident-thread capacity keeps that share of the loads in flight.
     """
@@ -116,6 +120,8 @@ class DvfsParams:
     loop_ops_per_element: float = 0.0
     narrow_load_ops: float = 0.0
     boost_max_mhz: float = 0.0
+    smem_bytes_per_cycle: float = 0.0
+    e_smem_j_per_byte: float = 0.0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str) -> DvfsParams:

@@ -17,12 +17,13 @@ HIDDEN_RANGES: dict[str, float] = {
     "v_min_v": 0.05, "v_max_v": 0.05, "f_ridge_mhz": 0.15, "p_const_w": 0.30, "k_leak_w_per_v": 0.30,
     "c_clock_w": 0.20, "c_tensor_w": 0.20, "c_simt_w": 0.20, "e_xbar_j_per_byte": 0.30, "p_mem_bg_w": 0.30,
     "e_dram_j_per_byte": 0.30, "eta_gemm": 0.08, "eta_stream": 0.15, "eta_reduce": 0.15,
-    "simt_ops_per_byte": 0.30, "lat_core_cycles": 0.30, "lat_mem_cycles": 0.30,
+    "simt_ops_per_byte": 0.30, "lat_core_cycles": 0.30, "lat_mem_cycles": 0.30, "smem_bytes_per_cycle": 0.30,
+    "e_smem_j_per_byte": 0.30,
 }
 """Relative half-widths of the uniform draws of a hidden GPU's parameters around a preset's: voltage end points
 ±5 %, the knee (ridge) ±15 %, power floor and leakage ±30 %, clock, tensor and SIMT power ±20 %, memory power
 ±30 %, achieved GEMM fraction ±8 %, bandwidth (stream efficiency) and reductions ±15 %, SIMT work per byte and
-DRAM latency ±30 % (docs/simulator.md, "Calibrating a GPU")."""
+DRAM latency ±30 %, shared-memory bandwidth and energy per byte ±30 % (docs/simulator.md, "Calibrating a GPU")."""
 
 
 def hidden_gpu(base: GpuSpec, seed: int) -> GpuSpec:

@@ -5,10 +5,10 @@ bytes, launch shape) into a :class:`SuiteRunner` that runs that work on the GPU,
 actually runs (sizes rounded to whole tensors, launch shape where rlclock picks it). Matrix products are
 cuBLAS (``torch.matmul`` in bf16) and the wide reduction ``torch.sum``; the others — the FMA chain, the DRAM
 stream (a copy kernel over the whole GPU; PyTorch's own device copy, the driver's memcpy, moved 1 GiB each way at
-2.7 TB/s on an H200 whose peak is 4.8 TB/s), the L2-resident multiply-add, the on-chip
-(shared-memory) reduction loop, the narrow column reduction and the under-occupied stream — are Triton kernels
-with the grid given. Each runner repeats its kernel in a CUDA graph, so one launch keeps the GPU busy for about
-``target_batch_s`` with no host gap between the copies.
+2.7 TB/s on an H200 whose peak is 4.8 TB/s) and its variant with thirty-two multiply-adds per element, the
+L2-resident multiply-add, the on-chip (shared-memory) reduction loop, the narrow column reduction and the
+under-occupied stream — are Triton kernels with the grid given. Each runner repeats its kernel in a CUDA graph,
+so one launch keeps the GPU busy for about ``target_batch_s`` with no host gap between the copies.
 
 :class:`IdleRunner` is a window of no work, for the idle power. Nothing here touches clocks.
 """
@@ -25,8 +25,8 @@ from rlclock.errors import GpuUnavailableError, MeasurementError
 from rlclock.gpu.runners import StreamTiming
 from rlclock.workload.trace import Kernel
 
-TRITON_KERNELS: tuple[str, ...] = ("fma_bound", "dram_stream", "l2_stream", "smem_bound", "reduction_narrow",
-                                   "latency_stream")
+TRITON_KERNELS: tuple[str, ...] = ("fma_bound", "dram_stream", "simt_stream", "l2_stream", "smem_bound",
+                                   "reduction_narrow", "latency_stream")
 """Suite kernels written in Triton (they need the ``triton`` package, which CUDA builds of PyTorch bring)."""
 TORCH_KERNELS: tuple[str, ...] = ("gemm_large", "gemm_small", "reduction")
 """Suite kernels run as PyTorch operators (cuBLAS, sum)."""
@@ -62,6 +62,16 @@ def _triton() -> dict[str, Any]:
         tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * a + b, mask=mask)
 
     @triton.jit
+    def fma_stream(x_ptr, y_ptr, n, a, b, FMAS: tl.constexpr, BLOCK: tl.constexpr):
+        # a stream over the whole GPU with FMAS dependent multiply-adds per element between its load and its store
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask)
+        for _ in tl.static_range(FMAS):
+            x = x * a + b
+        tl.store(y_ptr + offs, x, mask=mask)
+
+    @triton.jit
     def onchip_reduce(x_ptr, y_ptr, a, b, iters, TILE: tl.constexpr):
         # a TILE x TILE tile held on chip, reduced across its threads (through shared memory) every iteration
         rows = tl.arange(0, TILE)[:, None]
@@ -93,8 +103,8 @@ def _triton() -> dict[str, Any]:
             mask = offs < n
             tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=mask), mask=mask)
 
-    _kernels.update(fma_chain=fma_chain, fma_once=fma_once, onchip_reduce=onchip_reduce, column_sums=column_sums,
-                    strided_copy=strided_copy)
+    _kernels.update(fma_chain=fma_chain, fma_once=fma_once, fma_stream=fma_stream, onchip_reduce=onchip_reduce,
+                    column_sums=column_sums, strided_copy=strided_copy)
     return _kernels
 
 
@@ -240,6 +250,18 @@ def realise(kernel: Kernel, threads_per_sm: int = 2048, target_batch_s: float = 
             tk["strided_copy"][grid](src, dst, n, BLOCK=block, num_warps=8)
 
         return SuiteRunner(name, dram_step, target_batch_s, buffers=(src, dst)), done
+    if name == "simt_stream":  # DRAM-sized, with known multiply-adds per element
+        block = 1024
+        n = _elements(kernel.dram_read_bytes)
+        fmas = max(1, round(kernel.flops / (2.0 * n)))
+        x, y = torch.rand(n, device=dev), torch.empty(n, device=dev)
+        grid = (triton_cdiv(n, block),)
+        done = replace(kernel, flops=2.0 * n * fmas, dram_read_bytes=4.0 * n, dram_write_bytes=4.0 * n, dtype="fp32")
+
+        def simt_stream_step() -> None:
+            tk["fma_stream"][grid](x, y, n, a_coef, b_coef, FMAS=fmas, BLOCK=block, num_warps=4)
+
+        return SuiteRunner(name, simt_stream_step, target_batch_s, buffers=(x, y)), done
     if name == "l2_stream":
         block = 1024
         n = _elements(kernel.dram_read_bytes)
@@ -259,7 +281,8 @@ def realise(kernel: Kernel, threads_per_sm: int = 2048, target_batch_s: float = 
         iters = max(1, round(kernel.flops / (4.0 * n)))
         x, y = torch.rand(n, device=dev), torch.empty(n, device=dev)
         done = replace(kernel, flops=4.0 * n * iters, dram_read_bytes=4.0 * n, dram_write_bytes=4.0 * n,
-                       dtype="fp32", launch_grid=(tiles, 1, 1), launch_block=(128, 1, 1))
+                       dtype="fp32", launch_grid=(tiles, 1, 1), launch_block=(128, 1, 1),
+                       onchip_bytes=8.0 * n * iters)  # each element through shared memory once each way, per iteration
 
         def smem_step() -> None:
             tk["onchip_reduce"][(tiles,)](x, y, a_coef, b_coef, iters, TILE=tile, num_warps=4)

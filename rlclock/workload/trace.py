@@ -146,6 +146,8 @@ class Kernel:
         measured: Reference points measured on real GPUs.
         launch_op: The operator call that launched it, for a profiled kernel (its FLOPs and bytes are derived
             from it by :mod:`rlclock.workload.op_costs`).
+        onchip_bytes: Bytes it moves through shared memory (each store and load counted), when known — a kernel
+            whose time is shared-memory round trips (the calibration suite's on-chip loop). ``None``: none counted.
     """
 
     name: str
@@ -164,6 +166,7 @@ class Kernel:
     launch_block: tuple[int, int, int] | None = None
     measured: tuple[Measurement, ...] = field(default_factory=tuple)
     launch_op: LaunchOp | None = None
+    onchip_bytes: float | None = None
 
     @property
     def dram_bytes(self) -> float:
@@ -198,6 +201,7 @@ class Kernel:
             self.mlp_bytes,
             self.access,
             self.measured,
+            self.onchip_bytes,
         )
 
 
@@ -482,6 +486,9 @@ def _validate_kernel(k: Kernel, i: int, source: str = "trace") -> None:
         raise TraceError(f"{where}: 'layer' must be an integer >= -1, found {k.layer!r}.")
     if k.mlp_bytes is not None and (not _is_num(k.mlp_bytes) or not math.isfinite(k.mlp_bytes) or k.mlp_bytes <= 0):
         raise TraceError(f"{where}: 'mlp_bytes' must be a finite number > 0, found {k.mlp_bytes!r}.")
+    if k.onchip_bytes is not None and (not _is_num(k.onchip_bytes) or not math.isfinite(k.onchip_bytes)
+                                       or k.onchip_bytes < 0):
+        raise TraceError(f"{where}: 'onchip_bytes' must be a finite number >= 0, found {k.onchip_bytes!r}.")
     for key, n in (("gemm_bmnk", 4), ("launch_grid", 3), ("launch_block", 3)):
         v = getattr(k, key)
         if v is not None and (len(v) != n or any(x <= 0 for x in v)):

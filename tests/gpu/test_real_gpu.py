@@ -224,6 +224,11 @@ def test_calibration_suite_kernels_run_the_work_they_declare(no_clock_setting):
                     assert 0.2 * peak_bw < moved / t < 1.05 * peak_bw, (k.name, moved / t / 1e9)
                 if k.name.startswith("gemm"):
                     assert 50e12 < done.flops / t < 1.1e15, (k.name, done.flops / t / 1e12)
+                if k.name == "simt_stream":  # its multiply-adds within the FP32 peak, its bytes within DRAM's
+                    fp32_peak = spec.simt_flops_per_cycle_per_sm * spec.sm_count * spec.abs_max_core_mhz * 1e6
+                    assert done.flops / t < 1.05 * fp32_peak and moved / t < 1.05 * peak_bw, (done.flops / t, moved / t)
+                if k.name == "smem_bound":
+                    assert done.onchip_bytes == pytest.approx(2.0 * done.flops)
                 if k.name == "gemm_large":
                     stats = measure(runner, sampler, MeasureSettings(window_s=0.3, warmup_s=0.1, repeats=1))
                     assert stats.power_w > 150 and stats.busy_fraction > 0.8, stats
