@@ -63,7 +63,8 @@ PERSEUS_BOARD_W = 400.0  # the SXM board's limit (public_a100 runs the layer wit
 
 def fp32_rows(fp32_per_cycle: float) -> list[SweepRow]:
     """The FP32 kernel's rows; its FLOPs from its slowest clock at the FP32 peak (``fp32_per_cycle`` per cycle)."""
-    raw = list(csv.DictReader((DATA / "kerneltuner-a100-pcie-fp32.csv").open()))
+    with (DATA / "kerneltuner-a100-pcie-fp32.csv").open() as f:
+        raw = list(csv.DictReader(f))
     slow = min(raw, key=lambda r: int(r["nvml_gr_clock"]))
     flops = float(slow["time_ms"]) * 1e-3 * int(slow["nvml_gr_clock"]) * 1e6 * fp32_per_cycle
     return [SweepRow("fp32_kernel", flops, 0.0, 0.0, "elementwise", "fp32", int(r["nvml_gr_clock"]), MEM_MHZ,
@@ -76,7 +77,9 @@ def sgemm_rows() -> list[SweepRow]:
     flops = 2.0 * GEMM_N ** 3 + 2.0 * GEMM_N ** 2
     out = []
     names: dict[str, str] = {}
-    for r in csv.DictReader((DATA / "kerneltuner-a100-pcie-sgemm.csv").open()):
+    with (DATA / "kerneltuner-a100-pcie-sgemm.csv").open() as f:
+        table = list(csv.DictReader(f))
+    for r in table:
         name = names.setdefault(r["config"], f"sgemm_{len(names) + 1}")
         out.append(SweepRow(name, flops, 2 * 4.0 * GEMM_N ** 2, 4.0 * GEMM_N ** 2, "gemm", "fp32",
                             int(r["nvml_gr_clock"]), MEM_MHZ, float(r["time_ms"]) * 1e-3,

@@ -67,27 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.measure:
         return rlclock(["calibrate", "--device", "0", "--gpu", args.gpu, "--window", str(args.window),
                         "--table-out", str(args.out)])
-    return rlclock(["calibrate", "--table", str(with_onchip_bytes(args.out)), "--gpu", args.gpu, "--check"])
-
-
-def with_onchip_bytes(table: Path) -> Path:
-    """``table``, or a copy of it whose on-chip loop rows count their shared-memory bytes: tables taken before the
-    ``onchip_bytes`` column have none, and the loop moves 2 bytes per FLOP as the suite counts it
-    (:data:`rlclock.calibration.sweep.SMEM_BYTES_PER_FLOP`)."""
-    import tempfile
-    from dataclasses import replace
-
-    from rlclock.calibration.sweep import SMEM_BYTES_PER_FLOP
-    from rlclock.calibration.table import read_table, write_table
-
-    rows = read_table(table)
-    if not any(r.kernel == "smem_bound" and r.onchip_bytes == 0 for r in rows):
-        return table
-    filled = [replace(r, onchip_bytes=SMEM_BYTES_PER_FLOP * r.flops) if r.kernel == "smem_bound" else r for r in rows]
-    out = Path(tempfile.mkdtemp()) / table.name
-    print(f"({table.name} predates the onchip_bytes column: the on-chip loop's rows count {SMEM_BYTES_PER_FLOP:g} "
-          "shared-memory bytes per FLOP, as the suite does)")
-    return write_table(filled, out)
+    return rlclock(["calibrate", "--table", str(args.out), "--gpu", args.gpu, "--check"])
 
 
 if __name__ == "__main__":

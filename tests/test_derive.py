@@ -72,7 +72,18 @@ def test_capabilities_not_listed_take_the_nearest_lower():
     assert rates_for((9, 2))[0] == (9, 0)
     assert rates_for((11, 0))[0] == (10, 0)
     assert rates_for((13, 1))[0] == max(RATES)
-    assert rates_for((6, 1))[0] == min(RATES)
+    with pytest.raises(SpecError, match=r"compute capability 6.1 is older than Volta"):
+        rates_for((6, 1))
+
+
+def test_types_a_generation_lacks_run_on_its_fp32_units():
+    v100 = DeviceFacts("Tesla V100-SXM2-16GB", "Volta", (7, 0), 5120, 0, 0, 0.0, 4096, {877: (1530, 1312, 135)},
+                       877, 300.0)
+    s = spec_from_facts(v100)
+    assert s.sm_count == 80 and s.tensor_flops_per_cycle_per_sm["fp16"] == 1024
+    assert s.tensor_flops_per_cycle_per_sm["bf16"] == s.tensor_flops_per_cycle_per_sm["tf32"] == 128
+    assert s.l2_bytes == pytest.approx(6e6) and "by compute capability (CUDA not asked): SM count" in s.sources[
+        "hardware"]
 
 
 @pytest.mark.parametrize("change, says", [({"clocks": {}}, "lists no supported clocks"),

@@ -34,6 +34,8 @@ IDLE = "idle"
 SIMT_STREAM_FMAS = 32
 """Dependent multiply-adds per element of the suite's SIMT stream (8 FLOPs per byte moved: SIMT-bound below about
 1.4 GHz on an H200, with the instructions per byte a third of its SIMT work)."""
+SMEM_KERNEL = "smem_bound"
+"""The suite's on-chip loop: the one kernel of the suite that counts its shared-memory bytes."""
 SMEM_BYTES_PER_FLOP = 2.0
 """Shared-memory bytes the suite's on-chip loop counts per FLOP: every iteration each element takes a multiply-add
 and its share of a column sum and a multiply (4 FLOPs) and passes through shared memory once each way (8 bytes)."""
@@ -106,7 +108,7 @@ def suite(spec: GpuSpec) -> list[Kernel]:
                dram_write_bytes=l2_half / 2, dtype="fp32"),
         Kernel("simt_stream", "suite.simt_stream", "elementwise", "forward", flops=SIMT_STREAM_FMAS * 2.0 * 2 ** 26,
                dram_read_bytes=2 ** 28, dram_write_bytes=2 ** 28, dtype="fp32"),
-        Kernel("smem_bound", "suite.smem", "other", "forward", flops=2.0 * 2 ** 31, dram_read_bytes=2 ** 24,
+        Kernel(SMEM_KERNEL, "suite.smem", "other", "forward", flops=2.0 * 2 ** 31, dram_read_bytes=2 ** 24,
                dram_write_bytes=2 ** 24, dtype="fp32", onchip_bytes=SMEM_BYTES_PER_FLOP * 2.0 * 2 ** 31),
         Kernel("reduction", "suite.reduce", "reduction", "forward", flops=2.0 ** 28, dram_read_bytes=2.0 ** 30,
                dram_write_bytes=2.0 ** 14, dtype="fp32", access="reduce"),
@@ -193,14 +195,17 @@ def fit_names(rows: Sequence[SweepRow]) -> tuple[tuple[str, ...], tuple[str, ...
     for r in rows:
         if r.is_idle:
             continue
-        tensor = r.category in TENSOR_CATEGORIES and r.dtype != "fp32"
-        kinds.add("tensor" if tensor else "simt")
+        k = kernel_of(r)
+        if k.uses_tensor_cores:
+            kinds.add("tensor")
+        elif k.category in TENSOR_CATEGORIES:  # a matrix product on the FP32 units: its own efficiency and power
+            kinds.add("simt_gemm")
+        else:
+            kinds.add("simt")
+            if k.dram_bytes > 0:
+                kinds.update(("memory", k.access))  # stream, gather or reduce: the efficiency of its class
         if r.onchip_bytes > 0:
             kinds.add("onchip")
-        if r.category == "gemm" and not tensor:
-            kinds.add("simt_gemm")
-        elif not tensor and r.read_bytes + r.write_bytes > 0:
-            kinds.update(("memory", "reduce" if r.access == "reduce" else "stream"))
     keep = lambda names: tuple(n for n in names if _INFORMED_BY.get(n, "any") in kinds | {"any"})  # noqa: E731
     time_extra, power_extra = SIMT_GEMM_FIT_NAMES if "simt_gemm" in kinds else ("", "")
     return (keep(TIME_FIT_NAMES) + tuple(n for n in (time_extra,) if n),

@@ -19,6 +19,7 @@ column                 required    meaning
 ``threads_per_block``  no          threads per block
 ``gemm_m/n/k``         no          a matrix product's shape
 ``onchip_bytes``       no          bytes it moves through shared memory (each store and load), if it counts them
+                                   (a table without the column: the suite's ``smem_bound`` rows count 2 per FLOP)
 =====================  ==========  =========================================================================
 
 \\*\\* ``time_ms`` may stand for ``time_s`` and ``power_w`` for ``energy_j`` (energy = power × time), as public
@@ -32,11 +33,11 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from rlclock.calibration.sweep import IDLE, SweepRow
+from rlclock.calibration.sweep import IDLE, SMEM_BYTES_PER_FLOP, SMEM_KERNEL, SweepRow
 from rlclock.errors import SpecError
 from rlclock.workload.kernel_names import classify
 from rlclock.workload.trace import ACCESS_CLASSES, CATEGORIES, DTYPES
@@ -146,6 +147,9 @@ def read_table(path: str | Path) -> list[SweepRow]:
             onchip_bytes=_number(raw, "onchip_bytes", where, default=0.0)))
     if not rows:
         raise SpecError(f"sweep table {p} holds a header but no rows.", "add the measurements.")
+    if "onchip_bytes" not in header:  # written before the column: the suite's on-chip loop counts 2 bytes per FLOP
+        rows = [replace(r, onchip_bytes=SMEM_BYTES_PER_FLOP * r.flops) if r.kernel == SMEM_KERNEL else r
+                for r in rows]
     return rows
 
 

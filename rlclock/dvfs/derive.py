@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any
 
-from rlclock.dvfs.spec import GpuSpec, get_spec
+from rlclock.dvfs.spec import GpuSpec, architecture_of, get_spec
 from rlclock.errors import SpecError
 
 
@@ -26,9 +25,10 @@ class UnitRates:
 
     Attributes:
         tensor: Tensor-core FLOP/cycle/SM by dtype, with fp32 accumulation, as a data-centre or workstation part
-            runs it.
+            runs it; a type the units lack (no TF32 or BF16 before compute capability 8.0) runs at ``simt_fp32``.
         simt_fp32: FP32 FLOP/cycle/SM on the SIMT units (twice the FP32 lanes).
         threads_per_sm: Most resident threads per SM.
+        l2_bytes_per_sm: L2 cache per SM of the generation's parts, bytes (only used when CUDA cannot be asked).
         geforce_tensor_share: Share of ``tensor`` a GeForce card of this generation reaches with fp32 accumulation
             (NVIDIA halves it on GeForce parts since Turing).
         example: A GPU of the generation whose datasheet gives the rates (for the reader).
@@ -37,29 +37,32 @@ class UnitRates:
     tensor: dict[str, float]
     simt_fp32: float
     threads_per_sm: int
+    l2_bytes_per_sm: float
     geforce_tensor_share: float
     example: str
 
 
 RATES: dict[tuple[int, int], UnitRates] = {
-    (7, 0): UnitRates({"fp16": 1024}, 128, 2048, 1.0, "V100: 125 TFLOP/s fp16 = 1024 × 80 SMs × 1.53 GHz"),
-    (7, 5): UnitRates({"fp16": 1024}, 128, 1024, 0.5, "T4: 65 TFLOP/s fp16 = 1024 × 40 SMs × 1.59 GHz"),
-    (8, 0): UnitRates({"fp16": 2048, "bf16": 2048, "tf32": 1024}, 128, 2048, 1.0,
-                      "A100: 312 TFLOP/s bf16 = 2048 × 108 SMs × 1.41 GHz"),
-    (8, 6): UnitRates({"fp16": 1024, "bf16": 1024, "tf32": 512}, 256, 1536, 0.5,
-                      "A40: 150 TFLOP/s fp16 = 1024 × 84 SMs × 1.74 GHz; RTX 3080 Ti half of that per SM"),
-    (8, 7): UnitRates({"fp16": 1024, "bf16": 1024, "tf32": 512}, 256, 1536, 1.0, "Jetson AGX Orin (GA10B)"),
-    (8, 9): UnitRates({"fp16": 1024, "bf16": 1024, "tf32": 512, "fp8": 2048}, 256, 1536, 0.5,
-                      "L40S: 362 TFLOP/s bf16 = 1024 × 142 SMs × 2.52 GHz; RTX 4090 half of that per SM"),
-    (9, 0): UnitRates({"fp16": 4096, "bf16": 4096, "tf32": 2048, "fp8": 8192}, 256, 2048, 1.0,
-                      "H100 SXM: 989 TFLOP/s bf16 = 4096 × 132 SMs × 1.83 GHz"),
-    (10, 0): UnitRates({"fp16": 8192, "bf16": 8192, "tf32": 4096, "fp8": 16384}, 256, 2048, 1.0,
-                       "B200: 2.25 PFLOP/s bf16 dense over 148 SMs"),
-    (12, 0): UnitRates({"fp16": 1024, "bf16": 1024, "tf32": 512, "fp8": 2048}, 256, 1536, 0.5,
-                       "RTX PRO 6000 Blackwell; RTX 5090 (GeForce) half of that per SM"),
+    (7, 0): UnitRates({"fp16": 1024}, 128, 2048, 6e6 / 80, 1.0,
+                      "V100: 125 TFLOP/s fp16 = 1024 × 80 SMs × 1.53 GHz; 6 MB of L2"),
+    (7, 5): UnitRates({"fp16": 1024}, 128, 1024, 4e6 / 40, 0.5,
+                      "T4: 65 TFLOP/s fp16 = 1024 × 40 SMs × 1.59 GHz; 4 MB of L2"),
+    (8, 0): UnitRates({"fp16": 2048, "bf16": 2048, "tf32": 1024}, 128, 2048, 40e6 / 108, 1.0,
+                      "A100: 312 TFLOP/s bf16 = 2048 × 108 SMs × 1.41 GHz; 40 MB of L2"),
+    (8, 6): UnitRates({"fp16": 1024, "bf16": 1024, "tf32": 512}, 256, 1536, 6e6 / 84, 0.5,
+                      "A40: 150 TFLOP/s fp16 = 1024 × 84 SMs × 1.74 GHz, 6 MB of L2; RTX 3080 Ti half the rate per SM"),
+    (8, 9): UnitRates({"fp16": 1024, "bf16": 1024, "tf32": 512, "fp8": 2048}, 256, 1536, 96e6 / 142, 0.5,
+                      "L40S: 362 TFLOP/s bf16 = 1024 × 142 SMs × 2.52 GHz, 96 MB of L2; RTX 4090 half the rate per SM"),
+    (9, 0): UnitRates({"fp16": 4096, "bf16": 4096, "tf32": 2048, "fp8": 8192}, 256, 2048, 50e6 / 132, 1.0,
+                      "H100 SXM: 989 TFLOP/s bf16 = 4096 × 132 SMs × 1.83 GHz; 50 MB of L2"),
+    (10, 0): UnitRates({"fp16": 8192, "bf16": 8192, "tf32": 4096, "fp8": 16384}, 256, 2048, 126e6 / 148, 1.0,
+                       "B200: 2.25 PFLOP/s bf16 dense over 148 SMs; 126 MB of L2"),
+    (12, 0): UnitRates({"fp16": 1024, "bf16": 1024, "tf32": 512, "fp8": 2048}, 256, 1536, 96e6 / 170, 0.5,
+                       "RTX PRO 6000 Blackwell; RTX 5090 (GeForce, 170 SMs, 96 MB of L2) half the rate per SM"),
 }
 """Peak unit rates by compute capability (datasheets; each entry's ``example`` shows the arithmetic). A capability
-not listed takes the nearest lower one of the same major version, else the newest listed."""
+not listed takes the nearest lower one of the same major version, else the nearest lower listed; below 7.0 (no
+tensor cores, and NVML locks no clocks there) there is none (:func:`rates_for`)."""
 
 FP32_LANES_PER_SM_DIVISOR = 2
 """FP32 FLOP per lane per cycle (one FMA = 2): NVML's CUDA-core count over ``simt_fp32 / 2`` gives the SM count."""
@@ -108,10 +111,16 @@ class DeviceFacts:
 
 
 def rates_for(cc: tuple[int, int]) -> tuple[tuple[int, int], UnitRates]:
-    """The listed capability whose rates ``cc`` takes, and the rates (see :data:`RATES`)."""
+    """The listed capability whose rates ``cc`` takes, and the rates (see :data:`RATES`).
+
+    Raises:
+        SpecError: ``cc`` is below 7.0 (Pascal and older: no tensor cores, and no locked clocks through NVML).
+    """
+    if cc < min(RATES):
+        raise SpecError(f"compute capability {cc[0]}.{cc[1]} is older than Volta (7.0): rlclock neither models such a "
+                        "GPU nor can lock its clocks through NVML.", "use a GPU of compute capability 7.0 or newer.")
     same_major = [k for k in RATES if k[0] == cc[0] and k <= cc]
-    lower = [k for k in RATES if k <= cc]
-    key = max(same_major) if same_major else max(lower) if lower else min(RATES)
+    key = max(same_major) if same_major else max(k for k in RATES if k <= cc)
     return key, RATES[key]
 
 
@@ -147,9 +156,9 @@ def spec_from_facts(facts: DeviceFacts) -> GpuSpec:
     memory = "hbm" if facts.mem_bus_bits >= HBM_BUS_BITS else "gddr"
     base = get_spec(BASE_FOR_MEMORY[memory])
     share = rates.geforce_tensor_share if facts.geforce else 1.0
-    tensor = {dt: rates.tensor.get(dt, 0.0) * share for dt in ("fp16", "bf16", "tf32", "fp8")}
-    fallback = tensor["fp16"]  # a type the units lack runs at the fp16 rate at best
-    tensor = {dt: v if v > 0 else fallback for dt, v in tensor.items()}
+    tensor = {dt: rates.tensor[dt] * share if dt in rates.tensor else
+              rates.tensor["fp16"] * share if dt == "fp8" and cc_key >= (8, 0) else  # fp8 data on fp16 units
+              rates.simt_fp32 for dt in ("fp16", "bf16", "tf32", "fp8")}  # a type the tensor cores lack: FP32 units
     tensor["fp32"] = tensor["tf32"]
     clocks = {int(m): tuple(sorted((int(c) for c in cs), reverse=True)) for m, cs in facts.clocks.items() if cs}
     default_mem = facts.default_mem_mhz if facts.default_mem_mhz in clocks else max(clocks)
@@ -163,15 +172,21 @@ def spec_from_facts(facts: DeviceFacts) -> GpuSpec:
     changes["f_ridge_mhz"] = min(p.f_ridge_mhz * clock_scale, 0.95 * top)
     # a GeForce card lists clocks above what its voltage limit lets it reach; a data-centre part runs its table
     changes["boost_max_mhz"] = min(top, p.boost_max_mhz * clock_scale) if facts.geforce else 0.0
-    l2 = facts.l2_bytes if facts.l2_bytes > 0 else base.l2_bytes * core_scale
-    if p.l2_resident_bytes > 0:
-        changes["l2_resident_bytes"] = min(p.l2_resident_bytes, l2)
+    l2 = facts.l2_bytes if facts.l2_bytes > 0 else rates.l2_bytes_per_sm * sm
+    if p.l2_resident_bytes > 0:  # the share of the L2 a kernel's data stay resident in, as on the base
+        changes["l2_resident_bytes"] = p.l2_resident_bytes * l2 / base.l2_bytes
     threads = facts.threads_per_sm or rates.threads_per_sm
     cc = ".".join(map(str, facts.compute_capability))
+    from_cuda = [what for what, read in (("SM count", facts.sm_count), ("threads per SM", facts.threads_per_sm),
+                                         ("L2", facts.l2_bytes)) if read]
+    by_capability = [what for what, read in (("SM count", facts.sm_count), ("threads per SM", facts.threads_per_sm),
+                                             ("L2", facts.l2_bytes)) if not read]
     sources = {
-        "hardware": f"read from the GPU (NVML: name, clock table, memory bus, default power limit, compute capability "
-                    f"{cc}{', brand GeForce' if facts.geforce else ''}; CUDA: SM count, threads per SM, L2"
-                    + ("" if facts.l2_bytes > 0 else "; L2 not read: scaled from the base preset by SM count") + ")",
+        "hardware": f"read from the GPU — NVML: name, clock table, memory bus, default power limit, compute capability "
+                    f"{cc}{', brand GeForce' if facts.geforce else ''}"
+                    + (f"; CUDA: {', '.join(from_cuda)}" if from_cuda else "")
+                    + (f"; by compute capability (CUDA not asked): {', '.join(by_capability)}" if by_capability else "")
+                    + (" (SM count from NVML's core count)" if not facts.sm_count else ""),
         "rates": f"by compute capability {'.'.join(map(str, cc_key))} (rlclock.dvfs.derive.RATES: {rates.example})"
                  + (", tensor rate with fp32 accumulation halved on a GeForce card" if facts.geforce else ""),
         "model": f"generic: the {base.key} preset's fitted parameters ({memory.upper()} memory), core power scaled by "
@@ -181,27 +196,11 @@ def spec_from_facts(facts: DeviceFacts) -> GpuSpec:
         "base": base.key,
     }
     return GpuSpec(
-        key=key_of(facts.name), name=facts.name, architecture=facts.architecture or base.architecture,
+        key=key_of(facts.name), name=facts.name,
+        architecture=facts.architecture or architecture_of(facts.compute_capability) or base.architecture,
         sm_count=int(sm), threads_per_sm=int(threads), mem_bus_bits=int(facts.mem_bus_bits), l2_bytes=float(l2),
         clocks=clocks, default_mem_mhz=int(default_mem), power_limit_w=float(facts.power_limit_w),
         idle_power_w=base.idle_power_w * facts.power_limit_w / base.power_limit_w,
         tensor_flops_per_cycle_per_sm=tensor, simt_flops_per_cycle_per_sm=float(rates.simt_fp32),
         switch_latency_s=base.switch_latency_s, model=replace(p, **changes), sources=sources,
-        memory_locks="" if facts.architecture else _locks_without_architecture(clocks, facts.compute_capability),
         fitted_to="")
-
-
-def _locks_without_architecture(clocks: dict[int, tuple[int, ...]], cc: tuple[int, int]) -> str:
-    """The memory-lock rule when NVML does not name the architecture: Hopper is compute capability 9.x."""
-    from rlclock.dvfs.spec import memory_locks_of
-
-    return memory_locks_of("Hopper" if cc[0] == 9 else "", tuple(clocks))
-
-
-def facts_summary(facts: DeviceFacts) -> dict[str, Any]:
-    """The facts as a plain mapping (for ``rlclock doctor --json``)."""
-    return {"name": facts.name, "architecture": facts.architecture,
-            "compute_capability": ".".join(map(str, facts.compute_capability)), "sm_count": facts.sm_count,
-            "cuda_cores": facts.cuda_cores, "threads_per_sm": facts.threads_per_sm, "l2_bytes": facts.l2_bytes,
-            "mem_bus_bits": facts.mem_bus_bits, "default_power_limit_w": facts.power_limit_w,
-            "geforce": facts.geforce}

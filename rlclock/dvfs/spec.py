@@ -33,6 +33,20 @@ DEFERRED_MEMORY_ARCHITECTURES: frozenset[str] = frozenset({"hopper"})
 """Architectures whose memory clock can be locked only deferred (lower case)."""
 
 
+ARCHITECTURE_OF_MAJOR: dict[int, str] = {7: "Volta", 8: "Ampere", 9: "Hopper", 10: "Blackwell", 12: "Blackwell"}
+"""Architectures by CUDA compute capability major version (7.5 is Turing and 8.9 Ada: :func:`architecture_of`)."""
+
+
+def architecture_of(compute_capability: tuple[int, int]) -> str:
+    """The architecture of a CUDA compute capability (``""`` if unknown) — for GPUs whose NVML does not name it."""
+    major, minor = compute_capability
+    if (major, minor) == (7, 5):
+        return "Turing"
+    if (major, minor) == (8, 9):
+        return "Ada"
+    return ARCHITECTURE_OF_MAJOR.get(major, "")
+
+
 def memory_locks_of(architecture: str, mem_clocks_mhz: Collection[int] | None) -> str:
     """The memory-lock capability (one of :data:`MEMORY_LOCKS`) of a GPU of ``architecture`` offering
     ``mem_clocks_mhz`` — the one rule the presets, the env specs and the clock control use.
@@ -274,6 +288,12 @@ class GpuSpec:
         """One line saying that the preset is generic and how to calibrate it (``None`` for a fitted one)."""
         if not self.generic:
             return None
+        if "base" in self.sources:  # built from what the GPU reports (rlclock.dvfs.derive): no preset key to name
+            return (f"note: {self.name} has no preset; its spec was built from what it reports, with the "
+                    f"{self.sources['base']} preset's model scaled to it — its figures are estimates. Calibrate it on "
+                    "the GPU: rlclock calibrate --device N --control-clocks --out my-gpu.yaml (no --gpu needed), or "
+                    "write the built spec with rlclock doctor --spec-out my-gpu.yaml and fit a sweep measured "
+                    "elsewhere: rlclock calibrate --table SWEEP.csv --gpu my-gpu.yaml --out my-gpu-fitted.yaml.")
         return (f"note: the {self.key} preset is generic — its model parameters were carried over from other GPUs, "
                 f"not fitted to an {self.name}; its figures are estimates. Calibrate it on the GPU: rlclock calibrate "
                 f"--device 0 --control-clocks --gpu {self.key} --out my-gpu.yaml, or from a sweep measured elsewhere: "

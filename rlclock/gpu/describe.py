@@ -27,7 +27,7 @@ def _cuda_properties(uuid: str) -> tuple[int, int, float]:
             if str(getattr(props, "uuid", "")).lower().removeprefix("gpu-") == want:
                 return (int(props.multi_processor_count), int(getattr(props, "max_threads_per_multi_processor", 0)),
                         float(getattr(props, "L2_cache_size", 0)))
-    except (ImportError, RuntimeError, AttributeError):
+    except (ImportError, OSError, RuntimeError, AttributeError):  # no PyTorch, broken CUDA libraries, no device
         pass
     return 0, 0, 0.0
 
@@ -73,5 +73,5 @@ def spec_for_device(index: int, gpu: str | None = None) -> tuple[GpuSpec, str]:
         return spec_from_facts(device_facts(index)), "derived"
     except RlclockError as exc:
         raise SpecError(f"GPU {index} ({name}) has no preset, and a spec could not be built from what it reports: "
-                        f"{exc.message}", "write a GPU spec file for it (the preset format) and pass --gpu FILE."
-                        ) from None
+                        f"{exc.message}", exc.fix or "write a GPU spec file for it (the preset format) and pass "
+                        "--gpu FILE.") from None

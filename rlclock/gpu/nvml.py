@@ -314,15 +314,21 @@ class NvmlDevice:
         return _text(self._do("reading the UUID", self._nvml.nvmlDeviceGetUUID, self._handle))
 
     def architecture(self) -> str:
-        """The GPU's architecture (``"Hopper"`` …), or ``""`` when NVML does not say (old bindings or driver)."""
+        """The GPU's architecture (``"Hopper"`` …); where NVML does not name it (old bindings or driver), the one of
+        its compute capability (:func:`rlclock.dvfs.spec.architecture_of`), else ``""``."""
+        from rlclock.dvfs.spec import architecture_of
+
         fn = getattr(self._nvml, "nvmlDeviceGetArchitecture", None)
-        if fn is None:
-            return ""
         try:
-            code = int(self._do("reading the architecture", fn, self._handle))
+            code = int(self._do("reading the architecture", fn, self._handle)) if fn is not None else -1
         except RlclockError:
+            code = -1
+        if code in ARCHITECTURES:
+            return ARCHITECTURES[code]
+        try:
+            return architecture_of(self.compute_capability())
+        except (RlclockError, AttributeError):
             return ""
-        return ARCHITECTURES.get(code, "")
 
     def compute_capability(self) -> tuple[int, int]:
         """The CUDA compute capability ``(major, minor)``."""
@@ -345,7 +351,7 @@ class NvmlDevice:
             brand = int(self._do("reading the brand", fn, self._handle)) if fn is not None else None
         except RlclockError:
             brand = None
-        if brand is None:
+        if not brand:  # not read, or NVML_BRAND_UNKNOWN
             return "geforce" in self.name.lower()
         return brand in _GEFORCE_BRANDS
 

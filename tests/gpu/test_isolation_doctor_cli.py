@@ -177,6 +177,6 @@ def test_a_gpu_that_cannot_be_described_is_one_line(l40s, capsys):
     l40s.set_device(cuda_cores=0)  # an old driver: no core count, and no PyTorch CUDA to ask
     with pytest.raises(SpecError) as e:
         spec_for_device(0)
-    assert "GPU 0 (NVIDIA L40S) has no preset" in str(e.value) and "--gpu FILE" in str(e.value)
+    assert "GPU 0 (NVIDIA L40S) has no preset" in str(e.value) and "--gpu my-gpu.yaml" in str(e.value)
     assert main(["doctor", "--period", "0"]) == 0  # doctor still reports, with the reason
     assert "derived_spec" in capsys.readouterr().out
