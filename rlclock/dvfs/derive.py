@@ -135,7 +135,7 @@ def spec_from_facts(facts: DeviceFacts) -> GpuSpec:
     Scaling of the carried-over model: core-side power (static, leakage, clock, tensor and SIMT switching) by the
     SM count, memory background power by the bus width, the voltage knee (and a GeForce card's boost ceiling) by
     the top core clock; per-byte energies, latencies in cycles and achieved fractions of peak are kept; the L2
-    residency is capped at this GPU's L2.
+    residency keeps the base's share of the L2.
 
     Raises:
         SpecError: The facts cannot make a spec (no clock table, no SM count, no bus width, no power limit).
@@ -177,10 +177,9 @@ def spec_from_facts(facts: DeviceFacts) -> GpuSpec:
         changes["l2_resident_bytes"] = p.l2_resident_bytes * l2 / base.l2_bytes
     threads = facts.threads_per_sm or rates.threads_per_sm
     cc = ".".join(map(str, facts.compute_capability))
-    from_cuda = [what for what, read in (("SM count", facts.sm_count), ("threads per SM", facts.threads_per_sm),
-                                         ("L2", facts.l2_bytes)) if read]
-    by_capability = [what for what, read in (("SM count", facts.sm_count), ("threads per SM", facts.threads_per_sm),
-                                             ("L2", facts.l2_bytes)) if not read]
+    asked = {"SM count": facts.sm_count, "threads per SM": facts.threads_per_sm, "L2": facts.l2_bytes}
+    from_cuda = [what for what, read in asked.items() if read]
+    by_capability = [what for what, read in asked.items() if not read]
     sources = {
         "hardware": f"read from the GPU — NVML: name, clock table, memory bus, default power limit, compute capability "
                     f"{cc}{', brand GeForce' if facts.geforce else ''}"
