@@ -206,10 +206,11 @@ def fit_names(rows: Sequence[SweepRow]) -> tuple[tuple[str, ...], tuple[str, ...
                 kinds.update(("memory", k.access))  # stream, gather or reduce: the efficiency of its class
         if r.onchip_bytes > 0:
             kinds.add("onchip")
-    keep = lambda names: tuple(n for n in names if _INFORMED_BY.get(n, "any") in kinds | {"any"})  # noqa: E731
-    time_extra, power_extra = SIMT_GEMM_FIT_NAMES if "simt_gemm" in kinds else ("", "")
-    return (keep(TIME_FIT_NAMES) + tuple(n for n in (time_extra,) if n),
-            keep(POWER_FIT_NAMES) + tuple(n for n in (power_extra,) if n))
+    def keep(names: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(n for n in names if n not in _INFORMED_BY or _INFORMED_BY[n] in kinds)
+
+    extra = SIMT_GEMM_FIT_NAMES if "simt_gemm" in kinds else ()
+    return keep(TIME_FIT_NAMES) + extra[:1], keep(POWER_FIT_NAMES) + extra[1:]
 
 
 _BOUNDS = {**BOUNDS, "v_min_v": (0.5, 0.9), "v_max_v": (0.8, 1.2), "c_clock_w": (0.0, 300.0),

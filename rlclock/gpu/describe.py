@@ -40,8 +40,10 @@ def device_facts(index: int) -> DeviceFacts:
         NvmlError: NVML fails to give the compute capability, clock table or power limit.
     """
     dev = nvml.NvmlDevice(index)
-    uuid = nvml.try_read(lambda: dev.uuid)
-    sm, threads, l2 = _cuda_properties(uuid) if not uuid.startswith("unavailable") else (0, 0, 0.0)
+    try:
+        sm, threads, l2 = _cuda_properties(dev.uuid)
+    except RlclockError:  # no UUID: CUDA's device cannot be matched, the figures come by compute capability
+        sm, threads, l2 = 0, 0, 0.0
     clocks = dev.supported_clocks()
     return DeviceFacts(
         name=dev.name, architecture=dev.architecture(), compute_capability=dev.compute_capability(),
