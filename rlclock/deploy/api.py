@@ -382,16 +382,33 @@ class Clocked:
 
         import torch
 
-        from rlclock.deploy.capture import profile_from_chrome
+        from rlclock.deploy.capture import inductor_code, profile_from_chrome
 
         data = self._profiler.stop()
         self._profiler = None
         prof = profile_from_chrome(data, torch.cuda.get_device_name(), meta={"torch": torch.__version__})
+        if self.settings.save:
+            self._save_raw(data, inductor_code(data))
         del data
         gc.collect()
         self._say(f"profiled {prof.steps_used} of {prof.steps_profiled} steps: {len(prof.trace)} kernels, step "
                   f"{prof.timeline.period_s * 1e3:.3f} ms" + "".join(f"; {n}" for n in prof.notes))
         return prof
+
+    def _save_raw(self, data: dict[str, Any], code: dict[str, str]) -> None:
+        """Keep the profiler's own export (``step.profile.json.gz``) and the source TorchInductor generated
+        (``step.inductor.json.gz``, path → source) in the ``save`` folder: the trace's costs can be derived again
+        from them by later rules."""
+        import gzip
+        import json
+
+        out = Path(self.settings.save or ".")
+        out.mkdir(parents=True, exist_ok=True)
+        with gzip.open(out / "step.profile.json.gz", "wt", encoding="utf-8") as f:
+            json.dump(data, f)
+        if code:
+            with gzip.open(out / "step.inductor.json.gz", "wt", encoding="utf-8") as f:
+                json.dump(code, f)
 
     def _timed(self, prof: Any) -> None:
         """Place the profile's kernels as the running step has them (:class:`~rlclock.deploy.capture.StepTimer`):

@@ -216,6 +216,34 @@ def profile_from_chrome(data: dict[str, Any], gpu_name: str, name: str = "traini
     return StepProfile(trace, timeline, len(ranges), len(chosen), notes)
 
 
+def inductor_code(data: dict[str, Any] | None = None) -> dict[str, str]:
+    """The Python source TorchInductor generated for this process, by file path: every output-code module it
+    loaded (each holds its graph's Triton kernels and the ``call`` that launches them with the buffers' shapes)
+    and every kernel file a profiled Triton launch names (its ``kernel_file`` argument in ``data``, a Chrome
+    trace). Empty when the process compiled nothing; a file that cannot be read is left out."""
+    import sys
+
+    paths: list[str] = []
+    codecache = sys.modules.get("torch._inductor.codecache")
+    cache = getattr(codecache, "PyCodeCache", None)
+    for module in [*getattr(cache, "modules", ()), *getattr(cache, "modules_no_attr", {}).values()]:
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str):
+            paths.append(path)
+    for e in (data or {}).get("traceEvents", []) if isinstance(data, dict) else []:
+        path = (e.get("args") or {}).get("kernel_file") if isinstance(e, dict) else None
+        if isinstance(path, str) and path:
+            paths.append(path)
+    out: dict[str, str] = {}
+    for path in dict.fromkeys(paths):
+        try:
+            with open(path, encoding="utf-8") as f:
+                out[path] = f.read()
+        except (OSError, UnicodeDecodeError):
+            continue
+    return out
+
+
 class StepProfiler:
     """Profiles consecutive training steps of a live loop (module docstring).
 
