@@ -34,6 +34,8 @@ import numpy as np
 
 from rlclock.deploy.timeline import StepTimeline
 from rlclock.errors import DeployError, GpuUnavailableError
+from rlclock.workload.inductor import InductorCode
+from rlclock.workload.kernel_names import classify
 from rlclock.workload.op_costs import Launch, costs, kernel_fields
 from rlclock.workload.torch_profile import export_chrome, launch_op
 from rlclock.workload.trace import Kernel, KernelTrace, LaunchOp, Measurement
@@ -89,13 +91,16 @@ def _triple(v: Any) -> tuple[int, int, int] | None:
     return None
 
 
-def _activities(data: dict[str, Any]) -> tuple[list[tuple[float, float]], list[_Activity]]:
-    """Step ranges (µs) and device activities with launch time and phase, from a Chrome trace."""
+def _activities(data: dict[str, Any], code: InductorCode | None = None
+                ) -> tuple[list[tuple[float, float]], list[_Activity]]:
+    """Step ranges (µs) and device activities with launch time and phase, from a Chrome trace; a launch of a
+    kernel TorchInductor generated carries what its source says (``code``, by its ``kernel_file``)."""
     events = data.get("traceEvents", []) if isinstance(data, dict) else []
     ranges: list[tuple[float, float]] = []
     main_tid: Any = None
     optim: list[tuple[float, float]] = []
     launch: dict[int, tuple[float, Any]] = {}
+    replayed: set[int] = set()  # launches that replay a CUDA graph: their kernels' operator is not the caller's
     ops: dict[int, tuple[LaunchOp, float, Any]] = {}
     for e in events:
         cat, name, args = e.get("cat"), str(e.get("name", "")), e.get("args") or {}
@@ -106,8 +111,13 @@ def _activities(data: dict[str, Any]) -> tuple[list[tuple[float, float]], list[_
             optim.append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))))
         elif cat in _LAUNCH_CATS and isinstance(args.get("correlation"), int):
             launch[args["correlation"]] = (float(e["ts"]), e.get("tid"))
+            if "GraphLaunch" in name:
+                replayed.add(args["correlation"])
         if cat == "cpu_op" and isinstance(args.get("External id"), int):
-            ops[args["External id"]] = (launch_op(name, args, args["External id"]), float(e["ts"]), e.get("tid"))
+            op = launch_op(name, args, args["External id"])
+            if code is not None and isinstance(args.get("kernel_file"), str):
+                op = replace(op, code=code.kernel(args["kernel_file"], op.concrete_inputs))
+            ops[args["External id"]] = (op, float(e["ts"]), e.get("tid"))
     ranges.sort()
     out: list[_Activity] = []
     for e in events:
@@ -116,7 +126,7 @@ def _activities(data: dict[str, Any]) -> tuple[list[tuple[float, float]], list[_
             continue
         args = e.get("args") or {}
         corr, ext = args.get("correlation"), args.get("External id")
-        op_rec = ops.get(ext) if isinstance(ext, int) else None
+        op_rec = ops.get(ext) if isinstance(ext, int) and corr not in replayed else None
         if isinstance(corr, int) and corr in launch:
             t_launch, tid = launch[corr]
         elif op_rec is not None:
@@ -157,8 +167,22 @@ def _kernels(acts: list[_Activity], dur_s: np.ndarray, gpu: str) -> list[Kernel]
     return out
 
 
+def cost_notes(kernels: Sequence[Kernel]) -> list[str]:
+    """What the profile's summary says about the kernels no rule knew: how many, and their share of the step's
+    measured kernel time (they are planned from their measured time)."""
+    timed = [k for k in kernels if k.cost_from == "time"]
+    if not timed:
+        return []
+    total = sum(k.measured[0].time_s for k in kernels if k.measured) or 1.0
+    share = sum(k.measured[0].time_s for k in timed if k.measured) / total
+    names = Counter(k.name for k in timed).most_common(3)
+    return [f"{len(timed)} of {len(kernels)} kernels ({100 * share:.1f} % of the kernel time) matched no cost rule "
+            f"and are planned from their measured time (most often: "
+            + ", ".join(f"{n[:60]} x{c}" for n, c in names) + ")"]
+
+
 def profile_from_chrome(data: dict[str, Any], gpu_name: str, name: str = "training-step",
-                        meta: dict[str, Any] | None = None) -> StepProfile:
+                        meta: dict[str, Any] | None = None, code: dict[str, str] | None = None) -> StepProfile:
     """The step's trace and timeline from a profiler Chrome trace holding :data:`STEP_RANGE` ranges.
 
     Args:
@@ -166,11 +190,15 @@ def profile_from_chrome(data: dict[str, Any], gpu_name: str, name: str = "traini
         gpu_name: The GPU's name, for the trace's measurements.
         name: Trace name.
         meta: Extra metadata for the trace.
+        code: The source TorchInductor generated for the process (:func:`inductor_code`), for compiled steps:
+            a generated kernel's cost comes from its source, and the kernels of a graph replayed as a CUDA graph
+            from the launches its output code makes.
 
     Raises:
         DeployError: No step range, or no device activity inside the profiled steps.
     """
-    ranges, acts = _activities(data)
+    generated = InductorCode.read(code) if code else None
+    ranges, acts = _activities(data, generated)
     if not ranges:
         raise DeployError(f"the profile holds no '{STEP_RANGE}' ranges, so its steps cannot be told apart.",
                           "profile through rlclock.deploy (clocked) with a step() call per training step.")
@@ -206,7 +234,11 @@ def profile_from_chrome(data: dict[str, Any], gpu_name: str, name: str = "traini
     dur_s = np.maximum(np.median(durs, axis=0), 0.0)
     period_s = statistics.median((anchors[k + 1] - anchors[k]) * 1e-6 for k in chosen)
     ref = per_step[chosen[0]]
+    if generated is not None and generated.modules:
+        found = generated.align([a.name for a in ref], [a.kind for a in ref], [a.op for a in ref], classify)
+        ref = [replace(a, op=op) for a, op in zip(ref, found, strict=True)]
     kernels = _kernels(ref, dur_s, gpu_name)
+    notes.extend(cost_notes(kernels))
     trace = KernelTrace(name, kernels, {
         "generator": GENERATOR, "gpu": gpu_name, "steps_profiled": len(ranges), "steps_used": len(chosen),
         "step_period_s": period_s, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
