@@ -62,6 +62,44 @@ ScheduleBuilder = Callable[[KernelTrace, np.ndarray, float], ClockSchedule]
 """``(trace, auto_time_s, latency_s) -> ClockSchedule``: builds the schedule for a profiled step."""
 
 _NULL = StepMark(None, -1)
+_EXPLICIT = [0]
+"""Deployments the script opened itself and has not closed (an attached deployment stands down for them)."""
+DEFAULT_POLICY_PREFIXES = ("corpus-", "gpt3xl-")
+"""Without a checkpoint or schedule, the shipped policy for the GPU found: one trained on real steps first."""
+
+
+def explicit_deployments() -> int:
+    """How many deployments the script opened itself (``clocked()``, a framework callback) and still runs."""
+    return _EXPLICIT[0]
+
+
+def shipped_policy_for(gpu_name: str) -> str:
+    """The shipped policy checkpoint trained for the GPU NVML names ``gpu_name`` (one trained on real steps first).
+
+    Raises:
+        DeployError: No shipped policy was trained for that GPU (the message says how to get one).
+    """
+    import json
+
+    from rlclock.resources import data_dir, shipped
+
+    found: dict[str, str] = {}
+    for name in shipped("checkpoints"):
+        try:
+            meta = json.loads((data_dir() / "checkpoints" / name / "meta.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(meta, dict) and meta.get("gpu_name") == gpu_name:
+            found[name] = name
+    for prefix in DEFAULT_POLICY_PREFIXES:
+        for name in sorted(found):
+            if name.startswith(prefix):
+                return name
+    if found:
+        return sorted(found)[0]
+    raise DeployError(f"no shipped clock policy was trained for this GPU ({gpu_name}).",
+                      "train one (`rlclock calibrate --device 0` to fit its model, then `rlclock train`) and pass it "
+                      "with --checkpoint DIR, or pass a schedule with --schedule FILE.")
 
 
 def load_policy(checkpoint: str | Path) -> Any:
@@ -102,8 +140,11 @@ class Clocked:
 
     def __init__(self, settings: DeploySettings, schedule: ClockSchedule | None = None,
                  builder: ScheduleBuilder | None = None, timeline: StepTimeline | None = None,
-                 alternatives: Sequence[ClockSchedule] = ()) -> None:
+                 alternatives: Sequence[ClockSchedule] = (), attached: bool = False) -> None:
         self.settings = settings
+        self.attached = attached
+        self.report_path: Path | None = None
+        self._counted = False
         self.alternatives: tuple[ClockSchedule, ...] = tuple(alternatives)
         self.rank: RankInfo = RankInfo()
         self.controller: ClockController | None = None
@@ -134,6 +175,9 @@ class Clocked:
         """Decide what to do (load the policy or schedule, check the machine); called by ``with``."""
         if self.state != "new":
             return self
+        if not self.attached and not self._counted:
+            self._counted = True
+            _EXPLICIT[0] += 1
         s = self.settings
         self.rank = rank_info()
         if s.schedule:
@@ -153,11 +197,10 @@ class Clocked:
 
             raise GpuUnavailableError("clock control is on, but NVML sees no NVIDIA GPU on this machine.",
                                       "run on a GPU machine, or use control='dry-run'.")
+        if self.schedule is None and self._builder is None:
+            self._builder = self._shipped_schedule  # the shipped policy for the GPU found, once it is known
         if self.schedule is not None and self.timeline is not None:
             self._begin_control()
-        elif self.schedule is None and self._builder is None:
-            self._inactive("no schedule to apply: pass schedule= or checkpoint=, or run the script under "
-                           "rlclock apply --checkpoint DIR / --schedule FILE")
         elif not cuda_present():
             self._inactive("no CUDA GPU: the training step cannot be profiled, so no clock is controlled "
                            "(the loop runs unchanged)")
@@ -172,6 +215,24 @@ class Clocked:
         self.state = "inactive"
         self.reason = reason
         self._say(reason)
+
+    def _shipped_schedule(self, trace: KernelTrace, auto_time_s: np.ndarray, latency_s: float) -> ClockSchedule:
+        """No checkpoint or schedule was given: the shipped policy trained for this process's GPU plans."""
+        name = shipped_policy_for(self._gpu_name(self._device()))
+        self._policy = load_policy(name)
+        self.settings = self.settings.with_(checkpoint=name)
+        self._say(f"no checkpoint given: planning with the shipped policy {name} for {self._policy.gpu_name}")
+        return self._policy_schedule(trace, auto_time_s, latency_s)
+
+    def _gpu_name(self, device: int) -> str:
+        """The name NVML (or, without it, CUDA) gives this process's GPU."""
+        if nvml_present():
+            from rlclock.gpu.nvml import NvmlDevice
+
+            return NvmlDevice(device).name
+        import torch
+
+        return str(torch.cuda.get_device_name())
 
     def _policy_schedule(self, trace: KernelTrace, auto_time_s: np.ndarray, latency_s: float) -> ClockSchedule:
         return self._policy.schedule(trace, auto_time_s, None, latency_s, search=self.settings.search,
@@ -519,6 +580,9 @@ class Clocked:
         """Stop the controller (clocks restored) and return its report (``None`` if it never started)."""
         if self.state == "closed":
             return self.report
+        if self._counted:
+            self._counted = False
+            _EXPLICIT[0] -= 1
         previous = self.state
         self.state = "closed"
         if self._profiler is not None:
@@ -563,6 +627,7 @@ class Clocked:
             if self.rank.distributed and self.rank.world_size > 1:
                 path = path.with_name(f"{path.stem}.rank{self.rank.rank}{path.suffix}")
             self.report.save(path)
+            self.report_path = path
         if self.settings.verbose and self.rank.is_root:
             print(self.report.text(), file=sys.stderr, flush=True)
         return self.report
@@ -579,7 +644,7 @@ class Clocked:
 
 def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None, *,
             timeline: StepTimeline | str | Path | None = None, alternatives: Sequence[ClockSchedule] = (),
-            **options: Any) -> Clocked:
+            attached: bool = False, **options: Any) -> Clocked:
     """Deploy a clock schedule around a training loop (see :class:`Clocked` and the module docstring).
 
     Args:
@@ -596,6 +661,9 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
             ``follow_pace``, ``search``, ``learn`` (choose every step's plan from the measured step times,
             ``budget``), ``report``, ``save``, ``verbose``; each documented there (and in
             ``rlclock apply --help``). ``None`` leaves an option at its default.
+
+        attached: Opened by ``rlclock apply``'s attachment (:mod:`rlclock.deploy.attach`), not by the script; it
+            stands down while the script has a deployment of its own.
 
     Returns:
         The deployment; use it as a context manager.
@@ -633,4 +701,4 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
         if not isinstance(alt, ClockSchedule):
             raise DeployError(f"alternatives= takes ClockSchedules; alternative {i} is a {type(alt).__name__}.",
                               "load a schedule file with ClockSchedule.load(path).")
-    return Clocked(DeploySettings(**{**args, **env}), sched_obj, builder, tl_obj, alternatives)
+    return Clocked(DeploySettings(**{**args, **env}), sched_obj, builder, tl_obj, alternatives, attached)

@@ -30,7 +30,8 @@ ACTIVE_ENV = "RLCLOCK_DEPLOY"
 """Set to ``1`` by ``rlclock apply``: the settings in the environment are in force."""
 CONTROL_MODES = ("dry-run", "on")
 SOURCES = ("checkpoint", "schedule")
-"""The fields that name where the schedule comes from (``rlclock apply`` requires exactly one)."""
+"""The fields that name where the schedule comes from (``rlclock apply`` takes at most one; with neither, the shipped
+policy for the GPU found plans)."""
 
 
 def _cli(flag: str | None = None, const: Any = None, metavar: str | None = None, path: bool = False,
@@ -196,8 +197,8 @@ class DeploySettings(Settings):
     # -- the rlclock apply flags ---------------------------------------------------------------------------
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """The ``rlclock apply`` flags, one per field (the schedule's source as a required choice of one)."""
-        source = parser.add_mutually_exclusive_group(required=True)
+        """The ``rlclock apply`` flags, one per field (the schedule's source as a choice of at most one)."""
+        source = parser.add_mutually_exclusive_group()
         for name, info in cls.model_fields.items():
             cli = _cli_of(name)
             flag = cli.get("flag") or "--" + name.replace("_", "-")
