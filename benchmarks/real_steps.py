@@ -336,9 +336,9 @@ def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, run
               f"{100 * r['power_limit']:6.2f}% ({r['power_limit_name']:>6s}) {r['train_s']:7.0f}")
     print(f"targets met by the deployed plan on {met} of {len(rows)} models (>= 90 % of the optimum's saving, "
           "slowdown within budget + 0.2 pp, never below the best static pair or power limit, planning <= 1 s); "
-          "deployed: with the search and the planner's whole-job stage, what rlclock apply --search applies (the "
-          "policy's plan, or the whole-job plan named under plan); optimum: the exact latency-aware optimum on the "
-          "step's planning model ("
+          "deployed: with the search and the planner's whole-job stage, what rlclock apply applies by default "
+          "(the policy's plan, or the whole-job plan named under plan); optimum: the exact latency-aware optimum "
+          "on the step's planning model ("
           + ("anchored on the measured kernel times" if any(r["anchored"] for r in rows) else
              "from shapes alone: the steps were measured on another GPU") + "); plan s: planning and evaluating "
           "one step, one at a time after every fold has trained; train s: the fold's training wall time\n")

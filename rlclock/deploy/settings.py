@@ -90,8 +90,10 @@ class DeploySettings(Settings):
                               "take (default: the timeline as profiled)")
     time_all_steps: bool = Field(False, description="time every step on the GPU for the report (measures the "
                                  "switch-time error of sparse anchors; a mark per step)")
-    search: bool = Field(False, description="plan the checkpoint's schedule with the search over the policy's "
-                         "best choices (about a second more, once)")
+    search: bool = Field(True, description="plan the checkpoint's schedule with the search over the policy's best "
+                         "choices (the best plan; about twice the planning time, once)",
+                         json_schema_extra=_cli(help="plan from the policy's first choices alone (the fast path: "
+                                                     "about half the planning time, a plan worth less)"))
     power_limit: bool = Field(True, description="let the checkpoint's plan be the driver's clocks under a whole-job "
                               "board power limit where that saves more than its clock plan within the budget",
                               json_schema_extra=_cli(help="plan clocks only: never change the GPU's power limit"))

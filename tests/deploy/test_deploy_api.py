@@ -138,15 +138,15 @@ def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path)
 
     trace = gpt3xl_step()
     sched = clk._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
-    assert len(sched) == len(trace) and calls[-1] == ("schedule", len(trace), (len(trace),), None, 0.006, False,
-                                                      True)
+    assert len(sched) == len(trace) and calls[-1] == ("schedule", len(trace), (len(trace),), None, 0.006, True,
+                                                      True)  # the search by default
     assert clk._latency_s() in (None, 0.006)  # the H200 preset's latency when NVML cannot name the GPU
     clk.close()
-    searching = clocked(checkpoint=tmp_path, verbose=False, search=True)
-    searching.start()
-    searching._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
-    assert calls[-1][-2] is True  # the search asked for is passed on to the policy
-    searching.close()
+    fast = clocked(checkpoint=tmp_path, verbose=False, search=False)
+    fast.start()
+    fast._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
+    assert calls[-1][-2] is False  # the fast path asked for is passed on to the policy
+    fast.close()
     clocks_only = clocked(checkpoint=tmp_path, verbose=False, power_limit=False)
     clocks_only.start()
     clocks_only._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
