@@ -40,11 +40,16 @@ from typing import Any
 from rlclock.deploy.api import Clocked, ScheduleBuilder
 from rlclock.deploy.report import ControllerReport
 from rlclock.deploy.timeline import StepTimeline
-from rlclock.integrations.session import TrainingSession, require
+from rlclock.integrations.session import TrainingSession, missing_framework
 from rlclock.schedule import ClockSchedule
 
-_transformers = require("transformers", "hf", "rlclock.integrations.hf (the Hugging Face Trainer callback)")
-TrainerCallback: Any = _transformers.TrainerCallback
+try:
+    import transformers
+except ModuleNotFoundError as exc:
+    raise missing_framework(exc, ("transformers",), "hf",
+                            "rlclock.integrations.hf (the Hugging Face Trainer callback)") from None
+
+TrainerCallback: Any = transformers.TrainerCallback
 
 
 class RlclockTrainerCallback(TrainerCallback):

@@ -36,30 +36,28 @@ step on an epoch's last batch; a step that straddles two epochs is then counted 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from rlclock.deploy.api import Clocked, ScheduleBuilder
 from rlclock.deploy.report import ControllerReport
 from rlclock.deploy.timeline import StepTimeline
-from rlclock.integrations.session import TrainingSession, require
+from rlclock.integrations.session import TrainingSession, missing_framework
 from rlclock.schedule import ClockSchedule
 
-
-def _lightning() -> ModuleType:
-    """``lightning.pytorch``, or ``pytorch_lightning`` where only that is installed."""
+try:
+    import lightning.pytorch as pl
+except ModuleNotFoundError as exc:
+    if exc.name not in ("lightning", "lightning.pytorch"):
+        raise
     try:
-        return importlib.import_module("lightning.pytorch")
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("lightning", "lightning.pytorch"):
-            raise
-    return require("pytorch_lightning", "lightning", "rlclock.integrations.lightning (the Lightning callback)")
+        import pytorch_lightning as pl  # type: ignore[no-redef]
+    except ModuleNotFoundError as missing:
+        raise missing_framework(missing, ("lightning", "pytorch_lightning"), "lightning",
+                                "rlclock.integrations.lightning (the Lightning callback)") from None
 
-
-Callback: Any = _lightning().Callback
+Callback: Any = pl.Callback
 
 
 class RlclockLightningCallback(Callback):

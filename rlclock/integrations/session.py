@@ -12,11 +12,9 @@ training call, or at the interpreter's exit.
 from __future__ import annotations
 
 import atexit
-import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from rlclock.deploy.api import Clocked, ScheduleBuilder, clocked
@@ -32,24 +30,25 @@ class MissingFrameworkError(DeployError, ModuleNotFoundError):
     """A callback's framework is not installed (also a ``ModuleNotFoundError``, so ``except ImportError`` sees it)."""
 
 
-def require(module: str, extra: str, what: str) -> ModuleType:
-    """Import a framework a callback is built on.
+def missing_framework(exc: ModuleNotFoundError, packages: Sequence[str], extra: str, what: str
+                      ) -> MissingFrameworkError:
+    """The error for a callback whose framework did not import.
 
     Args:
-        module: The module to import (``"transformers"``).
+        exc: The import's error.
+        packages: The modules whose absence means the framework is not installed (``exc.name`` is one of them).
         extra: rlclock's optional extra that installs it (``"hf"``).
         what: The callback, as the message names it.
 
     Raises:
-        MissingFrameworkError: The module is not installed.
+        ModuleNotFoundError: ``exc`` itself when another module is missing (a framework installed without one of
+            its own dependencies): that is the error to show.
     """
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or module.split(".")[0] != exc.name.split(".")[0]:
-            raise
-        raise MissingFrameworkError(f"{what} needs the {exc.name} package, which is not installed.",
-                                    f"pip install 'rlclock[{extra}]'.") from None
+    if exc.name not in packages:
+        raise exc
+    names = " or ".join(p for p in packages if "." not in p)
+    return MissingFrameworkError(f"{what} needs the {names} package, which is not installed.",
+                                 f"pip install 'rlclock[{extra}]'.")
 
 
 class TrainingSession:

@@ -48,12 +48,13 @@ def fake_gpu(tmp_path, monkeypatch):
 
 @pytest.fixture
 def plan():
-    """A 10 ms step of 10 kernels of 1 ms in two segments at two H200 configurations (one switch each way)."""
+    """A 40 ms step of 40 kernels of 1 ms in four 10 ms segments, alternating two H200 configurations (a switch
+    into each segment: every step is anchored)."""
     from rlclock.deploy.timeline import StepTimeline
     from rlclock.schedule import ClockSchedule
 
-    timeline = StepTimeline.from_durations(np.full(10, 1e-3))
-    schedule = ClockSchedule(["1980@3201", "1410@3201"], [0] * 5 + [1] * 5, "two-segments")
+    timeline = StepTimeline.from_durations(np.full(40, 1e-3))
+    schedule = ClockSchedule(["1980@3201", "1410@3201"], [0] * 10 + [1] * 10 + [0] * 10 + [1] * 10, "alternating")
     return schedule, timeline
 
 

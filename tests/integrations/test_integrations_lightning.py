@@ -104,7 +104,7 @@ def test_a_step_is_an_optimizer_step(no_nvml, plan_options, tmp_path, kwargs, op
     assert trainer.global_step == optimizer_steps == cb.steps
     assert spy.seen == list(range(1, optimizer_steps + 1))  # each optimizer step inside its own marked step
     assert cb.clocked.state == "closed" and cb.report is not None and cb.report.mode == "plan-only"
-    assert cb.report.steps == optimizer_steps == json.loads(report.read_text())["steps"]
+    assert cb.report.steps == optimizer_steps == cb.report.anchored == json.loads(report.read_text())["steps"]
 
 
 def test_manual_optimization_marks_every_batch(no_nvml, plan_options):
@@ -130,8 +130,8 @@ def test_an_exception_in_fit_closes_the_deployment_and_restores_the_clocks(fake_
     cb = RlclockLightningCallback(**{**plan_options, "control": "on"})
     trainer = make_trainer(package, cb, accumulate_grad_batches=2, max_steps=10)
 
-    # a step of two batches of 6 ms: the plan's 10 ms or more, so that its switches are due and issued
-    module = type("Failing", (RegressionSteps, package.LightningModule), {})(fail_at=6, batch_s=0.006)
+    # a step of two batches of 10 ms: about the plan's 40 ms step less the switches' lead, so that they are issued
+    module = type("Failing", (RegressionSteps, package.LightningModule), {})(fail_at=6, batch_s=0.01)
     with pytest.raises(RuntimeError, match="boom"):
         trainer.fit(module, loader())
     assert cb.clocked.state == "closed" and cb.steps == 3  # steps 1 and 2 done, the 6th batch in the 3rd
@@ -163,7 +163,7 @@ def test_two_ranks_under_ddp_fork_each_apply_rank_0s_plan(no_nvml, plan_options,
     class OtherPlanOnRank1(pl.Callback):
         def setup(self, trainer, pl_module, stage):
             if trainer.global_rank == 1:
-                cb.session._schedule = ClockSchedule.constant("1410@3201", 10)
+                cb.session._schedule = ClockSchedule.constant("1410@3201", 40)
 
     trainer = make_trainer(pl, cb, devices=2, strategy="ddp_fork", accumulate_grad_batches=2, max_steps=3,
                            more_callbacks=[OtherPlanOnRank1()])
@@ -173,5 +173,5 @@ def test_two_ranks_under_ddp_fork_each_apply_rank_0s_plan(no_nvml, plan_options,
     rank0, rank1 = (json.loads((tmp_path / name).read_text()) for name in reports)
     for data in (rank0, rank1):
         assert data["steps"] == 3 and data["mode"] == "plan-only"
-    assert [seg[2] for seg in rank1["plan"]["segments"]] == ["1980@3201", "1410@3201"]  # rank 0's plan
+    assert [seg[2] for seg in rank1["plan"]["segments"]] == ["1980@3201", "1410@3201"] * 2  # rank 0's plan
     assert rank1["plan"] == rank0["plan"]
