@@ -52,7 +52,7 @@ except ModuleNotFoundError as exc:
     if exc.name not in ("lightning", "lightning.pytorch"):
         raise
     try:
-        import pytorch_lightning as pl  # type: ignore[no-redef]
+        import pytorch_lightning as pl
     except ModuleNotFoundError as missing:
         raise missing_framework(missing, ("lightning", "pytorch_lightning"), "lightning",
                                 "rlclock.integrations.lightning (the Lightning callback)") from None
