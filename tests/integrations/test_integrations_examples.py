@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.filterwarnings("ignore:.*LeafSpec:FutureWarning"),  # Lightning's, under a newer torch
+              pytest.mark.filterwarnings("ignore:.*does not have many workers")]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FRAMEWORK = {"train_hf": "transformers", "train_lightning": "lightning.pytorch"}
 

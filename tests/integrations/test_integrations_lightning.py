@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-import warnings
 
 import pytest
 
@@ -17,8 +16,8 @@ pl = pytest.importorskip("lightning.pytorch")
 
 from rlclock.integrations.lightning import RlclockLightningCallback  # noqa: E402
 
-warnings.filterwarnings("ignore", ".*does not have many workers.*")
-warnings.filterwarnings("ignore", ".*isinstance.*LeafSpec.*")
+pytestmark = [pytest.mark.filterwarnings("ignore:.*LeafSpec:FutureWarning"),  # Lightning's, under a newer torch
+              pytest.mark.filterwarnings("ignore:.*does not have many workers")]
 
 
 class RegressionSteps:
