@@ -36,20 +36,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rlclock.integrations.hf import RlclockTrainerCallback
 
 
-def shipped_policy(gpu_name: str | None) -> str:
-    """The shipped corpus policy for this GPU (matched by name), or, without a GPU or a policy for it,
-    ``corpus-h100`` (which the deployment then refuses: no CUDA, or a policy for another GPU)."""
-    import json
-
-    from rlclock.resources import locate, shipped
-
-    for name in shipped("checkpoints"):
-        meta = json.loads((locate("checkpoints", name) / "meta.json").read_text())
-        if name.startswith("corpus-") and meta.get("gpu_name") == gpu_name:
-            return name
-    return "corpus-h100"
-
-
 class RandomTokens(torch.utils.data.Dataset):
     """``n`` random token sequences of length ``seq`` (the labels are the inputs: next-token prediction)."""
 
@@ -86,9 +72,7 @@ def main(argv: list[str] | None = None) -> RlclockTrainerCallback:
               flush=True)
         width, layers, heads, seq, batch, vocab, steps = 32, 2, 2, 32, 2, 128, 6
     steps = args.steps or steps
-    checkpoint = args.checkpoint
-    if checkpoint is None and args.schedule is None:
-        checkpoint = shipped_policy(torch.cuda.get_device_name() if gpu else None)
+    checkpoint = args.checkpoint  # none: the shipped policy for the GPU found plans
     torch.manual_seed(0)
     config = transformers.LlamaConfig(vocab_size=vocab, hidden_size=width, intermediate_size=width * 11 // 4,
                                       num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,

@@ -43,20 +43,6 @@ except ModuleNotFoundError:
     import pytorch_lightning as pl  # type: ignore[no-redef]
 
 
-def shipped_policy(gpu_name: str | None) -> str:
-    """The shipped corpus policy for this GPU (matched by name), or, without a GPU or a policy for it,
-    ``corpus-h100`` (which the deployment then refuses: no CUDA, or a policy for another GPU)."""
-    import json
-
-    from rlclock.resources import locate, shipped
-
-    for name in shipped("checkpoints"):
-        meta = json.loads((locate("checkpoints", name) / "meta.json").read_text())
-        if name.startswith("corpus-") and meta.get("gpu_name") == gpu_name:
-            return name
-    return "corpus-h100"
-
-
 class TinyLM(pl.LightningModule):
     """A causal transformer language model of ``layers`` blocks of width ``width``."""
 
@@ -109,9 +95,7 @@ def main(argv: list[str] | None = None) -> RlclockLightningCallback:
               "controlled.", flush=True)
         width, layers, heads, seq, batch, vocab, steps = 32, 2, 2, 32, 2, 128, 6
     steps = args.steps or steps
-    checkpoint = args.checkpoint
-    if checkpoint is None and args.schedule is None:
-        checkpoint = shipped_policy(torch.cuda.get_device_name() if gpu else None)
+    checkpoint = args.checkpoint  # none: the shipped policy for the GPU found plans
     torch.manual_seed(0)
     tokens = torch.randint(0, vocab, (steps * args.accumulate * batch, seq + 1),
                            generator=torch.Generator().manual_seed(0))

@@ -150,8 +150,10 @@ class DeploySettings(Settings):
         return self.control == "on"
 
     def with_(self, **changes: Any) -> DeploySettings:
-        """A copy with the given fields changed (``None`` values are ignored), validated."""
-        return DeploySettings(**{**self.model_dump(), **{k: v for k, v in changes.items() if v is not None}})
+        """A copy with the given fields changed (``None`` values are ignored), validated; the fields set stay the
+        ones set (:meth:`to_env` carries only those)."""
+        kept = {k: getattr(self, k) for k in self.model_fields_set}
+        return DeploySettings(**{**kept, **{k: v for k, v in changes.items() if v is not None}})
 
     @classmethod
     def options(cls) -> tuple[str, ...]:
@@ -166,9 +168,12 @@ class DeploySettings(Settings):
             raise DeployError(f"clocked() got unknown option(s) {unknown}.", f"use {list(cls.model_fields)}.")
 
     def to_env(self) -> dict[str, str]:
-        """The environment variables that carry these settings (unset fields are left out)."""
+        """The environment variables that carry the fields set (``rlclock apply``'s flags given): a field left at
+        its default is not carried, so the script's own argument for it stays in force."""
         env = {ACTIVE_ENV: "1"}
         for name in type(self).model_fields:
+            if name not in self.model_fields_set:
+                continue
             v = getattr(self, name)
             if v is not None:
                 env[ENV_PREFIX + name.upper()] = str(int(v)) if isinstance(v, bool) else str(v)
