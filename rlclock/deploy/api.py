@@ -447,9 +447,10 @@ class Clocked:
 
         data = self._profiler.stop()
         self._profiler = None
-        prof = profile_from_chrome(data, torch.cuda.get_device_name(), meta={"torch": torch.__version__})
+        code = inductor_code(data)
+        prof = profile_from_chrome(data, torch.cuda.get_device_name(), meta={"torch": torch.__version__}, code=code)
         if self.settings.save:
-            self._save_raw(data, inductor_code(data))
+            self._save_raw(data, code)
         del data
         gc.collect()
         self._say(f"profiled {prof.steps_used} of {prof.steps_profiled} steps: {len(prof.trace)} kernels, step "

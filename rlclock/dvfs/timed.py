@@ -16,8 +16,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from rlclock.dvfs.model import anchor, kernel_arrays
+from rlclock.dvfs.model import kernel_arrays, predict
 from rlclock.dvfs.spec import GpuSpec
+from rlclock.schedule import ClockConfig
 from rlclock.workload.kernel_names import activity_kind, classify
 from rlclock.workload.trace import Kernel
 
@@ -25,6 +26,8 @@ NOMINAL_FLOPS = 1e9
 """Tensor FLOPs a product- or attention-class kernel starts from before it is scaled to its time."""
 NOMINAL_BYTES = 1e6
 """Bytes read (and as many written) a streaming kernel starts from before it is scaled to its time."""
+FIT_ROUNDS = 40
+"""Rounds of scaling the work by measured over predicted time (the model is not linear in the work)."""
 
 
 def _measured_time_s(k: Kernel, spec: GpuSpec) -> float | None:
@@ -63,8 +66,19 @@ def work_from_time(kernels: Sequence[Kernel], spec: GpuSpec) -> list[Kernel]:
     if not picked:
         return out
     nominal = [_nominal(kernels[i]) for i in picked]
-    scaled = anchor(kernel_arrays(nominal, spec), spec, np.array(times), np.full(len(times), np.nan))
-    for i, k, w in zip(picked, nominal, scaled.work_scale[:, 0], strict=True):
-        out[i] = replace(k, flops=k.flops * float(w), dram_read_bytes=k.dram_read_bytes * float(w),
-                         dram_write_bytes=k.dram_write_bytes * float(w))
+    want = np.array(times)
+    scale = np.ones(len(picked))
+    for _ in range(FIT_ROUNDS):  # the model is not linear in the work (L2 residency, the power cap): iterate
+        got = predict(kernel_arrays([_scaled(k, w) for k, w in zip(nominal, scale, strict=True)], spec), spec,
+                      [ClockConfig()]).time_s[:, 0]
+        ratio = want / np.maximum(got, 1e-12)
+        scale = scale * ratio
+        if np.all(np.abs(ratio - 1.0) < 1e-3):
+            break
+    for i, k, w in zip(picked, nominal, scale, strict=True):
+        out[i] = _scaled(k, float(w))
     return out
+
+
+def _scaled(k: Kernel, w: float) -> Kernel:
+    return replace(k, flops=k.flops * w, dram_read_bytes=k.dram_read_bytes * w, dram_write_bytes=k.dram_write_bytes * w)

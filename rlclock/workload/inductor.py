@@ -192,7 +192,7 @@ class _Reader:
                 return {d: v for d, v in inner.items() if not d.startswith("r")}
             for a in [*node.args, *(k.value for k in node.keywords)]:
                 out = self._join(out, self.card(a))
-            if isinstance(node.func, ast.Attribute) and not name:
+            if isinstance(node.func, ast.Attribute):  # a method's receiver: ``tmp0.to(tl.float32)``
                 out = self._join(out, self.card(node.func.value))
             return out
         if isinstance(node, ast.Attribute):
