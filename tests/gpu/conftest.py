@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -119,10 +120,8 @@ class Owners:
         from owners import wait_gone
 
         for owner in self.started:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(owner.pid, 9)
-            except ProcessLookupError:
-                pass
             owner.close_conn()
         for owner in self.started:
             wait_gone(owner.pid, 10)

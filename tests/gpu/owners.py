@@ -146,12 +146,12 @@ def _serve_owner(conn: Connection, options: dict[str, Any]) -> None:
     """Run in a forked owner: build the ClockControl, then obey requests until told to end."""
     from rlclock.errors import RlclockError
     from rlclock.gpu import clocks as clocks_module
-    from rlclock.gpu import nvml
+    from rlclock.gpu import nvml, ownership
 
     nvml.use_module(None)
     for name, attr in (("tries", "RESTORE_TRIES"), ("backoff_s", "RESTORE_BACKOFF_S")):
         if name in options:
-            setattr(clocks_module, attr, options[name])
+            setattr(ownership, attr, options[name])
     try:
         clocks = clocks_module.ClockControl(0, allow_clock_control=True, watchdog=options.get("watchdog", True),
                                             handle_signals=options.get("handle_signals", True))
@@ -236,7 +236,7 @@ def _child(request: dict[str, Any], fd: int) -> None:
     conn = Connection(fd)
     try:
         _serve_owner(conn, request["options"])
-    except BaseException as exc:  # noqa: BLE001 - report anything to the test, then end
+    except BaseException as exc:  # report anything to the test, then end
         print(f"owner failed: {exc!r}", file=sys.stderr)
         os._exit(1)
     os._exit(0)

@@ -137,8 +137,8 @@ def test_an_nvml_error_that_persists_in_the_watchdog_is_reported_truthfully(owne
     assert calls_by(fake_nvml, watchdog) == [CORE_RESET + "!"] * 3 + [MEM_RESET]
     err = [x for x in owner.stderr().splitlines() if "watchdog" in x]
     assert len(err) == 1 and "core clock" in err[0] and "left locked" in err[0], err
-    assert "memory" in err[0] and "rlclock reset-clocks --device 0" in err[0]
-    assert "reset to the driver's default clocks" not in err[0]
+    assert "reset its locked memory clock to the driver's default, but its core clock is left locked" in err[0]
+    assert "rlclock reset-clocks --device 0" in err[0]
     records = lock_records(tmp_path)
     assert records and records[0]["state"] == "left" and "core clock" in records[0]["left"]
     fake_nvml.clear_faults()
