@@ -11,6 +11,7 @@ An owner's stderr (and so its watchdog's) goes to a file the test reads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -60,7 +61,9 @@ class Owner:
         return self.ok("watchdog")
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
-        os.kill(self.pid, sig)
+        """Send ``sig`` (nothing if the owner has ended already: one refused ends at once)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, sig)
 
     def stderr(self) -> str:
         return self.stderr_path.read_text() if self.stderr_path.exists() else ""
