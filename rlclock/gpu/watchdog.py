@@ -160,6 +160,8 @@ class Watchdog:
                 pass
         with contextlib.suppress(Exception):
             self.process.wait()
+        with contextlib.suppress(OSError):
+            stdout.close()
         if not self.stopping and self._on_exit is not None:
             self._on_exit(self)
 
@@ -215,10 +217,9 @@ class Watchdog:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-        elif self.process.stdout is not None:
-            self.process.stdout.close()
+        if self._thread is None and self.process.stdout is not None:
+            self.process.stdout.close()  # else the thread closes it; it is not joined (it may wait for the owner's
+            #                              lock, held by the caller, before it sees that this watchdog was stopped)
 
     def forget(self) -> None:
         """In a child forked from the owner: drop this process's end of the pipe, so the watchdog still sees the
@@ -234,6 +235,13 @@ class Watchdog:
 
 
 # -- the watchdog process ------------------------------------------------------------------------------------------
+
+def _say(line: str) -> None:
+    """One line on stderr — the owner's, inherited; quiet if nobody reads it any more (the lock's record keeps what
+    is left)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(" ".join(line.split()), file=sys.stderr, flush=True)
+
 
 class _Guard:
     """What the watchdog process guards, and how it gives it back."""
@@ -327,7 +335,7 @@ class _Guard:
                 text += f" (NVML: {'; '.join(errors)}). Fix: run rlclock reset-clocks --device {index} (as root)."
             else:
                 text = head + "; ".join(done) + "."
-            print(" ".join(text.split()), file=sys.stderr, flush=True)
+            _say(text)
         if owner_gone and self.lock is not None:
             lefts = [f"GPU {i}: " + ", and ".join(left) for i, (_, left, _) in by_gpu.items() if left]
             self.lock.update(armed=sorted(left_domains), power_found_w=power_left.get(self.lock.index))
@@ -387,9 +395,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if terminated:
             terminated.clear()
             if owner.alive():
-                print(f"rlclock watchdog: SIGTERM ignored: process {owner.pid} still controls GPU(s) "
-                      f"{', '.join(map(str, devices))} and gives them back itself; this watchdog guards them until it "
-                      "ends.", file=sys.stderr, flush=True)
+                _say(f"rlclock watchdog: SIGTERM ignored: process {owner.pid} still controls GPU(s) "
+                     f"{', '.join(map(str, devices))} and gives them back itself; this watchdog guards them until it "
+                     "ends.")
             else:
                 return guard.give_back(owner_gone=True)
         if not pipe_open:  # the owner closed its end but may still run: watch the process (often, at first)
