@@ -67,7 +67,7 @@ DOMAINS = {"core": ("core", "reset_locked_core_clocks"), "mem": ("memory", "rese
 """Clock domain → (its name in messages, the NvmlDevice method that gives it back)."""
 
 _ROOT = str(Path(__file__).resolve().parents[2])
-_BOOT = ("import sys; sys.path.pop(0); import types; p = types.ModuleType('rlclock'); "
+_BOOT = ("import sys; sys.path[:] = [e for e in sys.path if e]; import types; p = types.ModuleType('rlclock'); "
          f"p.__path__ = [{str(Path(_ROOT) / 'rlclock')!r}]; sys.modules['rlclock'] = p; "
          "from rlclock.gpu.watchdog import main; raise SystemExit(main(sys.argv[1:]))")
 """The watchdog's ``python -c`` program: the package without its ``__init__`` (see the module docstring); the
