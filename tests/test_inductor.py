@@ -145,3 +145,19 @@ def test_kernels_known_only_by_their_time_take_the_work_that_time_needs():
     trace = KernelTrace("t", [base, replace(base, name="cutlass_gemm_kernel", op="fwd.op.1")])
     t, _ = SimulatedGpu(spec, trace, [AUTO], anchor=False).tables
     assert np.allclose(t[:, 0], 250e-6, rtol=0.02)  # unanchored, the model predicts the time it was given
+
+
+def test_an_implausible_cost_is_planned_from_the_measured_time_with_a_word():
+    from rlclock.deploy.capture import check_costs
+    from rlclock.dvfs.spec import get_spec
+    from rlclock.workload.trace import Kernel, KernelTrace, Measurement
+
+    spec = get_spec("h100-sxm")
+    ok = Kernel("vectorized_elementwise_kernel", "fwd.add.0", "elementwise", "forward", 0.0, 1.5e8, 1.5e8,
+                measured=(Measurement(gpu=spec.name, time_s=100e-6, source="in-sequence"),))
+    wrong = Kernel("triton_red_fused_nll_loss_0", "fwd.nll.1", "reduction", "forward", 0.0, 5e11, 0.0,
+                   measured=(Measurement(gpu=spec.name, time_s=11e-6, source="in-sequence"),))
+    checked, notes = check_costs(KernelTrace("t", [ok, wrong]), spec)
+    assert checked[0] == ok and checked[1].cost_from == "time" and checked[1].dram_read_bytes == 0
+    assert len(notes) == 1 and "1 kernels" in notes[0] and "triton_red_fused_nll_loss_0" in notes[0]
+    assert check_costs(KernelTrace("t", [ok]), spec)[1] == []

@@ -472,6 +472,25 @@ class Clocked:
             with gzip.open(out / "step.inductor.json.gz", "wt", encoding="utf-8") as f:
                 json.dump(code, f)
 
+    def _check_costs(self, prof: Any, device: int) -> None:
+        """Plan from their measured time the kernels whose cost from the rules is implausible on this GPU's model
+        (:func:`rlclock.deploy.capture.check_costs`), and say so."""
+        from rlclock.deploy.capture import check_costs
+        from rlclock.dvfs.spec import get_spec
+        from rlclock.errors import SpecError
+
+        try:
+            spec = get_spec(self._gpu_name(device))
+        except SpecError:  # a GPU without a preset: its policy's, if one was given
+            key = getattr(self._policy, "gpu_key", None)
+            if not key:
+                return
+            spec = get_spec(key)
+        prof.trace, notes = check_costs(prof.trace, spec)
+        for note in notes:
+            prof.notes.append(note)
+            self._say(note)
+
     def _timed(self, prof: Any) -> None:
         """Place the profile's kernels as the running step has them (:class:`~rlclock.deploy.capture.StepTimer`):
         located without operator recording where that worked, and fitted to the event-timed period."""
@@ -499,6 +518,7 @@ class Clocked:
             prof = self._read_profile()
         device = self._device()
         self._check_policy_gpu(device)
+        self._check_costs(prof, device)
         self._timed(prof)
         self.profile = prof
         timeline = self.timeline if self.timeline is not None else prof.timeline

@@ -35,6 +35,7 @@ import numpy as np
 from rlclock.deploy.timeline import StepTimeline
 from rlclock.errors import DeployError, GpuUnavailableError
 from rlclock.workload.inductor import InductorCode
+from rlclock.workload.kernel_names import activity_kind as _activity_kind
 from rlclock.workload.kernel_names import classify
 from rlclock.workload.op_costs import Launch, costs, kernel_fields
 from rlclock.workload.torch_profile import export_chrome, launch_op
@@ -179,6 +180,37 @@ def cost_notes(kernels: Sequence[Kernel]) -> list[str]:
     return [f"{len(timed)} of {len(kernels)} kernels ({100 * share:.1f} % of the kernel time) matched no cost rule "
             f"and are planned from their measured time (most often: "
             + ", ".join(f"{n[:60]} x{c}" for n, c in names) + ")"]
+
+
+IMPLAUSIBLE_RATIO = 10.0
+"""A kernel whose cost from the rules predicts a time this many times above or below its measured one is planned
+from its measured time instead (and the profile says so)."""
+
+
+def check_costs(trace: KernelTrace, spec: Any) -> tuple[KernelTrace, list[str]]:
+    """The trace with every kernel whose rule-given cost is implausible on ``spec`` — its predicted time at the
+    driver's clocks more than :data:`IMPLAUSIBLE_RATIO` times from its measured one — planned from its measured time
+    instead, and a line saying how many and how much of the step they are (empty when none is)."""
+    from rlclock.backends.simulated import SimulatedGpu
+    from rlclock.schedule import AUTO
+
+    predicted, _ = SimulatedGpu(spec, trace, [AUTO], anchor=False).tables
+    measured = np.array([k.measured[0].time_s if k.measured else np.nan for k in trace])
+    ratio = predicted[:, 0] / measured
+    odd = [i for i, k in enumerate(trace) if k.cost_from == "rules" and np.isfinite(ratio[i])
+           and not 1.0 / IMPLAUSIBLE_RATIO <= ratio[i] <= IMPLAUSIBLE_RATIO and _activity_kind(k.name) == "kernel"]
+    if not odd:
+        return trace, []
+    kernels = list(trace)
+    for i in odd:
+        kernels[i] = replace(kernels[i], flops=0.0, dram_read_bytes=0.0, dram_write_bytes=0.0, cost_from="time")
+    worst = max(odd, key=lambda i: abs(np.log(ratio[i])))
+    share = float(np.nansum(measured[odd]) / np.nansum(measured))
+    return trace.with_kernels(kernels), [
+        f"{len(odd)} kernels ({100 * share:.1f} % of the kernel time) were predicted from their shapes more than "
+        f"{IMPLAUSIBLE_RATIO:g}x from their measured time and are planned from it instead (worst: "
+        f"{trace[worst].name[:60]}, {1e6 * predicted[worst, 0]:.0f} us predicted, {1e6 * measured[worst]:.0f} us "
+        "measured)"]
 
 
 def profile_from_chrome(data: dict[str, Any], gpu_name: str, name: str = "training-step",
