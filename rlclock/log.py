@@ -28,10 +28,25 @@ def get_logger(name: str) -> logging.Logger:
     return logging.getLogger(name)
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (a test's capture, a redirected stream)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:  # set by the base class: always the current sys.stderr instead
+        pass
+
+
 def _configure(root: logging.Logger) -> None:
     value = logging.getLevelName(os.environ.get(LEVEL_ENV, "INFO").strip().upper())
     root.setLevel(value if isinstance(value, int) else logging.INFO)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(logging.Formatter(_FORMAT))
     root.addHandler(handler)
     root.propagate = False
