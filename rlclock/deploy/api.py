@@ -652,7 +652,7 @@ class Clocked:
             self.report.save(path)
             self.report_path = path
         if self.settings.verbose and self.rank.is_root:
-            _log.info("%s", self.report.text())
+            _log.info("%s", self.report.text().removeprefix("rlclock "))
         return self.report
 
     def __enter__(self) -> Clocked:
