@@ -140,6 +140,13 @@ def read_columns(text: str, how: Mapping[str, Any], figures: Figures, where: str
             figures.add(name, cells[int(index)], where)
 
 
+def _holds(node: Any, key: Any) -> bool:
+    """Whether ``node[key]`` is there: a key of a mapping, or an index of a list."""
+    if isinstance(node, Mapping):
+        return key in node
+    return isinstance(node, list) and isinstance(key, int) and -len(node) <= key < len(node)
+
+
 def read_json(path: Path, how: Mapping[str, Any], figures: Figures, where: str) -> None:
     """``json: {name: [key, …]}``: a path into a JSON file; a key ``{field: value}`` picks the list item whose
     field has that value."""
@@ -154,9 +161,7 @@ def read_json(path: Path, how: Mapping[str, Any], figures: Figures, where: str) 
                     raise ResultsPageError(f"{where}: {len(items)} items with {k} = {v!r} on the path to {name}.",
                                            "pick one item: name a field that is unique.")
                 node = items[0]
-            elif isinstance(node, Mapping) and key in node:
-                node = node[key]
-            elif isinstance(node, list) and isinstance(key, int) and -len(node) <= key < len(node):
+            elif _holds(node, key):
                 node = node[key]
             else:
                 raise ResultsPageError(f"{where}: key {key!r} on the path to {name} is not in the file.",
