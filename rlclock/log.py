@@ -28,13 +28,13 @@ def get_logger(name: str) -> logging.Logger:
     return logging.getLogger(name)
 
 
-class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+class _Stderr(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a record is emitted (a test's capture, a redirected stream)."""
 
     def __init__(self) -> None:
         super().__init__(sys.stderr)
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> object:
         return sys.stderr
 

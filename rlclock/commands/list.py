@@ -54,10 +54,10 @@ def rows(what: str) -> list[dict[str, Any]]:
         out = []
         for name in shipped("envs"):
             specs = load_env_specs([name])
-            spec = specs[0]
-            out.append({"name": name, "specs": len(specs), "gpu": spec.gpu_key,
-                        "latency_ms": spec.switch_latency_s * 1e3 if spec.switch_latency_s is not None else "GPU's",
-                        "description": " ".join(str(spec.description or "").split())[:80]})
+            first = specs[0]
+            out.append({"name": name, "specs": len(specs), "gpu": first.gpu_key,
+                        "latency_ms": first.switch_latency_s * 1e3 if first.switch_latency_s is not None else "GPU's",
+                        "description": " ".join(str(first.description or "").split())[:80]})
         return out
     from rlclock.config.recipe import load_agent_config
 
