@@ -12,8 +12,16 @@ def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
     ci = (ROOT / ".ci" / "run").read_text()
-    test_cmd = next(b for b in blocks if "pytest" in b)
+    test_cmd = next(b for b in blocks if "tests/run" in b)
     assert test_cmd.strip() in ci
+
+
+def test_the_test_command_runs_the_realtime_half_whatever_the_first_did():
+    run = (ROOT / "tests" / "run").read_text()
+    halves = [line for line in run.splitlines() if "-m pytest" in line]
+    assert len(halves) == 2 and "not realtime" in halves[0] and "-m realtime" in halves[1]
+    assert not any(line.rstrip().endswith("&&") for line in run.splitlines()), "a failed first half skips the second"
+    assert run.rstrip().splitlines()[-1].count("-eq 0") == 2
 
 
 def test_quick_start_is_two_commands():
