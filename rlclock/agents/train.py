@@ -391,6 +391,8 @@ class _Session:
 
         self.model.learn(total_timesteps=remaining, callback=EvalEvery(self.agent.eval.every_steps),
                          progress_bar=self.progress, reset_num_timesteps=False)
+        if self.model.logger.name_to_value:  # SB3 writes an update's train/* at the next one's start: the last too
+            self.model.logger.dump(step=self.model.num_timesteps)
 
     def finish(self, status: str, save_to: str | Path | None, name: str, final: bool = True) -> TrainResult:
         """Save the best policy (the current one if none was evaluated), the SB3 model, the history and the

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from rlclock.commands.args import add_time_limit, fractions, output_folder
-from rlclock.commands.common import add_env_args, env_from_args, print_table
+from rlclock.commands.common import add_env_args, env_from_args, print_table, signed
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         d = r.row()
         solve = f"{d['solve_s']:.2f}" if "solve_s" in d else ""
-        rows.append([r.name, f"{d['time_pct']:+.2f}", f"{d['energy_pct']:+.2f}", str(d["switches"]),
+        rows.append([r.name, signed(d["time_pct"]), signed(d["energy_pct"]), str(d["switches"]),
                      f"{1e3 * d['off_plan_time_s']:.1f}", solve])
     print_table(["schedule", "time %", "energy %", "switches", "off-plan ms", "solve s"], rows)
     for r in results:

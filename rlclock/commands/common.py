@@ -1,9 +1,11 @@
-"""Helpers shared by the env-driven subcommands: env-spec arguments and plain-text tables."""
+"""Helpers shared by the subcommands: env-spec arguments, plain-text tables and how numbers and commands print."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlclock.commands.args import number
@@ -64,3 +66,30 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     print("  ".join("-" * w for w in widths))
     for r in rows:
         print(fmt(r))
+
+
+def signed(value: float, digits: int = 2) -> str:
+    """``value`` with its sign and ``digits`` decimals; what rounds to zero prints as ``+0.00``, never ``-0.00``."""
+    shown = round(value, digits)
+    return f"{shown if shown != 0 else 0.0:+.{digits}f}"
+
+
+def duration(seconds: float) -> str:
+    """A wall time for people: ``38 s``, ``4.2 min``, ``1.3 h``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def tool_command(name: str) -> str:
+    """How to run the console script ``name`` of this environment as printed: its bare name when the shell finds this
+    environment's one on the PATH, else ``python -m name`` with this interpreter."""
+    import shutil
+    import sys
+
+    found = shutil.which(name)
+    if found is not None and Path(found).absolute().parent == Path(sys.executable).absolute().parent:
+        return name
+    return f"{shlex.quote(sys.executable)} -m {name}"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rlclock.commands.args import add_time_limit, output_folder
-from rlclock.commands.common import note_generic, print_table
+from rlclock.commands.common import note_generic, print_table, signed
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -59,7 +59,7 @@ def comparison_rows(policy, spec, schedules: dict | None = None,
                      (f"{trained_by} policy{chosen['policy']}", evaluate(planned["policy"], backend)),
                      (f"{trained_by} policy + search{chosen['search']}", evaluate(planned["search"], backend))]:
         share = f"{100 * ev.saving / optimum_saving:.0f}" if optimum_saving > 1e-9 else "-"
-        rows.append([name, f"{100 * ev.slowdown:+.2f}", f"{-100 * ev.saving:+.2f}", str(ev.switches), share,
+        rows.append([name, signed(100 * ev.slowdown), signed(-100 * ev.saving), str(ev.switches), share,
                      "yes" if ev.slowdown <= budget + 1e-9 else "no"])
     return ["schedule", "time %", "energy %", "switches", "% of optimum saving", "within budget"], rows
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rlclock.commands.common import add_env_args, env_from_args, print_table
+from rlclock.commands.common import add_env_args, env_from_args, print_table, signed
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     for c in configs:
         ev = evaluate(ClockSchedule.constant(c, len(trace)), backend)
         rows.append([str(c), f"{ev.time_s * 1e3:.2f}", f"{ev.energy_j:.2f}", f"{ev.energy_j / ev.time_s:.1f}",
-                     f"{100 * ev.slowdown:+.2f}", f"{-100 * ev.saving:+.2f}"])
+                     signed(100 * ev.slowdown), signed(-100 * ev.saving)])
     print_table(["clocks", "time ms", "energy J", "power W", "time %", "energy %"], rows)
     if args.per_kernel:
         t, e = backend.tables

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from rlclock.commands.args import add_time_limit
-from rlclock.commands.common import note_generic, print_table
+from rlclock.commands.common import duration, note_generic, print_table, tool_command
 from rlclock.commands.evaluate import COMPARE_SOLVE_S
 
 
@@ -70,11 +71,11 @@ def run(args: argparse.Namespace) -> int:
                 wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, wandb_group=args.wandb_group,
                 resume=args.resume)
     if res.status == "interrupted":
-        print(f"interrupted after {res.wall_s / 60:.1f} min: the best policy so far is in {res.checkpoint}; continue "
+        print(f"interrupted after {duration(res.wall_s)}: the best policy so far is in {res.checkpoint}; continue "
               f"with `rlclock train --resume {res.run_dir}`")
         _say_wandb(res)
         return 130
-    print(f"trained in {res.wall_s / 60:.1f} min; run folder {res.run_dir}")
+    print(f"trained in {duration(res.wall_s)} (the final evaluation follows); run folder {res.run_dir}")
     from rlclock.commands.evaluate import comparison_rows
     from rlclock.policy import ClockPolicy
 
@@ -95,6 +96,7 @@ def _say_wandb(res) -> None:
     if res.wandb_dir is None:
         return
     if res.wandb_mode == "offline":
-        print(f"W&B run (offline): {res.wandb_dir}; upload it with `wandb sync {res.wandb_dir}`")
+        sync = f"{tool_command('wandb')} sync {shlex.quote(str(res.wandb_dir))}"
+        print(f"W&B run (offline): {res.wandb_dir}; upload it with `{sync}`")
     else:
         print(f"W&B run ({res.wandb_mode}): {res.wandb_dir}")
