@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 from rlclock.commands.args import add_time_limit, fractions, output_folder
-from rlclock.commands.common import add_env_args, env_from_args, print_table, signed
+from rlclock.commands.common import add_env_args, duration, env_from_args, print_table, signed
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,8 +50,13 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         if r.optimum is not None and not r.optimum.exact:
             print(f"{r.name}: {r.optimum.describe()}")
-    budgets = args.frontier
-    curves = frontier(backend, budgets, time_limit_s=args.time_limit) if budgets else {}
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for i, b in enumerate(args.frontier, 1):  # one budget at a time, a line each: these solves take a while
+        t0 = time.perf_counter()
+        for name, points in frontier(backend, [b], time_limit_s=args.time_limit).items():
+            curves.setdefault(name, []).extend(points)
+        print(f"frontier {i}/{len(args.frontier)}: budget {100 * b:g} % solved in {duration(time.perf_counter() - t0)}",
+              flush=True)
     t, e = backend.tables
     auto = backend.auto_run()
     cloud = [(100 * (t[:, j].sum() / auto.time_s - 1), 100 * (e[:, j].sum() / auto.energy_j - 1))
