@@ -72,3 +72,13 @@ def output_folder(path: str | Path) -> Path:
     except OSError as exc:
         raise SpecError(f"cannot create the output folder {str(folder)!r}: {exc.strerror or exc}.") from None
     return folder
+
+
+class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's defaults in the help, except where the help already says its default or there is none to say."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "(default" in text or action.default is None or action.default is argparse.SUPPRESS:
+            return text
+        return super()._get_help_string(action)

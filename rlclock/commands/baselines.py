@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from rlclock.commands.args import add_time_limit, fractions, output_folder
+from rlclock.commands.args import DefaultsHelp, add_time_limit, fractions, output_folder
 from rlclock.commands.common import add_env_args, duration, env_from_args, print_table, signed
 
 
@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "(the paper's knapsack, latency ignored) and the exact latency-aware optimum for an env spec, "
                     "evaluate each with the spec's switching latency, print the table and write the "
                     "energy-versus-slowdown Pareto plot and a JSON file.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelp,
     )
     add_env_args(p)
     p.add_argument("--out", default="runs/baselines", help="folder for the plot and JSON")

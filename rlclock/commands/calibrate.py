@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlclock.commands.args import number
+from rlclock.commands.args import DefaultsHelp, number
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                "built from what it reports (rlclock doctor --spec-out shows it). Examples: rlclock calibrate --table "
                "sweep.csv --gpu h200-sxm --out my-h200.yaml; sudo rlclock calibrate --device 0 --control-clocks "
                "--out my-gpu.yaml --table-out my-gpu-sweep.csv",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelp,
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--table", type=Path, help="a measured sweep (CSV) to fit")

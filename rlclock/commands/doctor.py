@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from rlclock.commands.args import number
+from rlclock.commands.args import DefaultsHelp, number
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="what this machine has and what rlclock can do on it",
         description="Report the GPU(s), driver, supported clocks, power limits, privileges and the energy counter's "
                     "update period, and say which rlclock features work here. Reads only; sets nothing.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelp,
     )
     p.add_argument("--period", type=number(0.0, 60.0), default=1.0, metavar="SECONDS",
                    help="how long to watch the energy counter to find its update period (0: skip)")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlclock.commands.args import add_time_limit, output_folder
+from rlclock.commands.args import DefaultsHelp, add_time_limit, output_folder
 from rlclock.commands.common import note_generic, print_table, signed
 
 
@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "spec's workload (default: the one it was trained on) and print it beside every baseline and "
                     "the exact latency-aware optimum — planned from the policy's choices alone, and with the "
                     "planner's search over its best choices; write the clock-timeline plot and a JSON file.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelp,
     )
     p.add_argument("checkpoint", help="checkpoint: a shipped name (gpt3xl-rtx3080ti, gpt3xl-h200, corpus-h200, "
                                       "family-rtx3080ti …) or a folder written by rlclock train")

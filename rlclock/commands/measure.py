@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rlclock.commands.args import DefaultsHelp
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -15,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "SM clock, clock-event reasons and repeatability. Writes a measurement table that RecordedGpu "
                     "replays anywhere; an existing table is completed, not redone. Only 'auto' can be measured "
                     "unless --control-clocks (root) lets rlclock lock the clocks; they are restored afterwards.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelp,
     )
     p.add_argument("trace", type=Path, help="trace written by rlclock profile")
     p.add_argument("--out", type=Path, default=None,

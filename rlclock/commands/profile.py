@@ -6,6 +6,7 @@ import argparse
 from dataclasses import fields
 from pathlib import Path
 
+from rlclock.commands.args import DefaultsHelp
 from rlclock.errors import SpecError
 
 _LAYER_FIELDS = ("hidden", "heads", "kv_heads", "ffn", "seq", "batch", "style", "dtype", "causal")
@@ -18,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Build one decoder layer in PyTorch (GPT or Llama style), run forward and backward, capture "
                     "the step as a CUDA graph, profile graph replays for each kernel's in-sequence duration, map "
                     "the kernels to the analytic FLOPs/bytes and write the trace (JSON). Needs an NVIDIA GPU.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelp,
     )
     p.add_argument("--env", default=None, help="take the layer shape from this env spec's transformer workload")
     p.add_argument("--style", choices=["gpt", "llama"], default="gpt")

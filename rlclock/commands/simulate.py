@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rlclock.commands.args import DefaultsHelp
 from rlclock.commands.common import add_env_args, env_from_args, print_table, signed
 
 
@@ -13,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="step time and energy at auto and at fixed clocks",
         description="Run the env spec's training step at auto clocks and at each configuration given with "
                     "--clocks (the whole step at one configuration) and print time, energy and power.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelp,
     )
     add_env_args(p)
     p.add_argument("--clocks", nargs="*", default=[], metavar="CORE@MEM",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from rlclock.commands.args import add_time_limit
+from rlclock.commands.args import DefaultsHelp, add_time_limit
 from rlclock.commands.common import duration, note_generic, print_table, tool_command
 from rlclock.commands.evaluate import COMPARE_SOLVE_S
 
@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Train stable-baselines3 PPO on the vectorised simulated env of one env spec (or a family of "
                     "specs sharing GPU and action set), write a self-describing run folder under --runs-dir, and "
                     "print the policy beside the baselines and the exact optimum.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelp,
     )
     p.add_argument("env", nargs="*", default=["gpt3xl-rtx3080ti"],
                    help="env spec(s): shipped names (e.g. gpt3xl-rtx3080ti) or YAML paths; a YAML with 'family:' "

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -31,3 +33,14 @@ def test_tool_command_runs_as_printed(tmp_path, monkeypatch):
     if script.exists():
         monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{tmp_path}")
         assert tool_command("wandb") == "wandb"
+
+
+def test_help_says_each_default_once():
+    from rlclock.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in sub.choices.items():
+        text = " ".join(command.format_help().split())
+        assert "(default: None)" not in text, name
+        assert not re.search(r"\(default[^)]*\)\s*\(default", text), name
