@@ -42,3 +42,11 @@ def test_pynvml_is_imported_only_under_rlclock_gpu():
         text = path.read_text()
         if re.search(r"^\s*(import pynvml|from pynvml)", text, flags=re.M):
             assert path.parent.name == "gpu" and path.name.startswith("nvml"), path
+
+
+def test_every_package_says_what_it_is():
+    import ast
+
+    for init in (ROOT / "rlclock").rglob("__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and "TODO" not in doc and len(doc) > 40, init
