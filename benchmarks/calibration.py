@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         return rtx3080ti()
     from rlclock.calibration.measured import report
 
-    return report(get_spec(args.gpu))
+    print("\n".join(report(get_spec(args.gpu))))
+    return 0
 
 
 if __name__ == "__main__":

@@ -255,38 +255,41 @@ def fit_measured(spec: GpuSpec, max_nfev: int = 400) -> tuple[GpuSpec, float]:
     return fit(spec, residuals, FIT_NAMES, max_nfev=max_nfev, bounds=_BOUNDS)
 
 
-def report(spec: GpuSpec) -> int:
-    """Print per-kernel errors of the preset against its measured trace (for benchmarks/calibration.py)."""
+def report(spec: GpuSpec) -> list[str]:
+    """The lines of a report of the preset's per-kernel errors against its measured trace (benchmarks/calibration.py
+    prints them)."""
+    lines: list[str] = []
+    say = lines.append
     trace = measured_trace(spec)
     kernels, t, e, f = isolated_points(trace, spec)
     pred = predict_auto(spec, kernels)
     tp, ep, fp = pred.time_s[:, 0], pred.energy_j[:, 0], pred.core_mhz[:, 0]
-    print(f"Simulated {spec.name} ({spec.key} preset), predicted from shapes alone, vs {trace.name!r} measured on "
+    say(f"Simulated {spec.name} ({spec.key} preset), predicted from shapes alone, vs {trace.name!r} measured on "
           f"{trace.meta.get('gpu', spec.name)} in observe mode (isolated kernels, auto clocks)")
-    print(f"{'op':16s} {'category':11s} {'t sim us':>9} {'t meas':>8} {'err':>7}   {'E sim mJ':>9} {'E meas':>8} "
+    say(f"{'op':16s} {'category':11s} {'t sim us':>9} {'t meas':>8} {'err':>7}   {'E sim mJ':>9} {'E meas':>8} "
           f"{'err':>7}   {'MHz sim':>7} {'meas':>5}")
     worst_t = worst_e = 0.0
     for i, k in enumerate(kernels):
         et, ee = tp[i] / t[i] - 1, ep[i] / e[i] - 1
         if t[i] >= 20e-6:
             worst_t, worst_e = max(worst_t, abs(et)), max(worst_e, abs(ee))
-        print(f"{k.op[:16]:16s} {k.category:11s} {tp[i] * 1e6:9.1f} {t[i] * 1e6:8.1f} {100 * et:+6.1f}%   "
+        say(f"{k.op[:16]:16s} {k.category:11s} {tp[i] * 1e6:9.1f} {t[i] * 1e6:8.1f} {100 * et:+6.1f}%   "
               f"{ep[i] * 1e3:9.2f} {e[i] * 1e3:8.2f} {100 * ee:+6.1f}%   {fp[i]:7.0f} {f[i]:5.0f}")
-    print()
-    print(f"sum of kernels: time {tp.sum() * 1e3:.3f} ms vs measured {t.sum() * 1e3:.3f} ms "
+    say("")
+    say(f"sum of kernels: time {tp.sum() * 1e3:.3f} ms vs measured {t.sum() * 1e3:.3f} ms "
           f"({100 * (tp.sum() / t.sum() - 1):+.2f} %), energy {ep.sum():.3f} J vs {e.sum():.3f} J "
           f"({100 * (ep.sum() / e.sum() - 1):+.2f} %)  (target within 5 %)")
     summary = resources.measurement(MEASURED_TRACES[spec.key].replace(".trace.json", ".summary.json"))
     whole = json.loads(summary.read_text()).get("step")
     if isinstance(whole, dict) and "time_s" in whole and "energy_j" in whole:
-        print(f"whole step back to back: {whole['time_s'] * 1e3:.3f} ms, {whole['energy_j']:.3f} J  "
+        say(f"whole step back to back: {whole['time_s'] * 1e3:.3f} ms, {whole['energy_j']:.3f} J  "
               f"(model {100 * (tp.sum() / whole['time_s'] - 1):+.2f} % time, "
               f"{100 * (ep.sum() / whole['energy_j'] - 1):+.2f} % energy)")
-    print(f"largest per-kernel error (kernels >= 20 us): time {100 * worst_t:.1f} %, energy {100 * worst_e:.1f} % "
+    say(f"largest per-kernel error (kernels >= 20 us): time {100 * worst_t:.1f} %, energy {100 * worst_e:.1f} % "
           "(target within 20 %)")
     big = t >= 20e-6
     ok_t = np.abs(tp / t - 1) <= 0.2
     ok_e = np.abs(ep / e - 1) <= 0.2
-    print(f"kernels >= 20 us within 20 %: {int((ok_t & big).sum())}/{int(big.sum())} in time, "
+    say(f"kernels >= 20 us within 20 %: {int((ok_t & big).sum())}/{int(big.sum())} in time, "
           f"{int((ok_t & ok_e & big).sum())}/{int(big.sum())} in time and energy")
-    return 0
+    return lines
