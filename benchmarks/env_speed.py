@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from rlclock.agents.vec_env import KernelClockVecEnv
+from rlclock.agents.vec_env import KernelClockSB3VecEnv
 from rlclock.env import KernelClockEnv
 
 
@@ -35,7 +35,7 @@ def plain(env_name: str, seconds: float) -> float:
 
 
 def vectorised(env_name: str, seconds: float, num_envs: int) -> float:
-    vec = KernelClockVecEnv(num_envs, env_name, seed=0)
+    vec = KernelClockSB3VecEnv(num_envs, env_name, seed=0)
     rng = np.random.default_rng(0)
     vec.reset()
     n, start = 0, time.perf_counter()
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     a = plain(args.env, args.seconds)
     b = vectorised(args.env, args.seconds, args.num_envs)
     print(f"plain KernelClockEnv:              {a:9.0f} steps/s  (target >= 5000)  {'ok' if a >= 5000 else 'MISSED'}")
-    print(f"KernelClockVecEnv ({args.num_envs:2d} envs):      {b:9.0f} steps/s  (target >= 20000) "
+    print(f"KernelClockSB3VecEnv ({args.num_envs:2d} envs):      {b:9.0f} steps/s  (target >= 20000) "
           f"{'ok' if b >= 20000 else 'MISSED'}")
     return 0
 

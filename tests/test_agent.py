@@ -360,13 +360,13 @@ def test_numpy_rollout_sees_exactly_what_the_env_shows(latency_s, price_rel):
 
 
 def test_bad_prices_and_actions_get_one_clear_error():
-    from rlclock.agents.vec_env import KernelClockVecEnv
+    from rlclock.agents.vec_env import KernelClockSB3VecEnv
 
     pol, step = _random_policy(1)
     for bad in (float("nan"), -1.0, np.ones(3)):
         with pytest.raises(CheckpointError, match="price of time"):
             pol.rollout(step, bad)
-    vec = KernelClockVecEnv(2, SMALL)
+    vec = KernelClockSB3VecEnv(2, SMALL)
     vec.reset()
     with pytest.raises(SpecError, match="outside the action space"):
         vec.step(np.array([0, vec.action_space.n]))

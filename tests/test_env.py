@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import rlclock  # noqa: F401  (registers the env)
-from rlclock.agents.vec_env import KernelClockVecEnv
+from rlclock.agents.vec_env import KernelClockSB3VecEnv
 from rlclock.config import load_env_spec
 from rlclock.env import KernelClockEnv
 from rlclock.errors import ClockError, SpecError
@@ -74,7 +74,7 @@ def test_all_auto_is_worth_nothing():
 
 
 def test_vec_env_matches_single_env():
-    vec = KernelClockVecEnv(3, SMALL)
+    vec = KernelClockSB3VecEnv(3, SMALL)
     single = [KernelClockEnv(SMALL) for _ in range(3)]
     obs = vec.reset()
     for j, e in enumerate(single):
@@ -172,11 +172,11 @@ def test_action_out_of_range():
 
 def test_the_sb3_vector_env_honours_seed_and_set_options():
     """SB3's conventions: seed() and set_options() apply to the next reset only; options are the single env's."""
-    from rlclock.agents.vec_env import KernelClockVecEnv
+    from rlclock.agents.vec_env import KernelClockSB3VecEnv
 
     base = load_env_spec("gpt3xl-rtx3080ti")
     family = [base, base.with_overrides(name="small", workload={**base.workload, "layers": 2})]
-    vec = KernelClockVecEnv(3, family, seed=0)
+    vec = KernelClockSB3VecEnv(3, family, seed=0)
     vec.set_options({"workload": 1, "time_price": 123.0})
     vec.reset()
     assert list(vec._workload) == [1, 1, 1] and np.allclose(vec._core.price, 123.0)

@@ -2,7 +2,7 @@
 shut, and the import graph has no cycle. Every import counts — at module level, inside functions, and under
 ``TYPE_CHECKING``.
 
-The layers, bottom to top (README's package map; docs/architecture in DESIGN):
+The layers, bottom to top (docs/architecture.md draws them):
 
 =============  ==================================================================================
 values         errors, schedule (ClockConfig, ClockSchedule), YAML reading, typed settings, shipped files
@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent / "rlclock"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("values", ("rlclock.version", "rlclock.lazy", "rlclock.errors", "rlclock.log", "rlclock.schedule",
-                "rlclock.yamlio", "rlclock.validation", "rlclock.resources", "rlclock.paper")),
+                "rlclock.yamlio", "rlclock.validation", "rlclock.resources", "rlclock.paper",
+                "rlclock.deprecation")),
     ("workload", ("rlclock.workload",)),
     ("gpu model", ("rlclock.dvfs",)),
     ("hardware", ("rlclock.gpu",)),

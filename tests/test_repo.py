@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -50,3 +52,16 @@ def test_every_package_says_what_it_is():
     for init in (ROOT / "rlclock").rglob("__init__.py"):
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and "TODO" not in doc and len(doc) > 40, init
+
+
+def test_renamed_names_still_work_with_a_warning():
+    import warnings
+
+    from rlclock.agents import vec_env
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert vec_env.KernelClockVecEnv is vec_env.KernelClockSB3VecEnv
+    assert any(issubclass(w.category, DeprecationWarning) and "KernelClockSB3VecEnv" in str(w.message) for w in caught)
+    with pytest.raises(AttributeError):
+        vec_env.NoSuchName  # noqa: B018

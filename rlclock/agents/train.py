@@ -224,7 +224,7 @@ class _Session:
         from stable_baselines3.common.logger import CSVOutputFormat, Logger
         from stable_baselines3.common.vec_env import VecMonitor
 
-        from rlclock.agents.vec_env import KernelClockVecEnv
+        from rlclock.agents.vec_env import KernelClockSB3VecEnv
 
         self.specs, self.eval_specs, self.agent = specs, eval_specs, agent
         self.run_dir, self.tracker, self.progress = run_dir, tracker, progress
@@ -235,7 +235,7 @@ class _Session:
         torch.manual_seed(agent.seed)
         np.random.seed(agent.seed)
         torch.set_num_threads(1)  # the networks are small: more threads only wait on each other
-        self.proto = KernelClockVecEnv(agent.n_envs, specs, seed=agent.seed)
+        self.proto = KernelClockSB3VecEnv(agent.n_envs, specs, seed=agent.seed)
         self.vec = VecMonitor(self.proto)
         if resumed:
             self.model = PPO.load(str(run_dir / SB3_FILE), env=self.vec, device="cpu")
@@ -269,7 +269,7 @@ class _Session:
         import torch
 
         from rlclock.agents.imitation import PRICE_LADDER, LagrangianExpert
-        from rlclock.agents.vec_env import KernelClockVecEnv
+        from rlclock.agents.vec_env import KernelClockSB3VecEnv
         from rlclock.env import KernelClockEnv, episode_tables
 
         agent = self.agent
@@ -292,7 +292,7 @@ class _Session:
             opt.step()
 
         t_imitate, t_ppo = timed(lambda: grad_step(False), 5), timed(lambda: grad_step(True), 5)
-        vec = KernelClockVecEnv(agent.n_envs, self.specs, seed=0)
+        vec = KernelClockSB3VecEnv(agent.n_envs, self.specs, seed=0)
         vec.reset()
         keep = np.full(agent.n_envs, self.proto.keep_action)
         t_vec = timed(lambda: vec.step(keep), 32)

@@ -1,4 +1,4 @@
-"""KernelClockVecEnv: ``N`` KernelClockEnv copies stepped together in numpy (stable-baselines3 ``VecEnv``).
+"""KernelClockSB3VecEnv: ``N`` KernelClockEnv copies stepped together in numpy (stable-baselines3 ``VecEnv``).
 
 Same dynamics, observations, rewards and infos as :class:`~rlclock.env.KernelClockEnv` (both drive
 :class:`~rlclock.env.BatchCore`), without ``N`` Python environments and their per-step overhead. Finished
@@ -18,12 +18,13 @@ import numpy as np
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv
 
 from rlclock.config import DEFAULT_ENV, EnvSpec
+from rlclock.deprecation import renamed
 from rlclock.env import BatchCore, KernelClockEnv
 from rlclock.env.dynamics import start_of
 from rlclock.errors import SpecError
 
 
-class KernelClockVecEnv(VecEnv):
+class KernelClockSB3VecEnv(VecEnv):
     """``num_envs`` simulated clock environments in one batch.
 
     Args:
@@ -109,3 +110,6 @@ class KernelClockVecEnv(VecEnv):
         if isinstance(indices, int):
             return [indices]
         return list(indices)
+
+
+__getattr__ = renamed(__name__, {"KernelClockVecEnv": "KernelClockSB3VecEnv"}, since="0.2.0")
