@@ -32,6 +32,11 @@ class SpecError(RlclockError):
     """An environment spec, agent recipe or GPU preset is malformed or names something unknown."""
 
 
+class EnvUsageError(SpecError):
+    """The env was called wrongly: an action outside its action space, a reset option or render mode it lacks, a
+    number of copies that is not a count. (A :class:`SpecError` too, for code that catches those.)"""
+
+
 class ClockError(RlclockError):
     """A clock configuration is not supported by the GPU (or not allowed in this mode)."""
 

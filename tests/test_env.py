@@ -8,7 +8,7 @@ import rlclock  # noqa: F401  (registers the env)
 from rlclock.agents.vec_env import KernelClockSB3VecEnv
 from rlclock.config import load_env_spec
 from rlclock.env import KernelClockEnv
-from rlclock.errors import ClockError, SpecError
+from rlclock.errors import ClockError, EnvUsageError, SpecError
 
 SMALL = {
     "name": "small", "gpu": "rtx3080ti",
@@ -114,7 +114,7 @@ def test_price_of_time_is_drawn_observed_and_charged():
             ret += r
         dt = info["time_s"] - info["auto_time_s"]
         assert ret == pytest.approx(100 * (info["saving"] - p * dt / info["auto_energy_j"]), rel=1e-9)
-    with pytest.raises(SpecError, match="time_price"):
+    with pytest.raises(EnvUsageError, match="time_price"):
         env.reset(options={"time_price": -1.0})
     with pytest.raises(SpecError, match="price_spread"):
         KernelClockEnv(dict(SMALL, reward={"price_spread": 9}))
@@ -166,7 +166,7 @@ def test_env_files_load():
 def test_action_out_of_range():
     env = KernelClockEnv(SMALL)
     env.reset(seed=0)
-    with pytest.raises(SpecError, match="outside the action space"):
+    with pytest.raises(EnvUsageError, match="outside the action space"):
         env.step(10_000)
 
 

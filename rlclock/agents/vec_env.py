@@ -21,7 +21,7 @@ from rlclock.config import DEFAULT_ENV, EnvSpec
 from rlclock.deprecation import renamed
 from rlclock.env import BatchCore, KernelClockEnv
 from rlclock.env.dynamics import start_of
-from rlclock.errors import SpecError
+from rlclock.errors import EnvUsageError
 
 
 class KernelClockSB3VecEnv(VecEnv):
@@ -72,7 +72,7 @@ class KernelClockSB3VecEnv(VecEnv):
     def step_async(self, actions: np.ndarray) -> None:
         acts = np.asarray(actions, dtype=np.int64).reshape(self.num_envs)
         if acts.min() < 0 or acts.max() > self._proto.n_slots:
-            raise SpecError(f"actions {acts.tolist()} are outside the action space of {self._proto.n_slots} "
+            raise EnvUsageError(f"actions {acts.tolist()} are outside the action space of {self._proto.n_slots} "
                             "candidate slots and keep.")
         self._actions = acts
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from rlclock.backends.switching import EngineState, SwitchEngine
 from rlclock.env.tables import EpisodeTables
-from rlclock.errors import SpecError
+from rlclock.errors import EnvUsageError
 from rlclock.observation.features import latency_feature, price_feature, remaining_feature
 from rlclock.observation.layout import ObservationLayout
 
@@ -24,24 +24,24 @@ def start_of(episodes: Sequence[EpisodeTables], rng: np.random.Generator, option
     otherwise drawn with ``rng`` (the workload first, for a family; then the price around its ``time_price``).
 
     Raises:
-        SpecError: An unknown option, a workload outside the family, a price that is not finite and >= 0.
+        EnvUsageError: An unknown option, a workload outside the family, a price that is not finite and >= 0.
     """
     options = dict(options or {})
     unknown = set(options) - set(RESET_OPTIONS)
     if unknown:
-        raise SpecError(f"reset options {sorted(unknown)} are unknown.", f"use {list(RESET_OPTIONS)}.")
+        raise EnvUsageError(f"reset options {sorted(unknown)} are unknown.", f"use {list(RESET_OPTIONS)}.")
     idx = 0
     if "workload" in options:
         idx = options["workload"]
         if isinstance(idx, bool) or not isinstance(idx, (int, np.integer)) or not 0 <= idx < len(episodes):
-            raise SpecError(f"workload {idx!r} is outside this env's {len(episodes)} workloads.",
+            raise EnvUsageError(f"workload {idx!r} is outside this env's {len(episodes)} workloads.",
                             f"give a whole number from 0 to {len(episodes) - 1}.")
         idx = int(idx)
     elif len(episodes) > 1:
         idx = int(rng.integers(len(episodes)))
     price = float(options["time_price"]) if "time_price" in options else episodes[idx].draw_price(rng)
     if not np.isfinite(price) or price < 0:
-        raise SpecError(f"time_price {price!r} J/s is not a finite, non-negative number.")
+        raise EnvUsageError(f"time_price {price!r} J/s is not a finite, non-negative number.")
     return idx, price
 
 

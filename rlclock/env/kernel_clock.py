@@ -13,7 +13,7 @@ from rlclock.backends.base import GpuBackend
 from rlclock.config import DEFAULT_ENV, EnvSpec, load_env_spec
 from rlclock.env.dynamics import BatchCore, start_of
 from rlclock.env.tables import EpisodeTables, episode_tables
-from rlclock.errors import SpecError
+from rlclock.errors import EnvUsageError, SpecError
 from rlclock.observation.layout import obs_size
 from rlclock.schedule import ClockConfig
 
@@ -152,7 +152,7 @@ class KernelClockEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(self.n_slots + 1)
         self.observation_space = gym.spaces.Box(-1.0, 2.0, (obs_size(self.lookahead, self.n_slots),), np.float32)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise SpecError(f"render_mode {render_mode!r} is not supported; use 'human', 'ansi', 'rgb_array' or "
+            raise EnvUsageError(f"render_mode {render_mode!r} is not supported; use 'human', 'ansi', 'rgb_array' or "
                             "None.")
         self.render_mode = render_mode
         self._core = BatchCore(1)
@@ -181,7 +181,7 @@ class KernelClockEnv(gym.Env):
     def step(self, action):
         a = int(action)
         if not 0 <= a <= self.n_slots:
-            raise SpecError(f"action {action!r} is outside the action space of {self.n_slots} candidate slots "
+            raise EnvUsageError(f"action {action!r} is outside the action space of {self.n_slots} candidate slots "
                             "and keep.")
         reward, done, info = self._core.step(np.array([a]))
         if self.render_mode == "rgb_array":

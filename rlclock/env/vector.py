@@ -22,7 +22,7 @@ from gymnasium.vector.utils import batch_space
 from rlclock.config import DEFAULT_ENV, EnvSpec
 from rlclock.env.dynamics import BatchCore, start_of
 from rlclock.env.kernel_clock import RENDER_FPS, KernelClockEnv, render_line
-from rlclock.errors import SpecError
+from rlclock.errors import EnvUsageError
 
 
 class KernelClockVectorEnv(gym.vector.VectorEnv):
@@ -41,7 +41,7 @@ class KernelClockVectorEnv(gym.vector.VectorEnv):
     def __init__(self, num_envs: int = 1, spec: str | Path | Mapping[str, Any] | EnvSpec | Sequence[Any] = DEFAULT_ENV,
                  render_mode: str | None = None, **overrides: Any) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise SpecError(f"num_envs must be a whole number >= 1, found {num_envs!r}.")
+            raise EnvUsageError(f"num_envs must be a whole number >= 1, found {num_envs!r}.")
         self.proto = KernelClockEnv(spec, render_mode=render_mode, **overrides)
         self.num_envs = int(num_envs)
         self.render_mode = render_mode
@@ -76,7 +76,7 @@ class KernelClockVectorEnv(gym.vector.VectorEnv):
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         acts = np.asarray(actions, dtype=np.int64).reshape(-1)
         if acts.shape != (self.num_envs,) or acts.min() < 0 or acts.max() > self.proto.n_slots:
-            raise SpecError(f"actions {np.asarray(actions).tolist()} are not {self.num_envs} slot indices in "
+            raise EnvUsageError(f"actions {np.asarray(actions).tolist()} are not {self.num_envs} slot indices in "
                             f"0..{self.proto.n_slots} (the last is keep).")
         rewards, done, per_run = self._core.step(acts)
         obs = self._core.observation()
