@@ -3,7 +3,7 @@
 A backend knows, for its trace and its configuration set, the time and energy of every kernel invocation
 at every configuration (``tables``) — from a model (:class:`~rlclock.backends.simulated.SimulatedGpu`), a
 recorded table (:class:`~rlclock.backends.recorded.RecordedGpu`) or live measurement
-(:class:`~rlclock.backends.live.NvmlGpu`). How a sequence of requests turns into time and energy is the
+(:class:`~rlclock.backends.nvml_gpu.NvmlGpu`). How a sequence of requests turns into time and energy is the
 switching rule of :mod:`rlclock.backends.switching`; :meth:`GpuBackend.run` applies it to a whole schedule.
 """
 

@@ -26,6 +26,6 @@ def make_backend(gpu: GpuSpec, trace: KernelTrace, configs: Sequence[ClockConfig
         from rlclock.backends.recorded import RecordedGpu
 
         return RecordedGpu.from_file(settings.table, gpu, trace, configs, latency_s, missing=settings.missing)
-    from rlclock.backends.live import NvmlGpu
+    from rlclock.backends.nvml_gpu import NvmlGpu
 
     return NvmlGpu.from_settings(gpu, trace, configs, latency_s, settings, where)

@@ -44,7 +44,7 @@ class RecordedSettings(Settings):
 
 
 class NvmlSettings(Settings):
-    """This machine's GPU, measured live (:class:`~rlclock.backends.live.NvmlGpu`).
+    """This machine's GPU, measured live (:class:`~rlclock.backends.nvml_gpu.NvmlGpu`).
 
     Attributes:
         device: NVML index of the GPU.

@@ -3,7 +3,7 @@
 PyTorch captures a training step into a ``cudaGraph_t`` (``torch.cuda.CUDAGraph(keep_graph=True)``,
 ``raw_cuda_graph()``). :class:`GraphView` lists its nodes in execution (topological) order with each
 kernel's name and launch shape, and builds sub-graphs from it: one kernel with exactly the memsets it
-depends on (kernel isolation, see :mod:`rlclock.gpu.graph_plan`), or a contiguous segment of the step.
+depends on (kernel isolation, see :mod:`rlclock.gpu.graph_pruning`), or a contiguous segment of the step.
 A sub-graph is a clone of the captured graph with every other node destroyed, so its kernels run with
 their real arguments in the real buffers — which stay owned by PyTorch's graph memory pool: keep the
 ``CUDAGraph`` object alive while sub-graphs run.
@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any, cast
 
 from rlclock.errors import CudaGraphError, GpuUnavailableError
-from rlclock.gpu import graph_plan
+from rlclock.gpu import graph_pruning
 
 NODE_TYPES = {0: "kernel", 1: "memcpy", 2: "memset", 3: "host", 4: "graph", 5: "empty", 6: "wait_event",
               7: "event_record", 8: "semaphore_signal", 9: "semaphore_wait", 10: "mem_alloc", 11: "mem_free",
@@ -200,7 +200,7 @@ class GraphView:
         index = {h: i for i, h in enumerate(raw)}
         types = [self._type(h) for h in raw]
         preds = [[index[d] for d in self._deps(h)] for h in raw]
-        order = graph_plan.topological_order(preds)
+        order = graph_pruning.topological_order(preds)
         pos = {node: p for p, node in enumerate(order)}
         self.handles: list[int] = [raw[i] for i in order]
         self.types: list[str] = [types[i] for i in order]
@@ -290,7 +290,7 @@ class GraphView:
             for p in range(len(self.handles)):
                 if p not in keep_set:
                     self.drv.call("cuGraphDestroyNode", _p(mapped[p]))
-            for a, b in graph_plan.bridging_edges(keep_set, self.preds):
+            for a, b in graph_pruning.bridging_edges(keep_set, self.preds):
                 src, dst = (_p * 1)(mapped[a]), (_p * 1)(mapped[b])
                 if self.drv.has("cuGraphAddDependencies_v2"):
                     self.drv.call("cuGraphAddDependencies_v2", clone, src, dst, None, 1)
@@ -303,7 +303,7 @@ class GraphView:
 
     def isolation_set(self, position: int, kernels_back: int = 0) -> list[int]:
         """Positions kept when the node at ``position`` is replayed alone (it and its dependency memsets)."""
-        return graph_plan.isolation_set(position, self.types, self.preds, kernels_back)
+        return graph_pruning.isolation_set(position, self.types, self.preds, kernels_back)
 
 
 def destroy_graph(graph: int) -> None:

@@ -1,7 +1,7 @@
 """Run a clock schedule on a real GPU: the captured step replayed in segments, clocks changed in between.
 
 A :class:`~rlclock.schedule.ClockSchedule` requests one configuration per trace entry. The step's graph is
-cut where the request changes (:func:`rlclock.gpu.graph_plan.segment_bounds`; memsets go with the kernel
+cut where the request changes (:func:`rlclock.gpu.graph_pruning.segment_bounds`; memsets go with the kernel
 they prepare); each segment becomes its own executable graph. One step is then: for every segment, ask the
 :class:`~rlclock.gpu.clocks.ClockControl` for its configuration, launch it, and wait for it to finish —
 so the change lands between segments, as a host-driven controller would do it. In observe (dry-run)
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlclock.errors import ScheduleError
-from rlclock.gpu import graph_plan
+from rlclock.gpu import graph_pruning
 from rlclock.gpu.clocks import ClockControl
 from rlclock.gpu.meter import EnergySampler, MeasureSettings, WindowStats, measure
 from rlclock.gpu.nvml import NvmlDevice
@@ -43,13 +43,13 @@ class SegmentedStep(StreamTiming):
         view = captured.view
         self.control = control
         self.read_back = read_back
-        self.bounds = graph_plan.segment_bounds(captured.entries, schedule.index.tolist(), len(view))
+        self.bounds = graph_pruning.segment_bounds(captured.entries, schedule.index.tolist(), len(view))
         self.configs = [schedule.configs[label] for _, _, label in self.bounds]
         order = list(range(len(view)))
         self.execs: list[GraphExec] = []
         try:
             for start, stop, _ in self.bounds:
-                keep = graph_plan.segment_set(order, start, stop, view.types, view.preds)
+                keep = graph_pruning.segment_set(order, start, stop, view.types, view.preds)
                 self.execs.append(GraphExec(view.subgraph(keep), owns_graph=True))
         except Exception:
             self.close()

@@ -1,6 +1,6 @@
 """MeasurementTable: per-kernel, per-clock measurements of a trace on a real GPU, and its file format.
 
-``rlclock measure`` writes one (and :class:`~rlclock.backends.live.NvmlGpu` caches into one);
+``rlclock measure`` writes one (and :class:`~rlclock.backends.nvml_gpu.NvmlGpu` caches into one);
 :class:`~rlclock.backends.recorded.RecordedGpu` replays it on any machine. On disk it is JSON::
 
     {"format": "rlclock.measurements", "version": 1, "meta": {...}, "rows": [{...}, ...]}

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import rlclock  # noqa: F401  (registers the envs)
-from rlclock.backends.live import NvmlGpu
+from rlclock.backends.nvml_gpu import NvmlGpu
 from rlclock.config import load_env_spec
 from rlclock.dvfs.spec import get_spec
 from rlclock.errors import ClockControlDisabledError, GpuUnavailableError

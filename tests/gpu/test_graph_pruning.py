@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlclock.gpu import graph_plan as gp
+from rlclock.gpu import graph_pruning as gp
 
 K, S, C, E = "kernel", "memset", "memcpy", "empty"
 
