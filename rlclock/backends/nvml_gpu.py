@@ -1,4 +1,4 @@
-"""NvmlGpu: the live backend — kernels of a captured step measured on this machine's GPU, on demand.
+"""NvmlGpu: the NVML backend — kernels of a captured step measured on this machine's GPU, on demand.
 
 Each distinct kernel of the trace is replayed alone at each configuration of the action set and measured
 through NVML (:mod:`rlclock.gpu.measure`); results are cached in a
@@ -94,7 +94,7 @@ class NvmlGpu(GpuBackend):
     @classmethod
     def from_settings(cls, gpu: GpuSpec, trace: KernelTrace, configs: Sequence[ClockConfig], latency_s: float | None,
                       settings: NvmlSettings, where: str = "<spec>") -> NvmlGpu:
-        """The live backend of an env spec's ``backend: {kind: nvml, ...}`` (captures the trace's step on this
+        """The NVML backend of an env spec's ``backend: {kind: nvml, ...}`` (captures the trace's step on this
         machine's GPU).
 
         Raises:

@@ -1,4 +1,4 @@
-"""Pure graph algorithms behind kernel isolation: topological order, dependency memsets, the sets of nodes an isolated kernel or a segment keeps.
+"""Pure graph algorithms behind kernel isolation: topological order, dependency memsets, the nodes a replay keeps.
 
 These work on plain integers — node positions and predecessor lists — so they are tested without a GPU;
 :mod:`rlclock.gpu.cuda_graph` applies them to real CUDA graphs.
