@@ -60,8 +60,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ("rlclock/backends/switching.py", "rlclock/backends/base.py", "rlclock/schedule.py",
            "rlclock/solve/evaluation.py")
-TESTS = ("tests/test_accounting_exact.py", "tests/test_accounting_mutants.py", "tests/test_backend.py",
-         "tests/test_switching_rule.py", "tests/test_env_exact.py")
+TESTS = ("tests/backends/test_accounting_exact.py", "tests/backends/test_accounting_mutants.py",
+         "tests/backends/test_backend.py", "tests/backends/test_switching_rule.py", "tests/env/test_env_exact.py")
 EQUIVALENT = ROOT / "benchmarks" / "mutation_equivalent.yaml"
 SENTINEL = "\nraise ImportError('mutation sentinel: this mutated copy is what the tests import')\n"
 

@@ -9,7 +9,7 @@
   request of the first kernel that starts after the landing is looked at afresh.
 * Time a kernel spends at a configuration other than the one requested for it is "off-plan" time.
 
-Every judge uses these four forms of the rule, which ``tests/test_switching_rule.py`` holds to the same
+Every judge uses these four forms of the rule, which ``tests/backends/test_switching_rule.py`` holds to the same
 results: :func:`fly` (one switch, scalar — the backend's whole-schedule run and the policy's rollout),
 :class:`SwitchEngine` (one kernel of many runs at once — the environment), :func:`landing_table` (where a
 switch issued at any kernel boundary lands — the exact optimum's switching DAG) and the live controller's

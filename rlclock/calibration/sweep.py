@@ -8,7 +8,7 @@ a GPU spec file with its provenance, which every command accepts (``--gpu my-gpu
 
 Without hardware, :func:`rlclock.dvfs.variants.hidden_gpu` draws a "true" GPU whose parameters differ from a
 preset within documented ranges, and :func:`simulated_sweep` measures the suite on it (with noise) — the proof that
-the fit recovers a GPU it was not given (``tests/test_calibrate.py``, ``benchmarks/calibrate_hidden.py``).
+the fit recovers a GPU it was not given (``tests/calibration/test_calibrate.py``, ``benchmarks/calibrate_hidden.py``).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ decision; the logits equal the one-by-one ones to rounding).
 
 A decision is taken only with no switch in flight (a request then would be ignored), so the ``pending``,
 ``in_flight`` and ``time_to_land`` state entries are zero at every decision and take no part. Every sum is the
-same float arithmetic as the network on the env's observation (``tests/test_agent.py`` checks it).
+same float arithmetic as the network on the env's observation (``tests/agents/test_agent.py`` checks it).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Clock control under faults: a killed or terminated watchdog, NVML errors while restoring (in the owner and in the
-watchdog), and two rlclock processes on one GPU. Each test runs real owner processes (tests/gpu/owners.py) on the
+watchdog), and two rlclock processes on one GPU. Each test runs real owner processes (tests/fakes/owners.py) on the
 file-backed fake GPU, faults injected into the fake's NVML at chosen calls in chosen processes.
 """
 

@@ -14,7 +14,7 @@ from rlclock.workload.torch_profile import parse_chrome_trace
 from rlclock.workload.trace import KernelTrace, LaunchOp
 from rlclock.workload.transformer import TransformerConfig, layer_kernels
 
-H200 = json.loads((Path(__file__).parent / "data" / "h200_gpt3xl_layer_kernels.json").read_text())
+H200 = json.loads((Path(__file__).resolve().parents[1] / "data" / "h200_gpt3xl_layer_kernels.json").read_text())
 
 
 def h200_entries() -> list[ProfiledEntry]:

@@ -16,7 +16,7 @@ from rlclock.deploy.plan import _in_effect, plan_switches
 from rlclock.deploy.timeline import StepTimeline
 from rlclock.schedule import AUTO, ClockConfig, ClockSchedule
 from rlclock.solve.optimum import SwitchDag, _path_cost
-from tests.test_accounting_exact import TableGpu
+from tests.backends.test_accounting_exact import TableGpu
 
 CONFIGS = [AUTO, ClockConfig(1500, 3201), ClockConfig(1200, 3201), ClockConfig(900, 3201)]
 SEEDS = range(12)

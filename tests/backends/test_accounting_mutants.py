@@ -1,6 +1,6 @@
 """Exact values that kill the mutants of the accounting core and the switching rule (``benchmarks/mutation.py``).
 
-Each test pins one rule that the tests of ``tests/test_accounting_exact.py`` left open: a mutant of it survived
+Each test pins one rule that the tests of ``tests/backends/test_accounting_exact.py`` left open: a mutant of it survived
 them. The toy backend is the one of that module (``AUTO`` / ``A`` / ``B`` at 1 / 2 / 4 s and 8 / 4 / 2 J); values
 are halves and quarters, exact in binary floating point, except where a test is about rounding.
 """
@@ -14,7 +14,7 @@ from rlclock.backends.switching import EngineState, SwitchEngine, landing_table
 from rlclock.errors import ScheduleError
 from rlclock.schedule import AUTO, ClockConfig, ClockSchedule
 from rlclock.solve.evaluation import optimum_for
-from tests.test_accounting_exact import CONFIGS, ROW_E, ROW_T, TableGpu, rows, toy_gpu
+from tests.backends.test_accounting_exact import CONFIGS, ROW_E, ROW_T, TableGpu, rows, toy_gpu
 
 # -- GpuBackend: construction, tables, description ----------------------------------------------------------
 

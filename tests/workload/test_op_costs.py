@@ -20,7 +20,7 @@ from rlclock.workload.op_costs import (
 from rlclock.workload.trace import Kernel, KernelTrace, LaunchOp, Measurement
 
 BF16, F32, I64 = "c10::BFloat16", "float", "long int"
-CORPUS = Path(__file__).resolve().parent.parent / "rlclock" / "data" / "measurements" / "corpus-h200"
+CORPUS = Path(__file__).resolve().parents[2] / "rlclock" / "data" / "measurements" / "corpus-h200"
 VEC = "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float>>(int)"
 GENERIC = "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl<>>(int)"
 

@@ -26,7 +26,7 @@ from rlclock.dvfs.variants import hidden_gpu
 from rlclock.errors import SpecError
 from rlclock.workload.trace import KernelTrace
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "data" / "corpus-h200"
 
 

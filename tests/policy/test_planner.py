@@ -17,7 +17,7 @@ from rlclock.policy.search import SEARCH_RANKS, ranked_choices
 from rlclock.workload.op_costs import refresh_costs
 from rlclock.workload.trace import KernelTrace
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STEP = ROOT / "data" / "corpus-h200" / "train-small-gpt" / "step.trace.json.gz"
 
 

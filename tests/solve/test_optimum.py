@@ -10,7 +10,7 @@ import pytest
 from rlclock.errors import ScheduleError
 from rlclock.schedule import AUTO, ClockConfig
 from rlclock.solve.optimum import knapsack_optimum, latency_aware_optimum
-from tests.test_backend import TableGpu
+from tests.backends.test_backend import TableGpu
 
 
 def _instance(rng, n, C, latency):

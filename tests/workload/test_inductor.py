@@ -13,7 +13,7 @@ from rlclock.workload.kernel_code import InductorCodeError, KernelCode
 from rlclock.workload.op_costs import Launch, call_costs
 from rlclock.workload.trace import LaunchOp
 
-DATA = Path(__file__).resolve().parent / "data" / "inductor"
+DATA = Path(__file__).resolve().parents[1] / "data" / "inductor"
 
 
 def _source(name: str) -> str:

@@ -10,7 +10,7 @@ from rlclock.agents.evaluate import evaluate_policy
 from rlclock.config import load_env_spec
 from rlclock.policy import ClockPolicy
 
-ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
+ROOT = Path(__file__).resolve().parents[2] / "checkpoints"
 
 
 @pytest.mark.parametrize("name, gpu", [("gpt3xl-rtx3080ti", "rtx3080ti"), ("gpt3xl-h200", "h200-sxm"),

@@ -17,7 +17,7 @@ from rlclock.config import RewardSpec
 from rlclock.env import BatchCore, EpisodeTables
 from rlclock.observation.layout import N_STATE
 from rlclock.schedule import AUTO, ClockConfig
-from tests.test_accounting_exact import TableGpu
+from tests.backends.test_accounting_exact import TableGpu
 
 X = ClockConfig(1500, 3201)
 TO_AUTO, TO_X, KEEP = 0, 1, 9

@@ -166,6 +166,7 @@ def test_an_nvml_error_mid_sweep_is_raised_with_the_clocks_given_back_and_the_ro
     assert kept and all(not r.is_idle for r in kept[0])
 
 
+@pytest.mark.realtime  # sleeping fake kernels metered on the wall clock: a loaded machine skews them
 def test_a_fit_from_a_locked_sweep_recovers_the_hidden_gpu(fake_nvml):
     """The whole loop — clock control, the fake board's energy counter, tick-aligned windows — then the fit: it
     predicts kernels outside the suite within the calibration issue's bounds, where the base preset does not."""
@@ -181,6 +182,7 @@ def test_a_fit_from_a_locked_sweep_recovers_the_hidden_gpu(fake_nvml):
     assert np.all(got.optimum_steps <= 2) and not np.all(base_got.optimum_steps <= 2)
 
 
+@pytest.mark.realtime  # sleeping fake kernels metered on the wall clock: a loaded machine skews them
 def test_a_gpu_without_a_preset_is_calibrated_from_the_spec_built_from_it(l40s):
     """No preset matches the GPU: its spec is built from what it reports, the suite is swept on it (here a GPU drawn
     around that spec, hidden), and the fit predicts kernels outside the suite within the issue's bounds."""
