@@ -140,12 +140,20 @@ def _run_child(cmd: list[str], env: dict[str, str]) -> int:
     except OSError as exc:
         raise DeployError(f"the training command {cmd[0]!r} could not be started ({exc.strerror or exc}).",
                           "check the command after '--'.") from None
-    while True:
-        try:
-            code = proc.wait()
-            break
-        except KeyboardInterrupt:  # the command got the same Ctrl-C: let it restore the clocks and end
-            continue
+    # a signal sent to this process alone (a supervisor's, a container stop) goes on to the command, which restores
+    # the clocks and ends; Ctrl-C reaches the whole process group, the command included, already
+    forwarded = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+    previous = {sig: signal.signal(sig, lambda sig, _frame: proc.send_signal(sig)) for sig in forwarded}
+    try:
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except KeyboardInterrupt:  # the command got the same Ctrl-C: let it restore the clocks and end
+                continue
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 128 - code if code < 0 else code
 
 
@@ -171,8 +179,21 @@ def _close_lines(work: Path, report: Path, code: int, settings: Any, keep: bool)
              + (f"; report kept at {path}" if keep else ""))
     if not reports:
         _say(_nothing_controlled(statuses, settings))
+    restarted = max((s.restarts for s in statuses), default=0)
+    if restarted:
+        _say(f"the training step moved to another optimizer {restarted} time(s) (a new phase of training, or a "
+             "generator beside its critic): each time the deployment started again, and its report is the last one")
+    unseen = [s for s in statuses if s.exit == "running" and not s.forked]
+    if unseen:
+        _say(f"{len(unseen)} process(es) ended without exiting through Python (a signal, os._exit or a crash), "
+             f"after {', '.join(_steps(s) for s in unseen)}: their last reports, if any, are not complete")
+    forked = [s for s in statuses if s.forked and s.optimizer_steps]
+    if forked:
+        _say(f"{len(forked)} forked process(es) trained ({', '.join(_steps(s) for s in forked)}); a forked process "
+             "controls no clocks: start workers with the 'spawn' method to have them controlled")
     if code != 0:
-        failed = sorted((s for s in statuses if s.exit != "normal"), key=lambda s: (s.rank is None, s.failed_at))
+        failed = sorted((s for s in statuses if s.exit not in ("normal", "running")),
+                        key=lambda s: (s.rank is None, s.failed_at))
         where = ""
         if failed:
             first = failed[0]
@@ -193,9 +214,12 @@ def _nothing_controlled(statuses: list[Any], settings: Any) -> str:
     needed = settings.warmup_steps + settings.profile_steps + (settings.timing_steps if settings.timeline is None
                                                                else 0)
     if not statuses:
-        return ("nothing was controlled: no Python process of the command imported torch (a program that is not "
-                "Python, or an interpreter started with -I or -S, which skip the attachment)")
-    stepped = [s for s in statuses if s.optimizer_steps]
+        return ("nothing was controlled: no Python process of the command reported importing torch (a program that "
+                "is not Python, an interpreter started with -I or -S, which skip the attachment, or one ended by a "
+                "signal or os._exit before its first optimizer step)")
+    stepped = [s for s in statuses if s.optimizer_steps and not s.forked]
+    if not stepped and any(s.forked and s.optimizer_steps for s in statuses):
+        return "nothing was controlled: only forked processes trained (see above)"
     failed = next((s.reason for s in statuses if s.reason), "")
     if not stepped and failed:
         return f"nothing was controlled: {failed}"
@@ -204,12 +228,17 @@ def _nothing_controlled(statuses: list[Any], settings: Any) -> str:
                 "step() — rlclock marks a training step at each optimizer step (or at clk.step() in a script that "
                 "opens rlclock.deploy.clocked())")
     best = max(stepped, key=lambda s: s.marks)
-    steps = ", ".join(f"{n} x{k}" for n, k in sorted(best.optimizer_steps.items()))
-    seen = f"{len(stepped)} process(es) stepped optimizers ({steps}"
-    seen += f", {best.skipped_steps} skipped by the grad scaler)" if best.skipped_steps else ")"
+    seen = f"{len(stepped)} process(es) stepped optimizers ({_steps(best)})"
     if best.stood_down:
         return f"{seen}; the script opened its own deployment, which wrote no report"
     if best.reason:
         return f"{seen}; nothing was controlled: {best.reason}"
     return (f"{seen}; it ended after {best.marks} training steps, before the schedule was applied (that takes "
             f"{needed}: --warmup-steps, --profile-steps and --timing-steps)")
+
+
+def _steps(status: Any) -> str:
+    """``AdamW: 120 steps (4 skipped by the grad scaler)`` for one process's status."""
+    text = ", ".join(f"{name}: {n} step{'s' if n != 1 else ''}" for name, n in sorted(status.optimizer_steps.items()))
+    text = text or "no optimizer step"
+    return text + (f" ({status.skipped_steps} skipped by the grad scaler)" if status.skipped_steps else "")

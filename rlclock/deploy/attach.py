@@ -49,6 +49,14 @@ ATTACH_ENV = "RLCLOCK_ATTACH_DIR"
 """The folder where each attached process writes its status (set by ``rlclock apply``)."""
 DISCOVERY_STEPS = 3
 """Optimizer steps of the first optimizer seen before the marking optimizer is chosen."""
+STALE_STEPS = 25
+"""Steps of another major optimizer with none of the marking one after which the marks move to it (a new phase)."""
+MAJOR_SHARE = 0.1
+"""An optimizer updating fewer parameters than this share of the largest one's never marks the training step."""
+FOLLOWED = 64
+"""Optimizers followed one by one at most (a script that makes one per batch keeps no more)."""
+STATUS_EVERY_S = 1.0
+"""While the script trains its status file is rewritten this often, seconds (so a killed process leaves one)."""
 STATUS_PREFIX = "attach-"
 
 
@@ -69,10 +77,14 @@ class Status:
         state: The deployment's state at the end (``control``, ``inactive`` …; ``""``: never opened).
         reason: Why it was inactive, or what failed.
         report: The controller's report file, if one was written.
-        exit: ``"normal"`` or the exception that ended the script.
+        exit: ``"normal"``, the exception that ended the script, or ``"running"`` — what a status written while
+            the script trained says, and still says if the process ended without exiting through Python (a
+            signal, ``os._exit``).
         failed_at: When that exception reached the top (``time.time()``; 0 if none): the first rank to fail is
             the cause, the others fail after it.
         stood_down: The script opened a deployment of its own (``clocked()``, a callback).
+        restarts: How often the marks moved to another optimizer (the deployment started again each time).
+        forked: A process forked from an attached one: its steps are counted, its clocks are not its own to control.
     """
 
     pid: int = field(default_factory=os.getpid)
@@ -87,9 +99,11 @@ class Status:
     state: str = ""
     reason: str = ""
     report: str | None = None
-    exit: str = "normal"
+    exit: str = "running"
     failed_at: float = 0.0
     stood_down: bool = False
+    restarts: int = 0
+    forked: bool = False
 
 
 class StepFinder:
@@ -97,41 +111,95 @@ class StepFinder:
 
     Args:
         mark: Called once per training step, at the marking optimizer's step.
-        restart: Called when an optimizer appears that steps less often than the marking one: the marks so far
-            were not training steps, so whatever was built on them starts again.
+        restart: Called when the marks move to another optimizer: the marks so far were not (or are no longer)
+            the training steps, so whatever was built on them starts again.
     """
 
     def __init__(self, mark: Callable[[], None], restart: Callable[[], None] | None = None) -> None:
         self._mark = mark
         self._restart = restart
         self.counts: dict[int, int] = {}
+        """Steps of each optimizer followed (by ``id``), at most :data:`FOLLOWED` of them."""
         self.names: dict[int, str] = {}
+        self.sizes: dict[int, int | None] = {}
         self.order: list[int] = []
         self.lead: int | None = None
+        self.restarts = 0
+        self._by_class: dict[str, int] = {}
+        self._lead_steps = 0
+        self._lead_steps_at: dict[int, int] = {}  # the marking optimizer's steps when this one last stepped
+        self._run: dict[int, int] = {}  # this one's steps since the marking optimizer last stepped
+        self._longest_run: dict[int, int] = {}
+        self._largest = 0
 
     def stepped(self, optimizer: Any) -> None:
         """``optimizer`` completed (or its grad scaler skipped) a step."""
         key = id(optimizer)
+        name = type(optimizer).__name__
+        self._by_class[name] = self._by_class.get(name, 0) + 1
         if key not in self.counts:
-            self.counts[key] = 0
-            self.names[key] = type(optimizer).__name__
-            self.order.append(key)
-            if self.lead is not None and self._choose() != self.lead:
-                self.lead = None
-                if self._restart is not None:
-                    self._restart()
+            self._follow(key, name, _parameter_count(optimizer))
+            if (self.lead is not None and self.restarts == 0 and self.counts[self.lead] <= 2 * DISCOVERY_STEPS
+                    and len(self._majors()) == 2 and self._choose() == key):
+                self._move_to(key)  # the first round's second optimizer, rarer: a generator beside its critic
         self.counts[key] += 1
         if self.lead is None:
-            if self.counts[self.order[0]] < DISCOVERY_STEPS and len(self.order) == 1:
+            majors = self._majors()
+            if len(majors) == 1 and self.counts[majors[0]] < DISCOVERY_STEPS:
                 return
             self.lead = self._choose()
+        elif key != self.lead:
+            self._other(key)
         if key == self.lead:
+            self._lead_steps += 1
             self._mark()
+        self._lead_steps_at[key] = self._lead_steps
+
+    def _other(self, key: int) -> None:
+        """An optimizer that is not the marking one stepped. The marks move to it when it is a major one that steps
+        less often than the marking one, once per round of it, and recurs (a generator made after its critic: at
+        its second step), or when it has stepped :data:`STALE_STEPS` times since the marking one last did (the
+        training moved on to it). An optimizer that steps a few times now and then (an evaluation probe, a fresh
+        one per batch) leaves them where they are."""
+        run = self._run[key] = (self._run.get(key, 0) + 1 if self._lead_steps_at.get(key) == self._lead_steps
+                                else 1)
+        self._longest_run[key] = max(self._longest_run.get(key, 0), run)
+        if key not in self._majors():
+            return
+        before = self._lead_steps_at.get(key)
+        rarer = before is not None and self._lead_steps - before >= 2 and self._longest_run[key] == 1
+        if rarer or run >= STALE_STEPS:
+            self._move_to(key)
+
+    def _move_to(self, key: int) -> None:
+        self.lead = key
+        self.restarts += 1
+        if self._restart is not None:
+            self._restart()
+
+    def _follow(self, key: int, name: str, size: int | None) -> None:
+        if len(self.order) >= FOLLOWED:  # forget the optimizer that stepped longest ago (never the marking one)
+            old = min((k for k in self.order if k != self.lead), key=lambda k: self._lead_steps_at.get(k, -1))
+            self.order.remove(old)
+            for table in (self.counts, self.names, self.sizes, self._lead_steps_at, self._run, self._longest_run):
+                table.pop(old, None)  # type: ignore[attr-defined]
+        self.counts[key] = 0
+        self.names[key] = name
+        self.sizes[key] = size
+        self.order.append(key)
+        self._largest = max(self._largest, size or 0)
+
+    def _majors(self) -> list[int]:
+        """The optimizers that may mark: those holding at least :data:`MAJOR_SHARE` of the parameters of the largest
+        one seen (an optimizer whose parameters cannot be counted is one)."""
+        return [k for k in self.order if self.sizes[k] is None or self.sizes[k] >= MAJOR_SHARE * self._largest]
 
     def _choose(self) -> int:
-        """The optimizer that steps least often (once per training step); of several, the last in each round."""
-        fewest = min(self.counts.values())
-        return [k for k in self.order if self.counts[k] == fewest][-1]
+        """Of the major optimizers, the one that steps least often (once per training step); of several, the last
+        in each round."""
+        majors = self._majors()
+        fewest = min(self.counts[k] for k in majors)
+        return [k for k in majors if self.counts[k] == fewest][-1]
 
     @property
     def marking(self) -> str | None:
@@ -139,11 +207,16 @@ class StepFinder:
         return None if self.lead is None else self.names[self.lead]
 
     def steps_by_class(self) -> dict[str, int]:
-        """Optimizer steps seen, by optimizer class."""
-        out: dict[str, int] = {}
-        for key, n in self.counts.items():
-            out[self.names[key]] = out.get(self.names[key], 0) + n
-        return out
+        """Optimizer steps seen, by optimizer class (every optimizer, also those no longer followed)."""
+        return dict(self._by_class)
+
+
+def _parameter_count(optimizer: Any) -> int | None:
+    """The number of parameters ``optimizer`` updates (``None`` when it has no ``param_groups`` to count)."""
+    try:
+        return int(sum(p.numel() for group in optimizer.param_groups for p in group["params"]))
+    except Exception:  # not a torch optimizer (a wrapper, a test's stand-in)
+        return None
 
 
 class Attachment:
@@ -155,8 +228,26 @@ class Attachment:
         self.finder = StepFinder(self._mark, self._restart)
         self.clocked: Any = None
         self.disabled = False
+        self.error: str | None = None
         self._lock = threading.Lock()
-        self._stepped_in_scaler: set[int] = set()
+        self._steps_seen = 0  # optimizer steps completed, for the grad scaler's test of a skipped step
+        self._dirty = False
+        self._writing = False
+
+    def forked(self) -> None:
+        """This process was forked from the attached one (``os.fork``, a ``fork`` multiprocessing start): the
+        deployment it inherited — its worker, its clocks — is the parent's, forgotten here without closing it;
+        this process counts its own steps and controls nothing."""
+        self.clocked = None
+        self.status = Status(torch=self.status.torch, forked=True,
+                             reason="a forked process: clocks are controlled from the one it was forked from")
+        self.finder = StepFinder(self._mark, self._restart)
+        self.disabled = False
+        self.error = None
+        self._lock = threading.Lock()
+        self._steps_seen = 0
+        self._dirty = False
+        self._writing = False  # the writer thread stayed in the parent
 
     # -- hooks ---------------------------------------------------------------------------------------------
     def on_torch(self, torch: Any) -> None:
@@ -172,16 +263,17 @@ class Attachment:
                 scaler.step = self._scaler_step(scaler.step)
 
     def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._stepped_in_scaler.add(id(optimizer))
+        self._steps_seen += 1
         self._guarded(self.finder.stepped, optimizer)
 
     def _scaler_step(self, original: Callable[..., Any]) -> Callable[..., Any]:
         attachment = self
 
         def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-            attachment._stepped_in_scaler.discard(id(optimizer))
+            before = attachment._steps_seen
             out = original(scaler, optimizer, *args, **kwargs)
-            if id(optimizer) not in attachment._stepped_in_scaler:  # skipped: inf/nan gradients
+            # no optimizer completed a step (the one given, or one a wrapper given instead steps): inf/nan gradients
+            if attachment._steps_seen == before:
                 attachment.status.skipped_steps += 1
                 attachment._guarded(attachment.finder.stepped, optimizer)
             return out
@@ -202,6 +294,22 @@ class Attachment:
             self.status.reason = f"{type(exc).__name__}: {exc}"
             _log.warning("the deployment stopped (%s); training goes on without it", self.status.reason)
             self._close()
+        # a process killed mid-run still leaves what it saw, at most a second old; a forked one (which leaves
+        # through os._exit, as multiprocessing's children do) at every step
+        self._dirty = True
+        if self.status.forked:
+            self.write()
+        elif not self._writing:
+            self._writing = True
+            self.write()
+            threading.Thread(target=self._keep_writing, name="rlclock-attach-status", daemon=True).start()
+
+    def _keep_writing(self) -> None:
+        while True:
+            time.sleep(STATUS_EVERY_S)
+            if self._dirty:
+                self._dirty = False
+                self.write()
 
     # -- the deployment --------------------------------------------------------------------------------------
     def _mark(self) -> None:
@@ -212,10 +320,12 @@ class Attachment:
                 self.status.stood_down = True
                 self._close()
             return
+        self.status.marks += 1
+        if self.status.forked:
+            return
         if self.clocked is None:
             self.clocked = api.clocked(attached=True)
             self.clocked.start()
-        self.status.marks += 1
         self.clocked.step()
 
     def _restart(self) -> None:
@@ -223,6 +333,8 @@ class Attachment:
         clocks restored, its plan dropped: it was made for steps that were not the training steps)."""
         clk, self.clocked = self.clocked, None
         self.status.marks = 0
+        self.status.restarts += 1
+        _log.info("the training step is now %s's step: the deployment starts again", self.finder.marking)
         if clk is not None:
             clk.close()
 
@@ -243,12 +355,7 @@ class Attachment:
     def finish(self, exit_reason: str = "normal") -> None:
         """The process is ending: close the deployment (clocks restored, report written) and write the status."""
         self.status.exit = exit_reason
-        self.status.optimizer_steps = self.finder.steps_by_class()
-        self.status.marking = self.finder.marking
         self.status.cuda = _cuda_name()
-        rank = os.environ.get("RANK", "")
-        if self.status.rank is None and rank.isdigit():  # a torchrun or accelerate worker
-            self.status.rank = int(rank)
         try:
             self._close()
         except Exception as exc:  # say so; the exit goes on
@@ -257,7 +364,14 @@ class Attachment:
             self.write()
 
     def write(self) -> Path | None:
-        """Write the status file (``attach-<pid>.json`` in the folder ``rlclock apply`` gave)."""
+        """Write the status file (``attach-<pid>.json`` in the folder ``rlclock apply`` gave), with the steps seen
+        so far."""
+        self.status.pid = os.getpid()
+        self.status.optimizer_steps = self.finder.steps_by_class()
+        self.status.marking = self.finder.marking
+        rank = os.environ.get("RANK", "")
+        if self.status.rank is None and rank.isdigit():  # a torchrun or accelerate worker
+            self.status.rank = int(rank)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             path = self.folder / f"{STATUS_PREFIX}{self.status.pid}.json"
@@ -366,12 +480,13 @@ def _install_exit(attachment: Attachment) -> None:
     previous = sys.excepthook
 
     def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-        attachment.status.exit = f"{kind.__name__}: {value}"
+        attachment.error = f"{kind.__name__}: {value}" if str(value) else kind.__name__
         attachment.status.failed_at = time.time()
         previous(kind, value, tb)
 
     sys.excepthook = excepthook
-    atexit.register(lambda: attachment.finish(attachment.status.exit))
+    atexit.register(lambda: attachment.finish(attachment.error or "normal"))
+    os.register_at_fork(after_in_child=attachment.forked)
 
 
 def read_statuses(folder: str | os.PathLike[str]) -> list[Status]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlclock.cli import main
-from rlclock.deploy.attach import BOOT_DIR, DISCOVERY_STEPS, StepFinder
+from rlclock.deploy.attach import BOOT_DIR, DISCOVERY_STEPS, FOLLOWED, STALE_STEPS, StepFinder
 
 PLAIN = """
 import sys, torch
@@ -65,11 +65,31 @@ def _finder_marks(sequence: list[str]) -> int:
     (["a"] * 10, 10 - DISCOVERY_STEPS + 1),                      # one optimizer: a mark per step after discovery
     (["a", "b"] * 10, 10),                                       # two stepped alike: one mark per round (at b)
     ((["c"] * 5 + ["g"]) * 6, 6),                                # a critic stepped 5x per generator step
+    (["c"] * 40 + (["c"] * 5 + ["g"]) * 6, 5),                   # a generator made later: marked from its 2nd step
     (["a"] * 2, 0),                                              # ended while discovering: no mark
     ((["c", "c", "g"]) * 4, 4),                                  # the rarer one marks, also if it steps last
+    (["a"] * 30 + ["p"] * 5 + ["a"] * 30 + ["q"] * 5 + ["a"] * 30, 88),  # evaluation probes: the marks stay
+    # a fresh inner optimizer per batch, of a size unknown here (a real small one never marks: the test below)
+    ([x for i in range(40) for x in (f"x{i}",) * 3 + ("a",)], 40),
+    (["a"] * 20 + ["b"] * 40, 40 - STALE_STEPS + 1),             # a new phase: the marks move on to b
 ])
 def test_a_training_step_is_one_round_of_the_optimizers(sequence, marks):
     assert _finder_marks(sequence) == marks
+
+
+def test_small_optimizers_never_mark_and_the_followed_ones_stay_few():
+    import torch
+
+    marks: list[int] = []
+    finder = StepFinder(lambda: marks.append(1), marks.clear)
+    model = torch.optim.SGD(torch.nn.Linear(64, 64).parameters(), lr=0.1)
+    for _ in range(200):  # an adversarial perturbation with its own optimizer, made afresh for every batch
+        inner = torch.optim.SGD([torch.zeros(4, requires_grad=True)], lr=0.1)
+        finder.stepped(inner)
+        finder.stepped(model)
+        del inner
+    assert finder.marking == "SGD" and finder.restarts == 0 and len(finder.counts) <= FOLLOWED
+    assert len(marks) == 200 - DISCOVERY_STEPS + 1 and finder.steps_by_class() == {"SGD": 400}
 
 
 @pytest.fixture
@@ -108,7 +128,7 @@ def test_a_script_with_its_own_deployment_keeps_it(no_nvml, plan_files, tmp_path
 @pytest.mark.parametrize("script, args, code, says", [
     (PLAIN, ("5", "1", "fail"), 1, "RuntimeError: the script failed on purpose"),
     ("import torch\n", (), 0, "none called an optimizer's step()"),
-    ("raise SystemExit(3)\n", (), 3, "no Python process of the command imported torch"),
+    ("raise SystemExit(3)\n", (), 3, "no Python process of the command reported importing torch"),
     (PLAIN, ("1", "1"), 0, "before the schedule was applied"),
 ])
 def test_the_exit_code_is_passed_on_with_a_line_saying_what_happened(no_nvml, tmp_path, capfd, script, args, code,
@@ -118,10 +138,78 @@ def test_the_exit_code_is_passed_on_with_a_line_saying_what_happened(no_nvml, tm
     assert says in err and "Traceback (most recent call last)" not in err.split("rlclock apply:")[-1]
 
 
+FORKED = """
+import multiprocessing as mp, sys, torch
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+def train(n):
+    for _ in range(n):
+        model(torch.randn(2, 4)).mean().backward(); opt.step(); opt.zero_grad()
+train(10)
+child = mp.get_context("fork").Process(target=lambda: (torch.optim.SGD(model.parameters(), lr=0.1).step(), train(2)))
+child.start(); child.join()
+train(20)
+"""
+
+WRAPPED_SCALER = """
+import torch
+class Lookahead:  # a wrapper that is not an Optimizer, handed to the grad scaler
+    def __init__(self, inner): self.inner = inner
+    param_groups = property(lambda self: self.inner.param_groups)
+    state = property(lambda self: self.inner.state)
+    def step(self, closure=None): return self.inner.step(closure)
+    def zero_grad(self): self.inner.zero_grad()
+model = torch.nn.Linear(4, 1)
+opt = Lookahead(torch.optim.SGD(model.parameters(), lr=1e-2))
+scaler = torch.amp.GradScaler("cpu")
+for _ in range(12):
+    scaler.scale(model(torch.randn(2, 4)).mean()).backward(); scaler.step(opt); scaler.update(); opt.zero_grad()
+"""
+
+
+def test_a_forked_child_leaves_the_parents_deployment_alone(no_nvml, plan_files, tmp_path, capfd):
+    assert _apply(tmp_path, plan_files, FORKED) == 0, capfd.readouterr().err
+    report = json.loads((tmp_path / "rep.json").read_text())
+    assert report["steps"] == 30 - DISCOVERY_STEPS + 1 and report["issued"] > 0  # the worker lived on
+    err = capfd.readouterr().err
+    assert "forked process(es) trained (SGD: 3 steps)" in err and "did not report back" not in err
+
+
+def test_a_wrapper_handed_to_the_grad_scaler_is_not_a_skipped_step(no_nvml, tmp_path, capfd):
+    assert _apply(tmp_path, [], WRAPPED_SCALER) == 0
+    err = capfd.readouterr().err
+    assert "SGD: 12 steps" in err and "skipped" not in err
+
+
+def test_a_process_that_ends_without_exiting_through_python_is_said_so(no_nvml, tmp_path, capfd):
+    script = PLAIN.replace('if len(sys.argv) > 3:', 'import os, time\ntime.sleep(1.2)\nos._exit(4)\nif False:')
+    assert _apply(tmp_path, [], script, "6", "1") == 4
+    err = capfd.readouterr().err
+    assert "ended without exiting through Python" in err and "AdamW: 6 steps" in err
+    assert "no Python process" not in err
+
+
+def test_a_signal_to_rlclock_apply_goes_on_to_the_command(no_nvml, tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    (tmp_path / "train.py").write_text("import signal, sys, time\n"
+                                       "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n"
+                                       "print('ready', flush=True)\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "rlclock", "apply", "--", sys.executable,
+                             str(tmp_path / "train.py")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 7, err  # the command ended through its own handler, and its code came back
+
+
 def test_without_a_gpu_the_script_runs_unchanged_and_says_so(no_nvml, tmp_path, capfd):
     assert _apply(tmp_path, [], PLAIN, "6", "1") == 0
     err = capfd.readouterr().err
-    assert "no NVIDIA GPU on this machine" in err and "AdamW x6" in err and "no CUDA GPU" in err
+    assert "no NVIDIA GPU on this machine" in err and "AdamW: 6 steps" in err and "no CUDA GPU" in err
 
 
 @pytest.mark.parametrize("command, says", [
