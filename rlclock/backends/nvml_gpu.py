@@ -8,10 +8,10 @@ pair is measured once. Real measurements vary, so the backend is registered nond
 
 Env spec (``backend:``)::
 
-    backend: {kind: nvml, device: 0, allow_clock_control: false, cache: runs/nvml/gpt3xl-h200.json,
+    backend: {kind: nvml, device: 0, control_clocks: false, cache: runs/nvml/gpt3xl-h200.json,
               window_s: 0.5, warmup_s: 0.3, repeats: 3}
 
-Without ``allow_clock_control`` (observe mode) only ``auto`` can be measured; other configurations raise
+Without ``control_clocks`` (a dry run) only ``auto`` can be measured; other configurations raise
 :class:`~rlclock.errors.ClockControlDisabledError` when their tables are first needed.
 """
 
@@ -115,7 +115,7 @@ class NvmlGpu(GpuBackend):
                             "use the preset of this GPU (rlclock doctor names it).")
         measure = MeasureSettings(window_s=settings.window_s, warmup_s=settings.warmup_s, repeats=settings.repeats)
         captured = capture_for_trace(trace)
-        control = ClockControl(index, allow_clock_control=settings.allow_clock_control)
+        control = ClockControl(index, control_clocks=settings.control_clocks)
         measurer = KernelMeasurer(captured, trace, device, control, measure, settings.target_batch_s)
 
         def release() -> None:
@@ -123,7 +123,7 @@ class NvmlGpu(GpuBackend):
             control.close()
 
         backend = cls(gpu, trace, configs, latency_s, measurer=measurer, cache_path=settings.cache, on_close=release)
-        mode = "live" if settings.allow_clock_control else "observe"
+        mode = "live" if settings.control_clocks else "observe"
         backend.table.meta.update({k: v for k, v in table_meta(device, trace, measure, mode).items()
                                    if k not in backend.table.meta})
         return backend

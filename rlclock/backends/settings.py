@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import AliasChoices, BeforeValidator, Field
 
 from rlclock.validation import Float, Int, Settings
 
@@ -48,7 +48,8 @@ class NvmlSettings(Settings):
 
     Attributes:
         device: NVML index of the GPU.
-        allow_clock_control: Set clocks to measure other configurations (root; otherwise observe only).
+        control_clocks: Set clocks to measure other configurations (root; otherwise a dry run: ``auto`` only).
+            ``allow_clock_control`` is its deprecated name.
         cache: Measurement cache file (a sweep resumes where it stopped).
         window_s: Length of one energy window, seconds.
         warmup_s: Run before the first window, seconds.
@@ -58,7 +59,7 @@ class NvmlSettings(Settings):
 
     kind: Literal["nvml"]
     device: Annotated[Int, Field(ge=0)] = 0
-    allow_clock_control: bool = False
+    control_clocks: bool = Field(False, validation_alias=AliasChoices("control_clocks", "allow_clock_control"))
     cache: str | None = None
     window_s: Annotated[Float, Field(gt=0.0)] = 0.5
     warmup_s: Annotated[Float, Field(ge=0.0)] = 0.3

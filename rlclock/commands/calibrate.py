@@ -213,7 +213,7 @@ def _device(args: argparse.Namespace) -> int:
         torch.cuda.set_device(args.device)
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     table_out = args.table_out or Path(f"{base.key}-sweep-{started[:10]}.csv")
-    with ClockControl(args.device, allow_clock_control=args.control_clocks) as control:
+    with ClockControl(args.device, control_clocks=args.control_clocks) as control:
         configs = planned_configs(base, control, args.per_memory)
         mode = ("observe mode: nothing set, the clocks in effect only" if control.dry_run else
                 f"{len(configs)} locked clock pairs")

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.cuda.set_device(args.device)
-    with ClockControl(args.device, allow_clock_control=args.control_clocks) as control:
+    with ClockControl(args.device, control_clocks=args.control_clocks) as control:
         for c in configs:
             control.validate(c)
         if any(not c.is_auto for c in configs) and control.dry_run:

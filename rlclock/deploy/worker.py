@@ -614,7 +614,7 @@ def build_control(settings: dict[str, Any], handle_signals: bool) -> Any:
         from rlclock.gpu.clocks import ClockControl
 
         control: ClockControl | PlanOnlyControl = ClockControl(
-            int(settings["device"]), allow_clock_control=bool(settings["allow_clock_control"]),
+            int(settings["device"]), control_clocks=bool(settings["allow_clock_control"]),
             handle_signals=handle_signals)
     else:
         if settings["allow_clock_control"]:

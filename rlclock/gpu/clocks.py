@@ -28,7 +28,7 @@ Under faults (docs/safety.md says what is guaranteed, how, and what is not):
 * **A child forked without exec** (a data loader's worker) cannot change its parent's clocks, does not restore them
   when it ends, and does not hold the lock or the watchdog's pipe.
 
-Without ``allow_clock_control=True`` it runs in observe (dry-run) mode: every request is validated,
+Without ``control_clocks=True`` it runs as a dry run: every request is validated,
 planned and recorded — which NVML calls would be made — and the clocks and power limit are read back, but
 no set or reset function is called, no lock is taken and no watchdog is started. ``rlclock reset-clocks``
 (:func:`reset_clocks`) undoes locks left behind by anything and sets changed power limits back to the
@@ -36,7 +36,7 @@ driver's default.
 
 Example::
 
-    with ClockControl(0, allow_clock_control=True) as clocks:
+    with ClockControl(0, control_clocks=True) as clocks:
         clocks.set_power_limit(550)            # whole-job board power limit, watts
         record = clocks.apply("1410@3201")     # lock core 1410 MHz, memory 3201 MHz
         print(record.sm_clock_mhz, record.reasons)
@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from rlclock.deprecation import renamed_keyword
 from rlclock.dvfs.spec import MEMORY_LOCKS, memory_locks_of
 from rlclock.errors import (
     ClockControlDisabledError,
@@ -220,10 +221,11 @@ class ClockControl:
 
     Args:
         device: NVML index of the GPU.
-        allow_clock_control: Opt in to setting clocks (``--control-clocks`` on the command line). Without
-            it the object runs in dry-run (observe) mode.
-        dry_run: Record what would be set without calling any set/reset function. Default: ``True``
-            unless ``allow_clock_control``. ``dry_run=False`` without ``allow_clock_control`` is an error.
+        control_clocks: Opt in to setting clocks (``--control-clocks`` on the command line). Without it the
+            object runs as a dry run: it records what would be set and calls no set/reset function.
+        allow_clock_control: Deprecated name of ``control_clocks``.
+        dry_run: Deprecated: ``dry_run=True`` is ``control_clocks=False``; ``dry_run=False`` without
+            ``control_clocks`` is an error.
         watchdog: Start the watchdog process before the first lock or power limit change (ignored in dry-run).
             Leave on.
         handle_signals: Restore on SIGINT/SIGTERM (installed only when created in the main thread).
@@ -236,7 +238,7 @@ class ClockControl:
             alone: only the core clock is locked.
 
     Raises:
-        ClockControlDisabledError: ``dry_run=False`` without ``allow_clock_control=True``.
+        ClockControlDisabledError: ``dry_run=False`` without ``control_clocks=True``.
         GpuBusyError: Live, and another rlclock process controls this GPU.
         ClockRestoreError: Live, and what a process that has ended left changed on this GPU could not be given back.
         GpuUnavailableError: NVML or the GPU is missing.
@@ -246,16 +248,21 @@ class ClockControl:
     :class:`PowerLimitReadback`, kept in ``power_limit_history`` with the records of its restores.
     """
 
-    def __init__(self, device: int = 0, *, allow_clock_control: bool = False, dry_run: bool | None = None,
-                 watchdog: bool = True, handle_signals: bool = True,
-                 supported: Mapping[int, Sequence[int]] | None = None, memory_locks: str | None = None) -> None:
-        if dry_run is None:
-            dry_run = not allow_clock_control
-        if not dry_run and not allow_clock_control:
-            raise ClockControlDisabledError(
-                "setting clocks was requested (dry_run=False) but clock control is not enabled.",
-                "pass allow_clock_control=True (--control-clocks), or keep the default observe mode.",
-            )
+    def __init__(self, device: int = 0, *, control_clocks: bool = False, watchdog: bool = True,
+                 handle_signals: bool = True, supported: Mapping[int, Sequence[int]] | None = None,
+                 memory_locks: str | None = None, allow_clock_control: bool | None = None,
+                 dry_run: bool | None = None) -> None:
+        if allow_clock_control is not None:
+            renamed_keyword("ClockControl", "allow_clock_control", "control_clocks", "0.2.0")
+            control_clocks = control_clocks or allow_clock_control
+        if dry_run is not None:
+            renamed_keyword("ClockControl", "dry_run", "control_clocks", "0.2.0")
+            if not dry_run and not control_clocks:
+                raise ClockControlDisabledError(
+                    "setting clocks was requested (dry_run=False) but clock control is not enabled.",
+                    "pass control_clocks=True (--control-clocks), or keep the default dry run.",
+                )
+        dry_run = not control_clocks if dry_run is None else dry_run
         self._lock = threading.RLock()
         self._dry_run = bool(dry_run)
         self.device = nvml.NvmlDevice(device)
@@ -307,7 +314,7 @@ class ClockControl:
     # -- properties -------------------------------------------------------------------------------
     @property
     def dry_run(self) -> bool:
-        """True in observe mode: nothing is ever set."""
+        """True in a dry run: nothing is ever set."""
         return self._dry_run
 
     @property

@@ -69,7 +69,7 @@ def test_clocks_other_than_auto_need_clock_control(fake_nvml):
         require_clock_control(None, LOW)
     with ClockControl(0) as dry, pytest.raises(ClockControlDisabledError):
         require_clock_control(dry, LOW)
-    with ClockControl(0, allow_clock_control=True, watchdog=False, handle_signals=False) as live:
+    with ClockControl(0, control_clocks=True, watchdog=False, handle_signals=False) as live:
         require_clock_control(live, LOW)
 
 

@@ -90,7 +90,7 @@ class SimulatedIdle(SimulatedKernel):
 
 
 def live() -> ClockControl:
-    return ClockControl(0, allow_clock_control=True, watchdog=False, handle_signals=False)
+    return ClockControl(0, control_clocks=True, watchdog=False, handle_signals=False)
 
 
 def _sweep(fake, control, kernels, true_gpu, per_memory=3, base=BASE, **kw):

@@ -199,7 +199,7 @@ def test_anchor_offset_is_the_least_delayed_observation():
 def test_clock_control_opt_in_is_still_needed_underneath(fake_gpu):
     from rlclock.gpu.clocks import ClockControl
 
-    with pytest.raises(ClockControlDisabledError):
+    with pytest.raises(ClockControlDisabledError), pytest.warns(DeprecationWarning):
         ClockControl(0, dry_run=False)
 
 

@@ -156,7 +156,7 @@ def _serve_owner(conn: Connection, options: dict[str, Any]) -> None:
         if name in options:
             setattr(ownership, attr, options[name])
     try:
-        clocks = clocks_module.ClockControl(0, allow_clock_control=True, watchdog=options.get("watchdog", True),
+        clocks = clocks_module.ClockControl(0, control_clocks=True, watchdog=options.get("watchdog", True),
                                             handle_signals=options.get("handle_signals", True))
         if options.get("start_watchdog", True) and options.get("watchdog", True):
             clocks.start_watchdog()

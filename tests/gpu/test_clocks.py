@@ -22,7 +22,7 @@ SET_FUNCTIONS = {"nvmlDeviceSetGpuLockedClocks", "nvmlDeviceSetMemoryLockedClock
 
 
 def live(**kw) -> ClockControl:
-    return ClockControl(0, allow_clock_control=True, watchdog=False, handle_signals=False, **kw)
+    return ClockControl(0, control_clocks=True, watchdog=False, handle_signals=False, **kw)
 
 
 def test_plan_calls_touches_only_changed_domains():
@@ -51,8 +51,8 @@ def test_observe_mode_is_the_default_and_calls_no_set_function(fake_nvml):
 
 
 def test_setting_clocks_needs_the_opt_in(fake_nvml):
-    with pytest.raises(ClockControlDisabledError, match="allow_clock_control"):
-        ClockControl(0, dry_run=False)
+    with pytest.raises(ClockControlDisabledError, match="control_clocks"), pytest.warns(DeprecationWarning):
+        ClockControl(0, dry_run=False)  # the deprecated spelling of the opt-in, still refused without it
     assert fake_nvml.calls() == []
 
 

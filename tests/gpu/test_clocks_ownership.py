@@ -24,7 +24,7 @@ CORE_RESET = "nvmlDeviceResetGpuLockedClocks"
 
 
 def live(**kw) -> ClockControl:
-    return ClockControl(0, allow_clock_control=True, watchdog=False, handle_signals=False, **kw)
+    return ClockControl(0, control_clocks=True, watchdog=False, handle_signals=False, **kw)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ OWNER = r"""
 import sys, time
 from rlclock.gpu.clocks import ClockControl
 mode = sys.argv[1]
-clocks = ClockControl(0, allow_clock_control=True)
+clocks = ClockControl(0, control_clocks=True)
 rec = clocks.apply("1200@2201")
 print("applied", clocks.watchdog_pid, rec.sm_clock_mhz, flush=True)
 if mode == "exit":
@@ -136,7 +136,7 @@ POWER_OWNER = r"""
 import sys, time
 from rlclock.gpu.clocks import ClockControl
 mode = sys.argv[1]
-clocks = ClockControl(0, allow_clock_control=True)
+clocks = ClockControl(0, control_clocks=True)
 rec = clocks.set_power_limit(450)
 if mode == "with-clocks":
     clocks.apply("1200@2201")

@@ -71,7 +71,7 @@ def test_clock_control_reads_the_capability_from_nvml(fake_nvml):
 
 
 def test_deferred_gpu_locks_the_core_only_and_refuses_another_memory_clock(fake_nvml):
-    with ClockControl(0, allow_clock_control=True, watchdog=False, handle_signals=False) as clocks:
+    with ClockControl(0, control_clocks=True, watchdog=False, handle_signals=False) as clocks:
         rec = clocks.apply("1410@3201")  # the memory clock in effect: left alone
         assert rec.calls == ("set_locked_core_clocks(1410, 1410)",) and rec.applied
         assert fake_nvml.device()["locked_core"] == [1410, 1410] and fake_nvml.device()["locked_mem"] is None
@@ -97,7 +97,7 @@ def test_dry_run_on_a_deferred_gpu_plans_core_calls_only(fake_nvml):
 def test_a_runtime_lock_the_driver_refuses_becomes_one_clear_error(fake_nvml):
     """A GPU believed to lock memory at runtime whose driver says otherwise: one line, no more memory calls, and
     the core lock taken just before is given back on close."""
-    with ClockControl(0, allow_clock_control=True, watchdog=False, handle_signals=False,
+    with ClockControl(0, control_clocks=True, watchdog=False, handle_signals=False,
                       memory_locks="runtime") as clocks:
         with pytest.raises(ClockError, match=r"refused a runtime memory lock.*core clocks only"):
             clocks.apply("1410@2201")

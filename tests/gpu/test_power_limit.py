@@ -23,7 +23,7 @@ SET = "nvmlDeviceSetPowerManagementLimit"
 
 
 def live(**kw) -> ClockControl:
-    return ClockControl(0, allow_clock_control=True, watchdog=False, handle_signals=False, **kw)
+    return ClockControl(0, control_clocks=True, watchdog=False, handle_signals=False, **kw)
 
 
 def power_sets(fake_nvml, pid: int | None = None) -> list[int]:
@@ -270,7 +270,7 @@ def test_a_released_power_limit_is_left_alone_by_the_watchdog(found_600):
 
 
 def test_clock_control_guards_the_limit_found_with_its_watchdog(found_600):
-    with ClockControl(0, allow_clock_control=True, handle_signals=False) as clocks:
+    with ClockControl(0, control_clocks=True, handle_signals=False) as clocks:
         clocks.set_power_limit(450)
         assert clocks._watchdog is not None and clocks._watchdog.power_limits_w == {0: 600.0}
         clocks.set_power_limit(None)
