@@ -90,6 +90,12 @@ def run(args: argparse.Namespace) -> int:
 
         raise GpuUnavailableError("--control-clocks needs an NVIDIA GPU with NVML, and this machine has none.",
                                   "run on the GPU machine, or leave out --control-clocks for a dry run.")
+    if settings.schedule is not None and not gpu and settings.latency_s is None:
+        from rlclock.errors import DeployError
+
+        raise DeployError("a schedule on a machine without a GPU is planned with the switching latency, and none "
+                          "was given (there is no GPU preset to take it from).",
+                          "add --latency SECONDS (0.006 for an H100 or H200), or run on the GPU machine.")
     _describe_source(settings, gpu)
     work = Path(tempfile.mkdtemp(prefix="rlclock-apply-"))
     if settings.report is None:
