@@ -111,7 +111,7 @@ def test_an_anchored_fit_reproduces_each_reference_reading_and_finds_a_hidden_ce
     rows = [r for r in simulated_sweep(true, per_memory=5, noise_std=0.0) if r.kernel in kinds]
     scaled = [SweepRow(**{**r.__dict__, "flops": 0.5 * r.flops, "read_bytes": 0.5 * r.read_bytes,
                           "write_bytes": 0.5 * r.write_bytes}) for r in rows]
-    t, e, _ = predictions(base, scaled, anchored=True)
+    t, _e, _ = predictions(base, scaled, anchored=True)
     idx = reference_rows(scaled, np.unique([r.kernel for r in scaled], return_inverse=True)[1])
     assert np.allclose(t[idx], [scaled[i].time_s for i in idx], rtol=1e-3)
     start, time_names, _ = plan_fit(base, scaled, anchored=True)

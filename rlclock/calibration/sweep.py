@@ -323,10 +323,12 @@ def power_floor_w(spec: GpuSpec, mem_mhz: float) -> float:
 
 def constraint_residuals(spec: GpuSpec, idle: dict[int, float]) -> np.ndarray:
     """Hinge residuals of the physical constraints (0 where they hold): the voltage does not fall as the clock rises
-    (``v_max_v >= v_min_v``), and the power floor is not above an idle reading at its memory clock."""
+    (``v_max_v >= v_min_v``), and the power floor is not above an idle reading at its memory clock (by more than half
+    the reading's scatter, :data:`FLOOR_TOLERANCE`, so that the check after the fit has room)."""
     p = spec.model
     r = [CONSTRAINT_WEIGHT * max(0.0, (p.v_min_v - p.v_max_v) / 0.01)]
-    r += [CONSTRAINT_WEIGHT * max(0.0, float(np.log(power_floor_w(spec, m) / w))) for m, w in idle.items()]
+    slack = np.log1p(FLOOR_TOLERANCE / 2)  # the reading's scatter, half of what the check after the fit allows
+    r += [CONSTRAINT_WEIGHT * max(0.0, float(np.log(power_floor_w(spec, m) / w)) - slack) for m, w in idle.items()]
     return np.array(r)
 
 
