@@ -156,7 +156,7 @@ def test_a_fit_that_predicts_held_out_kernels_worse_than_its_start_is_refused(tm
     code = main(["calibrate", "--table", str(_corrupted(base, tmp_path)), "--gpu", "h200-sxm", "--folds", "3",
                  "--max-nfev", "40", "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "nothing was written" in err[0] and "Fix:" in err[0]
+    assert code == 2 and len(err) == 1 and "no spec was written" in err[0] and "Fix:" in err[0]
     assert not out.exists()
 
 

@@ -166,13 +166,13 @@ def calibrate(base: GpuSpec, rows: Sequence[SweepRow], folds: int = FOLDS, max_n
     fitted, figures = fit_sweep(base, rows, max_nfev, anchored=anchored)
     bad = violations(fitted, idle_readings(rows), names)
     if bad:
-        raise SpecError(f"the fit of {base.key} to the sweep is unphysical: {'; '.join(bad)}; nothing was written.",
+        raise SpecError(f"the fit of {base.key} to the sweep is unphysical: {'; '.join(bad)}; no spec was written.",
                         "check the table's units and idle rows, or leave out the kernels the model cannot describe "
                         "(--drop; the per-kernel errors of rlclock calibrate --check show which).")
     check = held_out(base, rows, folds, max_nfev, anchored)
     if check is not None and check.score("fit") > check.score("base"):
         raise SpecError(f"the fitted model predicts kernels it was not fitted to worse than the {base.key} spec it "
-                        f"started from — {check.summary()}; nothing was written.",
+                        f"started from — {check.summary()}; no spec was written.",
                         "measure more kinds of kernel (rlclock calibrate --suite lists them), leave out kernels the "
                         "model cannot describe (--drop), or keep the base spec.")
     warnings = [f"{w}: the rows pushed it there, so it may stand in for another term's misfit"
