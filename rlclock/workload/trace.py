@@ -27,9 +27,13 @@ from typing import Any
 import numpy as np
 
 from rlclock.errors import TraceError
+from rlclock.workload.kernel_code import InductorCodeError, KernelCode
 
 TRACE_FORMAT = "rlclock.trace"
-TRACE_VERSION = 1
+TRACE_VERSION = 2
+"""Version 2 marks the kernels no cost rule knew (``cost_from: "time"``) and keeps a generated kernel's code with its
+launch; a version-1 file's kernels with no work were such kernels, and are read as them."""
+READ_VERSIONS = (1, 2)
 
 CATEGORIES: tuple[str, ...] = (
     "gemm",  # dense matrix multiply on tensor cores (incl. batched)
@@ -48,6 +52,9 @@ CATEGORIES: tuple[str, ...] = (
 TENSOR_CATEGORIES: frozenset[str] = frozenset({"gemm", "attention"})
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+
+COST_SOURCES: tuple[str, ...] = ("rules", "time")
+"""Where a kernel's work comes from (:attr:`Kernel.cost_from`)."""
 
 ACCESS_CLASSES: tuple[str, ...] = ("stream", "gather", "reduce")
 """How a kernel touches DRAM: ``stream`` (coalesced, read once / write once), ``gather`` (rows picked by
@@ -113,6 +120,8 @@ class LaunchOp:
         concrete_inputs: Per argument: the value of a scalar argument as text (``"True"``, ``"32000"``), else
             ``""``.
         call: Which call of the step it was (kernels launched by one call share it), ``-1`` if unknown.
+        code: For a kernel TorchInductor generated, what its source says it loads, stores and computes
+            (:mod:`rlclock.workload.inductor`); ``None`` otherwise.
     """
 
     name: str
@@ -120,6 +129,7 @@ class LaunchOp:
     input_types: tuple[str, ...] = ()
     concrete_inputs: tuple[str, ...] = ()
     call: int = -1
+    code: KernelCode | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +158,10 @@ class Kernel:
             from it by :mod:`rlclock.workload.op_costs`).
         onchip_bytes: Bytes it moves through shared memory (each store and load counted), when known — a kernel
             whose time is shared-memory round trips (the calibration suite's on-chip loop). ``None``: none counted.
+        cost_from: Where its FLOPs and bytes come from (one of :data:`COST_SOURCES`): ``"rules"`` — a generator,
+            the operator's shapes or the generated code; ``"time"`` — no rule knew it, so its work is what its
+            measured duration takes on the GPU model (:func:`rlclock.workload.op_costs.costs` leaves it for
+            :func:`rlclock.dvfs.model.work_from_time` to fill).
     """
 
     name: str
@@ -167,6 +181,7 @@ class Kernel:
     measured: tuple[Measurement, ...] = field(default_factory=tuple)
     launch_op: LaunchOp | None = None
     onchip_bytes: float | None = None
+    cost_from: str = "rules"
 
     @property
     def dram_bytes(self) -> float:
@@ -315,10 +330,10 @@ class KernelTrace(Sequence[Kernel]):
                 "write traces with rlclock (KernelTrace.save or `rlclock profile`).",
             )
         version = data.get("version")
-        if version != TRACE_VERSION:
+        if version not in READ_VERSIONS:
             raise TraceError(
-                f"{source}: trace version {version!r} is not supported (this rlclock reads version "
-                f"{TRACE_VERSION}).",
+                f"{source}: trace version {version!r} is not supported (this rlclock reads versions "
+                f"{', '.join(map(str, READ_VERSIONS))}).",
                 "upgrade rlclock or re-create the trace with this version.",
             )
         name = data.get("name")
@@ -331,6 +346,10 @@ class KernelTrace(Sequence[Kernel]):
         if not isinstance(raw, list) or not raw:
             raise TraceError(f"{source}: 'kernels' must be a non-empty list.")
         kernels = [_kernel_from_dict(d, i, source) for i, d in enumerate(raw)]
+        if version == 1:  # a profiled kernel no rule knew carried no work: it is one to plan from its time
+            kernels = [replace(k, cost_from="time") if k.measured and k.flops == 0 and k.dram_bytes == 0
+                       and k.onchip_bytes is None and "memset" not in k.name.lower()
+                       and "memcpy" not in k.name.lower() else k for k in kernels]
         return cls(name, kernels, meta)
 
     def save(self, path: str | Path) -> Path:
@@ -374,6 +393,12 @@ _LAUNCH_OP_FIELDS = {f for f in LaunchOp.__dataclass_fields__}
 def _kernel_to_dict(k: Kernel) -> dict[str, Any]:
     d = asdict(k)
     d["measured"] = [asdict(m) for m in k.measured]
+    if k.launch_op is not None:
+        d["launch_op"] = {key: v for key, v in d["launch_op"].items() if key != "code"}
+        if k.launch_op.code is not None:
+            d["launch_op"]["code"] = k.launch_op.code.to_dict()
+    if k.cost_from == "rules":
+        del d["cost_from"]
     return {key: (list(v) if isinstance(v, tuple) else v) for key, v in d.items() if v is not None}
 
 
@@ -402,7 +427,15 @@ def _launch_op_from_dict(d: Any, where: str) -> LaunchOp:
     call = d.get("call", -1)
     if not isinstance(call, int) or isinstance(call, bool) or call < -1:
         raise TraceError(f"{where}: launch_op 'call' must be an integer >= -1, found {call!r}.")
-    return LaunchOp(d["name"], tuple(dims), texts["input_types"], texts["concrete_inputs"], call)
+    code = None
+    if d.get("code") is not None:
+        try:
+            code = KernelCode.from_dict(d["code"]) if isinstance(d["code"], dict) else None
+        except InductorCodeError as exc:
+            raise TraceError(f"{where}: launch_op {exc}.") from None
+        if code is None:
+            raise TraceError(f"{where}: launch_op 'code' must be an object, found {d['code']!r}.")
+    return LaunchOp(d["name"], tuple(dims), texts["input_types"], texts["concrete_inputs"], call, code)
 
 
 def _where(i: int, d: Any) -> str:
@@ -466,6 +499,8 @@ def _validate_kernel(k: Kernel, i: int, source: str = "trace") -> None:
         raise TraceError(f"{where}: category {k.category!r} is unknown.", f"use one of {list(CATEGORIES)}.")
     if k.phase not in PHASES:
         raise TraceError(f"{where}: phase {k.phase!r} is unknown.", f"use one of {list(PHASES)}.")
+    if k.cost_from not in COST_SOURCES:
+        raise TraceError(f"{where}: cost_from {k.cost_from!r} is unknown.", f"use one of {list(COST_SOURCES)}.")
     if k.dtype not in DTYPES:
         raise TraceError(f"{where}: dtype {k.dtype!r} is unknown.", f"use one of {list(DTYPES)}.")
     if k.access not in ACCESS_CLASSES:
