@@ -90,6 +90,7 @@ def test_violations_name_a_falling_voltage_a_floor_above_idle_and_a_value_out_of
     assert not np.any(constraint_residuals(h200, {3201: 2 * power_floor_w(h200, 3201)}))
 
 
+@pytest.mark.slow  # whole fits (and a k-fold of them): 10-40 s on a loaded 2-core machine
 def test_the_fit_keeps_the_voltage_rising_and_the_floor_under_idle_where_the_data_pull_otherwise():
     """A sweep from a GPU whose voltage falls with the clock and whose floor is above its own idle reading (no
     physical GPU): the fit still returns a voltage that does not fall and a floor not above the idle reading."""
@@ -128,6 +129,7 @@ def test_folds_deal_kernels_round_robin():
     assert fold_of(["a", "b", "a", "c", "d"], 2) == {"a": 0, "b": 1, "c": 0, "d": 1}
 
 
+@pytest.mark.slow  # whole fits (and a k-fold of them): 10-40 s on a loaded 2-core machine
 def test_the_held_out_check_reports_a_good_fit_and_warns_at_the_ends_of_ranges():
     base = get_spec("h200-sxm")
     rows = simulated_sweep(hidden_gpu(base, 1), per_memory=4, seed=1)
@@ -148,6 +150,7 @@ def _corrupted(base, tmp_path: Path) -> Path:
     return write_table(rows, tmp_path / "bad.csv")
 
 
+@pytest.mark.slow  # whole fits (and a k-fold of them): 10-40 s on a loaded 2-core machine
 def test_a_fit_that_predicts_held_out_kernels_worse_than_its_start_is_refused(tmp_path, capsys):
     base = get_spec("h200-sxm")
     with pytest.raises(SpecError, match=r"predicts kernels it was not fitted to worse than the h200-sxm spec"):
