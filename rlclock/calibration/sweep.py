@@ -14,7 +14,7 @@ the fit recovers a GPU it was not given (``tests/calibration/test_calibrate.py``
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from rlclock.calibration.fit import BOUNDS, fit
+from rlclock.calibration.fit import fit
 from rlclock.dvfs import model
-from rlclock.dvfs.spec import GpuSpec, spec_to_mapping, write_spec_file
+from rlclock.dvfs.spec import PARAMETER_RANGES, GpuSpec, out_of_range, spec_to_mapping, write_spec_file
 from rlclock.errors import SpecError
 from rlclock.schedule import ClockConfig
 from rlclock.workload.trace import TENSOR_CATEGORIES, Kernel
@@ -185,12 +185,29 @@ _INFORMED_BY = {"eta_gemm": "tensor", "c_tensor_w": "tensor", "eta_stream": "str
 """Which kind of row informs a parameter (the others — voltage curve, static, clock and memory background power —
 every row does): a table of a few kernel classes fits only what they can show and keeps the rest as the base holds
 it, rather than bending a parameter no row depends on to absorb another's misfit."""
+PRIOR_SPREAD = 0.1
+"""A parameter the rows inform only together with another (:func:`confounded`) is fitted against its base value with
+a spread of this share of its range: where the rows are indifferent to the split it stays there, where they need the
+sum to move (a floor far below the base's) it moves."""
+
+
+def confounded(rows: Sequence[SweepRow]) -> tuple[str, ...]:
+    """Parameters the rows inform only in a sum with another: the memory's background power, which scales with the
+    memory clock, where every row is at one memory clock (there it adds to the constant power)."""
+    return ("p_mem_bg_w",) if len({r.mem_mhz for r in rows}) < 2 else ()
+
+
+def prior_residuals(spec: GpuSpec, base: GpuSpec, names: Sequence[str]) -> np.ndarray:
+    """Residuals pulling ``names`` to ``base``'s values, each over :data:`PRIOR_SPREAD` of its range."""
+    new, old = spec.model.as_dict(), base.model.as_dict()
+    return np.array([(new[n] - old[n]) / (PRIOR_SPREAD * (_BOUNDS[n][1] - _BOUNDS[n][0])) for n in names])
 
 
 def fit_names(rows: Sequence[SweepRow]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The time and the power parameters ``rows`` can inform, in the order of :data:`TIME_FIT_NAMES` and
     :data:`POWER_FIT_NAMES` (with :data:`SIMT_GEMM_FIT_NAMES` where a row is a matrix product on the FP32 units).
-    The suite informs them all; a table measured elsewhere may not (:data:`_INFORMED_BY`)."""
+    The suite informs them all (the memory's background power, at one memory clock, only together with the constant
+    power: :func:`confounded`); a table measured elsewhere may inform fewer (:data:`_INFORMED_BY`)."""
     kinds: set[str] = set()
     for r in rows:
         if r.is_idle:
@@ -213,14 +230,138 @@ def fit_names(rows: Sequence[SweepRow]) -> tuple[tuple[str, ...], tuple[str, ...
     return keep(TIME_FIT_NAMES) + extra[:1], keep(POWER_FIT_NAMES) + extra[1:]
 
 
-_BOUNDS = {**BOUNDS, "v_min_v": (0.5, 0.9), "v_max_v": (0.8, 1.2), "c_clock_w": (0.0, 300.0),
-           "p_const_w": (0.0, 300.0), "k_leak_w_per_v": (0.0, 300.0), "c_tensor_w": (1.0, 800.0),
-           "c_simt_w": (0.0, 800.0), "p_mem_bg_w": (0.0, 300.0), "f_ridge_mhz": (300.0, 2500.0),
-           "lat_core_cycles": (10.0, 2000.0), "c_simt_gemm_w": (0.0, 800.0), "smem_bytes_per_cycle": (1.0, 512.0),
-           "e_smem_j_per_byte": (0.0, 3e-10)}
-"""The sweep fit's bounds: wider than the preset fits' (:data:`~rlclock.calibration.fit.BOUNDS`), so that another
-GPU of a kind is reachable (the RTX 3080 Ti preset's latency in core cycles, 50.2, sits at those bounds' floor of 50:
-a hidden GPU 20 % below it was fitted at the floor, 5.3 % off in time)."""
+INFORMED_SHARE = 0.1
+"""A parameter is fitted only where moving it by this share of its range (either way) …"""
+INFORMED_CHANGE = 0.01
+"""… moves some reading's predicted time or energy by at least this fraction (a reading's own scatter): else the rows
+cannot place it (a compute kernel's megabyte of DRAM traffic does not tell the achieved bandwidth) and it stays."""
+
+
+def informed(base: GpuSpec, rows: Sequence[SweepRow], names: Sequence[str],
+             anchored: bool = False) -> tuple[str, ...]:
+    """The parameters of ``names`` the rows can place: those whose move by :data:`INFORMED_SHARE` of their range, up or
+    down from ``base``, changes some predicted reading (time, energy or idle power) by :data:`INFORMED_CHANGE`."""
+    t0, e0, p0 = predictions(base, rows, anchored)
+    ref = np.concatenate([t0, e0, p0])
+    values = base.model.as_dict()
+    out = []
+    for n in names:
+        lo, hi = _BOUNDS[n]
+        step = INFORMED_SHARE * (hi - lo)
+        moved = 0.0
+        for v in (min(hi, values[n] + step), max(lo, values[n] - step)):
+            if v == values[n]:
+                continue
+            got = np.concatenate(predictions(base.with_model(**{n: v}), rows, anchored))
+            moved = max(moved, float(np.max(np.abs(np.log(got / ref)))) if ref.size else 0.0)
+        if moved >= INFORMED_CHANGE:
+            out.append(n)
+    return tuple(out)
+
+
+def fitted_names(base: GpuSpec, rows: Sequence[SweepRow],
+                 anchored: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The time and the power parameters a fit of ``base`` to ``rows`` adjusts: those the rows' kinds inform
+    (:func:`fit_names`) and can place (:func:`informed`); every other parameter stays at the base's value."""
+    time_names, power_names = fit_names(rows)
+    return informed(base, rows, time_names, anchored), informed(base, rows, power_names, anchored)
+
+
+CEILING_PROBES: dict[str, tuple[float, ...]] = {"xbar_bytes_per_cycle": (4.0, 8.0, 16.0, 32.0)}
+"""Ceilings a base may hold off (0) that a sweep can switch on: where one of these values explains the sweep's times
+better than none (:data:`CEILING_GAIN`), the fit starts from the best of them and fits it."""
+CEILING_GAIN = 0.05
+"""The share by which a probed ceiling must lower the sweep's time misfit (sum of squared log errors) to be fitted."""
+
+
+def probe_ceilings(base: GpuSpec, rows: Sequence[SweepRow], anchored: bool = False) -> GpuSpec:
+    """``base`` with each ceiling of :data:`CEILING_PROBES` it holds off set to the probe that best explains the
+    sweep's times, where that lowers their misfit by :data:`CEILING_GAIN` (unchanged otherwise)."""
+    def misfit(s: GpuSpec) -> float:
+        return float(np.sum(sweep_residuals(s, rows, "time", anchored) ** 2))
+
+    spec = base
+    for name, probes in CEILING_PROBES.items():
+        if getattr(spec.model, name) > 0:
+            continue
+        now = misfit(spec)
+        best = min(probes, key=lambda v: misfit(spec.with_model(**{name: v})))
+        if misfit(spec.with_model(**{name: best})) < (1 - CEILING_GAIN) * now:
+            spec = spec.with_model(**{name: best})
+    return spec
+
+
+_BOUNDS = {n: (lo, hi) for n, (lo, hi, _unit) in PARAMETER_RANGES.items()} | {"smem_bytes_per_cycle": (1.0, 512.0)}
+"""The sweep fit's bounds: the documented ranges (:data:`~rlclock.dvfs.spec.PARAMETER_RANGES`), wider than the preset
+fits' (:data:`~rlclock.calibration.fit.BOUNDS`), so that another GPU of a kind is reachable (the RTX 3080 Ti preset's
+latency in core cycles, 50.2, sits at those bounds' floor of 50: a hidden GPU 20 % below it was fitted at the floor,
+5.3 % off in time); a fitted shared-memory rate is at least 1 byte per cycle (the term divides by it)."""
+
+VOLTAGE_TOLERANCE_V = 1e-3
+"""How far the fitted top voltage may sit below the bottom one before the fit is called unphysical (a falling V(f))."""
+FLOOR_TOLERANCE = 0.02
+"""How far above an idle reading the model's power floor may sit before the fit is called unphysical (the reading's
+own scatter: two H200 idle windows three days apart differ by 8 %)."""
+CONSTRAINT_WEIGHT = 30.0
+"""Weight of the physical constraints' hinge residuals against one reading's log error."""
+
+
+def idle_readings(rows: Sequence[SweepRow]) -> dict[int, float]:
+    """The lowest idle power read at each memory clock of the rows (W; empty without ``idle`` rows)."""
+    out: dict[int, float] = {}
+    for r in rows:
+        if r.is_idle:
+            out[r.mem_mhz] = min(out.get(r.mem_mhz, np.inf), r.energy_j / r.time_s)
+    return out
+
+
+def power_floor_w(spec: GpuSpec, mem_mhz: float) -> float:
+    """The model's power floor at a memory clock, W: its power with nothing running at the lowest core clock (static
+    and leakage power at the lowest voltage, the clock tree, the memory's background)."""
+    return model.gap_power_w(spec, float(spec.min_core_mhz), mem_mhz)
+
+
+def constraint_residuals(spec: GpuSpec, idle: dict[int, float]) -> np.ndarray:
+    """Hinge residuals of the physical constraints (0 where they hold): the voltage does not fall as the clock rises
+    (``v_max_v >= v_min_v``), and the power floor is not above an idle reading at its memory clock (by more than half
+    the reading's scatter, :data:`FLOOR_TOLERANCE`, so that the check after the fit has room)."""
+    p = spec.model
+    r = [CONSTRAINT_WEIGHT * max(0.0, (p.v_min_v - p.v_max_v) / 0.01)]
+    slack = np.log1p(FLOOR_TOLERANCE / 2)  # the reading's scatter, half of what the check after the fit allows
+    r += [CONSTRAINT_WEIGHT * max(0.0, float(np.log(power_floor_w(spec, m) / w)) - slack) for m, w in idle.items()]
+    return np.array(r)
+
+
+def violations(spec: GpuSpec, idle: dict[int, float], names: Sequence[str]) -> list[str]:
+    """What makes a fitted spec unphysical, one phrase each: a voltage that falls as the clock rises, a power floor
+    above an idle reading, a fitted parameter (``names``) outside its documented range."""
+    p = spec.model
+    out = []
+    if p.v_max_v < p.v_min_v - VOLTAGE_TOLERANCE_V:
+        out.append(f"the voltage falls as the clock rises ({p.v_min_v:.3f} V at the bottom, {p.v_max_v:.3f} V at the "
+                   "top)")
+    for m, w in sorted(idle.items()):
+        floor = power_floor_w(spec, m)
+        if floor > w * (1 + FLOOR_TOLERANCE):
+            out.append(f"the power floor ({floor:.0f} W at {spec.min_core_mhz} MHz, memory {m} MHz) is above the idle "
+                       f"reading ({w:.0f} W)")
+    return out + out_of_range(p, names)
+
+
+def at_bounds(spec: GpuSpec, names: Sequence[str], share: float = 1e-3) -> list[str]:
+    """One warning per fitted parameter that ended at (within ``share`` of the width of) an end of its range: the rows
+    pushed it there, so it may stand in for another term's misfit."""
+    values = spec.model.as_dict()
+    out = []
+    for n in names:
+        lo, hi = _BOUNDS[n]
+        unit = PARAMETER_RANGES[n][2]
+        near = share * (hi - lo)
+        edge = "lower" if values[n] <= lo + near else "upper" if values[n] >= hi - near else ""
+        if edge:
+            out.append(f"{n} = {values[n]:.4g} {unit} sits at the {edge} end of its range {lo:g}-{hi:g}".replace("  ",
+                                                                                                                 " "))
+    return out
 
 
 def _kernels_of(rows: Sequence[SweepRow]) -> tuple[list[Kernel], np.ndarray, list[ClockConfig], np.ndarray]:
@@ -241,13 +382,15 @@ def _kernels_of(rows: Sequence[SweepRow]) -> tuple[list[Kernel], np.ndarray, lis
     return kernels, np.array(ki), configs, np.array(ci)
 
 
-def sweep_residuals(spec: GpuSpec, rows: Sequence[SweepRow], parts: str = "time+energy") -> np.ndarray:
+def sweep_residuals(spec: GpuSpec, rows: Sequence[SweepRow], parts: str = "time+energy",
+                    anchored: bool = False) -> np.ndarray:
     """Log errors of the model's time and energy on every kernel row, and of its idle power on every idle row
     (``parts``: ``time``, ``energy`` — with the idle power — or both). The model runs each row under the board's
-    power limit, as the GPU did: a locked clock that would draw more lands lower."""
+    power limit, as the GPU did: a locked clock that would draw more lands lower. ``anchored``: as
+    :func:`predictions`."""
     work = [r for r in rows if not r.is_idle]
     idle = [r for r in rows if r.is_idle]
-    t_pred, e_pred, p_pred = predictions(spec, rows)
+    t_pred, e_pred, p_pred = predictions(spec, rows, anchored)
     out = []
     if work:
         if "time" in parts:
@@ -259,17 +402,37 @@ def sweep_residuals(spec: GpuSpec, rows: Sequence[SweepRow], parts: str = "time+
     return np.concatenate(out)
 
 
-def predictions(spec: GpuSpec, rows: Sequence[SweepRow]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def predictions(spec: GpuSpec, rows: Sequence[SweepRow],
+                anchored: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What ``spec`` predicts for the rows: time (s) and energy (J) of each kernel row, in order, and power (W) of
-    each idle row. Each kernel row runs under the board's power limit, as on the GPU."""
+    each idle row. Each kernel row runs under the board's power limit, as on the GPU. ``anchored``: each kernel is
+    anchored on its reading at its highest core clock (:func:`reference_rows`; the model reproduces that reading and
+    predicts how the others move from it), as a profiled step's kernels are on their measured times."""
     work = [r for r in rows if not r.is_idle]
     t = e = np.zeros(0)
     if work:
         kernels, ki, configs, ci = _kernels_of(work)
-        pred = model.predict(model.kernel_arrays(kernels, spec), spec, configs)
+        ka = model.kernel_arrays(kernels, spec)
+        if anchored:
+            ref = [work[i] for i in reference_rows(work, ki)]
+            ka = model.anchor(ka, spec, np.array([r.time_s for r in ref]), np.array([r.energy_j for r in ref]),
+                              core_mhz=np.array([r.core_mhz for r in ref], float),
+                              mem_mhz=np.array([r.mem_mhz for r in ref], float))
+        pred = model.predict(ka, spec, configs)
         t, e = pred.time_s[ki, ci], pred.energy_j[ki, ci]
     p = np.array([model.gap_power_w(spec, r.core_mhz, r.mem_mhz) for r in rows if r.is_idle])
     return t, e, p
+
+
+def reference_rows(work: Sequence[SweepRow], kernel_index: np.ndarray) -> list[int]:
+    """Per distinct kernel (``kernel_index`` of each row, 0..K-1), the index of its reading at its highest core clock
+    (at its highest memory clock there): the one an anchored prediction reproduces."""
+    best: dict[int, int] = {}
+    for i, (r, k) in enumerate(zip(work, kernel_index)):
+        j = best.get(int(k))
+        if j is None or (r.core_mhz, r.mem_mhz) > (work[j].core_mhz, work[j].mem_mhz):
+            best[int(k)] = i
+    return [best[k] for k in range(len(best))]
 
 
 def check_rows(rows: Sequence[SweepRow], spec: GpuSpec, where: str) -> None:
@@ -292,27 +455,48 @@ def check_rows(rows: Sequence[SweepRow], spec: GpuSpec, where: str) -> None:
                             f"{spec.name}.", "give the base preset of this GPU (--gpu), or fix the row.")
 
 
+def plan_fit(base: GpuSpec, rows: Sequence[SweepRow],
+             anchored: bool = False) -> tuple[GpuSpec, tuple[str, ...], tuple[str, ...]]:
+    """Where a fit of ``base`` to ``rows`` starts (:func:`probe_ceilings`) and the time and power parameters it adjusts
+    (:func:`fitted_names`, plus the ceilings it switched on)."""
+    start = probe_ceilings(base, rows, anchored)
+    time_names, power_names = fitted_names(start, rows, anchored)
+    time_names += tuple(n for n in CEILING_PROBES if getattr(start.model, n) != getattr(base.model, n))
+    return start, time_names, power_names
+
+
 def fit_sweep(base: GpuSpec, rows: Sequence[SweepRow], max_nfev: int = 300,
-              names: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> tuple[GpuSpec, dict[str, float]]:
+              names: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
+              anchored: bool = False) -> tuple[GpuSpec, dict[str, float]]:
     """Fit ``base``'s physical parameters (:data:`SWEEP_FIT_NAMES`; ``names``: the time and the power parameters
-    to fit, by default those the rows inform, :func:`fit_names`) to a sweep.
+    to fit, by default those the rows inform and can place, :func:`fitted_names`) to a sweep, each within its
+    documented range, the voltage not falling as the clock rises and the power floor not above an idle reading of the
+    rows (:func:`constraint_residuals`). A ceiling the base holds off is switched on where the times call for it
+    (:func:`probe_ceilings`). ``anchored``: each kernel anchored on its reading at its highest core clock
+    (:func:`predictions`) — for rows whose FLOPs and bytes tell only how a kernel splits between the SMs and memory.
 
     Returns:
         The fitted spec and the fit's figures: median and largest absolute time and energy error over the kernel
         rows, before and after (fractions).
     """
     check_rows(rows, base, "sweep")
-    time_names, power_names = fit_names(rows) if names is None else names
-    timed, _ = fit(base, lambda s: sweep_residuals(s, rows, "time"), time_names, max_nfev=max_nfev,
+    start, time_names, power_names = plan_fit(base, rows, anchored) if names is None else (base, *names)
+    idle = idle_readings(rows)
+    tied = [n for n in confounded(rows) if n in power_names]
+
+    def constrained(parts: str) -> Callable[[GpuSpec], np.ndarray]:
+        return lambda s: np.concatenate([sweep_residuals(s, rows, parts, anchored), constraint_residuals(s, idle),
+                                         prior_residuals(s, base, tied)])
+
+    timed, _ = fit(start, lambda s: sweep_residuals(s, rows, "time", anchored), time_names, max_nfev=max_nfev,
                    bounds=_BOUNDS)
-    powered, _ = fit(timed, lambda s: sweep_residuals(s, rows, "energy"), power_names, max_nfev=max_nfev,
-                     bounds=_BOUNDS)
-    fitted, _cost = fit(powered, lambda s: sweep_residuals(s, rows), time_names + power_names, max_nfev=max_nfev,
+    powered, _ = fit(timed, constrained("energy"), power_names, max_nfev=max_nfev, bounds=_BOUNDS)
+    fitted, _cost = fit(powered, constrained("time+energy"), time_names + power_names, max_nfev=max_nfev,
                         bounds=_BOUNDS)
     figures = {}
     for label, s in (("before", base), ("after", fitted)):
         n = sum(not r.is_idle for r in rows)
-        r = np.abs(np.expm1(sweep_residuals(s, rows)[:2 * n]))
+        r = np.abs(np.expm1(sweep_residuals(s, rows, anchored=anchored)[:2 * n]))
         figures[f"time_median_{label}"] = float(np.median(r[:n]))
         figures[f"time_max_{label}"] = float(r[:n].max())
         figures[f"energy_median_{label}"] = float(np.median(r[n:]))

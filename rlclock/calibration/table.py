@@ -25,7 +25,9 @@ column                 required    meaning
 \\*\\* ``time_ms`` may stand for ``time_s`` and ``power_w`` for ``energy_j`` (energy = power × time), as public
 measurements often give them.
 
-Every malformed table is refused with one line naming the row and column and what to write instead.
+Every malformed table is refused with one line naming the row and column and what to write instead — values beyond
+what any GPU does (:data:`LIMITS`: a kernel of 10^300 FLOPs, a reading of 10^6 s, 10 kW of power) and readings of one
+kernel at one clock pair that disagree (:data:`REPEAT_SPREAD`) included.
 """
 
 from __future__ import annotations
@@ -56,6 +58,21 @@ INFO = ("requested", "sm_clock_read_mhz", "mem_clock_read_mhz", "power_w", "time
 read during the reading, its spread and clock-event reasons; read back and ignored by the fit."""
 
 
+LIMITS: dict[str, float] = {
+    "flops": 1e18, "bytes": 1e16, "read_bytes": 1e16, "write_bytes": 1e16, "onchip_bytes": 1e18, "time_s": 3600.0,
+    "time_ms": 3.6e6, "core_mhz": 1e4, "mem_mhz": 5e4, "blocks": 2.0 ** 31, "threads_per_block": 1024.0,
+    "gemm_m": 2.0 ** 31, "gemm_n": 2.0 ** 31, "gemm_k": 2.0 ** 31, "energy_j": 3.6e7, "power_w": 5000.0}
+"""The largest value each column may hold: far beyond any kernel, clock or board (an hour-long reading, 10^18 FLOPs,
+a 5 kW board), so only a misplaced unit or a corrupt value is refused."""
+POWER_RANGE_W: tuple[float, float] = (0.5, 5000.0)
+"""A reading's average power (energy over time) must lie in this range, watts: no GPU board draws less or more."""
+RATE_LIMITS: dict[str, float] = {"flops": 1e16, "bytes": 1e14}
+"""The fastest a reading may move: 10 PFLOP/s and 100 TB/s (each ten times today's largest GPU)."""
+REPEAT_SPREAD = 1.25
+"""Readings of one kernel at one clock pair (repeats) may differ by at most this factor in time and in energy; more
+and they contradict each other."""
+
+
 def _number(raw: dict[str, str], col: str, where: str, positive: bool = False, integer: bool = False,
             default: float | None = None) -> float:
     text = (raw.get(col) or "").strip()
@@ -72,7 +89,53 @@ def _number(raw: dict[str, str], col: str, where: str, positive: bool = False, i
                         "fix or drop the row.")
     if integer and v != int(v):
         raise SpecError(f"{where}: {col} must be a whole number, found {text}.", f"write {col} in whole MHz/counts.")
+    if col in LIMITS and v > LIMITS[col]:
+        raise SpecError(f"{where}: {col} {text} is beyond any GPU (at most {LIMITS[col]:g}).",
+                        f"check the row's units ({col} in {_UNITS.get(col, 'counts')}) or drop the row.")
     return v
+
+
+_UNITS = {"time_s": "seconds", "time_ms": "milliseconds", "energy_j": "joules", "power_w": "watts", "core_mhz": "MHz",
+          "mem_mhz": "MHz", "flops": "FLOPs", "bytes": "bytes", "read_bytes": "bytes", "write_bytes": "bytes",
+          "onchip_bytes": "bytes"}
+
+
+def _check_reading(row: SweepRow, where: str) -> None:
+    """Refuse a reading whose power or rates no GPU reaches (:data:`POWER_RANGE_W`, :data:`RATE_LIMITS`)."""
+    lo, hi = POWER_RANGE_W
+    power = row.energy_j / row.time_s
+    if not lo <= power <= hi:
+        raise SpecError(f"{where}: energy over time is {power:.4g} W, outside what a GPU board draws "
+                        f"({lo:g}-{hi:g} W).",
+                        "check the row's units (time_s in seconds, energy_j in joules, or power_w in watts).")
+    for what, amount in (("flops", row.flops), ("bytes", row.read_bytes + row.write_bytes)):
+        if amount / row.time_s > RATE_LIMITS[what]:
+            raise SpecError(f"{where}: {amount:.4g} {what} in {row.time_s:.4g} s is {amount / row.time_s:.3g} per "
+                            f"second, beyond any GPU (at most {RATE_LIMITS[what]:g}).",
+                            "check the row's units (time_s in seconds, flops and bytes as counts).")
+
+
+def _check_repeats(rows: Sequence[SweepRow], lines: Sequence[int], path: Path) -> None:
+    """Refuse readings of one kernel at one clock pair that describe different kernels or disagree by more than
+    :data:`REPEAT_SPREAD` (repeats within it are kept: the fit weighs each)."""
+    first: dict[tuple[str, int, int], int] = {}
+    for i, r in enumerate(rows):
+        j = first.setdefault((r.kernel, r.core_mhz, r.mem_mhz), i)
+        if j == i:
+            continue
+        q = rows[j]
+        where = f"sweep table {path}, lines {lines[j]} and {lines[i]}"
+        shape = replace(r, core_mhz=0, mem_mhz=0, time_s=1.0, energy_j=1.0)
+        if shape != replace(q, core_mhz=0, mem_mhz=0, time_s=1.0, energy_j=1.0):
+            raise SpecError(f"{where}: two rows of {r.kernel} at {r.core_mhz}@{r.mem_mhz} MHz give different shapes "
+                            "(FLOPs, bytes, category, dtype, access, launch or GEMM shape).",
+                            "give each distinct kernel its own name, or correct the row.")
+        spread = max(r.time_s / q.time_s, q.time_s / r.time_s, r.energy_j / q.energy_j, q.energy_j / r.energy_j)
+        if spread > REPEAT_SPREAD:
+            raise SpecError(f"{where}: two readings of {r.kernel} at {r.core_mhz}@{r.mem_mhz} MHz disagree by a factor "
+                            f"{spread:.3g} (time {q.time_s:.4g} and {r.time_s:.4g} s, energy {q.energy_j:.4g} and "
+                            f"{r.energy_j:.4g} J; repeats may differ by {REPEAT_SPREAD:g} at most).",
+                            "keep the reading you trust, or measure the pair again.")
 
 
 def _choice(raw: dict[str, str], col: str, allowed: Sequence[str], default: str, where: str) -> str:
@@ -109,7 +172,8 @@ def read_table(path: str | Path) -> list[SweepRow]:
     unknown = [h for h in header if h not in REQUIRED + OPTIONAL + INFO + tuple(ALTERNATIVES.values())]
     if unknown:
         raise SpecError(f"sweep table {p}: unknown column(s) {unknown}.", f"use {list(REQUIRED + OPTIONAL)}.")
-    rows = []
+    rows: list[SweepRow] = []
+    lines: list[int] = []
     for raw0 in reader:
         where = f"sweep table {p}, line {reader.line_num}"
         if None in raw0:
@@ -145,11 +209,14 @@ def read_table(path: str | Path) -> list[SweepRow]:
             threads_per_block=int(_number(raw, "threads_per_block", where, integer=True, default=0.0)),
             gemm_mnk=shape if shape is None else (shape[0], shape[1], shape[2]),
             onchip_bytes=_number(raw, "onchip_bytes", where, default=0.0)))
+        _check_reading(rows[-1], where)
+        lines.append(reader.line_num)
     if not rows:
         raise SpecError(f"sweep table {p} holds a header but no rows.", "add the measurements.")
     if "onchip_bytes" not in header:  # written before the column: the suite's on-chip loop counts 2 bytes per FLOP
         rows = [replace(r, onchip_bytes=SMEM_BYTES_PER_FLOP * r.flops) if r.kernel == SMEM_KERNEL else r
                 for r in rows]
+    _check_repeats(rows, lines, p)
     return rows
 
 

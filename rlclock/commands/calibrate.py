@@ -57,6 +57,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--drop", default=None, metavar="KERNEL[,KERNEL]",
                    help="leave these kernels' rows out of the fit (one the model cannot describe pulls the "
                         "parameters it shares with the others; the per-kernel errors printed after a fit show which)")
+    p.add_argument("--anchor", action="store_true",
+                   help="anchor each kernel on its reading at its highest core clock: the model reproduces that "
+                        "reading and the fit explains how the others move from it (for tables whose FLOPs and bytes "
+                        "come from counters and tell only how a kernel splits between the SMs and memory, not its "
+                        "whole work)")
     p.add_argument("--out", type=Path, default=None, help="GPU spec file to write (default: none)")
     p.add_argument("--key", default=None, help="the written spec's key (default: <base>-calibrated)")
     p.add_argument("--name", default=None, help="the written spec's GPU name (default: the base's)")
@@ -64,6 +69,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--noise", type=number(0.0, 0.5), default=0.01, help="--simulated: noise of each reading")
     p.add_argument("--per-memory", type=int, default=10, help="core clocks per memory clock of a sweep")
     p.add_argument("--max-nfev", type=int, default=300, help="optimiser evaluations per fit stage")
+    p.add_argument("--folds", type=int, default=5,
+                   help="groups of kernels the held-out check splits the sweep into: each group is predicted by a fit "
+                        "to the others, and the calibration is refused where those fits predict it worse than the "
+                        "base spec (at least 2; fewer groups when there are fewer kernels)")
     p.set_defaults(func=run)
 
 
@@ -76,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
     from rlclock.dvfs.variants import HIDDEN_RANGES, hidden_gpu
     from rlclock.errors import SpecError
 
-    if args.per_memory < 2 or args.max_nfev < 1:
-        raise SpecError("--per-memory must be at least 2 and --max-nfev at least 1.")
+    if args.per_memory < 2 or args.max_nfev < 1 or args.folds < 2:
+        raise SpecError(f"--per-memory must be at least 2, --max-nfev at least 1 and --folds at least 2; got "
+                        f"{args.per_memory}, {args.max_nfev} and {args.folds}.", "give values in those ranges.")
     if args.control_clocks and args.device is None:
         raise SpecError("--control-clocks locks a GPU's clocks for a sweep on it.", "add --device INDEX.")
     if args.device is not None:
@@ -116,17 +126,29 @@ def _fit_and_write(args: argparse.Namespace, base, rows, source: str, true_gpu=N
 
     import numpy as np
 
-    from rlclock.calibration.sweep import TIE, agreement, fit_sweep, write_preset
+    from rlclock.calibration.sweep import TIE, agreement, write_preset
+    from rlclock.calibration.trust import calibrate
 
     rows = _dropped(rows, args.drop)
-    print(f"fitting {base.name} ({base.key}) to the {source} ...", flush=True)
-    fitted, figures = fit_sweep(base, rows, args.max_nfev)
-    _print_per_kernel(base, fitted, rows)
+    print(f"fitting {base.name} ({base.key}) to the {source}, then each of {args.folds} groups of its kernels to the "
+          "others (held-out check) ...", flush=True)
+    anchored = args.anchor
+    result = calibrate(base, rows, args.folds, args.max_nfev, anchored)
+    fitted, figures = result.spec, result.figures
+    _print_per_kernel(base, fitted, rows, anchored)
     print(f"sweep: time error median {100 * figures['time_median_before']:.1f} % -> "
           f"{100 * figures['time_median_after']:.1f} %, largest {100 * figures['time_max_before']:.1f} % -> "
           f"{100 * figures['time_max_after']:.1f} %; energy median {100 * figures['energy_median_before']:.1f} % -> "
           f"{100 * figures['energy_median_after']:.1f} %, largest {100 * figures['energy_max_before']:.1f} % -> "
           f"{100 * figures['energy_max_after']:.1f} %")
+    if result.held_out is not None:
+        print(result.held_out.summary())
+    else:
+        print("held out: one kernel only, nothing to hold out (the fit is judged on its own readings alone)")
+    print(f"fitted {len(result.fitted)} parameters the rows inform ({', '.join(result.fitted)}); the others as the "
+          "base holds them")
+    for w in result.warnings:
+        print(f"warning: {w}")
     if true_gpu is not None:
         kernels = _check_kernels()
         got = agreement(fitted, true_gpu, kernels)
@@ -142,7 +164,9 @@ def _fit_and_write(args: argparse.Namespace, base, rows, source: str, true_gpu=N
     if args.out is not None:
         provenance = {"by": "rlclock calibrate", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(
             timespec="seconds"), "base": base.key, "source": source, "rows": len(rows),
-            **(provenance or {}), "fit": {k: round(v, 5) for k, v in figures.items()}}
+            **(provenance or {}), "anchored": anchored, "fit": {k: round(v, 5) for k, v in figures.items()},
+            "held_out": None if result.held_out is None else result.held_out.as_dict(),
+            "fitted": list(result.fitted), "warnings": list(result.warnings)}
         key = args.key or f"{base.key}-calibrated"
         print(f"wrote {write_preset(fitted, args.out, key, args.name, provenance)} (use it as gpu_file: in an "
               "env spec, or --gpu FILE)")
@@ -163,7 +187,7 @@ def _dropped(rows, drop: str | None):
     return [r for r in rows if r.kernel not in names]
 
 
-def _print_per_kernel(base, fitted, rows) -> None:
+def _print_per_kernel(base, fitted, rows, anchored: bool = False) -> None:
     """Per kernel, the median absolute time and energy error over its readings, the base preset's and the fit's."""
     import numpy as np
 
@@ -172,7 +196,7 @@ def _print_per_kernel(base, fitted, rows) -> None:
     work = [r for r in rows if not r.is_idle]
     t_meas = np.array([r.time_s for r in work])
     e_meas = np.array([r.energy_j for r in work])
-    (tb, eb, _), (tf, ef, _) = predictions(base, rows), predictions(fitted, rows)
+    (tb, eb, _), (tf, ef, _) = predictions(base, rows, anchored), predictions(fitted, rows, anchored)
     names = list(dict.fromkeys(r.kernel for r in work))
     def med(pred, meas, m) -> float:
         return 100 * float(np.median(np.abs(pred[m] / meas[m] - 1)))

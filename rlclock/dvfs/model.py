@@ -237,7 +237,10 @@ def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: n
     bw_peak = 2.0 * m_hz * spec.mem_bus_bits / 8.0
     latency_s = p.lat_core_cycles / f_hz + p.lat_mem_cycles / m_hz
     bw_mlp = ka.occupancy * spec.sm_count * spec.threads_per_sm * ka.mlp_bytes / latency_s
-    bw = eta_bw / _smax(1.0 / bw_peak, 1.0 / bw_mlp, p.smooth_p)
+    dram_s_per_byte = _smax(1.0 / bw_peak, 1.0 / bw_mlp, p.smooth_p)
+    if p.xbar_bytes_per_cycle > 0:  # the SMs' side of the memory system, on the core clock
+        dram_s_per_byte = _smax(dram_s_per_byte, 1.0 / (p.xbar_bytes_per_cycle * spec.sm_count * f_hz), p.smooth_p)
+    bw = eta_bw / dram_s_per_byte
     dram_share: np.ndarray | float = 1.0
     if p.l2_hit_fraction > 0:
         served = l2_served_fraction(ka, spec)
@@ -386,7 +389,7 @@ def predict_clocks(ka: KernelArrays, spec: GpuSpec, req_core_mhz: np.ndarray, me
 
 
 def anchor(ka: KernelArrays, spec: GpuSpec, time_s: np.ndarray, energy_j: np.ndarray,
-           iterations: int = 30) -> KernelArrays:
+           iterations: int = 30, core_mhz: np.ndarray | None = None, mem_mhz: np.ndarray | None = None) -> KernelArrays:
     """Scale each kernel's work (and switching activity) so that the model reproduces measured auto points.
 
     Args:
@@ -396,6 +399,9 @@ def anchor(ka: KernelArrays, spec: GpuSpec, time_s: np.ndarray, energy_j: np.nda
         time_s: Measured time at auto clocks per kernel.
         energy_j: Measured energy at auto clocks per kernel.
         iterations: Fixed-point iterations (the power cap couples time and power).
+        core_mhz: The core clock each kernel was measured at, MHz, ``(K,)`` (default: auto, as a profiled step's
+            kernels are).
+        mem_mhz: The memory clock each was measured at (default: the auto memory clock).
 
     Returns:
         ``ka`` with ``work_scale`` / ``activity_scale`` set; the model then predicts how the measured point
@@ -411,6 +417,10 @@ def anchor(ka: KernelArrays, spec: GpuSpec, time_s: np.ndarray, energy_j: np.nda
     work = np.ones_like(t_meas)
     act = np.ones_like(t_meas)
     auto_core, auto_mem = config_arrays(spec, [ClockConfig()])
+    if core_mhz is not None:
+        auto_core = reached_core_mhz(spec, np.asarray(core_mhz, float).reshape(-1, 1))
+    if mem_mhz is not None:
+        auto_mem = np.asarray(mem_mhz, float).reshape(-1, 1)
     p_target = np.where(has_e, e_meas / np.where(has_t, t_meas, 1.0), np.nan)
     at_cap = has_e & (p_target >= CAPPED_FRACTION * spec.power_limit_w)
     cap = np.where(at_cap, p_target / spec.power_limit_w, 1.0)

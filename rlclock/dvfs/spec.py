@@ -62,6 +62,39 @@ def memory_locks_of(architecture: str, mem_clocks_mhz: Collection[int] | None) -
     return "runtime"
 
 
+PARAMETER_RANGES: dict[str, tuple[float, float, str]] = {
+    "v_min_v": (0.5, 0.9, "V"), "v_max_v": (0.8, 1.2, "V"), "f_ridge_mhz": (300.0, 2500.0, "MHz"),
+    "p_const_w": (0.0, 300.0, "W"), "k_leak_w_per_v": (0.0, 300.0, "W/V"), "c_clock_w": (0.0, 300.0, "W/GHz at 1 V"),
+    "c_tensor_w": (1.0, 800.0, "W/GHz at 1 V"), "c_simt_w": (0.0, 800.0, "W/GHz at 1 V"),
+    "e_xbar_j_per_byte": (0.0, 3e-10, "J/B at 1 V"), "p_mem_bg_w": (0.0, 300.0, "W"),
+    "e_dram_j_per_byte": (0.0, 3e-10, "J/B"), "eta_gemm": (0.5, 1.0, ""), "eta_attention": (0.3, 1.0, ""),
+    "eta_stream": (0.5, 1.0, ""), "eta_gather": (0.3, 1.0, ""), "eta_reduce": (0.3, 1.0, ""),
+    "simt_ops_per_byte": (0.0, 40.0, "ops/B"), "lat_core_cycles": (10.0, 2000.0, "core cycles"),
+    "lat_mem_cycles": (500.0, 10000.0, "memory cycles"), "smooth_p": (1.5, 12.0, ""), "launch_s": (5e-7, 5e-6, "s"),
+    "reduce_overhead_cycles": (0.0, 2e5, "core cycles"), "eta_simt_gemm": (0.2, 1.0, ""),
+    "c_simt_gemm_w": (0.0, 800.0, "W/GHz at 1 V"), "memset_s": (0.0, 1e-5, "s"), "l2_hit_fraction": (0.0, 1.0, ""),
+    "l2_resident_bytes": (0.0, 512e6, "B"), "l2_bytes_per_cycle": (0.0, 1e4, "B/cycle"),
+    "norm_ops_per_written_byte": (0.0, 50.0, "ops/B"), "loop_ops_per_element": (0.0, 1000.0, "ops"),
+    "narrow_load_ops": (0.0, 1000.0, "ops"), "boost_max_mhz": (0.0, 4000.0, "MHz"),
+    "smem_bytes_per_cycle": (0.0, 512.0, "B/cycle per SM"), "e_smem_j_per_byte": (0.0, 3e-10, "J/B at 1 V"),
+    "xbar_bytes_per_cycle": (0.0, 64.0, "B/cycle per SM"),
+}
+"""The documented range of every model parameter (low, high, unit): what a calibration may fit it to and what a
+fitted spec is checked against (``docs/simulator.md``, "Calibrating a GPU"). Wide enough for every GPU of the kinds
+rlclock models (Volta to Blackwell, GDDR and HBM boards of 70-1000 W); a value outside is a misfit, not a GPU."""
+
+
+def out_of_range(params: DvfsParams, names: Iterable[str] | None = None) -> list[str]:
+    """One phrase per parameter of ``params`` (or of ``names``) outside :data:`PARAMETER_RANGES`."""
+    values = params.as_dict()
+    out = []
+    for n in values if names is None else names:
+        lo, hi, unit = PARAMETER_RANGES[n]
+        if not lo <= values[n] <= hi:
+            out.append(f"{n} = {values[n]:.4g} {unit} outside {lo:g}-{hi:g}".replace("  ", " "))
+    return out
+
+
 @dataclass(frozen=True)
 class DvfsParams:
     """Physical parameters of the simulator (see ``docs/simulator.md`` for the equations).
@@ -136,6 +169,7 @@ class DvfsParams:
     boost_max_mhz: float = 0.0
     smem_bytes_per_cycle: float = 0.0
     e_smem_j_per_byte: float = 0.0
+    xbar_bytes_per_cycle: float = 0.0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str) -> DvfsParams:

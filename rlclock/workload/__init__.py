@@ -18,7 +18,8 @@ def build_workload(spec: Mapping[str, Any], base_dir: Path | None = None) -> Ker
     Forms:
         ``{generator: llmc, batch, seq, hidden, heads, layers, vocab_padded, paper_measurements}``: the
         paper's llm.c GPT step; ``{generator: transformer, hidden, heads, kv_heads, ffn, seq, batch, layers,
-        style, dtype, vocab, head, optimizer}``: a generic decoder; ``{trace: path, refresh_costs}``: a trace
+        style, dtype, vocab, head, optimizer, autocast, tied_head}``: a generic decoder (``autocast``: the step
+        ``torch.autocast`` runs over fp32 parameters); ``{trace: path, refresh_costs}``: a trace
         file (a relative path is taken from the working directory, the spec's folder or its parent, then the
         shipped measurements, e.g. ``corpus-h200/bert-base/step.trace.json.gz``); with
         ``refresh_costs: true`` the FLOPs and bytes of its profiled kernels are derived again by this version's

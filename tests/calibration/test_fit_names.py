@@ -6,6 +6,7 @@ from rlclock.calibration.sweep import (
     POWER_FIT_NAMES,
     TIME_FIT_NAMES,
     SweepRow,
+    confounded,
     fit_names,
     simulated_sweep,
 )
@@ -19,6 +20,13 @@ def _row(kernel: str, category: str, dtype: str, nbytes: float, access: str = "s
 def test_the_suite_shows_every_parameter():
     for key in ("h200-sxm", "rtx3080ti"):
         assert fit_names(simulated_sweep(get_spec(key), per_memory=2)) == (TIME_FIT_NAMES, POWER_FIT_NAMES)
+
+
+def test_one_memory_clock_ties_the_memory_background_to_the_constant_power():
+    """At one memory clock (the H200's memory locks deferred) the memory's background power only adds to the constant
+    power: it is fitted against its base value; at several (the RTX 3080 Ti's lock at runtime) freely."""
+    assert confounded(simulated_sweep(get_spec("h200-sxm"), per_memory=2)) == ("p_mem_bg_w",)
+    assert confounded(simulated_sweep(get_spec("rtx3080ti"), per_memory=2)) == ()
 
 
 def test_a_table_of_few_kernel_classes_fits_only_what_they_show():
