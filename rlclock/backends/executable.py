@@ -52,6 +52,8 @@ MAX_CUTS = 16
 """Segments tried as the cut of the cyclic plan (the longest ones)."""
 MAX_PASSES = 8
 """Passes around the cycle to settle how late the cut's own switch must be."""
+JITTER_MODES = ("blind", "margin", "expected", "settled")
+"""How a planner meets the jitter of the measured steps (:attr:`Execution.mode`)."""
 SETTLE_ROUNDS = 6
 """Rounds of :func:`executable` before it takes what the rule executes as it stands."""
 _EPS = 1e-12
@@ -337,20 +339,37 @@ def executed_in_effect(executed: Executed, start_s: np.ndarray, duration_s: np.n
 
 def executable(index: np.ndarray, start_s: np.ndarray, duration_s: np.ndarray, period_s: float,
                rule: SwitchRule) -> tuple[np.ndarray, Executed]:
-    """``index`` made executable: each round, the configurations :func:`execute` runs each kernel at take the place
-    of the ones asked for, until it skips no segment and lands every switch as its segment starts (at most
-    :data:`SETTLE_ROUNDS` rounds; the last round's configurations are what the switches then run). Returns the
-    configuration per kernel and its switches."""
+    """``index`` made executable: the configuration each kernel runs at under :func:`execute`, asked for. Each round,
+    a skipped segment's kernels ask for what runs while they do, and the kernels of a segment that start before its
+    late switch lands ask for what runs then, until :func:`execute` skips no segment and lands every switch by its
+    segment's start (at most :data:`SETTLE_ROUNDS` rounds). A round moves no landing: what runs stays what ran.
+
+    Returns:
+        The configuration each kernel asks for, and :func:`execute` of it (always that of the configuration
+        returned).
+    """
     cur = np.asarray(index, dtype=np.int64)
+    start = np.asarray(start_s, dtype=float)
+    dur = np.asarray(duration_s, dtype=float)
+    ex = execute(cur, start, dur, period_s, rule)
     for _ in range(SETTLE_ROUNDS):
-        ex = execute(cur, start_s, duration_s, period_s, rule)
-        if not ex.skipped and not np.any(ex.late_s > _EPS):
-            return cur, ex
-        nxt = executed_in_effect(ex, start_s, duration_s)
+        late = np.flatnonzero(ex.late_s > _EPS)
+        if not ex.skipped and not late.size:
+            break
+        seg = ex.segments
+        nxt = cur.copy()
+        for j in ex.skipped:
+            a, b = int(seg.first[j]), int(seg.stop[j])
+            nxt[a:b] = executed_in_effect(ex, start[a:b], dur[a:b])
+        for i in late.tolist():
+            j = int(ex.segment[i])
+            a, b = int(seg.first[j]), int(seg.stop[j])
+            early = a + np.flatnonzero(start[a:b] < ex.land_s[i])
+            nxt[early] = ex.in_effect(start[early])
         if np.array_equal(nxt, cur):
             break
         cur = nxt
-    ex = execute(cur, start_s, duration_s, period_s, rule)
+        ex = execute(cur, start, dur, period_s, rule)
     return cur, ex
 
 
@@ -425,3 +444,107 @@ def executed_cost(time_s: np.ndarray, energy_j: np.ndarray, executed: Executed, 
         before = executed.initial
     t, e = landed_cost(time_s, energy_j, start_s, duration_s, lands, cfgs, before)
     return float(np.cumsum(t)[-1]), float(np.cumsum(e)[-1])
+
+
+# -- a plan judged as the controller will run it ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A plan judged by what the controller executes (:meth:`Execution.judge`).
+
+    Attributes:
+        runs: The configuration each kernel runs at (the schedule to deploy).
+        executed: Its switches.
+        time_s: The step's seconds on the planning model: the mean over the median step and the measured ones when
+            the execution has any (:attr:`Execution.jitter_s`), else as planned.
+        energy_j: Its joules, likewise.
+        planned_time_s: The step's seconds with every switch landing as planned.
+        planned_energy_j: Its joules.
+        worst_time_s: The longest of those steps (``planned_time_s`` without measured ones).
+    """
+
+    runs: np.ndarray
+    executed: Executed
+    time_s: float
+    energy_j: float
+    planned_time_s: float
+    planned_energy_j: float
+    worst_time_s: float
+
+
+@dataclass(frozen=True, eq=False)
+class Execution:
+    """The clock a deployed plan runs on: where the step's kernels run, the controller's switch rule, and how the
+    kernels moved in the steps timed before planning.
+
+    Attributes:
+        start_s: ``(n,)`` each kernel's start, seconds after the step's anchor (the timeline).
+        duration_s: ``(n,)`` its duration, seconds.
+        period_s: Anchor-to-anchor time of back-to-back steps, seconds.
+        rule: The controller's switch rule.
+        jitter_s: ``(m, n)`` per measured step, how much later than ``start_s`` each kernel started (the switches,
+            timed from the step's anchor, land where they do among the kernels of that step); ``None``: plans are
+            judged as planned only.
+        mode: How the planner meets the jitter (:data:`JITTER_MODES`): ``"blind"`` judges plans as planned;
+            ``"margin"`` too, within the budget less the slowdown the jitter added to the blind plan; ``"expected"``
+            by their mean over the median and the measured steps; ``"settled"`` (the default) likewise, and then
+            moves the best plan's landings to where a late or early landing costs little
+            (:func:`rlclock.policy.jitter.descend`). Without ``jitter_s`` every mode judges as planned.
+    """
+
+    start_s: np.ndarray
+    duration_s: np.ndarray
+    period_s: float
+    rule: SwitchRule
+    jitter_s: np.ndarray | None = None
+    mode: str = "settled"
+
+    def __post_init__(self) -> None:
+        if self.mode not in JITTER_MODES:
+            raise RuleError(f"jitter mode {self.mode!r} is not known: use one of {list(JITTER_MODES)}.")
+        start = np.asarray(self.start_s, dtype=float)
+        if self.jitter_s is not None and np.asarray(self.jitter_s).shape[1:] != start.shape:
+            raise RuleError(f"the measured steps' jitter has shape {np.asarray(self.jitter_s).shape}, the timeline "
+                            f"{start.size} kernels.")
+        object.__setattr__(self, "_cache", {})
+
+    @property
+    def jittered(self) -> bool:
+        """True when plans are judged over measured steps (a mode other than blind or margin, and steps to judge
+        over)."""
+        return self.mode in ("expected", "settled") and self.jitter_s is not None and len(self.jitter_s) > 0
+
+    def blind(self) -> Execution:
+        """The same execution judging plans as planned."""
+        return Execution(self.start_s, self.duration_s, self.period_s, self.rule, self.jitter_s, "blind")
+
+    @property
+    def n(self) -> int:
+        return int(np.asarray(self.start_s).size)
+
+    def judge(self, requests: np.ndarray, time_s: np.ndarray, energy_j: np.ndarray, latency_s: float,
+              runs: bool = False) -> Judged:
+        """The plan ``requests`` asks for (a switch where a request changes, :func:`requested_in_effect` on the
+        planning model's ``time_s`` with its ``latency_s``) made executable (:func:`executable`) and priced on the
+        planning model's tables. With ``runs``, ``requests`` is a deployed schedule (what each kernel should run at),
+        judged by the switches :func:`execute` gives it, as the controller issues them."""
+        req = np.asarray(requests, dtype=np.int64)
+        key = (req.tobytes(), bool(runs))
+        cache: dict[tuple[bytes, bool], Judged] = self._cache  # type: ignore[attr-defined]
+        if key in cache:
+            return cache[key]
+        if runs:  # a deployed schedule: what the controller does with it
+            settled, ex = req, execute(req, self.start_s, self.duration_s, self.period_s, self.rule)
+        else:
+            want = requested_in_effect(req, time_s, latency_s)
+            settled, ex = executable(want, self.start_s, self.duration_s, self.period_s, self.rule)
+        t0, e0 = executed_cost(time_s, energy_j, ex, self.start_s, self.duration_s)
+        t, e, worst = t0, e0, t0
+        if self.jitter_s is not None and len(self.jitter_s):
+            costs = np.array([(t0, e0)] + [executed_cost(time_s, energy_j, ex, self.start_s + d, self.duration_s)
+                                           for d in np.asarray(self.jitter_s, dtype=float)])
+            t, e, worst = float(costs[:, 0].mean()), float(costs[:, 1].mean()), float(costs[:, 0].max())
+        got = Judged(settled, ex, t, e, t0, e0, worst)
+        cache[key] = got
+        return got
