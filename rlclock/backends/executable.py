@@ -515,6 +515,14 @@ class Execution:
         over)."""
         return self.mode in ("expected", "settled") and self.jitter_s is not None and len(self.jitter_s) > 0
 
+    def placements(self) -> np.ndarray:
+        """``(1 + m, n)`` where the kernels start in the median step (the timeline) and in each measured step (kept
+        in order: a kernel never starts before the one launched before it)."""
+        start = np.asarray(self.start_s, dtype=float)
+        if self.jitter_s is None or not len(self.jitter_s):
+            return start[None, :]
+        return np.maximum.accumulate(np.vstack([start[None, :], start[None, :] + np.asarray(self.jitter_s)]), axis=1)
+
     def blind(self) -> Execution:
         """The same execution judging plans as planned."""
         return Execution(self.start_s, self.duration_s, self.period_s, self.rule, self.jitter_s, "blind")
@@ -542,8 +550,8 @@ class Execution:
         t0, e0 = executed_cost(time_s, energy_j, ex, self.start_s, self.duration_s)
         t, e, worst = t0, e0, t0
         if self.jitter_s is not None and len(self.jitter_s):
-            costs = np.array([(t0, e0)] + [executed_cost(time_s, energy_j, ex, self.start_s + d, self.duration_s)
-                                           for d in np.asarray(self.jitter_s, dtype=float)])
+            costs = np.array([(t0, e0)] + [executed_cost(time_s, energy_j, ex, p, self.duration_s)
+                                           for p in self.placements()[1:]])
             t, e, worst = float(costs[:, 0].mean()), float(costs[:, 1].mean()), float(costs[:, 0].max())
         got = Judged(settled, ex, t, e, t0, e0, worst)
         cache[key] = got

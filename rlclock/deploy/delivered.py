@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from rlclock.backends.executable import cyclic_landings, landed_cost
+from rlclock.backends.executable import Execution, cyclic_landings, landed_cost
 from rlclock.deploy.anchor import AnchorLog
 from rlclock.deploy.plan import SwitchPlan
 from rlclock.deploy.report import PAUSE_FACTOR, record_plan
@@ -273,3 +273,45 @@ def deliver(plans: Sequence[SwitchPlan], costs: PlanningCosts, timeline_start_s:
     else:
         out.notes.append("no step after the first had a measured start and end")
     return out
+
+
+def execution_for(timeline: Any, latency_s: float, lookahead_s: float | None = None,
+                  min_dwell_s: float = 0.0, mode: str = "settled") -> Execution:
+    """The clock a plan for ``timeline`` (a :class:`~rlclock.deploy.timeline.StepTimeline`) will run on: its kernels,
+    the controller's rule, and the located steps' jitter (the planner judges plans by it)."""
+    from rlclock.deploy.plan import rule_of
+
+    return Execution(timeline.start_s, timeline.duration_s, timeline.period_s,
+                     rule_of(latency_s, lookahead_s, min_dwell_s), timeline.jitter_s, mode)
+
+
+def costs_of(backend: Any, source: str) -> PlanningCosts:
+    """The planning costs of a planning model (a :class:`~rlclock.backends.base.GpuBackend` whose first configuration
+    is the driver's own)."""
+    t, e = backend.tables
+    return PlanningCosts(t, e, tuple(backend.configs), source)
+
+
+def simulated_costs(gpu: str, trace: Any, auto_time_s: np.ndarray, configs: Sequence[ClockConfig],
+                    latency_s: float) -> PlanningCosts:
+    """Planning costs from the GPU's preset (:class:`~rlclock.backends.simulated.SimulatedGpu`) over a profiled
+    step, anchored on its measured kernel times, for ``configs`` (the driver's own first): a schedule given without
+    a policy is priced so.
+
+    Raises:
+        RlclockError: No preset for ``gpu``, or a configuration its clock table does not hold.
+    """
+    from dataclasses import replace
+
+    from rlclock.backends.simulated import SimulatedGpu
+    from rlclock.dvfs.spec import get_spec
+    from rlclock.schedule import AUTO
+    from rlclock.workload.trace import Measurement
+
+    spec = get_spec(gpu)
+    t = np.asarray(auto_time_s, dtype=float)
+    kernels = [replace(k, measured=(Measurement(gpu=spec.key, time_s=float(t[i]), source="profile"),))
+               for i, k in enumerate(trace)]
+    cols = tuple(dict.fromkeys([AUTO, *configs]))
+    backend = SimulatedGpu(spec, trace.with_kernels(kernels), cols, latency_s, anchor=True)
+    return costs_of(backend, f"{spec.key} preset on the profiled step")

@@ -102,12 +102,12 @@ class LandingCosts:
 
 
 def placements(execution: Execution) -> np.ndarray:
-    """``(1 + m, n)`` where the kernels start in the median step (the timeline) and in each measured step (the
-    median step alone when the execution judges plans as planned)."""
-    start = np.asarray(execution.start_s, dtype=float)
+    """``(1 + m, n)`` where the kernels start in the median step and in each measured step
+    (:meth:`~rlclock.backends.executable.Execution.placements`; the median step alone when the execution judges
+    plans as planned)."""
     if not execution.jittered:
-        return start[None, :]
-    return np.vstack([start[None, :], start[None, :] + np.asarray(execution.jitter_s, dtype=float)])
+        return np.asarray(execution.start_s, dtype=float)[None, :]
+    return execution.placements()
 
 
 def _drop(lands: list[float], configs: list[int], i: int) -> tuple[list[float], list[int], int]:

@@ -1,0 +1,240 @@
+"""One rule for what the controller can execute, used by the planner and the controller alike: the policy's requests
+made executable, priced by their landings; the planner's plan is exactly what the controller's plan issues; plans
+settled for the measured jitter; the landing costs' running sums against a direct pricing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlclock.backends.executable import (
+    Execution,
+    RuleError,
+    SwitchRule,
+    cyclic_landings,
+    executable,
+    execute,
+    executed_cost,
+    landed_cost,
+    requested_in_effect,
+)
+from rlclock.backends.switching import fly
+from rlclock.deploy.plan import plan_switches
+from rlclock.deploy.timeline import StepTimeline
+from rlclock.policy.jitter import LandingCosts, descend, placements, runs_of
+from rlclock.schedule import AUTO, ClockConfig, ClockSchedule
+
+ROOT = Path(__file__).resolve().parents[2]
+SEEDS = range(10)
+
+
+def random_step(seed: int, n: int = 60, configs: int = 3):
+    rng = np.random.default_rng(seed)
+    dur = rng.integers(1, 9, size=n) / 4000.0  # 0.25-2 ms
+    gaps = np.where(rng.random(n) < 0.3, rng.integers(1, 5, size=n) / 4000.0, 0.0)
+    start = np.concatenate([[0.0], np.cumsum(dur + gaps)[:-1]])
+    t = dur[:, None] * (1.0 + rng.random((n, configs)) * np.arange(configs) / 4)
+    e = t * (300.0 - 40.0 * np.arange(configs))[None, :]
+    return start, dur, float(start[-1] + dur[-1] + 1e-3), t, e
+
+
+def jitter_of(seed: int, start: np.ndarray, steps: int = 3, scale: float = 1.0) -> np.ndarray:
+    """Steps whose kernels run stretched and shifted as a whole (their order kept), as a host-bound loop's do."""
+    rng = np.random.default_rng(500 + seed)
+    return scale * (rng.normal(0.0, 0.03, size=(steps, 1)) * start[None, :] + rng.normal(0.0, 5e-4, size=(steps, 1)))
+
+
+def blocks(seed: int, n: int, configs: int = 3) -> np.ndarray:
+    rng = np.random.default_rng(1000 + seed)
+    lengths = rng.integers(3, 12, size=n)
+    return np.repeat(rng.integers(0, configs, size=n), lengths)[:n]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_executable_schedules_execute_without_skips_or_late_switches(seed):
+    start, dur, period, t, _ = random_step(seed)
+    rule = SwitchRule.of(0.003, 0.0035)
+    want = requested_in_effect(blocks(seed, len(start)), t, rule.latency_s)
+    runs, ex = executable(want, start, dur, period, rule)
+    again = execute(runs, start, dur, period, rule)
+    assert np.array_equal(again.land_s, ex.land_s) and np.array_equal(again.config, ex.config)  # the pair agrees
+    if not ex.skipped and not np.any(ex.late_s > 1e-12):  # settled (nearly every draw)
+        assert again.skipped == () and np.all(again.late_s <= 1e-12)
+    assert np.all(np.diff(np.sort(ex.issue_s)) >= rule.latency_s - 1e-12)  # one switch at a time
+
+
+def test_settling_moves_no_landing():
+    # A x5, B x2, A x5 (1 ms kernels), latency = lookahead = 3 ms: the switch back into A waits and lands late;
+    # settled, the kernels before it ask for B, and the landings are those that ran before
+    start = np.arange(12) * 1e-3
+    dur = np.full(12, 1e-3)
+    rule = SwitchRule.of(0.003, 0.003)
+    want = np.array([0] * 5 + [1] * 2 + [0] * 5)
+    first = execute(want, start, dur, 0.012, rule)
+    assert np.any(first.late_s > 0)
+    runs, ex = executable(want, start, dur, 0.012, rule)
+    assert runs.tolist() == [0] * 5 + [1] * 3 + [0] * 4 and np.all(ex.late_s <= 1e-12)
+    assert sorted(ex.land_s.tolist()) == pytest.approx(sorted(first.land_s.tolist()))
+    skip = np.array([0] * 5 + [1] + [0] + [1] * 5)  # the lone A is skipped: it asks for B once settled
+    runs, ex = executable(skip, start, dur, 0.012, rule)
+    assert ex.skipped == () and runs.tolist() == [0] * 5 + [1] * 7
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_requests_run_where_the_switching_rule_lands_them(seed):
+    _, _, _, t, _ = random_step(seed, n=40)
+    req = np.random.default_rng(seed).integers(0, 3, size=40)
+    latency = 0.002
+    got = requested_in_effect(req, t, latency)
+    cur, k = 0, 0
+    while k < 40:  # the rule, kernel by kernel
+        if req[k] == cur:
+            assert got[k] == cur
+            k += 1
+            continue
+        stop, after, _, _ = fly(t.item, t.item, 40, k, cur, int(req[k]), latency)
+        assert np.all(got[k:stop - 1] == cur)
+        if np.isfinite(after):
+            assert got[stop - 1] == (req[k] if after < 0.5 * t[stop - 1, cur] else cur)
+        cur, k = int(req[k]), stop
+    assert np.array_equal(requested_in_effect(req, t, 0.0), req)  # no latency: every kernel runs as requested
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_landed_cost_prices_each_kernel_at_what_runs_while_it_runs(seed):
+    start, dur, _, t, e = random_step(seed, n=30)
+    rng = np.random.default_rng(seed)
+    lands = np.sort(rng.uniform(-0.005, start[-1] + 0.005, size=5))
+    cfg = rng.integers(0, 3, size=5)
+    got_t, got_e = landed_cost(t, e, start, dur, lands, cfg, 2)
+    for k in range(30):  # by hand: the share of the kernel's duration under each configuration
+        edges = [start[k]] + [x for x in lands if start[k] < x < start[k] + dur[k]] + [start[k] + dur[k]]
+        want_t = want_e = 0.0
+        for a, b in zip(edges[:-1], edges[1:], strict=True):
+            before = [c for x, c in zip(lands, cfg, strict=True) if x <= a]
+            c = before[-1] if before else 2
+            want_t += (b - a) / dur[k] * t[k, c]
+            want_e += (b - a) / dur[k] * e[k, c]
+        assert got_t[k] == pytest.approx(want_t, rel=1e-12) and got_e[k] == pytest.approx(want_e, rel=1e-12)
+
+
+def test_a_cycle_is_seen_from_each_step_with_its_neighbours_landings():
+    lands, cfg, before = cyclic_landings(np.array([-0.001, 0.004]), np.array([1, 2]), 0.01)
+    assert lands.tolist() == pytest.approx([-0.011, -0.006, -0.001, 0.004, 0.009, 0.014]) and before == 2
+    assert cfg.tolist() == [1, 2, 1, 2, 1, 2]
+    none = cyclic_landings(np.zeros(0), np.zeros(0, dtype=np.int64), 0.01)
+    assert none[0].size == 0 and none[2] == -1
+
+
+@pytest.mark.parametrize("case", [dict(latency_s=-1.0), dict(latency_s=float("nan")), dict(latency_s=0.006,
+                                  lookahead_s=0.005), dict(latency_s=0.006, min_dwell_s=-1.0)])
+def test_bad_rules_are_refused(case):
+    with pytest.raises(RuleError):
+        SwitchRule.of(**case)
+
+
+def test_executions_refuse_unknown_modes_and_jitter_of_another_step():
+    start, dur = np.arange(4) * 1e-3, np.full(4, 1e-3)
+    rule = SwitchRule.of(0.001)
+    with pytest.raises(RuleError, match="jitter mode"):
+        Execution(start, dur, 0.004, rule, mode="lucky")
+    with pytest.raises(RuleError, match="shape"):
+        Execution(start, dur, 0.004, rule, np.zeros((2, 3)))
+    assert not Execution(start, dur, 0.004, rule, np.zeros((2, 4)), "margin").jittered
+    assert Execution(start, dur, 0.004, rule, np.zeros((2, 4))).jittered
+    assert not Execution(start, dur, 0.004, rule).jittered and Execution(start, dur, 0.004, rule).blind().mode == "blind"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_judging_a_deployed_schedule_is_pricing_what_the_controller_issues(seed):
+    start, dur, period, t, e = random_step(seed)
+    rule = SwitchRule.of(0.003)
+    jitter = jitter_of(seed, start)
+    ex = Execution(start, dur, period, rule, jitter)
+    got = ex.judge(blocks(seed, len(start)), t, e, rule.latency_s)
+    again = ex.judge(got.runs, t, e, rule.latency_s, runs=True)
+    assert (again.planned_time_s, again.planned_energy_j) == (got.planned_time_s, got.planned_energy_j)
+    schedule = ClockSchedule([AUTO, ClockConfig(1500, 3201), ClockConfig(1000, 3201)], got.runs)
+    timeline = StepTimeline(start, dur, period)
+    plan = plan_switches(schedule, timeline, rule.latency_s, rule.lookahead_s)
+    assert [e.land_s for e in plan.events] == got.executed.land_s.tolist()  # the controller's own switches
+    each = [executed_cost(t, e, got.executed, p, dur) for p in ex.placements()]
+    assert np.array_equal(ex.placements()[1:], start + jitter)  # in order already
+    assert got.time_s == pytest.approx(np.mean([c[0] for c in each]), rel=1e-12)  # the mean over the steps
+    assert got.worst_time_s == max(c[0] for c in each)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_landing_costs_are_the_direct_price_over_every_placement(seed):
+    start, dur, period, t, e = random_step(seed)
+    rule = SwitchRule.of(0.003)
+    jitter = jitter_of(seed, start, scale=2.0)
+    ex = Execution(start, dur, period, rule, jitter)
+    runs, executed = executable(blocks(seed, len(start)), start, dur, period, rule)
+    if not executed.land_s.size:
+        pytest.skip("this draw holds one configuration")
+    price = 250.0
+    costs = LandingCosts.of(t, e, price, ex)
+    order = np.argsort(executed.land_s)
+    lands, cfg = executed.land_s[order], executed.config[order]
+    direct = [sum(executed_cost(t, e, executed, p, dur)[i] * w for i, w in ((1, 1.0), (0, price)))
+              for p in placements(ex)]
+    assert costs.total(lands, cfg) == pytest.approx(direct, rel=1e-9)
+    i = len(lands) // 2
+    times = np.linspace(lands[i] - 1e-3, lands[i] + 1e-3, 5)
+    moved = costs.moved(lands, cfg, i, times)
+    for q, delta in zip(times, moved, strict=True):
+        shifted = lands.copy()
+        shifted[i] = q
+        assert delta == pytest.approx(costs.total(shifted, cfg).mean() - costs.total(lands, cfg).mean(), abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_descending_never_costs_more_and_the_controller_lands_what_it_chose(seed):
+    start, dur, period, t, e = random_step(seed)
+    rule = SwitchRule.of(0.003)
+    jitter = jitter_of(seed, start, steps=4, scale=2.0)
+    ex = Execution(start, dur, period, rule, jitter)
+    runs, executed = executable(blocks(seed, len(start)), start, dur, period, rule)
+    if not executed.land_s.size:
+        pytest.skip("this draw holds one configuration")
+    costs = LandingCosts.of(t, e, 300.0, ex)
+    grid = start - (rule.lookahead_s - rule.latency_s)
+    order = np.argsort(executed.land_s)
+    before = costs.total(executed.land_s[order], executed.config[order]).mean()
+    lands, cfg, hold = descend(costs, executed.land_s, executed.config, grid, rule.latency_s, executed.initial)
+    assert costs.total(lands, cfg, hold).mean() <= before + 1e-9
+    if lands.size:
+        gaps = np.diff(np.concatenate([lands, [lands[0] + period]]))
+        assert np.all(gaps >= rule.latency_s - 1e-12) and np.all(cfg != np.roll(cfg, 1))
+    settled = execute(runs_of(lands, cfg, ex, hold), start, dur, period, rule)
+    assert sorted(settled.land_s % period) == pytest.approx(sorted(lands % period), abs=1e-12)
+
+
+def test_the_policys_plan_is_the_plan_the_controller_issues():
+    """The shipped policy planning a real step with its timeline: the schedule it returns is executed by the
+    controller's rule without a skipped segment or a late switch, and the figure it judged is the price of exactly
+    the switches the controller issues."""
+    from rlclock.deploy.delivered import PlanningCosts
+    from rlclock.policy import ClockPolicy
+    from rlclock.workload.trace import KernelTrace
+
+    folder = ROOT / "data" / "corpus-h200" / "bert-base"
+    trace = KernelTrace.load(folder / "step.trace.json.gz")
+    timeline = StepTimeline.load(folder / "step.timeline.json.gz")
+    policy = ClockPolicy.load("corpus-h200")
+    auto = np.array([k.measured[0].time_s for k in trace])
+    backend = policy.backend_for(trace, auto, None, 0.006)
+    rule = SwitchRule.of(0.006)
+    ex = Execution(timeline.start_s, timeline.duration_s, timeline.period_s, rule)
+    got = policy.plan(backend, 0.01, search=False, whole_job=False, execution=ex)
+    schedule = ClockSchedule(policy.configs, got.runs)
+    plan = plan_switches(schedule, timeline, 0.006)
+    assert plan.skipped == () and all(e.late_s == 0.0 for e in plan.events) and plan.n_switches > 0
+    t, e = backend.tables
+    costs = PlanningCosts(t, e, policy.configs)
+    assert costs.planned(plan, timeline.start_s, timeline.duration_s) == pytest.approx((got.time_s, got.energy_j),
+                                                                                        rel=1e-12)
+    assert got.time_s <= float(np.sum(t[:, 0])) * 1.01 * (1 + 1e-12)  # within the budget as executed
