@@ -166,6 +166,7 @@ class Clocked:
         self._learner: Any = None
         self.learned: dict[str, Any] | None = None
         self.costs: Any = None
+        self._compare: Any = None
         """The planning model's prices of the step (:class:`~rlclock.deploy.delivered.PlanningCosts`), for the
         report's delivered figures; ``None`` until planned (or when nothing prices the step)."""
 
@@ -347,6 +348,8 @@ class Clocked:
     def _controlled(self) -> StepMark:
         """A controlled step begins; when learning, the learner chooses the next step's plan."""
         assert self.controller is not None
+        if self._compare is not None:
+            self._compare.on_step(self.controller.steps)
         mark = self.controller.step()
         if self._learner is not None:
             self.controller.set_pattern([self._learner.on_step()])
@@ -608,8 +611,10 @@ class Clocked:
             latency_s=self._latency_s(), lookahead_s=s.lookahead_s, min_dwell_s=s.min_dwell_s,
             read_back=s.read_back, worker=s.worker, nvml=use_nvml,
             anchor_every=None if s.anchor_every is None else int(s.anchor_every),
-            time_all_steps=s.time_all_steps, follow_pace=s.follow_pace, alternatives=self.alternatives,
+            time_all_steps=s.time_all_steps, follow_pace=s.follow_pace,
+            alternatives=(*self.alternatives, *self._compare_alternatives()),
             costs=self._costs_for_control()).start()
+        self._start_compare(device, use_nvml)
         self.state = "control"
         limit = self.schedule.power_limit_w
         self._say(f"applying schedule {self.schedule.name!r} ({s.control}) on GPU {device}: "
@@ -624,6 +629,39 @@ class Clocked:
                 self._energy = None
         if not cuda_present():
             self._say("no CUDA GPU: plan-only dry run, steps anchored on the host clock")
+
+    def _compare_alternatives(self) -> tuple[ClockSchedule, ...]:
+        """With ``compare_blocks``, the driver's own clocks as one more plan (under the schedule's power limit)."""
+        if not self.settings.compare_blocks or self.schedule is None or self.schedule.power_limit_w is not None:
+            return ()
+        from rlclock.schedule import AUTO
+
+        return (ClockSchedule.constant(AUTO, len(self.schedule), name="driver default"),)
+
+    def _start_compare(self, device: int, use_nvml: bool) -> None:
+        """With ``compare_blocks``: alternate blocks of the plan and of the driver's clocks (:mod:`.compare`)."""
+        blocks = self.settings.compare_blocks
+        if not blocks or self.controller is None:
+            return
+        if self.schedule is not None and self.schedule.power_limit_w is not None:
+            self._say("compare_blocks: the plan is a whole-job power limit, set once for the job, so its blocks cannot "
+                      "alternate with the driver's: not compared")
+            return
+        from rlclock.deploy.compare import BlockComparison
+
+        read = None
+        if use_nvml:
+            from rlclock.gpu.nvml import NvmlDevice
+
+            read = NvmlDevice(device).total_energy_j
+        sync = None
+        if cuda_present():
+            import torch
+
+            sync = torch.cuda.synchronize
+        self._compare = BlockComparison(blocks, read, sync)
+        self.controller.set_pattern(self._compare.pattern(len(self.controller.plans) - 1), 0)
+        self._say(f"comparing: blocks of {blocks} steps of the plan and of the driver's clocks in turn")
 
     def _costs_for_control(self) -> Any:
         """The prices the controller judges its steps with: the policy's planning model, or for a given schedule the
@@ -673,6 +711,10 @@ class Clocked:
 
             torch.cuda.synchronize()
         self.report = self.controller.close()
+        if self._compare is not None:
+            delivered = self.report.delivered
+            self.report.compared = self._compare.result(self.controller.dry_run,
+                                                        None if delivered is None else delivered.planned_saving)
         if self._learner is not None:
             self.learned = self._learner.summary()
             self.report.notes.append(self._learner.describe())

@@ -129,6 +129,8 @@ class Delivered:
         slowdown: Their slowdown.
         worst_slowdown: The slowest judged step's slowdown.
         per_step: ``[step, plan, seconds, joules]`` of each judged step on the planning model.
+        per_plan: ``[plan, steps, saving, slowdown]`` of each plan that ran judged steps (the figures above are plan
+            0's: the schedule's).
         switches: ``[step, plan, event, config, issued_s, land_s]`` of every switch issued, times after the anchor of
             the step it served (``NaN`` where that step's start was not measured): the record the figures come from.
         anchors: ``[step, anchor_s, end_s]`` of every timed step (``time.monotonic()``; end NaN without an end mark).
@@ -147,6 +149,7 @@ class Delivered:
     slowdown: float = math.nan
     worst_slowdown: float = math.nan
     per_step: list[list[float]] = field(default_factory=list)
+    per_plan: list[list[float]] = field(default_factory=list)
     switches: list[list[Any]] = field(default_factory=list)
     anchors: list[list[float]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -262,16 +265,19 @@ def deliver(plans: Sequence[SwitchPlan], costs: PlanningCosts, timeline_start_s:
         hi = int(np.searchsorted(land_abs, end, side="right"))
         t, e = costs.cost(placed, dur, land_abs[k:hi] - a, [c for _, c in lands[k:hi]], before)
         out.per_step.append([step, plan_of(step), t, e])
-    if out.per_step:
-        arr = np.array([row[2:] for row in out.per_step], dtype=float)
+    rows = np.array(out.per_step, dtype=float).reshape(-1, 4)
+    for which in sorted({int(x) for x in rows[:, 1]}):
+        arr = rows[rows[:, 1] == which, 2:]
         n = arr.shape[0]
-        out.steps = n
-        out.saving = 1.0 - float(arr[:, 1].sum()) / (n * auto_e)
-        out.slowdown = float(arr[:, 0].sum()) / (n * auto_t) - 1.0
-        out.worst_slowdown = float(arr[:, 0].max()) / auto_t - 1.0
-        out.placed = " / ".join(sorted(kinds))
-    else:
-        out.notes.append("no step after the first had a measured start and end")
+        out.per_plan.append([which, n, 1.0 - float(arr[:, 1].sum()) / (n * auto_e),
+                             float(arr[:, 0].sum()) / (n * auto_t) - 1.0])
+        if which == 0:
+            out.steps = n
+            out.saving, out.slowdown = out.per_plan[-1][2], out.per_plan[-1][3]
+            out.worst_slowdown = float(arr[:, 0].max()) / auto_t - 1.0
+    out.placed = " / ".join(sorted(kinds))
+    if not out.steps:
+        out.notes.append("no step of the plan after the first had a measured start and end")
     return out
 
 

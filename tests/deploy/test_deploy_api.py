@@ -230,11 +230,11 @@ def test_one_definition_of_the_deploy_options():
     dests = {a.dest for a in sub._actions} - {"help", "cmd"}
     assert dests == set(DeploySettings.options())
     args = parser.parse_args(["apply", "--checkpoint", "gpt3xl-h200", "--control-clocks", "--latency", "0.004",
-                              "--warmup-steps", "2", "--no-read-back", "--anchor-every", "5", "--search", "--quiet",
-                              "--", "python", "train.py"])
+                              "--warmup-steps", "2", "--no-read-back", "--anchor-every", "5", "--no-search", "--quiet",
+                              "--compare-blocks", "10", "--", "python", "train.py"])
     got = DeploySettings.from_args(args)
     assert got == DeploySettings(checkpoint="gpt3xl-h200", control="on", latency_s=0.004, warmup_steps=2,
-                                 read_back=False, anchor_every=5, search=True, verbose=False)
+                                 read_back=False, anchor_every=5, search=False, verbose=False, compare_blocks=10)
     with pytest.raises(DeployError, match="warmup_steps"):
         DeploySettings.from_args(parser.parse_args(["apply", "--schedule", "s.json", "--warmup-steps", "-1", "--"]))
     with pytest.raises(DeployError, match=r"unknown option.*latency"):
