@@ -4,6 +4,7 @@ settled for the measured jitter; the landing costs' running sums against a direc
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -112,7 +113,7 @@ def test_landed_cost_prices_each_kernel_at_what_runs_while_it_runs(seed):
     for k in range(30):  # by hand: the share of the kernel's duration under each configuration
         edges = [start[k]] + [x for x in lands if start[k] < x < start[k] + dur[k]] + [start[k] + dur[k]]
         want_t = want_e = 0.0
-        for a, b in zip(edges[:-1], edges[1:], strict=True):
+        for a, b in itertools.pairwise(edges):
             before = [c for x, c in zip(lands, cfg, strict=True) if x <= a]
             c = before[-1] if before else 2
             want_t += (b - a) / dur[k] * t[k, c]
@@ -144,7 +145,8 @@ def test_executions_refuse_unknown_modes_and_jitter_of_another_step():
         Execution(start, dur, 0.004, rule, np.zeros((2, 3)))
     assert not Execution(start, dur, 0.004, rule, np.zeros((2, 4)), "margin").jittered
     assert Execution(start, dur, 0.004, rule, np.zeros((2, 4))).jittered
-    assert not Execution(start, dur, 0.004, rule).jittered and Execution(start, dur, 0.004, rule).blind().mode == "blind"
+    plain = Execution(start, dur, 0.004, rule)
+    assert not plain.jittered and plain.blind().mode == "blind"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -172,7 +174,7 @@ def test_landing_costs_are_the_direct_price_over_every_placement(seed):
     rule = SwitchRule.of(0.003)
     jitter = jitter_of(seed, start, scale=2.0)
     ex = Execution(start, dur, period, rule, jitter)
-    runs, executed = executable(blocks(seed, len(start)), start, dur, period, rule)
+    _, executed = executable(blocks(seed, len(start)), start, dur, period, rule)
     if not executed.land_s.size:
         pytest.skip("this draw holds one configuration")
     price = 250.0
@@ -197,7 +199,7 @@ def test_descending_never_costs_more_and_the_controller_lands_what_it_chose(seed
     rule = SwitchRule.of(0.003)
     jitter = jitter_of(seed, start, steps=4, scale=2.0)
     ex = Execution(start, dur, period, rule, jitter)
-    runs, executed = executable(blocks(seed, len(start)), start, dur, period, rule)
+    _, executed = executable(blocks(seed, len(start)), start, dur, period, rule)
     if not executed.land_s.size:
         pytest.skip("this draw holds one configuration")
     costs = LandingCosts.of(t, e, 300.0, ex)
