@@ -731,6 +731,8 @@ class Clocked:
                 self.report.energy_time_s = time.monotonic() - t0
             except RlclockError as exc:
                 self.report.notes.append(f"energy not read: {exc}")
+        if self.settings.save and self.rank.is_root:
+            self._plot(Path(self.settings.save) / "step.png")
         if self.settings.report:
             path = Path(self.settings.report)
             if self.rank.distributed and self.rank.world_size > 1:
@@ -740,6 +742,18 @@ class Clocked:
         if self.settings.verbose and self.rank.is_root:
             print(self.report.text(), file=sys.stderr, flush=True)
         return self.report
+
+    def _plot(self, path: Path) -> None:
+        """Draw one controlled step (:func:`rlclock.deploy.plot.plot_step`); a failure is a note, not an error."""
+        from rlclock.deploy.plot import plot_step
+
+        assert self.controller is not None and self.report is not None
+        try:
+            plot_step(path, self.controller.schedule, self.controller.timeline, self.controller.plan,
+                      self.report.delivered)
+            self._say(f"drew a step to {path}")
+        except Exception as exc:  # the run is over; a plot must not fail it
+            self.report.notes.append(f"the step's plot was not drawn: {exc}")
 
     def __enter__(self) -> Clocked:
         return self.start()

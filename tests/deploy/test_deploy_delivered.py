@@ -132,3 +132,20 @@ def test_the_controller_reports_what_it_delivered_in_its_json_and_apply_says_it(
     with pytest.raises(DeployError, match="planning costs have 3 kernels"):
         ClockController(SCHEDULE, TIMELINE, latency_s=0.006, worker="thread", anchor="host", nvml=False,
                         costs=PlanningCosts(T[:3], E[:3], (AUTO, B)))
+
+
+def test_save_draws_a_step_with_its_landings(tmp_path):
+    from rlclock.deploy.api import clocked
+    from rlclock.deploy.plot import chosen_step
+
+    clk = clocked(SCHEDULE, timeline=TIMELINE, latency_s=0.006, lookahead_s=0.006, worker="thread", verbose=False,
+                  save=str(tmp_path))
+    clk.costs = COSTS
+    with clk:
+        for _ in range(6):
+            with clk.step():
+                time.sleep(0.04)
+    png = tmp_path / "step.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert chosen_step(clk.report.delivered) in {row[0] for row in clk.report.delivered.per_step}
+    assert chosen_step(None) is None and not clk.report.notes
