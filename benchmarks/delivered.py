@@ -1,0 +1,583 @@
+"""Delivered, not planned: per model, the plan's saving and slowdown beside what the controller delivers when the
+switches land where the running step's kernels are — on the CPU by replaying measured jitter on the committed
+corpora, on a GPU in a dry run of the deployment itself (observe mode: nothing is ever set).
+
+Per model it prints planned and delivered saving and slowdown (the planning model's; against auto), the segments
+the controller's rule skips in the deployed schedule, the share of switches that land after their segment's first
+kernel started (late), the jitter measured (p95 of how far a kernel starts from its median place, ms), what the
+jitter-aware plan changed against the jitter-blind one, and — on a GPU — the deployment's own overhead on the step.
+
+**CPU mode** (default; ``--corpus`` data/corpus-h200, -h200-heldout, -h100, -h100-compiled): each model's step is
+planned by the shipped policy for its GPU (``corpus-h200``, ``corpus-h100``), at the GPU's default latency and a 1 %
+budget, in each jitter mode of :class:`rlclock.backends.executable.Execution` (``blind``, ``margin``, ``expected``,
+``settled``), then *replayed*: each replayed step places the kernels where they started in a measured step, the
+switches land as planned from the step's anchor, and the step is priced on the planning model
+(:func:`rlclock.backends.executable.executed_cost`). Where the kernels come from:
+
+* ``data/corpus-h200/step-jitter.npz`` (the ten corpus models on the H200: every kernel's start in 25 consecutive
+  steps, :mod:`benchmarks.step_jitter`): the first four steps are the timing steps the deployment locates kernels in
+  (the timeline is their median, their offsets its ``jitter_s``); the other 21 are replayed;
+* every other model (no per-kernel record of its steps): steps stretched as a whole, ``start × (1 + δ)`` with δ
+  Laplace-distributed, its centre and scale fitted to that model's own switch test (``switch_report.json``: the
+  switch-time error's median and p95 against the planned switch points), four steps drawn for the timing steps and
+  20 others replayed. On the H200 corpus both are run, as a check of the stretched model against the real steps.
+
+The jitter-free latency-aware optimum (:func:`rlclock.solve.baselines.latency_aware`, ``--optimum-seconds`` a model)
+is the reference of the savings: the targets are a delivered slowdown <= budget + 0.2 pp and a delivered saving
+>= 80 % of the optimum's, on every model. About 45 s a model on a 2-core machine (four plans and the optimum), 30 min
+for the four corpora; ``--only``, ``--modes`` and ``--corpus`` narrow it.
+
+**GPU mode** (``--gpu --out DIR``; one GPU, observe mode: a dry run throughout, nothing is set, no clock or power
+call is made but the dry run's recording of them): the corpus models (``benchmarks/corpus_gpu.py``'s Hugging Face
+architectures and the example's GPT), then the held-out ones, then — while time is left — the compiled ones. Per model:
+
+1. ``rlclock.deploy.clocked(checkpoint=<the shipped policy for the GPU>)`` as ``rlclock apply`` runs it: 3 warm-up,
+   5 profiled and 8 timing steps, then ``--steps`` (16) controlled steps, every step timed on the GPU
+   (``time_all_steps``), ``--save`` to a scratch folder: the report (planned and delivered, per switch), the step's
+   plot; about 10-25 s a model (most of it profiling and planning);
+2. the same plan in ``--located`` (10) controlled steps under a CUDA-activity profile with a marker kernel per step:
+   every switch judged against where its step's kernels really ran (delivered, kernels located), and each kernel's
+   start per step kept (``located.npz``, for later CPU replays); about 3-6 s;
+3. the overhead: ``--rounds`` (3) rounds of a bare block and a controlled block of ``--block`` (8) steps, the order
+   reversed every other round, each block timed on the host after a synchronisation (wall time inside the script);
+   about 2-8 s.
+
+Each model is built, run and freed on its own (one model's failure is reported and the rest run); a model is skipped
+when less than ``--model-seconds`` (45) of ``--budget-s`` (540) is left. Writes per model ``DIR/<model>/``
+``report.json.gz``, ``step.png``, ``step.trace.json.gz``, ``step.timeline.json.gz``, ``step.schedule.json.gz``,
+``summary.json``, and ``DIR/located.npz``, ``DIR/summary.json`` (a few MB in all); prints the summary table last.
+The compiled models take 35-65 s each to compile on an H100, so on one H100 the 19 eager models fill the 9 minutes.
+
+    python benchmarks/delivered.py                                    # CPU: every corpus, every mode
+    python benchmarks/delivered.py --corpus data/corpus-h200 --only bert --modes blind,settled
+    python benchmarks/delivered.py --gpu --out /tmp/delivered         # GPU dry run (observe mode), ~9 min
+    python benchmarks/delivered.py --replay /tmp/delivered            # CPU: the GPU run's models and located steps
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gzip
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+BUDGET = 0.01
+LOCATED = 4
+"""Timing steps the deployment locates kernels in (``timing_steps`` 8: half of them)."""
+REPLAYED = 20
+"""Steps replayed where no measured ones are (the stretched model)."""
+MODES = ("blind", "margin", "expected", "settled")
+CORPORA = ("corpus-h200", "corpus-h200-heldout", "corpus-h100", "corpus-h100-compiled")
+POLICY = {"NVIDIA H200": "corpus-h200", "NVIDIA H100 80GB HBM3": "corpus-h100"}
+"""The shipped policy planning each GPU's steps."""
+
+
+# -- CPU mode ---------------------------------------------------------------------------------------------------------
+
+
+def fit_stretch(report: dict[str, Any], rng: np.random.Generator) -> tuple[float, float]:
+    """``(centre, scale)`` of the Laplace step stretch δ whose switch-time errors, ``-τ·δ`` at the switch test's planned
+    switch points τ, have the report's median and p95 of |error|."""
+    err = report.get("switch_error") or {}
+    med, p95 = err.get("median_s"), err.get("p95_abs_s")
+    taus = np.array([e[4] for e in report["plan"]["events"]], dtype=float)
+    if med is None or p95 is None or not taus.size or not np.isfinite([med, p95]).all():
+        return 0.0, 0.0
+    u = rng.laplace(0.0, 1.0, size=4096)
+    tau = rng.choice(taus, size=u.size)
+    centre = -float(med) / float(np.median(taus))
+
+    def p95_of(scale: float) -> float:
+        return float(np.percentile(np.abs(-tau * (centre + scale * u)), 95))
+
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if p95_of(mid) < p95 else (lo, mid)
+    return centre, 0.5 * (lo + hi)
+
+
+def stretched(start: np.ndarray, centre: float, scale: float, steps: int, rng: np.random.Generator) -> np.ndarray:
+    """``(steps, n)`` kernel starts of steps stretched as a whole by a Laplace δ."""
+    delta = centre + scale * rng.laplace(0.0, 1.0, size=(steps, 1))
+    return start[None, :] * np.maximum(1.0 + delta, 0.1)
+
+
+def cases(folder: Path, npz: Any) -> list[dict[str, Any]]:
+    """The ways a model's steps are replayed: measured steps where ``npz`` holds them, the stretched model always."""
+    from rlclock.deploy.timeline import StepTimeline
+
+    timeline = StepTimeline.load(folder / "step.timeline.json.gz")
+    out = []
+    name = folder.name
+    if npz is not None and name in npz.files:
+        starts = npz[name].astype(float) * 1e-6
+        dur = np.asarray(npz[name + "/duration"], dtype=float) * 1e-6
+        if starts.shape[1] == len(timeline):
+            tl = np.maximum.accumulate(np.median(starts[:LOCATED], axis=0))
+            tail = timeline.period_s - timeline.span_s
+            period = float(np.max(tl + dur)) + max(tail, 0.0)
+            out.append({"jitter": "measured", "start": tl, "dur": dur, "period": period,
+                        "located": starts[:LOCATED] - tl, "replay": starts[LOCATED:]})
+    report_path = folder / "switch_report.json"
+    if report_path.exists():
+        rng = np.random.default_rng(zlib.crc32(name.encode()))
+        centre, scale = fit_stretch(json.loads(report_path.read_text()), rng)
+        start = np.asarray(timeline.start_s, dtype=float)
+        out.append({"jitter": f"stretched (δ {100 * centre:+.1f} % ± {100 * scale:.1f} %)", "start": start,
+                    "dur": np.asarray(timeline.duration_s, dtype=float), "period": timeline.period_s,
+                    "located": stretched(start, centre, scale, LOCATED, rng) - start,
+                    "replay": stretched(start, centre, scale, REPLAYED, rng)})
+    return out
+
+
+def replayed(t: np.ndarray, e: np.ndarray, executed: Any, replay: np.ndarray, dur: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, float]:
+    """Each replayed step's seconds and joules, and the share of switches landing after their segment's first kernel
+    started in it."""
+    from rlclock.backends.executable import executed_cost
+
+    costs = np.array([executed_cost(t, e, executed, np.maximum.accumulate(p), dur) for p in replay])
+    first = executed.segments.first[executed.segment]
+    late = [executed.land_s > p[first] + 1e-12 for p in replay] if executed.land_s.size else []
+    return costs[:, 0], costs[:, 1], float(np.mean(late)) if len(late) else 0.0
+
+
+def cpu_model(folder: Path, npz: Any, modes: tuple[str, ...], optimum_s: float) -> list[dict[str, Any]]:
+    """Every replay case of one corpus model, every mode."""
+    from rlclock.backends.executable import Execution, SwitchRule
+    from rlclock.deploy.plan import plan_switches
+    from rlclock.deploy.timeline import StepTimeline
+    from rlclock.policy import ClockPolicy
+    from rlclock.schedule import ClockSchedule
+    from rlclock.solve.baselines import latency_aware
+    from rlclock.workload.op_costs import refresh_costs
+    from rlclock.workload.trace import KernelTrace
+
+    trace = refresh_costs(KernelTrace.load(folder / "step.trace.json.gz"))
+    gpu = str(trace.meta.get("gpu"))
+    policy = ClockPolicy.load(POLICY[gpu])
+    latency = policy.gpu.switch_latency_s
+    auto_s = np.array([k.measured[0].time_s for k in trace])
+    backend = policy.backend_for(trace, auto_s, None, latency)
+    t, e = backend.tables
+    auto_t, auto_e = float(np.cumsum(t[:, 0])[-1]), float(np.cumsum(e[:, 0])[-1])
+    t0 = time.perf_counter()
+    opt = latency_aware(backend, BUDGET, optimum_s).evaluation
+    opt_s = time.perf_counter() - t0
+    rule = SwitchRule.of(latency)
+    rows = []
+    for case in cases(folder, npz):
+        blind_ex = None
+        for mode in modes:
+            ex = Execution(case["start"], case["dur"], case["period"], rule, case["located"], mode)
+            t0 = time.perf_counter()
+            sched = policy.schedule(trace, backend=backend, budget=BUDGET, search=True, execution=ex)
+            plan_s = time.perf_counter() - t0
+            got = Execution(case["start"], case["dur"], case["period"], rule).judge(sched.index, t, e, latency,
+                                                                                    runs=True)
+            executed = got.executed
+            tt, ee, late = replayed(t, e, executed, case["replay"], case["dur"])
+            timeline = StepTimeline(case["start"], case["dur"], case["period"])
+            skipped = len(plan_switches(ClockSchedule(policy.configs, sched.index), timeline, latency).skipped)
+            located = np.abs(case["located"])
+            if mode == "blind":
+                blind_ex = executed
+            rows.append({
+                "model": folder.name, "corpus": folder.parent.name, "jitter": case["jitter"], "mode": mode,
+                "plan": sched.name, "planned_saving": 1 - got.planned_energy_j / auto_e,
+                "planned_slowdown": got.planned_time_s / auto_t - 1, "saving": 1 - float(ee.mean()) / auto_e,
+                "slowdown": float(tt.mean()) / auto_t - 1, "worst_slowdown": float(tt.max()) / auto_t - 1,
+                "switches": int(executed.land_s.size), "skipped": skipped, "late": late,
+                "jitter_p95_ms": 1e3 * float(np.percentile(located, 95)),
+                "changed": changed(blind_ex, executed) if mode != "blind" and blind_ex is not None else "",
+                "optimum_saving": float(opt.saving), "optimum_s": opt_s, "plan_s": plan_s,
+                "replayed": len(case["replay"])})
+    return rows
+
+
+def changed(blind: Any, other: Any) -> str:
+    """What a jitter-aware plan changed against the blind one: switches, and how far the landings moved."""
+    a, b = np.sort(blind.land_s), np.sort(other.land_s)
+    if not a.size and not b.size:
+        return "none (no switch)"
+    text = f"{a.size}->{b.size} switches"
+    if a.size and b.size:
+        moved = np.abs(b[:, None] - a[None, :]).min(axis=1)
+        text += f", landings moved median {1e3 * float(np.median(moved)):.1f} ms"
+    return text
+
+
+def cpu(corpora: list[Path], only: str, modes: tuple[str, ...], optimum_s: float, out: Path | None) -> int:
+    npz_path = ROOT / "data" / "corpus-h200" / "step-jitter.npz"
+    npz = np.load(npz_path) if npz_path.exists() else None
+    rows: list[dict[str, Any]] = []
+    print(f"# CPU replay, budget {100 * BUDGET:g} %, the GPU's default latency; planning model's figures against auto",
+          flush=True)
+    for corpus in corpora:
+        for folder in sorted(p for p in corpus.iterdir() if p.is_dir()):
+            if only and not any(part in folder.name for part in only.split(",")):
+                continue
+            try:
+                got = cpu_model(folder, npz, modes, optimum_s)
+            except Exception as exc:  # one model's failure is reported; the others still run
+                traceback.print_exc()
+                print(f"{folder.name}: failed: {type(exc).__name__}: {exc}", flush=True)
+                continue
+            rows += got
+            for r in got:
+                print(line(r), flush=True)
+    print()
+    table(rows)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+def line(r: dict[str, Any]) -> str:
+    ok = r["slowdown"] <= BUDGET + 0.002 and r["saving"] >= 0.8 * r["optimum_saving"]
+    of_opt = r["saving"] / r["optimum_saving"] if r["optimum_saving"] > 0 else math.nan
+    return (f"{r['corpus'][7:]:15s} {r['model']:31s} {r['jitter'][:9]:9s} {r['mode']:8s} "
+            f"{100 * r['planned_saving']:5.2f}% {100 * r['planned_slowdown']:+5.2f}% | "
+            f"{100 * r['saving']:5.2f}% {100 * r['slowdown']:+5.2f}% {100 * r['worst_slowdown']:+5.2f}% | "
+            f"opt {100 * r['optimum_saving']:4.2f}% {of_opt:4.0%} "
+            f"sw {r['switches']:2d} skip {r['skipped']} late {100 * r['late']:3.0f}% jit {r['jitter_p95_ms']:5.1f}ms "
+            f"{'ok ' if ok else 'MISS'} {r['changed']}")
+
+
+def table(rows: list[dict[str, Any]]) -> None:
+    """Per jitter source and mode: models meeting each target, and the means."""
+    print("== per mode: models within budget + 0.2 pp delivered; models at >= 80 % of the optimum's saving delivered; "
+          "mean delivered saving over the optimum's; worst delivered slowdown")
+    keys = sorted({(r["jitter"].split(" ")[0], r["mode"]) for r in rows}, key=lambda k: (k[0], MODES.index(k[1])))
+    for source, mode in keys:
+        sel = [r for r in rows if r["jitter"].startswith(source) and r["mode"] == mode]
+        slow = sum(r["slowdown"] <= BUDGET + 0.002 for r in sel)
+        save = sum(r["saving"] >= 0.8 * r["optimum_saving"] for r in sel)
+        both = sum(r["slowdown"] <= BUDGET + 0.002 and r["saving"] >= 0.8 * r["optimum_saving"] for r in sel)
+        share = np.mean([r["saving"] / r["optimum_saving"] for r in sel if r["optimum_saving"] > 0])
+        print(f"{source:9s} {mode:8s} models {len(sel):2d}: slowdown target {slow:2d}, saving target {save:2d}, both "
+              f"{both:2d}; delivered saving {100 * share:5.1f} % of the optimum's; worst slowdown "
+              f"{100 * max(r['slowdown'] for r in sel):+.2f} %; skipped segments {sum(r['skipped'] for r in sel)}")
+
+
+# -- GPU mode ---------------------------------------------------------------------------------------------------------
+
+
+def gpu_entries() -> list[tuple[str, Any]]:
+    """(name, maker) of every model: the corpus, the held-out set, then the compiled ones."""
+    from corpus_gpu import build, compiled, heldout_models, hf_models, small_gpt
+
+    entries: list[tuple[str, Any]] = []
+
+    def hf(name: str, config: Any, shape: Any) -> Any:
+        def make() -> Any:
+            model, batch, task = build(name, config, shape)
+            return model, batch, None, task, config, shape
+        return make
+
+    def small() -> Any:
+        model, batch, loss = small_gpt()
+        return model, batch, loss, "causal-lm", {}, {"batch": 16, "seq": 512}
+
+    corpus = [(n, hf(n, c, s)) for n, (c, s) in hf_models().items()] + [("train-small-gpt", small)]
+    heldout = [(n, hf(n, c, s)) for n, (c, s) in heldout_models().items()]
+    for name, make in corpus + heldout:
+        entries.append((name, lambda make=make: compiled(make, "eager")))
+    for name, make in corpus:
+        if name in ("bert-base", "gpt2-medium", "llama-0.5b-mha", "train-small-gpt", "vit-base"):
+            for mode in ("default", "reduce-overhead"):
+                entries.append((f"{name}+{mode}", lambda make=make, mode=mode: compiled(make, mode)))
+    return entries
+
+
+def controlled_run(step: Any, model: Any, checkpoint: str, scratch: Path, steps: int) -> Any:
+    """The deployment as rlclock apply runs it (dry run), every step timed: returns the Clocked."""
+    import rlclock.deploy
+
+    with rlclock.deploy.clocked(checkpoint=checkpoint, control="dry-run", save=str(scratch),
+                                report=str(scratch / "report.json"), time_all_steps=True, verbose=False) as clk:
+        total = 3 + 5 + 8 + steps
+        for _ in range(total):
+            with clk.step():
+                step()
+    return clk
+
+
+def located_run(step: Any, schedule: Any, timeline: Any, steps: int) -> tuple[Any, np.ndarray]:
+    """The same plan under a CUDA-activity profile with a marker kernel per step: the controller and each step's
+    kernel starts after its marker (µs), for the steps whose kernels are the timeline's."""
+    import torch
+
+    import rlclock.deploy
+    from rlclock.deploy.capture import marked_steps
+    from rlclock.workload.torch_profile import export_chrome
+
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+    with rlclock.deploy.clocked(schedule, timeline=timeline, control="dry-run", time_all_steps=True,
+                                verbose=False) as clk:
+        prof.__enter__()
+        for _ in range(steps):
+            with clk.step():
+                torch.cuda._sleep(1)
+                step()
+        torch.cuda.synchronize()
+        prof.__exit__(None, None, None)
+    names = tuple(timeline.names)
+    starts = []
+    for anchor, body in marked_steps(export_chrome(prof))[-steps:]:
+        starts.append([a[0] - anchor for a in body] if tuple(a[2] for a in body) == names else None)
+    return clk, starts
+
+
+def located_delivered(clk: Any, costs: Any, starts: list[Any], timeline: Any) -> dict[str, Any]:
+    """Each step of the located run priced where its kernels really ran, its switches landing at their issue time
+    plus the latency (times after the step's anchor, the anchors' clock)."""
+    ctl = clk.controller
+    plan = ctl.plan
+    log = ctl.anchor_log
+    anchors = dict(zip(log.step, log.final_anchors_s(), strict=True))
+    lands = sorted((r[4] + plan.latency_s, ctl.plans[getattr(r, "plan", 0)].events[r[2]].config if r[2] >= 0
+                    else plan.initial) for r in ctl.worker_result.get("records", [])
+                   if r[0] in ("switch", "boundary", "resync") and math.isfinite(r[4]))
+    land_abs = np.array([x[0] for x in lands])
+    rows = []
+    for k, got in enumerate(starts):
+        if got is None or k == 0 or k not in anchors:
+            continue
+        a = anchors[k]
+        place = np.maximum.accumulate(np.array(got, dtype=float) * 1e-6)
+        i = int(np.searchsorted(land_abs, a, side="right"))
+        j = int(np.searchsorted(land_abs, a + place[-1] + timeline.duration_s[-1], side="right"))
+        before = lands[i - 1][1] if i > 0 else plan.initial
+        rows.append(costs.cost(place, timeline.duration_s, land_abs[i:j] - a, [c for _, c in lands[i:j]], before))
+    if not rows:
+        return {"steps": 0}
+    arr = np.array(rows)
+    return {"steps": len(rows), "saving": 1 - float(arr[:, 1].mean()) / costs.auto_energy_j,
+            "slowdown": float(arr[:, 0].mean()) / costs.auto_time_s - 1,
+            "worst_slowdown": float(arr[:, 0].max()) / costs.auto_time_s - 1}
+
+
+def overhead(step: Any, schedule: Any, timeline: Any, rounds: int, block: int) -> dict[str, Any]:
+    """Bare and controlled blocks interleaved (the order reversed every other round), each timed on the host after a
+    synchronisation: the deployment's overhead on the step's wall time."""
+    import torch
+
+    import rlclock.deploy
+
+    walls: dict[str, list[float]] = {"bare": [], "controlled": []}
+    with rlclock.deploy.clocked(schedule, timeline=timeline, control="dry-run", verbose=False) as clk:
+        for r in range(rounds):
+            for kind in (("bare", "controlled") if r % 2 == 0 else ("controlled", "bare")):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(block):
+                    if kind == "bare":
+                        step()
+                    else:
+                        with clk.step():
+                            step()
+                torch.cuda.synchronize()
+                walls[kind].append((time.perf_counter() - t0) / block)
+    bare, ctl = float(np.median(walls["bare"])), float(np.median(walls["controlled"]))
+    return {"bare_s": bare, "controlled_s": ctl, "overhead": ctl / bare - 1, "walls": walls}
+
+
+def _gz(src: Path, dst: Path) -> None:
+    with open(src, "rb") as f, gzip.open(dst, "wb") as g:
+        shutil.copyfileobj(f, g)
+
+
+def gpu(out: Path, only: str, steps: int, located: int, rounds: int, block: int, budget_s: float,
+        model_s: float) -> int:
+    import gc
+
+    import torch
+
+    from rlclock.deploy.delivered import execution_for  # noqa: F401 (imported early: its import time is not a model's)
+
+    started = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    gpu_name = torch.cuda.get_device_name()
+    checkpoint = POLICY.get(gpu_name, "corpus-h100")
+    summaries: dict[str, Any] = {}
+    located_arrays: dict[str, np.ndarray] = {}
+    print(f"# {gpu_name}, policy {checkpoint}, dry run (observe mode: nothing is set), budget "
+          f"{100 * BUDGET:g} %", flush=True)
+    for name, make in gpu_entries():
+        if only and not any(part in name for part in only.split(",")):
+            continue
+        left = budget_s - (time.perf_counter() - started)
+        if left < model_s:
+            summaries[name] = {"model": name, "skipped": f"{left:.0f} s of the time budget left"}
+            print(f"=== {name}: skipped ({left:.0f} s left)", flush=True)
+            continue
+        print(f"=== {name}", flush=True)
+        t0 = time.perf_counter()
+        folder = out / name
+        folder.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix="rlclock-delivered-"))
+        model = step = None
+        try:
+            model, step, _task, _config, _shape = make()
+            clk = controlled_run(step, model, checkpoint, scratch, steps)
+            rep = clk.report
+            parts = {"run_s": time.perf_counter() - t0}
+            s: dict[str, Any] = {"model": name, "gpu": gpu_name, "policy": checkpoint,
+                                 "date": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+            if rep is None:
+                raise RuntimeError(f"no controller ran ({clk.reason or clk.state})")
+            d = rep.delivered
+            plan = clk.controller.plan
+            timeline = clk.timeline
+            jitter = timeline.jitter_s
+            s.update(planned_saving=d.planned_saving, planned_slowdown=d.planned_slowdown, saving=d.saving,
+                     slowdown=d.slowdown, worst_slowdown=d.worst_slowdown, delivered_steps=d.steps,
+                     switches=plan.n_switches, skipped=len(plan.skipped), missed=rep.missed,
+                     late_fraction=rep.late_fraction, schedule=clk.schedule.name,
+                     jitter_p95_ms=None if jitter is None else 1e3 * float(np.percentile(np.abs(jitter), 95)),
+                     switch_error_p95_ms=1e3 * rep.switch_error.p95_abs_s, step_time_s=rep.step_time_s)
+            for f in ("step.trace.json", "step.timeline.json", "step.schedule.json"):
+                if (scratch / f).exists():
+                    _gz(scratch / f, folder / f"{f}.gz")
+            if (scratch / "step.png").exists():
+                shutil.copy(scratch / "step.png", folder / "step.png")
+            with gzip.open(folder / "report.json.gz", "wt") as g:
+                json.dump(rep.as_dict(), g, default=str)
+            if budget_s - (time.perf_counter() - started) > 20:
+                t1 = time.perf_counter()
+                lclk, starts = located_run(step, clk.schedule, timeline, located)
+                s["located"] = located_delivered(lclk, clk.costs, starts, timeline)
+                kept = [x for x in starts if x is not None]
+                if kept:
+                    located_arrays[name] = np.round(np.array(kept)).astype(np.uint32)
+                parts["located_s"] = time.perf_counter() - t1
+            if budget_s - (time.perf_counter() - started) > 10:
+                t1 = time.perf_counter()
+                s["overhead"] = overhead(step, clk.schedule, timeline, rounds, block)
+                parts["overhead_s"] = time.perf_counter() - t1
+            s["parts_s"] = parts
+            s["wall_s"] = time.perf_counter() - t0
+            print(gpu_line(s), flush=True)
+        except Exception as exc:  # one model's failure is reported; the others still run
+            traceback.print_exc()
+            s = {"model": name, "error": f"{type(exc).__name__}: {exc}", "wall_s": time.perf_counter() - t0}
+            print(f"{name}: failed: {s['error']}", flush=True)
+        finally:
+            model = step = None
+            gc.collect()
+            torch.cuda.empty_cache()
+            shutil.rmtree(scratch, ignore_errors=True)
+        (folder / "summary.json").write_text(json.dumps(s, indent=1, default=str))
+        summaries[name] = s
+    np.savez_compressed(out / "located.npz", **located_arrays)
+    (out / "summary.json").write_text(json.dumps(summaries, indent=1, default=str))
+    print(f"\n# {len([s for s in summaries.values() if 'saving' in s])} models in "
+          f"{time.perf_counter() - started:.0f} s; planning model's figures against auto, dry run: would deliver")
+    print(GPU_HEAD)
+    for s in summaries.values():
+        print(gpu_line(s))
+    return 0 if all("error" not in s for s in summaries.values()) else 1
+
+
+GPU_HEAD = (f"{'model':31s} {'planned':>15s} | {'would deliver':>15s} {'worst':>7s} | {'kernels located':>15s} | "
+            f"sw skip miss late  jit p95 | overhead")
+
+
+def gpu_line(s: dict[str, Any]) -> str:
+    if "saving" not in s:
+        return f"{s['model']:31s} {s.get('error') or s.get('skipped')}"
+    loc = s.get("located") or {}
+    located = (f"{100 * loc['saving']:6.2f}% {100 * loc['slowdown']:+6.2f}%" if loc.get("steps") else f"{'-':>15s}")
+    over = s.get("overhead")
+    jit = s.get("jitter_p95_ms")
+    return (f"{s['model']:31s} {100 * s['planned_saving']:6.2f}% {100 * s['planned_slowdown']:+6.2f}% | "
+            f"{100 * s['saving']:6.2f}% {100 * s['slowdown']:+6.2f}% {100 * s['worst_slowdown']:+6.2f}% | "
+            f"{located} | {s['switches']:2d} {s['skipped']:4d} {s['missed']:4d} "
+            f"{100 * (s['late_fraction'] or 0):3.0f}% "
+            f"{'-' if jit is None else format(jit, '6.2f')}ms | "
+            f"{'-' if over is None else format(100 * over['overhead'], '+.2f') + ' %'}")
+
+
+def replay(folder: Path, modes: tuple[str, ...], optimum_s: float) -> int:
+    """The GPU run's models replayed on the CPU: planned from their saved trace and timeline (with its located steps'
+    jitter) in each mode, replayed over the located run's kernel starts."""
+    data = np.load(folder / "located.npz")
+    rows = []
+    for name in sorted(data.files):
+        sub = folder / name
+        tmp = Path(tempfile.mkdtemp(prefix="rlclock-replay-")) / name
+        tmp.mkdir(parents=True)
+        try:
+            for f in ("step.trace.json.gz", "step.timeline.json.gz"):
+                shutil.copy(sub / f, tmp / f)
+            npz = {name: data[name], name + "/duration": None}
+            from rlclock.deploy.timeline import StepTimeline
+
+            tl = StepTimeline.load(tmp / "step.timeline.json.gz")
+            npz[name + "/duration"] = np.asarray(tl.duration_s) * 1e6
+            rows += cpu_model(tmp, _Npz(npz), modes, optimum_s)
+        finally:
+            shutil.rmtree(tmp.parent, ignore_errors=True)
+    for r in rows:
+        print(line(r))
+    table(rows)
+    return 0
+
+
+class _Npz(dict):
+    @property
+    def files(self) -> list[str]:
+        return list(self)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gpu", action="store_true", help="run on this machine's GPU (dry run, observe mode)")
+    parser.add_argument("--out", type=Path, help="GPU mode: the folder to write to; CPU mode: a JSON of the rows")
+    parser.add_argument("--replay", type=Path, help="CPU: replay a GPU run's folder")
+    parser.add_argument("--corpus", type=Path, action="append", help="CPU: a corpus folder (default: all four)")
+    parser.add_argument("--only", default="", help="models whose name contains this (or one of these, comma-separated)")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"CPU: jitter modes (default {','.join(MODES)})")
+    parser.add_argument("--optimum-seconds", type=float, default=10.0, help="CPU: the optimum's time limit a model")
+    parser.add_argument("--steps", type=int, default=16, help="GPU: controlled steps (default 16)")
+    parser.add_argument("--located", type=int, default=10, help="GPU: controlled steps located (default 10)")
+    parser.add_argument("--rounds", type=int, default=3, help="GPU: overhead rounds (default 3)")
+    parser.add_argument("--block", type=int, default=8, help="GPU: steps per overhead block (default 8)")
+    parser.add_argument("--budget-s", type=float, default=540.0, help="GPU: the run's time budget (default 540 s)")
+    parser.add_argument("--model-seconds", type=float, default=45.0,
+                        help="GPU: start a model only with this much of the budget left (default 45 s)")
+    args = parser.parse_args(argv)
+    modes = tuple(m for m in args.modes.split(",") if m)
+    if set(modes) - set(MODES):
+        parser.error(f"--modes takes {', '.join(MODES)}")
+    if args.gpu:
+        if args.out is None:
+            parser.error("--gpu needs --out DIR")
+        return gpu(args.out, args.only, args.steps, args.located, args.rounds, args.block, args.budget_s,
+                   args.model_seconds)
+    if args.replay is not None:
+        return replay(args.replay, modes, args.optimum_seconds)
+    corpora = args.corpus or [ROOT / "data" / c for c in CORPORA]
+    return cpu(corpora, args.only, modes, args.optimum_seconds, args.out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
