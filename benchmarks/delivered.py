@@ -87,6 +87,11 @@ POLICY = {"NVIDIA H200": "corpus-h200", "NVIDIA H100 80GB HBM3": "corpus-h100"}
 """The shipped policy planning each GPU's steps."""
 
 
+def policy_name(gpu: str) -> str:
+    """The shipped policy for an NVML name (an H100 or H200 of another form by its family's)."""
+    return POLICY.get(gpu) or ("corpus-h200" if "H200" in gpu else "corpus-h100")
+
+
 # -- CPU mode ---------------------------------------------------------------------------------------------------------
 
 
@@ -125,7 +130,7 @@ def cases(folder: Path, npz: Any) -> list[dict[str, Any]]:
     timeline = StepTimeline.load(folder / "step.timeline.json.gz")
     out = []
     name = folder.name
-    if npz is not None and name in npz.files:
+    if npz is not None and name in npz.files and folder.parent.name == "corpus-h200":
         starts = npz[name].astype(float) * 1e-6
         dur = np.asarray(npz[name + "/duration"], dtype=float) * 1e-6
         if starts.shape[1] == len(timeline):
@@ -158,8 +163,10 @@ def replayed(t: np.ndarray, e: np.ndarray, executed: Any, replay: np.ndarray, du
     return costs[:, 0], costs[:, 1], float(np.mean(late)) if len(late) else 0.0
 
 
-def cpu_model(folder: Path, npz: Any, modes: tuple[str, ...], optimum_s: float) -> list[dict[str, Any]]:
-    """Every replay case of one corpus model, every mode."""
+def cpu_model(folder: Path, npz: Any, modes: tuple[str, ...], optimum_s: float, policy: Any = None,
+              label: str = "", only_cases: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Every replay case of one corpus model (or ``only_cases``), every mode (planned by ``policy``, default the
+    shipped one for the model's GPU; ``label`` is added to each mode's name)."""
     from rlclock.backends.executable import Execution, SwitchRule
     from rlclock.deploy.plan import plan_switches
     from rlclock.deploy.timeline import StepTimeline
@@ -171,7 +178,7 @@ def cpu_model(folder: Path, npz: Any, modes: tuple[str, ...], optimum_s: float) 
 
     trace = refresh_costs(KernelTrace.load(folder / "step.trace.json.gz"))
     gpu = str(trace.meta.get("gpu"))
-    policy = ClockPolicy.load(POLICY[gpu])
+    policy = policy or ClockPolicy.load(policy_name(gpu))
     latency = policy.gpu.switch_latency_s
     auto_s = np.array([k.measured[0].time_s for k in trace])
     backend = policy.backend_for(trace, auto_s, None, latency)
@@ -182,7 +189,7 @@ def cpu_model(folder: Path, npz: Any, modes: tuple[str, ...], optimum_s: float) 
     opt_s = time.perf_counter() - t0
     rule = SwitchRule.of(latency)
     rows = []
-    for case in cases(folder, npz):
+    for case in (only_cases if only_cases is not None else cases(folder, npz)):
         blind_ex = None
         for mode in modes:
             ex = Execution(case["start"], case["dur"], case["period"], rule, case["located"], mode)
@@ -199,7 +206,7 @@ def cpu_model(folder: Path, npz: Any, modes: tuple[str, ...], optimum_s: float) 
             if mode == "blind":
                 blind_ex = executed
             rows.append({
-                "model": folder.name, "corpus": folder.parent.name, "jitter": case["jitter"], "mode": mode,
+                "model": folder.name, "corpus": folder.parent.name, "jitter": case["jitter"], "mode": mode + label,
                 "plan": sched.name, "planned_saving": 1 - got.planned_energy_j / auto_e,
                 "planned_slowdown": got.planned_time_s / auto_t - 1, "saving": 1 - float(ee.mean()) / auto_e,
                 "slowdown": float(tt.mean()) / auto_t - 1, "worst_slowdown": float(tt.max()) / auto_t - 1,
@@ -265,7 +272,8 @@ def table(rows: list[dict[str, Any]]) -> None:
     """Per jitter source and mode: models meeting each target, and the means."""
     print("== per mode: models within budget + 0.2 pp delivered; models at >= 80 % of the optimum's saving delivered; "
           "mean delivered saving over the optimum's; worst delivered slowdown")
-    keys = sorted({(r["jitter"].split(" ")[0], r["mode"]) for r in rows}, key=lambda k: (k[0], MODES.index(k[1])))
+    keys = sorted({(r["jitter"].split(" ")[0], r["mode"]) for r in rows},
+                  key=lambda k: (k[0], MODES.index(k[1].split("+")[0]), k[1]))
     for source, mode in keys:
         sel = [r for r in rows if r["jitter"].startswith(source) and r["mode"] == mode]
         slow = sum(r["slowdown"] <= BUDGET + 0.002 for r in sel)
@@ -275,6 +283,64 @@ def table(rows: list[dict[str, Any]]) -> None:
         print(f"{source:9s} {mode:8s} models {len(sel):2d}: slowdown target {slow:2d}, saving target {save:2d}, both "
               f"{both:2d}; delivered saving {100 * share:5.1f} % of the optimum's; worst slowdown "
               f"{100 * max(r['slowdown'] for r in sel):+.2f} %; skipped segments {sum(r['skipped'] for r in sel)}")
+
+
+# -- PPO on landings that jitter as measured ----------------------------------------------------------------------
+
+
+def landing_jitter(npz: Any) -> np.ndarray:
+    """How much later than its median place each kernel started in each located step, seconds, pooled over the
+    corpus models of ``npz``: a switch timed from the step's anchor lands that much earlier among the kernels."""
+    out = []
+    for name in [f for f in npz.files if "/" not in f and f != "meta"]:
+        starts = npz[name].astype(float)[:LOCATED] * 1e-6
+        out.append((starts - np.median(starts, axis=0)[None, :]).ravel())
+    return np.concatenate(out)
+
+
+def ppo(out: Path, timesteps: int, seed: int, modes: tuple[str, ...], optimum_s: float) -> int:
+    """The shipped corpus policy's recipe (imitation of the exact optimum, then PPO) trained again on the H200 corpus
+    with every switch landing a random measured displacement away (the switching rule's latency plus a draw of
+    :func:`landing_jitter`, for the whole run of this function: the env's switching engine is wrapped here), then
+    planned and replayed like the shipped policy. Writes the run folder under ``out`` and the rows to
+    ``out/ppo.json``."""
+    import rlclock.backends.switching as switching
+    from rlclock.agents.train import train
+    from rlclock.config import load_env_specs
+    from rlclock.config.recipe import load_agent_config
+    from rlclock.policy import ClockPolicy
+
+    npz = np.load(ROOT / "data" / "corpus-h200" / "step-jitter.npz")
+    deltas = landing_jitter(npz)
+    rng = np.random.default_rng(seed)
+    plain = switching.SwitchEngine.step
+
+    def jittered(time_row: Any, energy_row: Any, request: Any, state: Any, latency_s: Any) -> Any:
+        lat = np.broadcast_to(np.asarray(latency_s, dtype=float), request.shape)
+        return plain(time_row, energy_row, request, state, np.maximum(lat - rng.choice(deltas, lat.shape), 0.0))
+
+    agent = load_agent_config("real-steps").with_(timesteps=int(timesteps), seed=int(seed))
+    specs = load_env_specs(["corpus-h200"])
+    t0 = time.perf_counter()
+    switching.SwitchEngine.step = staticmethod(jittered)  # type: ignore[method-assign]
+    try:
+        result = train(specs, agent, runs_dir=out, name="corpus-h200-jittered", progress=False)
+    finally:
+        switching.SwitchEngine.step = staticmethod(plain)  # type: ignore[method-assign]
+    train_s = time.perf_counter() - t0
+    policy = ClockPolicy.load(result.checkpoint)
+    print(f"# trained in {train_s:.0f} s ({timesteps} PPO timesteps, seed {seed}) with landings jittered as measured "
+          f"(p95 {1e3 * float(np.percentile(np.abs(deltas), 95)):.1f} ms)", flush=True)
+    rows = []
+    for folder in sorted(p for p in (ROOT / "data" / "corpus-h200").iterdir() if p.is_dir()):
+        got = cpu_model(folder, npz, modes, optimum_s, policy, "+ppo")
+        rows += [r for r in got if r["jitter"] == "measured"]
+        for r in got:
+            if r["jitter"] == "measured":
+                print(line(r), flush=True)
+    table(rows)
+    (out / "ppo.json").write_text(json.dumps({"train_s": train_s, "timesteps": timesteps, "rows": rows}, indent=1))
+    return 0
 
 
 # -- GPU mode ---------------------------------------------------------------------------------------------------------
@@ -416,7 +482,7 @@ def gpu(out: Path, only: str, steps: int, located: int, rounds: int, block: int,
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     gpu_name = torch.cuda.get_device_name()
-    checkpoint = POLICY.get(gpu_name, "corpus-h100")
+    checkpoint = policy_name(gpu_name)
     summaries: dict[str, Any] = {}
     located_arrays: dict[str, np.ndarray] = {}
     print(f"# {gpu_name}, policy {checkpoint}, dry run (observe mode: nothing is set), budget "
@@ -467,7 +533,7 @@ def gpu(out: Path, only: str, steps: int, located: int, rounds: int, block: int,
                 s["located"] = located_delivered(lclk, clk.costs, starts, timeline)
                 kept = [x for x in starts if x is not None]
                 if kept:
-                    located_arrays[name] = np.round(np.array(kept)).astype(np.uint32)
+                    located_arrays[name] = np.round(np.maximum(np.array(kept), 0.0)).astype(np.uint32)
                 parts["located_s"] = time.perf_counter() - t1
             if budget_s - (time.perf_counter() - started) > 10:
                 t1 = time.perf_counter()
@@ -517,35 +583,24 @@ def gpu_line(s: dict[str, Any]) -> str:
 
 
 def replay(folder: Path, modes: tuple[str, ...], optimum_s: float) -> int:
-    """The GPU run's models replayed on the CPU: planned from their saved trace and timeline (with its located steps'
-    jitter) in each mode, replayed over the located run's kernel starts."""
+    """The GPU run's models replayed on the CPU: planned from their saved trace and timeline (the deployment's, with
+    its timing steps' jitter) in each mode, and replayed over the kernel starts of the located run."""
+    from rlclock.deploy.timeline import StepTimeline
+
     data = np.load(folder / "located.npz")
     rows = []
     for name in sorted(data.files):
-        sub = folder / name
-        tmp = Path(tempfile.mkdtemp(prefix="rlclock-replay-")) / name
-        tmp.mkdir(parents=True)
-        try:
-            for f in ("step.trace.json.gz", "step.timeline.json.gz"):
-                shutil.copy(sub / f, tmp / f)
-            npz = {name: data[name], name + "/duration": None}
-            from rlclock.deploy.timeline import StepTimeline
-
-            tl = StepTimeline.load(tmp / "step.timeline.json.gz")
-            npz[name + "/duration"] = np.asarray(tl.duration_s) * 1e6
-            rows += cpu_model(tmp, _Npz(npz), modes, optimum_s)
-        finally:
-            shutil.rmtree(tmp.parent, ignore_errors=True)
+        timeline = StepTimeline.load(folder / name / "step.timeline.json.gz")
+        if timeline.jitter_s is None:
+            continue
+        case = {"jitter": "measured", "start": np.asarray(timeline.start_s), "dur": np.asarray(timeline.duration_s),
+                "period": timeline.period_s, "located": np.asarray(timeline.jitter_s),
+                "replay": data[name].astype(float) * 1e-6}
+        rows += cpu_model(folder / name, None, modes, optimum_s, only_cases=[case])
     for r in rows:
         print(line(r))
     table(rows)
     return 0
-
-
-class _Npz(dict):
-    @property
-    def files(self) -> list[str]:
-        return list(self)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -553,6 +608,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", action="store_true", help="run on this machine's GPU (dry run, observe mode)")
     parser.add_argument("--out", type=Path, help="GPU mode: the folder to write to; CPU mode: a JSON of the rows")
     parser.add_argument("--replay", type=Path, help="CPU: replay a GPU run's folder")
+    parser.add_argument("--ppo", type=int, metavar="TIMESTEPS", help="CPU: train the corpus recipe with PPO on "
+                        "landings jittered as measured for this many timesteps, then replay its plans (--out DIR)")
+    parser.add_argument("--seed", type=int, default=0, help="--ppo: the seed")
     parser.add_argument("--corpus", type=Path, action="append", help="CPU: a corpus folder (default: all four)")
     parser.add_argument("--only", default="", help="models whose name contains this (or one of these, comma-separated)")
     parser.add_argument("--modes", default=",".join(MODES), help=f"CPU: jitter modes (default {','.join(MODES)})")
@@ -575,6 +633,10 @@ def main(argv: list[str] | None = None) -> int:
                    args.model_seconds)
     if args.replay is not None:
         return replay(args.replay, modes, args.optimum_seconds)
+    if args.ppo is not None:
+        if args.out is None:
+            parser.error("--ppo needs --out DIR")
+        return ppo(args.out, args.ppo, args.seed, modes, args.optimum_seconds)
     corpora = args.corpus or [ROOT / "data" / c for c in CORPORA]
     return cpu(corpora, args.only, modes, args.optimum_seconds, args.out)
 

@@ -211,21 +211,19 @@ def _around(seg: Segments, cut: int, issue0: float, period_s: float, rule: Switc
 
 def _cyclic(seg: Segments, cut: int, period_s: float, rule: SwitchRule
             ) -> tuple[list[tuple[int, int, float, float]], list[int]]:
-    """Rules 2-5 around the cycle from segment ``cut`` (rule 6)."""
+    """Rules 2-5 around the cycle from segment ``cut`` (rule 6): its switch waits for the previous step's last one
+    while it can still land in time; when it cannot, it stays on time and nothing that would crowd it is issued."""
     first_start, first_end = float(seg.start_s[cut]), float(seg.end_s[cut])
     issue0 = rule.issue_s(first_start)
     latency = rule.latency_s
     for _ in range(MAX_PASSES):
         events, skipped, last, back = _around(seg, cut, issue0, period_s, rule, strict=False)
         if back or last + latency <= issue0 + period_s + _EPS:
-            break
+            return sorted(events, key=lambda e: e[2]), skipped
         issue0 = last + latency - period_s  # the cut's switch waits for the last one of the previous step
         if not rule.worth_issuing(issue0, first_end):
             break
-    else:
-        back = False
-    if not back and last + latency > issue0 + period_s + _EPS:  # no room: keep the cut's switch on time
-        events, skipped, last, back = _around(seg, cut, rule.issue_s(first_start), period_s, rule, strict=True)
+    events, skipped, _, _ = _around(seg, cut, rule.issue_s(first_start), period_s, rule, strict=True)
     return sorted(events, key=lambda e: e[2]), skipped
 
 

@@ -127,6 +127,8 @@ def test_a_cycle_is_seen_from_each_step_with_its_neighbours_landings():
     assert cfg.tolist() == [1, 2, 1, 2, 1, 2]
     none = cyclic_landings(np.zeros(0), np.zeros(0, dtype=np.int64), 0.01)
     assert none[0].size == 0 and none[2] == -1
+    three = cyclic_landings(np.array([0.001, 0.004, 0.007]), np.array([0, 1, 2]), 0.01)
+    assert three[2] == 2 and three[1].tolist() == [0, 1, 2] * 3  # before the first: the cycle's last landing
 
 
 @pytest.mark.parametrize("case", [dict(latency_s=-1.0), dict(latency_s=float("nan")), dict(latency_s=0.006,
@@ -165,6 +167,7 @@ def test_judging_a_deployed_schedule_is_pricing_what_the_controller_issues(seed)
     each = [executed_cost(t, e, got.executed, p, dur) for p in ex.placements()]
     assert np.array_equal(ex.placements()[1:], start + jitter)  # in order already
     assert got.time_s == pytest.approx(np.mean([c[0] for c in each]), rel=1e-12)  # the mean over the steps
+    assert got.energy_j == pytest.approx(np.mean([c[1] for c in each]), rel=1e-12)
     assert got.worst_time_s == max(c[0] for c in each)
 
 
@@ -240,3 +243,165 @@ def test_the_policys_plan_is_the_plan_the_controller_issues():
     assert costs.planned(plan, timeline.start_s, timeline.duration_s) == pytest.approx((got.time_s, got.energy_j),
                                                                                         rel=1e-12)
     assert got.time_s <= float(np.sum(t[:, 0])) * 1.01 * (1 + 1e-12)  # within the budget as executed
+
+
+def random_segments(seed: int):
+    """A step of segments of 1-12 ms (in 1/8 ms units: exact in binary), some with gaps, three configurations."""
+    rng = np.random.default_rng(2000 + seed)
+    n_seg = int(rng.integers(2, 15))
+    lengths = rng.integers(1, 13, size=n_seg)  # kernels of 1 ms per segment
+    configs = rng.integers(0, 3, size=n_seg)
+    index = np.repeat(configs, lengths)
+    n = index.size
+    dur = np.full(n, 1e-3)
+    gaps = np.where(rng.random(n) < 0.2, rng.integers(1, 4, size=n) / 8000.0, 0.0)
+    start = np.concatenate([[0.0], np.cumsum(dur + gaps)[:-1]])
+    period = float(start[-1] + dur[-1] + rng.integers(0, 5) / 1000.0)
+    latency = float(rng.integers(1, 5) / 1000.0)
+    rule = SwitchRule.of(latency, latency + float(rng.integers(0, 3) / 2000.0), float(rng.integers(0, 2) / 2000.0))
+    return index, start, dur, period, rule
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_every_plan_keeps_the_rule(seed):
+    index, start, dur, period, rule = random_segments(seed)
+    ex = execute(index, start, dur, period, rule)
+    seg = ex.segments
+    assert np.all(np.diff(ex.issue_s) >= 0) and np.allclose(ex.land_s, ex.issue_s + rule.latency_s, rtol=0, atol=1e-12)
+    if ex.issue_s.size > 1:  # one switch at a time, also across the step boundary
+        gaps = np.diff(np.concatenate([ex.issue_s, [ex.issue_s[0] + period]]))
+        assert np.all(gaps >= rule.latency_s - 1e-12)
+    for j, c, issue, land in zip(ex.segment, ex.config, ex.issue_s, ex.land_s, strict=True):
+        assert c == seg.config[j] and land < seg.end_s[j] - rule.min_dwell_s  # worth issuing
+        assert issue >= seg.start_s[j] - rule.lookahead_s - 1e-12  # never earlier than one lookahead ahead
+    assert not set(ex.skipped) & set(ex.segment.tolist())
+    if ex.config.size > 1:  # no switch to what is already in effect
+        assert np.all(ex.config != np.roll(ex.config, 1))
+    mid = start + 0.5 * dur
+    ran = ex.in_effect(mid)
+    assert ex.on_plan_fraction == pytest.approx(float(dur[ran == index].sum() / dur.sum()), abs=1e-12)
+    assert ex.initial == ex.in_effect(np.zeros(1))[0]
+    share = np.bincount(index, weights=dur)
+    hold_fraction = share.max() / dur.sum()
+    assert ex.on_plan_fraction >= hold_fraction - 1e-12  # never worse than holding one configuration
+    for j in ex.skipped:  # a skipped segment asks for a switch the clocks are not at
+        assert seg.config[j] != ex.in_effect(np.array([seg.start_s[j]]))[0] or ex.land_s.size
+
+
+def test_the_longest_sixteen_segments_are_tried_as_cuts(monkeypatch):
+    import rlclock.backends.executable as executable_module
+
+    lengths = np.arange(1, 21)  # 20 segments of 1-20 kernels, alternating two configurations
+    index = np.repeat(np.arange(20) % 2, lengths)
+    start = np.arange(index.size) * 1e-3
+    tried = []
+    real = executable_module._cyclic
+
+    def spy(seg, cut, period_s, rule):
+        tried.append(cut)
+        return real(seg, cut, period_s, rule)
+
+    monkeypatch.setattr(executable_module, "_cyclic", spy)
+    execute(index, start, np.full(index.size, 1e-3), index.size * 1e-3, SwitchRule.of(0.001))
+    assert tried == list(range(19, 3, -1))  # the 16 longest, longest first
+
+
+def test_settling_takes_at_most_six_rounds(monkeypatch):
+    """A schedule whose settling never ends (each round's execution skips its first segment, and what runs there
+    changes every round) is executed seven times: once as asked, then once per round."""
+    from dataclasses import replace
+
+    import rlclock.backends.executable as executable_module
+
+    rounds = []
+    real = executable_module.execute
+
+    def never_settles(index, start_s, duration_s, period_s, rule):
+        rounds.append(1)
+        return replace(real(index, start_s, duration_s, period_s, rule), skipped=(0,))
+
+    monkeypatch.setattr(executable_module, "execute", never_settles)
+    monkeypatch.setattr(executable_module, "executed_in_effect", lambda ex, s, d: np.full(len(s), len(rounds) % 2))
+    index = np.array([0] * 5 + [1] * 7)
+    executable(index, np.arange(12) * 1e-3, np.full(12, 1e-3), 0.012, SwitchRule.of(0.003, 0.003))
+    assert len(rounds) == 7
+
+
+def test_a_rule_with_no_dwell_issues_until_the_last_moment():
+    rule = SwitchRule(0.25, 0.25)
+    assert rule.min_dwell_s == 0.0
+    assert rule.worth_issuing(0.5, 0.875) and not rule.worth_issuing(0.625, 0.875)  # lands at the end: too late
+    dwell = SwitchRule(0.25, 0.25, 0.125)
+    assert dwell.worth_issuing(0.375, 0.875) and not dwell.worth_issuing(0.5, 0.875)
+
+
+def test_a_cut_that_cannot_wait_stays_on_time_and_nothing_crowds_it():
+    # A A A C C C (1 ms kernels), a 6 ms step, 5 ms latency, 6 ms lookahead: two switches cannot both repeat every
+    # 6 ms, so the plan holds one configuration and leaves the other segment's request unmet
+    rule = SwitchRule.of(0.005, 0.006, 0.0005)
+    ex = execute(np.array([0, 0, 0, 2, 2, 2]), np.arange(6) * 1e-3, np.full(6, 1e-3), 0.006, rule)
+    assert ex.land_s.size == 0 and ex.skipped == (1,) and ex.initial == 0 and ex.on_plan_fraction == 0.5
+
+
+def test_the_cut_waits_at_most_eight_passes(monkeypatch):
+    import rlclock.backends.executable as executable_module
+
+    calls = []
+
+    def never_fits(seg, cut, issue0, period_s, rule, strict):
+        calls.append(strict)
+        return [(cut, int(seg.config[cut]), issue0, issue0 + rule.latency_s)], [], issue0 + period_s, False
+
+    monkeypatch.setattr(executable_module, "_around", never_fits)  # its last switch always crowds the cut's next
+    seg = executable_module.Segments.of(np.array([0, 0, 1, 1]), np.arange(4.0), np.array([1e3, 1e3, 1e3, 1e3]))
+    executable_module._cyclic(seg, 0, 100.0, SwitchRule.of(1.0))
+    assert calls == [False] * 8 + [True]  # eight passes, then the cut on time with nothing crowding it
+
+
+@pytest.mark.parametrize("kind", ["first kernel", "after a landing at a start"])
+def test_landings_inside_the_first_kernel_and_after_one_on_a_start_split_their_kernels(kind):
+    t = np.array([[1.0, 2.0], [1.0, 2.0], [1.0, 2.0]])
+    e = np.array([[4.0, 2.0], [4.0, 2.0], [4.0, 2.0]])
+    start, dur = np.array([0.0, 1.0, 2.0]), np.ones(3)
+    if kind == "first kernel":
+        got_t, got_e = landed_cost(t, e, start, dur, np.array([0.25]), np.array([1]), 0)
+        assert got_t.tolist() == [0.25 + 0.75 * 2.0, 2.0, 2.0] and got_e.tolist() == [1.0 + 1.5, 2.0, 2.0]
+    else:  # at kernel 1's start (no split), then back a quarter into kernel 2
+        got_t, got_e = landed_cost(t, e, start, dur, np.array([1.0, 2.25]), np.array([1, 0]), 0)
+        assert got_t.tolist() == [1.0, 2.0, 0.25 * 2.0 + 0.75] and got_e.tolist() == [4.0, 2.0, 0.5 + 3.0]
+
+
+def test_a_plan_without_switches_is_priced_at_what_it_holds():
+    t = np.array([[1.0, 2.0, 3.0]] * 4)
+    e = np.array([[3.0, 2.0, 1.0]] * 4)
+    ex = execute(np.array([1, 1, 1, 1]), np.arange(4.0), np.ones(4), 4.0, SwitchRule.of(0.5))
+    assert ex.land_s.size == 0 and executed_cost(t, e, ex, np.arange(4.0), np.ones(4)) == (8.0, 8.0)
+
+
+def test_runs_take_the_configuration_at_each_kernels_midpoint():
+    from rlclock.backends.executable import executed_in_effect
+
+    rule = SwitchRule.of(0.0, 0.0)
+    ex = execute(np.array([0, 1]), np.array([0.0, 1.0]), np.ones(2), 2.0, rule)
+    early = Executed_at(ex, 0.4)  # lands 0.4 into kernel 0: most of it runs at the new configuration
+    late = Executed_at(ex, 0.6)
+    start, dur = np.array([0.0, 1.0]), np.ones(2)
+    assert executed_in_effect(early, start, dur).tolist() == [1, 1]
+    assert executed_in_effect(late, start, dur).tolist() == [0, 1]
+
+
+def Executed_at(ex, land_s):
+    """``ex`` with its switch into configuration 1 landing at ``land_s`` and the one back at the step's end."""
+    from dataclasses import replace
+
+    return replace(ex, segment=np.array([1, 0]), config=np.array([1, 0]), issue_s=np.array([land_s, 2.0]),
+                   land_s=np.array([land_s, 2.0]))
+
+
+def test_placements_are_the_timeline_alone_without_measured_steps():
+    start, dur = np.arange(3) * 1e-3, np.full(3, 1e-3)
+    rule = SwitchRule.of(0.001)
+    assert Execution(start, dur, 0.003, rule).placements().tolist() == [start.tolist()]
+    one = Execution(start, dur, 0.003, rule, np.full((1, 3), 2e-4))
+    assert one.jittered and one.placements().shape == (2, 3)  # one measured step is enough to judge over
+    assert not Execution(start, dur, 0.003, rule, np.zeros((0, 3))).jittered
