@@ -10,7 +10,9 @@ jitter-aware plan changed against the jitter-blind one, and — on a GPU — the
 **CPU mode** (default; ``--corpus`` data/corpus-h200, -h200-heldout, -h100, -h100-compiled): each model's step is
 planned by the shipped policy for its GPU (``corpus-h200``, ``corpus-h100``), at the GPU's default latency and a 1 %
 budget, in each jitter mode of :class:`rlclock.backends.executable.Execution` (``blind``, ``margin``, ``expected``,
-``settled``), then *replayed*: each replayed step places the kernels where they started in a measured step, the
+``settled``) and as deployments planned before (``requests``: the policy's requests judged by its planning model's
+switching rule alone, run by the controller's rule as they are; its line also says what the planner's figure was),
+then *replayed*: each replayed step places the kernels where they started in a measured step, the
 switches land as planned from the step's anchor, and the step is priced on the planning model
 (:func:`rlclock.backends.executable.executed_cost`). Where the kernels come from:
 
@@ -81,7 +83,10 @@ LOCATED = 4
 """Timing steps the deployment locates kernels in (``timing_steps`` 8: half of them)."""
 REPLAYED = 20
 """Steps replayed where no measured ones are (the stretched model)."""
-MODES = ("blind", "margin", "expected", "settled")
+MODES = ("requests", "blind", "margin", "expected", "settled")
+"""``requests``: the policy's requests as its planner judged them (by the switching rule on the planning model alone),
+executed by the controller's rule as they are — what deployments ran before plans were judged as executed; the
+others: the jitter modes of :class:`rlclock.backends.executable.Execution`."""
 CORPORA = ("corpus-h200", "corpus-h200-heldout", "corpus-h100", "corpus-h100-compiled")
 POLICY = {"NVIDIA H200": "corpus-h200", "NVIDIA H100 80GB HBM3": "corpus-h100"}
 """The shipped policy planning each GPU's steps."""
@@ -173,6 +178,7 @@ def cpu_model(folder: Path, npz: Any, modes: tuple[str, ...], optimum_s: float, 
     from rlclock.policy import ClockPolicy
     from rlclock.schedule import ClockSchedule
     from rlclock.solve.baselines import latency_aware
+    from rlclock.solve.evaluation import evaluate
     from rlclock.workload.op_costs import refresh_costs
     from rlclock.workload.trace import KernelTrace
 
@@ -192,7 +198,8 @@ def cpu_model(folder: Path, npz: Any, modes: tuple[str, ...], optimum_s: float, 
     for case in (only_cases if only_cases is not None else cases(folder, npz)):
         blind_ex = None
         for mode in modes:
-            ex = Execution(case["start"], case["dur"], case["period"], rule, case["located"], mode)
+            ex = None if mode == "requests" else Execution(case["start"], case["dur"], case["period"], rule,
+                                                           case["located"], mode)
             t0 = time.perf_counter()
             sched = policy.schedule(trace, backend=backend, budget=BUDGET, search=True, execution=ex)
             plan_s = time.perf_counter() - t0
@@ -205,6 +212,10 @@ def cpu_model(folder: Path, npz: Any, modes: tuple[str, ...], optimum_s: float, 
             located = np.abs(case["located"])
             if mode == "blind":
                 blind_ex = executed
+            judged_by = None
+            if mode == "requests":  # what the planner's own figure said
+                own = evaluate(sched, backend)
+                judged_by = [float(own.saving), float(own.slowdown)]
             rows.append({
                 "model": folder.name, "corpus": folder.parent.name, "jitter": case["jitter"], "mode": mode + label,
                 "plan": sched.name, "planned_saving": 1 - got.planned_energy_j / auto_e,
@@ -213,7 +224,7 @@ def cpu_model(folder: Path, npz: Any, modes: tuple[str, ...], optimum_s: float, 
                 "switches": int(executed.land_s.size), "skipped": skipped, "late": late,
                 "jitter_p95_ms": 1e3 * float(np.percentile(located, 95)),
                 "changed": changed(blind_ex, executed) if mode != "blind" and blind_ex is not None else "",
-                "optimum_saving": float(opt.saving), "optimum_s": opt_s, "plan_s": plan_s,
+                "optimum_saving": float(opt.saving), "optimum_s": opt_s, "plan_s": plan_s, "planner_said": judged_by,
                 "replayed": len(case["replay"])})
     return rows
 
@@ -260,12 +271,14 @@ def cpu(corpora: list[Path], only: str, modes: tuple[str, ...], optimum_s: float
 def line(r: dict[str, Any]) -> str:
     ok = r["slowdown"] <= BUDGET + 0.002 and r["saving"] >= 0.8 * r["optimum_saving"]
     of_opt = r["saving"] / r["optimum_saving"] if r["optimum_saving"] > 0 else math.nan
+    said = r.get("planner_said")
+    note = f" (the planner said {100 * said[0]:.2f}% {100 * said[1]:+.2f}%)" if said else ""
     return (f"{r['corpus'][7:]:15s} {r['model']:31s} {r['jitter'][:9]:9s} {r['mode']:8s} "
             f"{100 * r['planned_saving']:5.2f}% {100 * r['planned_slowdown']:+5.2f}% | "
             f"{100 * r['saving']:5.2f}% {100 * r['slowdown']:+5.2f}% {100 * r['worst_slowdown']:+5.2f}% | "
             f"opt {100 * r['optimum_saving']:4.2f}% {of_opt:4.0%} "
             f"sw {r['switches']:2d} skip {r['skipped']} late {100 * r['late']:3.0f}% jit {r['jitter_p95_ms']:5.1f}ms "
-            f"{'ok ' if ok else 'MISS'} {r['changed']}")
+            f"{'ok ' if ok else 'MISS'} {r['changed']}{note}")
 
 
 def table(rows: list[dict[str, Any]]) -> None:
