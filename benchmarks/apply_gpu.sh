@@ -5,7 +5,9 @@
 # OUT/<run>/; the GPU's settings are read before and after (OUT/gpu_state.csv).
 #
 #     benchmarks/apply_gpu.sh OUT [STEPS]
+#     RUNS="compiled compiled-cudagraphs" benchmarks/apply_gpu.sh OUT      # only those runs
 set -u
+runs=${RUNS:-plain hf-trainer compiled compiled-cudagraphs torchrun}
 out=${1:?usage: benchmarks/apply_gpu.sh OUT [STEPS]}
 steps=${2:-60}
 mkdir -p "$out"
@@ -15,6 +17,7 @@ query="name,driver_version,power.limit,persistence_mode,compute_mode,clocks.appl
 nvidia-smi --query-gpu=$query --format=csv > "$out/gpu_state.csv" 2>&1
 run() {
     name=$1; shift
+    case " $runs " in *" $name "*) ;; *) return ;; esac
     mkdir -p "$out/$name"
     start=$(date +%s)
     $py -m rlclock apply --save "$out/$name" --report "$out/$name/report.json" -- "$@" > "$out/$name/log.txt" 2>&1
@@ -28,7 +31,6 @@ run compiled-cudagraphs $py examples/train_plain.py --steps "$steps" --compile -
 run torchrun torchrun --nproc-per-node 1 examples/train_plain.py --steps "$steps"
 nvidia-smi --query-gpu=$query --format=csv,noheader >> "$out/gpu_state.csv" 2>&1
 for d in "$out"/*/; do  # keep what is worth committing: logs, reports, plans (gzipped traces)
-    rm -f "$d/step.profile.json.gz"
     [ -f "$d/step.trace.json" ] && gzip -f "$d/step.trace.json"
 done
 cat "$out/gpu_state.csv"

@@ -161,3 +161,21 @@ def test_an_implausible_cost_is_planned_from_the_measured_time_with_a_word():
     assert checked[0] == ok and checked[1].cost_from == "time" and checked[1].dram_read_bytes == 0
     assert len(notes) == 1 and "1 kernels" in notes[0] and "triton_red_fused_nll_loss_0" in notes[0]
     assert check_costs(KernelTrace("t", [ok]), spec)[1] == []
+
+
+def test_an_old_trace_plans_its_unknown_kernels_from_their_time_and_says_when_it_cannot_be_refreshed(caplog):
+    import json
+
+    from rlclock.workload.op_costs import refresh_costs
+    from rlclock.workload.trace import Kernel, KernelTrace, Measurement
+
+    timed = Kernel("some_kernel", "fwd.op.0", "other", "forward", 0.0, 0.0, 0.0,
+                   measured=(Measurement(gpu="NVIDIA H100 80GB HBM3", time_s=2e-4, source="in-sequence"),))
+    data = KernelTrace("old", [timed]).to_dict()
+    data["version"] = 1
+    data["kernels"][0].pop("cost_from", None)
+    old = KernelTrace.from_dict(json.loads(json.dumps(data)))
+    assert old[0].cost_from == "time"  # version 1 had no word for it: a measured kernel with no work was one
+    with caplog.at_level("WARNING"):
+        refresh_costs(old)
+    assert "carry no operator call" in caplog.text and "rlclock apply --save" in caplog.text

@@ -35,8 +35,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "rlclock"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("values", ("rlclock.version", "rlclock.lazy", "rlclock.errors", "rlclock.schedule", "rlclock.yamlio",
-                "rlclock.validation", "rlclock.resources", "rlclock.paper")),
+    ("values", ("rlclock.version", "rlclock.lazy", "rlclock.errors", "rlclock.log", "rlclock.schedule",
+                "rlclock.yamlio", "rlclock.validation", "rlclock.resources", "rlclock.paper")),
     ("workload", ("rlclock.workload",)),
     ("gpu model", ("rlclock.dvfs",)),
     ("hardware", ("rlclock.gpu",)),

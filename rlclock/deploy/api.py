@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -55,11 +54,14 @@ from rlclock.deploy.report import ControllerReport
 from rlclock.deploy.settings import DeploySettings
 from rlclock.deploy.timeline import StepTimeline
 from rlclock.errors import DeployError, RlclockError
+from rlclock.log import get_logger
 from rlclock.schedule import ClockSchedule
 from rlclock.workload.trace import KernelTrace
 
 ScheduleBuilder = Callable[[KernelTrace, np.ndarray, float], ClockSchedule]
 """``(trace, auto_time_s, latency_s) -> ClockSchedule``: builds the schedule for a profiled step."""
+
+_log = get_logger(__name__)
 
 _NULL = StepMark(None, -1)
 _EXPLICIT = [0]
@@ -173,7 +175,7 @@ class Clocked:
     # -- set-up --------------------------------------------------------------------------------------------
     def _say(self, message: str) -> None:
         if self.settings.verbose and self.rank.is_root:
-            print(f"rlclock: {message}", file=sys.stderr, flush=True)
+            _log.info(message)
 
     def start(self) -> Clocked:
         """Decide what to do (load the policy or schedule, check the machine); called by ``with``."""
@@ -740,7 +742,7 @@ class Clocked:
             self.report.save(path)
             self.report_path = path
         if self.settings.verbose and self.rank.is_root:
-            print(self.report.text(), file=sys.stderr, flush=True)
+            _log.info("%s", self.report.text().removeprefix("rlclock "))
         return self.report
 
     def _plot(self, path: Path) -> None:

@@ -40,6 +40,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlclock.log import get_logger
+
+_log = get_logger(__name__)
 BOOT_DIR = Path(__file__).resolve().parent / "boot"
 """The folder ``rlclock apply`` puts first on ``PYTHONPATH``: its ``sitecustomize`` calls :func:`install`."""
 ATTACH_ENV = "RLCLOCK_ATTACH_DIR"
@@ -197,8 +200,7 @@ class Attachment:
         except Exception as exc:  # nothing the deployment does may stop a training run
             self.disabled = True
             self.status.reason = f"{type(exc).__name__}: {exc}"
-            print(f"rlclock: the deployment stopped ({self.status.reason}); training goes on without it",
-                  file=sys.stderr, flush=True)
+            _log.warning("the deployment stopped (%s); training goes on without it", self.status.reason)
             self._close()
 
     # -- the deployment --------------------------------------------------------------------------------------

@@ -51,7 +51,6 @@ import math
 import numbers
 import os
 import signal
-import sys
 import threading
 import time
 import weakref
@@ -72,11 +71,13 @@ from rlclock.errors import (
 )
 from rlclock.gpu import nvml, ownership
 from rlclock.gpu.ownership import GpuLock, ProcessId, describe_exit, gpu_key, retry, tries_note
+from rlclock.log import get_logger
 from rlclock.schedule import AUTO, ClockConfig
 
 if TYPE_CHECKING:
     from rlclock.gpu.watchdog import Watchdog
 
+_log = get_logger(__name__)
 MAX_WATCHDOG_RESTARTS = 5
 """How many times a control replaces a watchdog that ended before it gives everything back and refuses changes."""
 
@@ -97,8 +98,8 @@ class _Left:
 
 
 def _say(line: str) -> None:
-    """One line on stderr (what the control did on its own)."""
-    print(" ".join(line.split()), file=sys.stderr, flush=True)
+    """One line (what the control did on its own): a warning on the library's logger."""
+    _log.warning("%s", " ".join(line.split()))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ training call, or at the interpreter's exit.
 from __future__ import annotations
 
 import atexit
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,10 @@ from rlclock.deploy.report import ControllerReport
 from rlclock.deploy.settings import DeploySettings
 from rlclock.deploy.timeline import StepTimeline
 from rlclock.errors import DeployError
+from rlclock.log import get_logger
 from rlclock.schedule import ClockSchedule
+
+_log = get_logger(__name__)
 
 
 class MissingFrameworkError(DeployError, ModuleNotFoundError):
@@ -173,7 +175,7 @@ class TrainingSession:
         except Exception as exc:
             if failure is None:
                 raise
-            print(f"rlclock: closing the deployment after {failure} failed too: {exc}", file=sys.stderr, flush=True)
+            _log.warning("closing the deployment after %s failed too: %s", failure, exc)
         return self.report
 
     def _close_at_exit(self) -> None:
@@ -185,7 +187,7 @@ class TrainingSession:
     def _say(self, message: str) -> None:
         clk = self.clocked
         if clk is not None and clk.settings.verbose and clk.rank.is_root:
-            print(f"rlclock: {message}", file=sys.stderr, flush=True)
+            _log.info(message)
 
     def __repr__(self) -> str:
         return f"TrainingSession({self.clocked!r}, optimizer steps {self.steps})"

@@ -186,10 +186,10 @@ class _Reader:
                 return {}
             base = name.rsplit(".", 1)[-1]
             if name.startswith(("tl.", "triton_helpers.")) and base in REDUCTIONS and "combine" not in base:
-                inner: Card = {}
+                reduced: Card = {}
                 for a in node.args:
-                    inner = self._join(inner, self.card(a))
-                return {d: v for d, v in inner.items() if not d.startswith("r")}
+                    reduced = self._join(reduced, self.card(a))
+                return {d: v for d, v in reduced.items() if not d.startswith("r")}
             for a in [*node.args, *(k.value for k in node.keywords)]:
                 out = self._join(out, self.card(a))
             if isinstance(node.func, ast.Attribute):  # a method's receiver: ``tmp0.to(tl.float32)``
@@ -532,7 +532,7 @@ class _Launches:
                 f = sub.func
                 if isinstance(f, ast.Subscript) and isinstance(f.slice, ast.Constant) \
                         and ast.unparse(f.value).endswith("partitions"):
-                    return self.functions.get(f"partition_{f.slice.value}")
+                    return self.functions.get(f"partition_{f.slice.value!s}")
                 if isinstance(f, ast.Name) and f.id.startswith("partition_"):
                     return self.functions.get(f.id)
         return None

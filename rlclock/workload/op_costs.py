@@ -41,6 +41,7 @@ nothing is ever NaN.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -51,6 +52,8 @@ from typing import Any
 from rlclock.workload.kernel_code import TRITON_PREFIX, KernelCode
 from rlclock.workload.kernel_names import activity_kind, classify, loop_kind
 from rlclock.workload.trace import Kernel, KernelTrace, LaunchOp, Shape
+
+_log = logging.getLogger(__name__)
 
 LONG_ROW_ELEMENTS = 4096
 """Softmax rows at least this long are read twice (a max pass, then a sum-and-write pass)."""
@@ -896,8 +899,17 @@ def launch_of(k: Kernel) -> Launch:
 def refresh_costs(trace: KernelTrace, strict: bool = False) -> KernelTrace:
     """The trace with the FLOPs, bytes, category, type and access of every kernel that carries its
     :class:`~rlclock.workload.trace.LaunchOp` derived again by these rules (measurements kept) — brings a
-    profiled trace up to date when the rules improve. Kernels without one are left as they are."""
+    profiled trace up to date when the rules improve. Kernels without one are left as they are; a profiled trace
+    whose kernels carry none (written before operator calls were recorded) says so in one warning, with how to
+    profile it again."""
     carrying = [i for i, k in enumerate(trace) if k.launch_op is not None]
+    measured = sum(1 for k in trace if k.measured)
+    if measured and len(carrying) < 0.5 * measured:
+        _log.warning("trace %r: %d of its %d measured kernels carry no operator call (it was profiled before rlclock "
+                     "recorded them), so their costs cannot be derived again; they keep the costs they were written "
+                     "with, or are planned from their measured time. To refresh them, profile the step again "
+                     "(rlclock apply --save DIR -- python train.py).", trace.name, len(trace) - len(carrying),
+                     len(trace))
     new = costs([trace[i].launch_op for i in carrying], [launch_of(trace[i]) for i in carrying], strict)
     kernels = list(trace)
     for i, c in zip(carrying, new, strict=True):

@@ -30,7 +30,10 @@ from rlclock.errors import TraceError
 from rlclock.workload.kernel_code import InductorCodeError, KernelCode
 
 TRACE_FORMAT = "rlclock.trace"
-TRACE_VERSION = 1
+TRACE_VERSION = 2
+"""Version 2 marks the kernels no cost rule knew (``cost_from: "time"``) and keeps a generated kernel's code with its
+launch; a version-1 file's kernels with no work were such kernels, and are read as them."""
+READ_VERSIONS = (1, 2)
 
 CATEGORIES: tuple[str, ...] = (
     "gemm",  # dense matrix multiply on tensor cores (incl. batched)
@@ -327,10 +330,10 @@ class KernelTrace(Sequence[Kernel]):
                 "write traces with rlclock (KernelTrace.save or `rlclock profile`).",
             )
         version = data.get("version")
-        if version != TRACE_VERSION:
+        if version not in READ_VERSIONS:
             raise TraceError(
-                f"{source}: trace version {version!r} is not supported (this rlclock reads version "
-                f"{TRACE_VERSION}).",
+                f"{source}: trace version {version!r} is not supported (this rlclock reads versions "
+                f"{', '.join(map(str, READ_VERSIONS))}).",
                 "upgrade rlclock or re-create the trace with this version.",
             )
         name = data.get("name")
@@ -343,6 +346,10 @@ class KernelTrace(Sequence[Kernel]):
         if not isinstance(raw, list) or not raw:
             raise TraceError(f"{source}: 'kernels' must be a non-empty list.")
         kernels = [_kernel_from_dict(d, i, source) for i, d in enumerate(raw)]
+        if version == 1:  # a profiled kernel no rule knew carried no work: it is one to plan from its time
+            kernels = [replace(k, cost_from="time") if k.measured and k.flops == 0 and k.dram_bytes == 0
+                       and k.onchip_bytes is None and "memset" not in k.name.lower()
+                       and "memcpy" not in k.name.lower() else k for k in kernels]
         return cls(name, kernels, meta)
 
     def save(self, path: str | Path) -> Path:

@@ -185,3 +185,14 @@ def test_torchrun_ranks_are_attached_and_a_failed_rank_is_said(no_nvml, plan_fil
     else:
         assert code == 0, err
         assert "rep.rank0.json" in err and "rep.rank1.json" in err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("accelerate", path=os.path.dirname(sys.executable)) is None, reason="no accelerate")
+def test_accelerate_launch_is_attached(no_nvml, plan_files, tmp_path, capfd):
+    (tmp_path / "train.py").write_text(PLAIN)
+    accelerate = shutil.which("accelerate", path=os.path.dirname(sys.executable))
+    code = main(["apply", *plan_files, "--report", str(tmp_path / "rep.json"), "--", str(accelerate), "launch",
+                 "--num_processes", "1", "--cpu", str(tmp_path / "train.py"), "10", "1"])
+    assert code == 0, capfd.readouterr().err
+    assert json.loads((tmp_path / "rep.json").read_text())["steps"] == 10 - DISCOVERY_STEPS + 1
