@@ -44,15 +44,22 @@ architectures and the example's GPT), then the held-out ones, then — while tim
    reversed every other round, each block timed on the host after a synchronisation (wall time inside the script);
    about 2-8 s.
 
-Each model is built, run and freed on its own (one model's failure is reported and the rest run); a model is skipped
-when less than ``--model-seconds`` (45) of ``--budget-s`` (540) is left. Writes per model ``DIR/<model>/``
-``report.json.gz``, ``step.png``, ``step.trace.json.gz``, ``step.timeline.json.gz``, ``step.schedule.json.gz``,
-``summary.json``, and ``DIR/located.npz``, ``DIR/summary.json`` (a few MB in all); prints the summary table last.
-The compiled models take 35-65 s each to compile on an H100, so on one H100 the 19 eager models fill the 9 minutes.
+Each model is built, run and freed on its own (one model's failure is reported and the rest run). The run keeps
+to ``--budget-s`` (420 s from the script's start, imports included): a model starts only with ``--model-seconds``
+(45; twice that for a compiled one) of it left, and one still running 20 s after it is stopped and reported. Written
+as it goes, so a run stopped from outside keeps every finished model: per model ``DIR/<model>/`` ``summary.json``,
+``report.json.gz``, ``step.png``, ``step.trace.json.gz``, ``step.timeline.json.gz``, ``step.schedule.json.gz``, and
+``DIR/summary.json``, ``DIR/located.npz`` after every model (a few MB in all); prints the summary table last. The
+compiled models take 35-65 s each to compile on an H100, so on one H100 the eager models fill most of the budget.
+``--from DIR`` turns the folder into the committed results (the table with each model's optimum and the verdict in
+``docs/results/delivered_<gpu>.txt``, the summaries and located starts in ``rlclock/data/measurements/
+delivered-<gpu>/``, a claim in ``docs/results.yaml`` and ``docs/results.md`` rendered again).
 
     python benchmarks/delivered.py                                    # CPU: every corpus, every mode
     python benchmarks/delivered.py --corpus data/corpus-h200 --only bert --modes blind,settled
-    python benchmarks/delivered.py --gpu --out /tmp/delivered         # GPU dry run (observe mode), ~9 min
+    python benchmarks/delivered.py --gpu --out /tmp/delivered         # GPU dry run (observe mode), <= 7.5 min
+    python benchmarks/delivered.py --from /tmp/delivered              # ... into the committed results
+    python benchmarks/delivered.py --rows /tmp/rows.json              # CPU: a saved --out JSON's tables again
     python benchmarks/delivered.py --replay /tmp/delivered            # CPU: the GPU run's models and located steps
 """
 
@@ -74,6 +81,9 @@ from typing import Any
 
 import numpy as np
 
+STARTED = time.perf_counter()
+"""When this script started (``time.perf_counter``, seconds): the GPU mode's time budget counts from here, the imports
+of torch and the models included."""
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -484,96 +494,173 @@ def _gz(src: Path, dst: Path) -> None:
         shutil.copyfileobj(f, g)
 
 
+class BudgetSpent(Exception):
+    """Raised in the model being run when the run's time budget (plus its grace) is spent."""
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON through a temporary file, so a run killed while writing leaves the previous file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.replace(path)
+
+
+def needed_s(name: str, model_s: float) -> float:
+    """The budget a model needs left to be started, seconds: ``model_s``, twice that for a compiled one (it
+    compiles first)."""
+    return model_s * (2.0 if "+" in name else 1.0)
+
+
+def run_models(out: Path, entries: list[tuple[str, Any]], measure: Any, budget_s: float, model_s: float,
+               grace_s: float = 20.0, only: str = "", header: dict[str, Any] | None = None,
+               started: float | None = None) -> dict[str, Any]:
+    """Run ``measure(name, make, folder, left_s) -> summary`` on each entry in order, writing as it goes:
+    ``out/<model>/summary.json`` and ``out/summary.json`` after every model, so a run stopped from outside still
+    leaves every finished model's results. A model starts only with :func:`needed_s` of ``budget_s`` (seconds from
+    ``started``, a ``time.perf_counter`` reading; default this call) left; one still running ``grace_s`` seconds
+    after the budget is stopped (``SIGALRM``, where there is one) and reported; one model's failure is reported and
+    the rest run. Returns the summaries by model."""
+    import signal
+
+    started = time.perf_counter() if started is None else started
+    out.mkdir(parents=True, exist_ok=True)
+    summaries: dict[str, Any] = {}
+    alarm = hasattr(signal, "setitimer")
+
+    def spent(_signum: int, _frame: Any) -> None:
+        raise BudgetSpent(f"the time budget ({budget_s:.0f} s + {grace_s:.0f} s) is spent")
+
+    previous = signal.signal(signal.SIGALRM, spent) if alarm else None
+    try:
+        for name, make in entries:
+            if only and not any(part in name for part in only.split(",")):
+                continue
+            left = budget_s - (time.perf_counter() - started)
+            if left < needed_s(name, model_s):
+                s: dict[str, Any] = {"model": name, "skipped": f"{max(left, 0):.0f} s of the time budget left"}
+                print(f"=== {name}: skipped ({max(left, 0):.0f} s left)", flush=True)
+            else:
+                print(f"=== {name}", flush=True)
+                t0 = time.perf_counter()
+                folder = out / name
+                folder.mkdir(parents=True, exist_ok=True)
+                if alarm:
+                    signal.setitimer(signal.ITIMER_REAL, left + grace_s)
+                try:
+                    s = measure(name, make, folder, left)
+                    s["wall_s"] = time.perf_counter() - t0
+                    print(gpu_line(s), flush=True)
+                except Exception as exc:  # one model's failure (or the budget's end) is reported; the rest run
+                    if not isinstance(exc, BudgetSpent):
+                        traceback.print_exc()
+                    s = {"model": name, "error": f"{type(exc).__name__}: {exc}", "wall_s": time.perf_counter() - t0}
+                    print(f"{name}: failed: {s['error']}", flush=True)
+                finally:
+                    if alarm:
+                        signal.setitimer(signal.ITIMER_REAL, 0.0)
+                _write_json(folder / "summary.json", s)
+            summaries[name] = s
+            _write_json(out / "summary.json", {**(header or {}), "elapsed_s": time.perf_counter() - started,
+                                               "budget_s": budget_s, "models": summaries})
+    finally:
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0.0)
+            signal.signal(signal.SIGALRM, previous)
+    return summaries
+
+
 def gpu(out: Path, only: str, steps: int, located: int, rounds: int, block: int, budget_s: float,
         model_s: float) -> int:
-    import gc
-
+    """The GPU mode: every model of :func:`gpu_entries` measured by :func:`measure_on_gpu` within ``budget_s``
+    seconds (see :func:`run_models`); prints the summary table last."""
     import torch
 
     from rlclock.deploy.delivered import execution_for  # noqa: F401 (imported early: its import time is not a model's)
 
-    started = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
     gpu_name = torch.cuda.get_device_name()
     checkpoint = policy_name(gpu_name)
-    summaries: dict[str, Any] = {}
     located_arrays: dict[str, np.ndarray] = {}
     print(f"# {gpu_name}, policy {checkpoint}, dry run (observe mode: nothing is set), budget "
-          f"{100 * BUDGET:g} %", flush=True)
-    for name, make in gpu_entries():
-        if only and not any(part in name for part in only.split(",")):
-            continue
-        left = budget_s - (time.perf_counter() - started)
-        if left < model_s:
-            summaries[name] = {"model": name, "skipped": f"{left:.0f} s of the time budget left"}
-            print(f"=== {name}: skipped ({left:.0f} s left)", flush=True)
-            continue
-        print(f"=== {name}", flush=True)
-        t0 = time.perf_counter()
-        folder = out / name
-        folder.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix="rlclock-delivered-"))
-        model = step = None
-        try:
-            model, step, _task, _config, _shape = make()
-            clk = controlled_run(step, model, checkpoint, scratch, steps)
-            rep = clk.report
-            parts = {"run_s": time.perf_counter() - t0}
-            s: dict[str, Any] = {"model": name, "gpu": gpu_name, "policy": checkpoint,
-                                 "date": _dt.datetime.now(_dt.timezone.utc).isoformat()}
-            if rep is None:
-                raise RuntimeError(f"no controller ran ({clk.reason or clk.state})")
-            d = rep.delivered
-            plan = clk.controller.plan
-            timeline = clk.timeline
-            jitter = timeline.jitter_s
-            s.update(planned_saving=d.planned_saving, planned_slowdown=d.planned_slowdown, saving=d.saving,
-                     slowdown=d.slowdown, worst_slowdown=d.worst_slowdown, delivered_steps=d.steps,
-                     switches=plan.n_switches, skipped=len(plan.skipped), missed=rep.missed,
-                     late_fraction=rep.late_fraction, schedule=clk.schedule.name,
-                     jitter_p95_ms=None if jitter is None else 1e3 * float(np.percentile(np.abs(jitter), 95)),
-                     switch_error_p95_ms=1e3 * rep.switch_error.p95_abs_s, step_time_s=rep.step_time_s)
-            for f in ("step.trace.json", "step.timeline.json", "step.schedule.json"):
-                if (scratch / f).exists():
-                    _gz(scratch / f, folder / f"{f}.gz")
-            if (scratch / "step.png").exists():
-                shutil.copy(scratch / "step.png", folder / "step.png")
-            with gzip.open(folder / "report.json.gz", "wt") as g:
-                json.dump(rep.as_dict(), g, default=str)
-            if budget_s - (time.perf_counter() - started) > 20:
-                t1 = time.perf_counter()
-                lclk, starts = located_run(step, clk.schedule, timeline, located)
-                s["located"] = located_delivered(lclk, clk.costs, starts, timeline)
-                kept = [x for x in starts if x is not None]
-                if kept:
-                    located_arrays[name] = np.round(np.maximum(np.array(kept), 0.0)).astype(np.uint32)
-                parts["located_s"] = time.perf_counter() - t1
-            if budget_s - (time.perf_counter() - started) > 10:
-                t1 = time.perf_counter()
-                s["overhead"] = overhead(step, clk.schedule, timeline, rounds, block)
-                parts["overhead_s"] = time.perf_counter() - t1
-            s["parts_s"] = parts
-            s["wall_s"] = time.perf_counter() - t0
-            print(gpu_line(s), flush=True)
-        except Exception as exc:  # one model's failure is reported; the others still run
-            traceback.print_exc()
-            s = {"model": name, "error": f"{type(exc).__name__}: {exc}", "wall_s": time.perf_counter() - t0}
-            print(f"{name}: failed: {s['error']}", flush=True)
-        finally:
-            model = step = None
-            gc.collect()
-            torch.cuda.empty_cache()
-            shutil.rmtree(scratch, ignore_errors=True)
-        (folder / "summary.json").write_text(json.dumps(s, indent=1, default=str))
-        summaries[name] = s
+          f"{100 * BUDGET:g} %, time budget {budget_s:.0f} s", flush=True)
+
+    def measure(name: str, make: Any, folder: Path, left_s: float) -> dict[str, Any]:
+        s = measure_on_gpu(name, make, folder, left_s, gpu_name, checkpoint, steps, located, rounds, block,
+                           located_arrays)
+        np.savez_compressed(out / "located.npz", **located_arrays)
+        return s
+
+    header = {"gpu": gpu_name, "policy": checkpoint, "budget": BUDGET}
+    summaries = run_models(out, gpu_entries(), measure, budget_s, model_s, only=only, header=header,
+                           started=STARTED)
     np.savez_compressed(out / "located.npz", **located_arrays)
-    (out / "summary.json").write_text(json.dumps(summaries, indent=1, default=str))
     print(f"\n# {len([s for s in summaries.values() if 'saving' in s])} models in "
-          f"{time.perf_counter() - started:.0f} s; planning model's figures against auto, dry run: would deliver")
-    print(GPU_HEAD)
-    for s in summaries.values():
-        print(gpu_line(s))
+          f"{time.perf_counter() - STARTED:.0f} s; planning model's figures against auto, dry run: would deliver")
+    print(gpu_table(summaries))
     return 0 if all("error" not in s for s in summaries.values()) else 1
+
+
+def measure_on_gpu(name: str, make: Any, folder: Path, left_s: float, gpu_name: str, checkpoint: str, steps: int,
+                   located: int, rounds: int, block: int, located_arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """One model on the GPU: built, the deployment run (dry run), its located steps and its overhead while
+    ``left_s`` (seconds of the run's budget) allows, then freed. Returns its summary; writes its files to
+    ``folder``."""
+    import gc
+
+    import torch
+
+    t0 = time.perf_counter()
+    scratch = Path(tempfile.mkdtemp(prefix="rlclock-delivered-"))
+    model = step = None
+    try:
+        model, step, _task, _config, _shape = make()
+        clk = controlled_run(step, model, checkpoint, scratch, steps)
+        rep = clk.report
+        parts = {"run_s": time.perf_counter() - t0}
+        s: dict[str, Any] = {"model": name, "gpu": gpu_name, "policy": checkpoint,
+                             "date": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+        if rep is None:
+            raise RuntimeError(f"no controller ran ({clk.reason or clk.state})")
+        d = rep.delivered
+        plan = clk.controller.plan
+        timeline = clk.timeline
+        jitter = timeline.jitter_s
+        s.update(planned_saving=d.planned_saving, planned_slowdown=d.planned_slowdown, saving=d.saving,
+                 slowdown=d.slowdown, worst_slowdown=d.worst_slowdown, delivered_steps=d.steps,
+                 switches=plan.n_switches, skipped=len(plan.skipped), missed=rep.missed,
+                 late_fraction=rep.late_fraction, schedule=clk.schedule.name,
+                 jitter_p95_ms=None if jitter is None else 1e3 * float(np.percentile(np.abs(jitter), 95)),
+                 switch_error_p95_ms=1e3 * rep.switch_error.p95_abs_s, step_time_s=rep.step_time_s)
+        for f in ("step.trace.json", "step.timeline.json", "step.schedule.json"):
+            if (scratch / f).exists():
+                _gz(scratch / f, folder / f"{f}.gz")
+        if (scratch / "step.png").exists():
+            shutil.copy(scratch / "step.png", folder / "step.png")
+        with gzip.open(folder / "report.json.gz", "wt") as g:
+            json.dump(rep.as_dict(), g, default=str)
+        if left_s - (time.perf_counter() - t0) > 20:
+            t1 = time.perf_counter()
+            lclk, starts = located_run(step, clk.schedule, timeline, located)
+            s["located"] = located_delivered(lclk, clk.costs, starts, timeline)
+            kept = [x for x in starts if x is not None]
+            if kept:
+                located_arrays[name] = np.round(np.maximum(np.array(kept), 0.0)).astype(np.uint32)
+            parts["located_s"] = time.perf_counter() - t1
+        if left_s - (time.perf_counter() - t0) > 10:
+            t1 = time.perf_counter()
+            s["overhead"] = overhead(step, clk.schedule, timeline, rounds, block)
+            parts["overhead_s"] = time.perf_counter() - t1
+        s["parts_s"] = parts
+        return s
+    finally:
+        model = step = None
+        gc.collect()
+        torch.cuda.empty_cache()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def gpu_table(summaries: dict[str, Any]) -> str:
+    """The GPU run's table: a head line, then one line a model."""
+    return "\n".join([GPU_HEAD, *(gpu_line(s) for s in summaries.values())])
 
 
 GPU_HEAD = (f"{'model':31s} {'planned':>15s} | {'would deliver':>15s} {'worst':>7s} | {'kernels located':>15s} | "
@@ -593,6 +680,124 @@ def gpu_line(s: dict[str, Any]) -> str:
             f"{100 * (s['late_fraction'] or 0):3.0f}% "
             f"{'-' if jit is None else format(jit, '6.2f')}ms | "
             f"{'-' if over is None else format(100 * over['overhead'], '+.2f') + ' %'}")
+
+
+def gpu_slug(gpu_name: str) -> str:
+    """``h100``, ``h200`` or the NVML name made a file name (lower case, words joined by ``-``)."""
+    for family in ("H100", "H200"):
+        if family in gpu_name:
+            return family.lower()
+    return "-".join("".join(c if c.isalnum() else " " for c in gpu_name.lower()).split()) or "gpu"
+
+
+def optimum_of(folder: Path, optimum_s: float) -> float | None:
+    """The jitter-free latency-aware optimum's saving on a GPU run's model (its saved step trace, planned on the
+    shipped policy's planning model, 1 % budget, ``optimum_s`` seconds at most); None without a trace."""
+    from rlclock.policy import ClockPolicy
+    from rlclock.solve.baselines import latency_aware
+    from rlclock.workload.op_costs import refresh_costs
+    from rlclock.workload.trace import KernelTrace
+
+    path = folder / "step.trace.json.gz"
+    if not path.is_file():
+        return None
+    trace = refresh_costs(KernelTrace.load(path))
+    policy = ClockPolicy.load(policy_name(str(trace.meta.get("gpu"))))
+    auto_s = np.array([k.measured[0].time_s for k in trace])
+    backend = policy.backend_for(trace, auto_s, None, policy.gpu.switch_latency_s)
+    return float(latency_aware(backend, BUDGET, optimum_s).evaluation.saving)
+
+
+def gpu_targets(summaries: dict[str, Any]) -> str:
+    """The GPU run's verdict lines: models within budget + 0.2 pp delivered, at >= 80 % of the optimum's saving, the
+    worst delivered slowdown and the largest overhead."""
+    done = [s for s in summaries.values() if "saving" in s]
+    if not done:
+        return "no model finished"
+    slow = sum(s["slowdown"] <= BUDGET + 0.002 for s in done)
+    with_opt = [s for s in done if s.get("optimum_saving")]
+    save = sum(s["saving"] >= 0.8 * s["optimum_saving"] for s in with_opt)
+    overheads = [s["overhead"]["overhead"] for s in done if s.get("overhead")]
+    worst = max(done, key=lambda s: s["slowdown"])
+    lines = [f"models finished {len(done)} of {len(summaries)}; delivered slowdown <= budget + 0.2 pp on {slow} of "
+             f"{len(done)}; delivered saving >= 80 % of the optimum's on {save} of {len(with_opt)}; worst delivered "
+             f"slowdown {100 * worst['slowdown']:+.2f} % ({worst['model']}); mean planned saving "
+             f"{100 * float(np.mean([s['planned_saving'] for s in done])):.2f} %, delivered "
+             f"{100 * float(np.mean([s['saving'] for s in done])):.2f} %"]
+    if overheads:
+        lines.append(f"overhead on the step: largest {100 * max(overheads):+.2f} %, within 1 % on "
+                     f"{sum(o <= 0.01 for o in overheads)} of {len(overheads)}")
+    met = slow == len(done) and save == len(with_opt) == len(done)
+    lines.append(f"targets (every model finished): {'met' if met else 'MISSED'}")
+    return "\n".join(lines)
+
+
+def from_gpu_run(folder: Path, root: Path = ROOT, optimum_s: float = 10.0, render: bool = True) -> list[Path]:
+    """Turn a GPU run's folder into committed results: ``docs/results/delivered_<gpu>.txt`` (the table, each model's
+    optimum computed here, and the verdict), ``rlclock/data/measurements/delivered-<gpu>/summary.json`` (and the
+    located kernel starts), a claim in ``docs/results.yaml`` when it has none for that text, and — with
+    ``render`` — ``docs/results.md`` rendered again. Returns the files written."""
+    data = json.loads((folder / "summary.json").read_text())
+    summaries: dict[str, Any] = data.get("models", data)
+    gpu_name = str(data.get("gpu") or next((s.get("gpu") for s in summaries.values() if s.get("gpu")), "GPU"))
+    slug = gpu_slug(gpu_name)
+    for name, s in summaries.items():
+        if "saving" in s and "optimum_saving" not in s:
+            try:
+                s["optimum_saving"] = optimum_of(folder / name, optimum_s)
+            except Exception as exc:  # a model whose trace cannot be planned here is reported without its optimum
+                s["optimum_error"] = f"{type(exc).__name__}: {exc}"
+    text = root / "docs" / "results" / f"delivered_{slug}.txt"
+    text.parent.mkdir(parents=True, exist_ok=True)
+    text.write_text(f"# python benchmarks/delivered.py --gpu --out DIR; python benchmarks/delivered.py --from DIR\n"
+                    f"# {gpu_name}, policy {data.get('policy', '?')}, dry run (observe mode: nothing is set), budget "
+                    f"{100 * BUDGET:g} %, {float(data.get('elapsed_s', math.nan)):.0f} s of "
+                    f"{float(data.get('budget_s', math.nan)):.0f} s; planning model's figures against auto\n"
+                    f"{gpu_table(summaries)}\n\n{gpu_targets(summaries)}\n")
+    kept = root / "rlclock" / "data" / "measurements" / f"delivered-{slug}"
+    kept.mkdir(parents=True, exist_ok=True)
+    _write_json(kept / "summary.json", {**data, "models": summaries})
+    written = [text, kept / "summary.json"]
+    located = folder / "located.npz"
+    if located.is_file() and located.stat().st_size < 8 << 20:
+        shutil.copy(located, kept / "located.npz")
+        written.append(kept / "located.npz")
+    registry = root / "docs" / "results.yaml"
+    rel = text.relative_to(root).as_posix()
+    if registry.is_file() and rel not in registry.read_text():
+        import yaml
+
+        claim = yaml.safe_dump([gpu_claim(gpu_name, rel)], sort_keys=False, allow_unicode=True, width=1000)
+        with registry.open("a") as f:
+            f.write("".join(f"      {ln}\n" for ln in claim.splitlines()))
+        written.append(registry)
+    if render and registry.is_file():
+        import results_page
+
+        if results_page.main([]) != 0:
+            raise SystemExit("docs/results.md could not be rendered: see above")
+        written.append(root / "docs" / "results.md")
+    return written
+
+
+def gpu_claim(gpu_name: str, output: str) -> dict[str, Any]:
+    """The claim ``--from`` adds to docs/results.yaml (its last section, the delivered figures) for a GPU's text."""
+    return {
+        "claim": f"Deployment dry run on the {gpu_name}, every model: planned, and would deliver with the switches "
+                 "landing where the step's kernels ran",
+        "target": "delivered slowdown ≤ 1.2 %, delivered saving ≥ 80 % of the optimum's, on every model",
+        "kind": "planned",
+        "machine": f"real {gpu_name}, dry run (observe mode), priced on the planning model",
+        "command": "python benchmarks/delivered.py --gpu --out DIR; python benchmarks/delivered.py --from DIR",
+        "output": output,
+        "read": {"regex": r"delivered slowdown <= budget \+ 0.2 pp on (?P<slow>\d+) of (?P<done>\d+); delivered "
+                          r"saving >= 80 % of the optimum.s on (?P<save>\d+) of \d+; worst delivered slowdown "
+                          r"(?P<worst>[-+][\d.]+) %.*mean planned saving (?P<planned>[\d.]+) %, delivered "
+                          r"(?P<delivered>[\d.]+) %"},
+        "show": "planned {planned} %, would deliver {delivered} %; slowdown target on {slow} of {done}, saving "
+                "target on {save}; worst {worst} %",
+        "verdict": {"regex": r"targets \(every model finished\): (\w+)"},
+    }
 
 
 def replay(folder: Path, modes: tuple[str, ...], optimum_s: float) -> int:
@@ -632,9 +837,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--located", type=int, default=10, help="GPU: controlled steps located (default 10)")
     parser.add_argument("--rounds", type=int, default=3, help="GPU: overhead rounds (default 3)")
     parser.add_argument("--block", type=int, default=8, help="GPU: steps per overhead block (default 8)")
-    parser.add_argument("--budget-s", type=float, default=540.0, help="GPU: the run's time budget (default 540 s)")
+    parser.add_argument("--budget-s", type=float, default=420.0,
+                        help="GPU: the run's time budget from the script's start, seconds; no model starts after it, "
+                             "one still running 20 s later is stopped (default 420)")
     parser.add_argument("--model-seconds", type=float, default=45.0,
-                        help="GPU: start a model only with this much of the budget left (default 45 s)")
+                        help="GPU: start a model only with this much of the budget left, twice it for a compiled one "
+                             "(default 45 s)")
+    parser.add_argument("--from", dest="from_dir", type=Path, metavar="DIR",
+                        help="turn a GPU run's folder into committed results (docs/results/delivered_<gpu>.txt, "
+                             "rlclock/data/measurements/delivered-<gpu>/, a claim in docs/results.yaml, "
+                             "docs/results.md rendered again)")
+    parser.add_argument("--rows", type=Path, metavar="JSON", help="CPU: print the lines and tables of a saved --out "
+                        "JSON again (no planning)")
     args = parser.parse_args(argv)
     modes = tuple(m for m in args.modes.split(",") if m)
     if set(modes) - set(MODES):
@@ -644,6 +858,19 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--gpu needs --out DIR")
         return gpu(args.out, args.only, args.steps, args.located, args.rounds, args.block, args.budget_s,
                    args.model_seconds)
+    if args.from_dir is not None:
+        for path in from_gpu_run(args.from_dir, optimum_s=args.optimum_seconds):
+            print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+        return 0
+    if args.rows is not None:
+        rows = json.loads(args.rows.read_text())
+        print(f"# CPU replay, budget {100 * BUDGET:g} %, the GPU's default latency; planning model's figures against "
+              "auto")
+        for r in rows:
+            print(line(r))
+        print()
+        table(rows)
+        return 0
     if args.replay is not None:
         return replay(args.replay, modes, args.optimum_seconds)
     if args.ppo is not None:

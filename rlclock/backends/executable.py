@@ -268,8 +268,8 @@ def execute(index: np.ndarray, start_s: np.ndarray, duration_s: np.ndarray, peri
     hold = int(seen[int(np.argmax(share[seen]))])
     mid = start + 0.5 * dur
     empty = np.zeros(0)
-    held = ([], [j for j in range(n) if seg.config[j] != hold])
-    candidates: list[tuple[list[tuple[int, int, float, float]], list[int]]] = [held]
+    held: tuple[list[tuple[int, int, float, float]], list[int]] = ([], [j for j in range(n) if seg.config[j] != hold])
+    candidates = [held]
     cuts = np.argsort(-seg.duration_s, kind="stable")[:MAX_CUTS].tolist()
     candidates += [_cyclic(seg, j, period_s, rule) for j in cuts]
     best, best_key, best_arrays = held, (-math.inf, 0), (empty, empty.astype(np.int64))

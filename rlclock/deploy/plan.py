@@ -205,7 +205,7 @@ def rule_of(latency_s: float, lookahead_s: float | None = None, min_dwell_s: flo
 
 def _indices(schedule: ClockSchedule) -> np.ndarray:
     """The schedule's configuration per kernel as indices, equal configurations sharing one."""
-    first = {}
+    first: dict[Any, int] = {}
     lut = np.array([first.setdefault(c, i) for i, c in enumerate(schedule.configs)], dtype=np.int64)
     return lut[np.asarray(schedule.index, dtype=np.int64)]
 
