@@ -117,3 +117,21 @@ def test_gpu_lines_of_finished_skipped_and_failed_models() -> None:
     lines = table.splitlines()
     assert lines[0].startswith("model") and "+0.40 %" in lines[1]
     assert lines[2].endswith("RuntimeError: x") and lines[3].endswith("3 s of the time budget left")
+
+
+def test_replay_tables_per_mode_and_per_corpus(capsys: pytest.CaptureFixture[str]) -> None:
+    def row(corpus: str, mode: str, saving: float, slowdown: float) -> dict[str, Any]:
+        return {"model": "m", "corpus": corpus, "jitter": "measured", "mode": mode, "plan": "p",
+                "planned_saving": 0.012, "planned_slowdown": 0.0095, "saving": saving, "slowdown": slowdown,
+                "worst_slowdown": slowdown, "switches": 3, "skipped": 0, "late": 0.2, "jitter_p95_ms": 2.0,
+                "changed": "", "optimum_saving": 0.0125, "optimum_s": 1.0, "plan_s": 0.1, "replayed": 21,
+                "planner_said": None}
+
+    rows = [row("corpus-h200", "settled", 0.011, 0.0105), row("corpus-h100", "settled", 0.009, 0.0125),
+            row("corpus-h100", "requests", 0.012, 0.025)]
+    delivered.table(rows)
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("measured  requests models  1: slowdown target  0, saving target  1, both  0")
+    assert out[2].startswith("measured  settled  models  2: slowdown target  1, saving target  1, both  1; mean "
+                             "planned 1.20 % at +0.95 %, delivered 1.00 % at +1.15 % (optimum 1.25 %)")
+    assert [ln.split()[0] for ln in out[-3:]] == ["h100", "h100", "h200"] and "MISS" in delivered.line(rows[2])
