@@ -224,15 +224,15 @@ class DeploySettings(Settings):
                     default = bool(info.default)
                     flag = f"--no-{flag[2:]}" if default else flag
                     target.add_argument(flag, dest=name, action="store_const", const=not default, default=None,
-                                        help=cli.get("help") or info.description)
+                                        help=_escaped(cli.get("help") or info.description))
                 else:
                     target.add_argument(flag, dest=name, action="store_const", const=cli["const"], default=None,
-                                        help=cli.get("help") or info.description)
+                                        help=_escaped(cli.get("help") or info.description))
                 continue
             # values stay text here: the settings model parses and checks them, with its one-line errors
             target.add_argument(flag, dest=name, default=None, metavar=cli.get("metavar"), choices=cli.get("choices"),
-                                help=f"{info.description} (default: {info.default})"
-                                if info.default is not None else info.description)
+                                help=_escaped(f"{info.description} (default: {info.default})"
+                                              if info.default is not None else info.description))
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DeploySettings:
@@ -255,3 +255,8 @@ def _cli_of(name: str) -> dict[str, Any]:
     extra = DeploySettings.model_fields[name].json_schema_extra
     cli = extra.get("cli") if isinstance(extra, dict) else None
     return dict(cli) if isinstance(cli, dict) else {}
+
+
+def _escaped(text: str | None) -> str | None:
+    """A help text as argparse formats it: a literal ``%`` (``95 % confidence``) doubled."""
+    return None if text is None else text.replace("%", "%%")

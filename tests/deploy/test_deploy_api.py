@@ -229,6 +229,7 @@ def test_one_definition_of_the_deploy_options():
     sub = parser._subparsers._group_actions[0].choices["apply"]
     dests = {a.dest for a in sub._actions} - {"help", "cmd"}
     assert dests == set(DeploySettings.options())
+    assert "95 % confidence interval" in " ".join(sub.format_help().split())  # a literal % does not break --help
     args = parser.parse_args(["apply", "--checkpoint", "gpt3xl-h200", "--control-clocks", "--latency", "0.004",
                               "--warmup-steps", "2", "--no-read-back", "--anchor-every", "5", "--no-search", "--quiet",
                               "--compare-blocks", "10", "--", "python", "train.py"])
