@@ -59,7 +59,7 @@ delivered-<gpu>/``, a claim in ``docs/results.yaml`` and ``docs/results.md`` ren
     python benchmarks/delivered.py --corpus data/corpus-h200 --only bert --modes blind,settled
     python benchmarks/delivered.py --gpu --out /tmp/delivered         # GPU dry run (observe mode), <= 7.5 min
     python benchmarks/delivered.py --from /tmp/delivered              # ... into the committed results
-    python benchmarks/delivered.py --rows /tmp/rows.json              # CPU: a saved --out JSON's tables again
+    python benchmarks/delivered.py --rows /tmp/rows.json              # CPU: saved rows (or printed lines) again
     python benchmarks/delivered.py --replay /tmp/delivered            # CPU: the GPU run's models and located steps
 """
 
@@ -70,6 +70,7 @@ import datetime as _dt
 import gzip
 import json
 import math
+import re
 import shutil
 import sys
 import tempfile
@@ -270,11 +271,11 @@ def cpu(corpora: list[Path], only: str, modes: tuple[str, ...], optimum_s: float
             rows += got
             for r in got:
                 print(line(r), flush=True)
+            if out is not None:  # after every model: a replay stopped before its end keeps what it did
+                out.parent.mkdir(parents=True, exist_ok=True)
+                _write_json(out, rows)
     print()
     table(rows)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(rows, indent=1))
     return 0
 
 
@@ -289,6 +290,37 @@ def line(r: dict[str, Any]) -> str:
             f"opt {100 * r['optimum_saving']:4.2f}% {of_opt:4.0%} "
             f"sw {r['switches']:2d} skip {r['skipped']} late {100 * r['late']:3.0f}% jit {r['jitter_p95_ms']:5.1f}ms "
             f"{'ok ' if ok else 'MISS'} {r['changed']}{note}")
+
+
+LINE = re.compile(
+    r"^(?P<corpus>\S+)\s+(?P<model>\S+)\s+(?P<jitter>\S+)\s+(?P<mode>\S+)\s+(?P<planned_saving>-?[\d.]+)% "
+    r"(?P<planned_slowdown>[-+][\d.]+)% \|\s+(?P<saving>-?[\d.]+)% (?P<slowdown>[-+][\d.]+)% "
+    r"(?P<worst_slowdown>[-+][\d.]+)% \| opt (?P<optimum_saving>-?[\d.]+)%\s+\S+ sw\s+(?P<switches>\d+) "
+    r"skip (?P<skipped>\d+) late\s+(?P<late>\d+)% jit\s+(?P<jitter_p95_ms>[\d.]+)ms (?:ok |MISS) ?(?P<changed>.*)$")
+"""A line of :func:`line`, read back (:func:`parse_line`)."""
+
+
+def parse_line(text: str) -> dict[str, Any] | None:
+    """The row a line of :func:`line` prints, read back to its printed precision (fractions, as the rows hold them);
+    None for any other line. A replay stopped before its end keeps its printed lines: ``--rows`` tables them."""
+    m = LINE.match(text)
+    if m is None:
+        return None
+    g = m.groupdict()
+    row: dict[str, Any] = {"corpus": "corpus-" + g["corpus"], "model": g["model"], "jitter": g["jitter"],
+                           "mode": g["mode"], "changed": g["changed"].split(" (the planner said")[0],
+                           "switches": int(g["switches"]), "skipped": int(g["skipped"]),
+                           "jitter_p95_ms": float(g["jitter_p95_ms"]), "late": float(g["late"]) / 100}
+    for k in ("planned_saving", "planned_slowdown", "saving", "slowdown", "worst_slowdown", "optimum_saving"):
+        row[k] = float(g[k]) / 100
+    return row
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows from a ``--out`` JSON, or from the lines a replay printed (any other line is left out)."""
+    if path.suffix == ".json":
+        return list(json.loads(path.read_text()))
+    return [r for r in (parse_line(t) for t in path.read_text().splitlines()) if r is not None]
 
 
 def _summary_line(label: str, sel: list[dict[str, Any]]) -> str:
@@ -864,8 +896,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="turn a GPU run's folder into committed results (docs/results/delivered_<gpu>.txt, "
                              "rlclock/data/measurements/delivered-<gpu>/, a claim in docs/results.yaml, "
                              "docs/results.md rendered again)")
-    parser.add_argument("--rows", type=Path, metavar="JSON", help="CPU: print the lines and tables of a saved --out "
-                        "JSON again (no planning)")
+    parser.add_argument("--rows", type=Path, nargs="+", metavar="FILE", help="CPU: print the lines and tables of "
+                        "saved --out JSONs, or of the printed lines of replays (stopped or not), again (no planning)")
     args = parser.parse_args(argv)
     modes = tuple(m for m in args.modes.split(",") if m)
     if set(modes) - set(MODES):
@@ -879,8 +911,9 @@ def main(argv: list[str] | None = None) -> int:
         for path in from_gpu_run(args.from_dir, optimum_s=args.optimum_seconds):
             print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
         return 0
-    if args.rows is not None:
-        rows = json.loads(args.rows.read_text())
+    if args.rows:  # a model replayed in several files: the last file's rows
+        kept = {(r["corpus"], r["model"], r["jitter"], r["mode"]): r for path in args.rows for r in read_rows(path)}
+        rows = list(kept.values())
         print(f"# CPU replay, budget {100 * BUDGET:g} %, the GPU's default latency; planning model's figures against "
               "auto")
         for r in rows:

@@ -135,3 +135,8 @@ def test_replay_tables_per_mode_and_per_corpus(capsys: pytest.CaptureFixture[str
     assert out[2].startswith("measured  settled  models  2: slowdown target  1, saving target  1, both  1; mean "
                              "planned 1.20 % at +0.95 %, delivered 1.00 % at +1.15 % (optimum 1.25 %)")
     assert [ln.split()[0] for ln in out[-3:]] == ["h100", "h100", "h200"] and "MISS" in delivered.line(rows[2])
+    back = delivered.parse_line(delivered.line({**rows[2], "planner_said": [0.0125, 0.0098]}))
+    assert back is not None and delivered.parse_line("# CPU replay") is None
+    assert {k: back[k] for k in ("corpus", "model", "mode", "switches", "skipped")} == \
+        {"corpus": "corpus-h100", "model": "m", "mode": "requests", "switches": 3, "skipped": 0}
+    assert back["slowdown"] == pytest.approx(0.025) and back["optimum_saving"] == pytest.approx(0.0125)
