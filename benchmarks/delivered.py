@@ -916,6 +916,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = list(kept.values())
         print(f"# CPU replay, budget {100 * BUDGET:g} %, the GPU's default latency; planning model's figures against "
               "auto")
+        models = {(r["corpus"], r["model"]) for r in rows}
+        print(f"# {len(models)} models in {len({c for c, _ in models})} corpora, modes "
+              f"{', '.join(sorted({r['mode'] for r in rows}, key=lambda m: MODES.index(m.split('+')[0])))}")
         for r in rows:
             print(line(r))
         print()
