@@ -663,29 +663,16 @@ def measure_on_gpu(name: str, make: Any, folder: Path, left_s: float, gpu_name: 
     try:
         model, step, _task, _config, _shape = make()
         clk = controlled_run(step, model, checkpoint, scratch, steps)
-        rep = clk.report
         parts = {"run_s": time.perf_counter() - t0}
-        s: dict[str, Any] = {"model": name, "gpu": gpu_name, "policy": checkpoint,
-                             "date": _dt.datetime.now(_dt.timezone.utc).isoformat()}
-        if rep is None:
-            raise RuntimeError(f"no controller ran ({clk.reason or clk.state})")
-        d = rep.delivered
-        plan = clk.controller.plan
+        s = summary_of(clk, name, gpu_name, checkpoint)
         timeline = clk.timeline
-        jitter = timeline.jitter_s
-        s.update(planned_saving=d.planned_saving, planned_slowdown=d.planned_slowdown, saving=d.saving,
-                 slowdown=d.slowdown, worst_slowdown=d.worst_slowdown, delivered_steps=d.steps,
-                 switches=plan.n_switches, skipped=len(plan.skipped), missed=rep.missed,
-                 late_fraction=rep.late_fraction, schedule=clk.schedule.name,
-                 jitter_p95_ms=None if jitter is None else 1e3 * float(np.percentile(np.abs(jitter), 95)),
-                 switch_error_p95_ms=1e3 * rep.switch_error.p95_abs_s, step_time_s=rep.step_time_s)
         for f in ("step.trace.json", "step.timeline.json", "step.schedule.json"):
             if (scratch / f).exists():
                 _gz(scratch / f, folder / f"{f}.gz")
         if (scratch / "step.png").exists():
             shutil.copy(scratch / "step.png", folder / "step.png")
         with gzip.open(folder / "report.json.gz", "wt") as g:
-            json.dump(rep.as_dict(), g, default=str)
+            json.dump(clk.report.as_dict(), g, default=str)
         if left_s - (time.perf_counter() - t0) > 20:
             t1 = time.perf_counter()
             lclk, starts = located_run(step, clk.schedule, timeline, located)
@@ -705,6 +692,31 @@ def measure_on_gpu(name: str, make: Any, folder: Path, left_s: float, gpu_name: 
         gc.collect()
         torch.cuda.empty_cache()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def summary_of(clk: Any, name: str, gpu_name: str, policy: str) -> dict[str, Any]:
+    """A finished deployment's summary (a :class:`rlclock.deploy.api.Clocked` after its block): planned and delivered
+    saving and slowdown (fractions against auto, the planning model's), switches, segments skipped, switches missed,
+    the late share, the jitter its timing steps measured and the switch-time error (p95, ms), the step time (s).
+
+    Raises:
+        RuntimeError: No controller ran (the deployment says why).
+    """
+    rep = clk.report
+    if rep is None:
+        raise RuntimeError(f"no controller ran ({clk.reason or clk.state})")
+    d = rep.delivered
+    if d is None:
+        raise RuntimeError("the report has no delivered figures (no planning costs)")
+    plan = clk.controller.plan
+    jitter = clk.timeline.jitter_s
+    return {"model": name, "gpu": gpu_name, "policy": policy, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+            "planned_saving": d.planned_saving, "planned_slowdown": d.planned_slowdown, "saving": d.saving,
+            "slowdown": d.slowdown, "worst_slowdown": d.worst_slowdown, "delivered_steps": d.steps,
+            "switches": plan.n_switches, "skipped": len(plan.skipped), "missed": rep.missed,
+            "late_fraction": rep.late_fraction, "schedule": clk.schedule.name,
+            "jitter_p95_ms": None if jitter is None else 1e3 * float(np.percentile(np.abs(jitter), 95)),
+            "switch_error_p95_ms": 1e3 * rep.switch_error.p95_abs_s, "step_time_s": rep.step_time_s}
 
 
 def gpu_table(summaries: dict[str, Any]) -> str:
@@ -727,7 +739,7 @@ def gpu_line(s: dict[str, Any]) -> str:
             f"{100 * s['saving']:6.2f}% {100 * s['slowdown']:+6.2f}% {100 * s['worst_slowdown']:+6.2f}% | "
             f"{located} | {s['switches']:2d} {s['skipped']:4d} {s['missed']:4d} "
             f"{100 * (s['late_fraction'] or 0):3.0f}% "
-            f"{'-' if jit is None else format(jit, '6.2f')}ms | "
+            f"{'     -  ' if jit is None else format(jit, '6.2f') + 'ms'} | "
             f"{'-' if over is None else format(100 * over['overhead'], '+.2f') + ' %'}")
 
 

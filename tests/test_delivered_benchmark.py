@@ -140,3 +140,28 @@ def test_replay_tables_per_mode_and_per_corpus(capsys: pytest.CaptureFixture[str
     assert {k: back[k] for k in ("corpus", "model", "mode", "switches", "skipped")} == \
         {"corpus": "corpus-h100", "model": "m", "mode": "requests", "switches": 3, "skipped": 0}
     assert back["slowdown"] == pytest.approx(0.025) and back["optimum_saving"] == pytest.approx(0.0125)
+
+
+def test_summary_and_located_figures_of_a_dry_run() -> None:
+    """The GPU mode's reading of a finished deployment, on a dry run of a step of sleeps (no GPU): the same
+    attributes a GPU run reads, and each step priced where its kernels ran."""
+    import numpy as np
+
+    from rlclock.deploy.api import clocked
+    from tests.deploy.test_deploy_delivered import COSTS, SCHEDULE, TIMELINE
+
+    clk = clocked(SCHEDULE, timeline=TIMELINE, latency_s=0.006, lookahead_s=0.006, worker="thread", verbose=False)
+    clk.costs = COSTS
+    with clk:
+        for _ in range(6):
+            with clk.step():
+                time.sleep(0.04)
+    s = delivered.summary_of(clk, "m", "NVIDIA H100 80GB HBM3", "corpus-h100")
+    assert s["switches"] == 2 and s["skipped"] == 0 and s["delivered_steps"] >= 4
+    assert s["planned_saving"] == pytest.approx(0.1) and s["planned_slowdown"] == pytest.approx(0.05)
+    assert s["jitter_p95_ms"] is None and delivered.gpu_line(s).startswith("m   ")
+    starts = [list(np.asarray(TIMELINE.start_s) * 1e6)] * 6
+    loc = delivered.located_delivered(clk, COSTS, starts, TIMELINE)
+    assert loc["steps"] >= 4 and -0.01 <= loc["saving"] <= 0.1 + 1e-9 and -0.01 <= loc["slowdown"] <= 0.05 + 1e-9
+    with pytest.raises(RuntimeError, match="no controller ran"):
+        delivered.summary_of(type("Idle", (), {"report": None, "reason": "no GPU", "state": "idle"})(), "m", "g", "p")
