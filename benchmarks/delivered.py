@@ -923,8 +923,9 @@ def main(argv: list[str] | None = None) -> int:
         for path in from_gpu_run(args.from_dir, optimum_s=args.optimum_seconds):
             print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
         return 0
-    if args.rows:  # a model replayed in several files: the last file's rows
-        kept = {(r["corpus"], r["model"], r["jitter"], r["mode"]): r for path in args.rows for r in read_rows(path)}
+    if args.rows:  # a model replayed in several files: the last file's rows; --modes' modes only
+        kept = {(r["corpus"], r["model"], r["jitter"].split(" ")[0], r["mode"]): r for path in args.rows
+                for r in read_rows(path) if r["mode"].split("+")[0] in modes}
         rows = list(kept.values())
         print(f"# CPU replay, budget {100 * BUDGET:g} %, the GPU's default latency; planning model's figures against "
               "auto")
