@@ -183,6 +183,8 @@ def _close_lines(work: Path, report: Path, code: int, settings: Any, keep: bool)
         _say(f"{path.name}: {data.get('mode')} on GPU {data.get('device')}, {data.get('steps')} steps, "
              f"{data.get('issued')} switches issued, {data.get('missed')} missed"
              + (f"; report kept at {path}" if keep else ""))
+        for line in _delivered_lines(data):
+            _say(f"{path.name}: {line}")
     if not reports:
         _say(_nothing_controlled(statuses, settings))
     restarted = max((s.restarts for s in statuses), default=0)
@@ -213,6 +215,22 @@ def _close_lines(work: Path, report: Path, code: int, settings: Any, keep: bool)
     if not keep:
         for path in reports:
             path.unlink(missing_ok=True)
+
+
+def _delivered_lines(data: dict[str, Any]) -> list[str]:
+    """What a report says the run planned and delivered (a dry run: would deliver), and what its compared blocks
+    measured; nothing for a report without them."""
+    out = []
+    d = data.get("delivered")
+    if isinstance(d, dict) and d.get("steps"):
+        verb = "would deliver" if d.get("dry_run") else "delivered"
+        out.append(f"planned {100 * d['planned_saving']:.2f} % energy at {100 * d['planned_slowdown']:+.2f} % time; "
+                   f"{verb} {100 * d['saving']:.2f} % at {100 * d['slowdown']:+.2f} % over {d['steps']} steps "
+                   f"(slowest step {100 * d['worst_slowdown']:+.2f} %; on the planning model)")
+    c = data.get("compared")
+    if isinstance(c, dict) and c.get("summary"):
+        out.append(str(c["summary"]))
+    return out
 
 
 def _nothing_controlled(statuses: list[Any], settings: Any) -> str:

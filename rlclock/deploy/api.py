@@ -167,6 +167,10 @@ class Clocked:
         self._energy: tuple[Any, float, float] | None = None
         self._learner: Any = None
         self.learned: dict[str, Any] | None = None
+        self.costs: Any = None
+        self._compare: Any = None
+        """The planning model's prices of the step (:class:`~rlclock.deploy.delivered.PlanningCosts`), for the
+        report's delivered figures; ``None`` until planned (or when nothing prices the step)."""
 
     # -- set-up --------------------------------------------------------------------------------------------
     def _say(self, message: str) -> None:
@@ -237,8 +241,30 @@ class Clocked:
         return str(torch.cuda.get_device_name())
 
     def _policy_schedule(self, trace: KernelTrace, auto_time_s: np.ndarray, latency_s: float) -> ClockSchedule:
-        return self._policy.schedule(trace, auto_time_s, None, latency_s, search=self.settings.search,
-                                     power_limits=self.settings.power_limit)
+        backend = self._policy.backend_for(trace, auto_time_s, None, latency_s)
+        schedule = self._policy.schedule(trace, backend=backend, search=self.settings.search,
+                                         power_limits=self.settings.power_limit,
+                                         execution=self._execution(len(trace), latency_s))
+        self._set_costs(backend, schedule)
+        return schedule
+
+    def _execution(self, n: int, latency_s: float) -> Any:
+        """The clock the plan will run on (the timeline, the controller's rule, the located steps' jitter): plans are
+        judged as the controller executes them (:class:`~rlclock.backends.executable.Execution`)."""
+        from rlclock.deploy.delivered import execution_for
+
+        timeline = self.timeline if self.timeline is not None else getattr(self.profile, "timeline", None)
+        if timeline is None or len(timeline) != n:
+            return None
+        s = self.settings
+        return execution_for(timeline, latency_s, s.lookahead_s, s.min_dwell_s)
+
+    def _set_costs(self, backend: Any, schedule: ClockSchedule) -> None:
+        """Keep the planning model's prices of the step, for the report's delivered figures."""
+        from rlclock.deploy.delivered import costs_of
+
+        model = backend if schedule.power_limit_w is None else backend.at_power_limit(schedule.power_limit_w)
+        self.costs = costs_of(model, f"policy {self.settings.checkpoint} on the profiled step")
 
     def _device(self) -> int:
         if self.settings.device is not None:
@@ -324,6 +350,8 @@ class Clocked:
     def _controlled(self) -> StepMark:
         """A controlled step begins; when learning, the learner chooses the next step's plan."""
         assert self.controller is not None
+        if self._compare is not None:
+            self._compare.on_step(self.controller.steps)
         mark = self.controller.step()
         if self._learner is not None:
             self.controller.set_pattern([self._learner.on_step()])
@@ -559,7 +587,10 @@ class Clocked:
             raise DeployError("learn makes its candidate plans on a checkpoint's planning model, and none was given.",
                               "pass checkpoint= (rlclock apply --checkpoint DIR --learn).")
         t0 = time.perf_counter()
-        cand = candidate_schedules(self._policy, prof.trace, prof.auto_time_s, latency_s, search=self.settings.search)
+        execution = self._execution(len(prof.trace), latency_s)
+        cand = candidate_schedules(self._policy, prof.trace, prof.auto_time_s, latency_s, search=self.settings.search,
+                                   execution=None if execution is None else execution.blind())
+        self.costs = cand.costs
         budget = self.settings.budget if self.settings.budget is not None else float(self._policy.budget)
         self.alternatives = cand.schedules[1:]
         self._learner = LiveLearner(cand, budget)
@@ -582,7 +613,10 @@ class Clocked:
             latency_s=self._latency_s(), lookahead_s=s.lookahead_s, min_dwell_s=s.min_dwell_s,
             read_back=s.read_back, worker=s.worker, nvml=use_nvml,
             anchor_every=None if s.anchor_every is None else int(s.anchor_every),
-            time_all_steps=s.time_all_steps, follow_pace=s.follow_pace, alternatives=self.alternatives).start()
+            time_all_steps=s.time_all_steps, follow_pace=s.follow_pace,
+            alternatives=(*self.alternatives, *self._compare_alternatives()),
+            costs=self._costs_for_control()).start()
+        self._start_compare(device, use_nvml)
         self.state = "control"
         limit = self.schedule.power_limit_w
         self._say(f"applying schedule {self.schedule.name!r} ({s.control}) on GPU {device}: "
@@ -597,6 +631,56 @@ class Clocked:
                 self._energy = None
         if not cuda_present():
             self._say("no CUDA GPU: plan-only dry run, steps anchored on the host clock")
+
+    def _compare_alternatives(self) -> tuple[ClockSchedule, ...]:
+        """With ``compare_blocks``, the driver's own clocks as one more plan (under the schedule's power limit)."""
+        if not self.settings.compare_blocks or self.schedule is None or self.schedule.power_limit_w is not None:
+            return ()
+        from rlclock.schedule import AUTO
+
+        return (ClockSchedule.constant(AUTO, len(self.schedule), name="driver default"),)
+
+    def _start_compare(self, device: int, use_nvml: bool) -> None:
+        """With ``compare_blocks``: alternate blocks of the plan and of the driver's clocks (:mod:`.compare`)."""
+        blocks = self.settings.compare_blocks
+        if not blocks or self.controller is None:
+            return
+        if self.schedule is not None and self.schedule.power_limit_w is not None:
+            self._say("compare_blocks: the plan is a whole-job power limit, set once for the job, so its blocks cannot "
+                      "alternate with the driver's: not compared")
+            return
+        from rlclock.deploy.compare import BlockComparison
+
+        read = None
+        if use_nvml:
+            from rlclock.gpu.nvml import NvmlDevice
+
+            read = NvmlDevice(device).total_energy_j
+        sync = None
+        if cuda_present():
+            import torch
+
+            sync = torch.cuda.synchronize
+        self._compare = BlockComparison(blocks, read, sync)
+        self.controller.set_pattern(self._compare.pattern(len(self.controller.plans) - 1), 0)
+        self._say(f"comparing: blocks of {blocks} steps of the plan and of the driver's clocks in turn")
+
+    def _costs_for_control(self) -> Any:
+        """The prices the controller judges its steps with: the policy's planning model, or for a given schedule the
+        GPU preset over the profiled step (``None`` where neither is known, or they do not fit the timeline)."""
+        if self.costs is None and self.schedule is not None and self.profile is not None and self.rank.is_root:
+            from rlclock.deploy.delivered import simulated_costs
+
+            try:
+                latency = self._latency_s()
+                self.costs = simulated_costs(self._gpu_name(self._device()), self.profile.trace,
+                                             self.profile.auto_time_s, self.schedule.configs,
+                                             0.0 if latency is None else latency)
+            except RlclockError:
+                self.costs = None
+        if self.costs is None or self.timeline is None or self.costs.n != len(self.timeline):
+            return None
+        return self.costs
 
     # -- the end ---------------------------------------------------------------------------------------------
     def close(self) -> ControllerReport | None:
@@ -629,6 +713,10 @@ class Clocked:
 
             torch.cuda.synchronize()
         self.report = self.controller.close()
+        if self._compare is not None:
+            delivered = self.report.delivered
+            self.report.compared = self._compare.result(self.controller.dry_run,
+                                                        None if delivered is None else delivered.planned_saving)
         if self._learner is not None:
             self.learned = self._learner.summary()
             self.report.notes.append(self._learner.describe())
@@ -645,6 +733,8 @@ class Clocked:
                 self.report.energy_time_s = time.monotonic() - t0
             except RlclockError as exc:
                 self.report.notes.append(f"energy not read: {exc}")
+        if self.settings.save and self.rank.is_root:
+            self._plot(Path(self.settings.save) / "step.png")
         if self.settings.report:
             path = Path(self.settings.report)
             if self.rank.distributed and self.rank.world_size > 1:
@@ -654,6 +744,18 @@ class Clocked:
         if self.settings.verbose and self.rank.is_root:
             _log.info("%s", self.report.text().removeprefix("rlclock "))
         return self.report
+
+    def _plot(self, path: Path) -> None:
+        """Draw one controlled step (:func:`rlclock.deploy.plot.plot_step`); a failure is a note, not an error."""
+        from rlclock.deploy.plot import plot_step
+
+        assert self.controller is not None and self.report is not None
+        try:
+            plot_step(path, self.controller.schedule, self.controller.timeline, self.controller.plan,
+                      self.report.delivered)
+            self._say(f"drew a step to {path}")
+        except Exception as exc:  # the run is over; a plot must not fail it
+            self.report.notes.append(f"the step's plot was not drawn: {exc}")
 
     def __enter__(self) -> Clocked:
         return self.start()

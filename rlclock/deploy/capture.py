@@ -458,7 +458,8 @@ def timeline_from_markers(data: dict[str, Any], names: tuple[str, ...],
 
     Each step's activities are those between two step markers in GPU order, placed from the end of the first
     marker (where the controller's anchor completes); of the steps whose activities carry exactly ``names``,
-    each activity's median offset and duration, and the median marker-to-marker period. ``points`` gives, per
+    each activity's median offset and duration, the median marker-to-marker period, and how far each activity
+    started from its median offset in each of those steps (the timeline's ``jitter_s``). ``points`` gives, per
     step in order, how many point markers (:meth:`StepTimer.point`) follow its step marker: each point is
     placed before the activity that follows its marker, and the timeline keeps the points where every
     matching step had them at the same places.
@@ -493,7 +494,7 @@ def timeline_from_markers(data: dict[str, Any], names: tuple[str, ...],
     start = np.maximum.accumulate(np.maximum(np.median(np.array(offs), axis=0), 0.0))
     kept: tuple[int, ...] = placed[0] if all(p == placed[0] for p in placed) else ()
     return StepTimeline(start, np.median(np.array(durs), axis=0), float(statistics.median(periods)), names,
-                        f"{len(offs)} steps located without operator recording", kept)
+                        f"{len(offs)} steps located without operator recording", kept, np.array(offs) - start)
 
 
 def _stop_and_export(torch: Any, prof: Any) -> dict[str, Any]:

@@ -47,6 +47,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlclock.deploy.anchor import AnchorLog, CudaAnchors, HostAnchors
+from rlclock.deploy.delivered import PlanningCosts, deliver
 from rlclock.deploy.pattern import PlanPattern
 from rlclock.deploy.plan import SwitchPlan, plan_switches
 from rlclock.deploy.process import WorkerHandle
@@ -168,6 +169,9 @@ class ClockController:
             same timeline with the same latency, lookahead and dwell; :meth:`set_pattern` chooses which plan each
             step runs (until then every step runs plan 0). They run under ``schedule``'s power limit: one that
             names another is refused.
+        costs: The planning model's price of every kernel at every configuration the plans ask for
+            (:class:`~rlclock.deploy.delivered.PlanningCosts`): with them the report says what the run delivered
+            beside what was planned (:attr:`~rlclock.deploy.report.ControllerReport.delivered`).
 
     A schedule that names a board power limit (:attr:`~rlclock.schedule.ClockSchedule.power_limit_w`) has it set
     once, before the first switch, by the same clock control (and in a dry run recorded, not set); it is given
@@ -184,7 +188,8 @@ class ClockController:
                  allow_clock_control: bool = False, latency_s: float | None = None, lookahead_s: float | None = None,
                  min_dwell_s: float = 0.0, read_back: bool = True, worker: str = "process", anchor: str = "auto",
                  nvml: bool | None = None, anchor_every: int | None = None, time_all_steps: bool = False,
-                 follow_pace: bool = False, alternatives: Sequence[ClockSchedule] = ()) -> None:
+                 follow_pace: bool = False, alternatives: Sequence[ClockSchedule] = (),
+                 costs: PlanningCosts | None = None) -> None:
         if anchor not in ANCHOR_SOURCES:
             raise DeployError(f"anchor source {anchor!r} is not known.", f"use one of {list(ANCHOR_SOURCES)}.")
         check_anchor_every(anchor_every)
@@ -224,6 +229,10 @@ class ClockController:
             raise GpuUnavailableError("CUDA step anchors were asked for, but PyTorch sees no CUDA GPU.",
                                       "use anchor='host' (or 'auto') on a machine without a GPU.")
         self.anchor_source = anchor
+        self.costs = costs
+        if costs is not None and costs.n != len(timeline):
+            raise DeployError(f"the planning costs have {costs.n} kernels, the timeline {len(timeline)}.",
+                              "build both from a profile of the same training step.")
         self.report: ControllerReport | None = None
         self.anchor_log: AnchorLog | None = None
         """After :meth:`close`: what the step anchors saw, per marked step (raw data of the report)."""
@@ -385,6 +394,13 @@ class ClockController:
                                        plan_of=self.pattern.plan_of)
             if self._handle.send_errors:
                 self.report.notes.append(f"{self._handle.send_errors} step anchors could not be sent to the worker")
+            if self.costs is not None:
+                try:
+                    self.report.delivered = deliver(self.plans, self.costs, self.timeline.start_s,
+                                                    self.timeline.duration_s, self.anchor_log,
+                                                    result.get("records", []), self.dry_run, self.pattern.plan_of)
+                except DeployError as exc:
+                    self.report.notes.append(f"delivered figures not judged: {exc}")
             self._handle = None
             return self.report
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from rlclock.backends.executable import Execution
+from rlclock.deploy.delivered import PlanningCosts, costs_of
 from rlclock.policy.paired import PairedTracker, candidate_plans
 from rlclock.schedule import ClockSchedule
 from rlclock.workload.trace import KernelTrace
@@ -37,12 +39,14 @@ PLAN_TIME_LIMIT_S = 2.0
 
 @dataclass(frozen=True)
 class CandidateSchedules:
-    """The candidate schedules of a step and what the planning model says of them (plan 0 is auto)."""
+    """The candidate schedules of a step and what the planning model says of them (plan 0 is auto), with the
+    planning model's prices of the step (:class:`~rlclock.deploy.delivered.PlanningCosts`)."""
 
     schedules: tuple[ClockSchedule, ...]
     slowdown: np.ndarray
     saving: np.ndarray
     parts: np.ndarray
+    costs: PlanningCosts | None = None
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -51,16 +55,28 @@ class CandidateSchedules:
 
 def candidate_schedules(policy: Any, trace: KernelTrace, auto_time_s: np.ndarray, latency_s: float,
                         budgets: tuple[float, ...] = LEARN_BUDGETS, time_limit_s: float = PLAN_TIME_LIMIT_S,
-                        search: bool = False) -> CandidateSchedules:
+                        search: bool = False, execution: Execution | None = None) -> CandidateSchedules:
     """The candidate plans for a profiled step on ``policy``'s planning model (its GPU and action set), as
-    schedules: auto, the exact optima at ``budgets``, and the policy's own plan at its budget (where it differs)."""
+    schedules: auto, the exact optima at ``budgets``, and the policy's own plan at its budget (where it differs).
+    With an ``execution`` (the step's timeline and the controller's rule), each is the configuration every kernel
+    runs at when the controller executes it, and its slowdown and saving are judged so."""
     model = policy.backend_for(trace, auto_time_s, None, latency_s)
-    own = policy.schedule(trace, auto_time_s, None, latency_s, backend=model, search=search, whole_job=False)
+    own = policy.plan(model, float(policy.budget), search=search, whole_job=False, execution=execution)
     cand = candidate_plans(model, budgets=budgets, time_limit_s=time_limit_s,
-                           extra=[(f"policy at {100 * float(policy.budget):g} %", np.asarray(own.index))])
-    schedules = tuple(ClockSchedule(policy.configs, np.asarray(p, dtype=np.int64).tolist(), name=label)
-                      for p, label in zip(cand.plans, cand.labels, strict=True))
-    return CandidateSchedules(schedules, cand.slowdown, cand.saving, cand.parts)
+                           extra=[(f"policy at {100 * float(policy.budget):g} %", np.asarray(own.requests))])
+    plans = [np.asarray(p, dtype=np.int64) for p in cand.plans]
+    slowdown, saving = np.asarray(cand.slowdown, dtype=float), np.asarray(cand.saving, dtype=float)
+    if execution is not None:
+        t, e = model.tables
+        auto_t, auto_e = float(np.cumsum(t[:, 0])[-1]), float(np.cumsum(e[:, 0])[-1])
+        judged = [execution.judge(p, t, e, model.latency_s) for p in plans]
+        plans = [j.runs for j in judged]
+        slowdown = np.array([j.planned_time_s / auto_t - 1.0 for j in judged])
+        saving = np.array([1.0 - j.planned_energy_j / auto_e for j in judged])
+    schedules = tuple(ClockSchedule(policy.configs, p.tolist(), name=label)
+                      for p, label in zip(plans, cand.labels, strict=True))
+    return CandidateSchedules(schedules, slowdown, saving, cand.parts,
+                              costs_of(model, f"policy {policy.gpu_key} on the profiled step"))
 
 
 class _Marks:

@@ -1,32 +1,12 @@
 """From a per-kernel clock schedule to the clock switches a live controller issues, and when.
 
-A :class:`~rlclock.schedule.ClockSchedule` asks for one configuration per kernel invocation; a
-:class:`~rlclock.deploy.timeline.StepTimeline` says when each invocation starts. :func:`plan_switches`
-turns the two into :class:`SwitchEvent` s, offsets from the step's anchor at which the controller calls the
-driver. The rule, in order:
-
-1. **Segments.** Consecutive invocations that request the same configuration form one segment; a segment
-   lasts from its first kernel's start to its last kernel's end.
-2. **Issue ahead.** The switch into a segment is issued ``lookahead_s`` before the segment starts
-   (``lookahead_s >= latency_s``; default ``latency_s`` + :data:`LOOKAHEAD_MARGIN_S`, a margin for the
-   controller's own timing error), so that it lands as the segment begins.
-3. **One switch at a time.** A switch occupies the controller for ``latency_s`` (the driver call and the
-   clock change), so a switch is never issued less than ``latency_s`` after the previous one; a switch
-   that must wait is issued as soon as the previous one has landed.
-4. **Worth issuing.** A switch is issued only if it lands (issue + ``latency_s``) more than ``min_dwell_s``
-   before its segment ends (default 0: it must land before the segment's last kernel ends). Otherwise the
-   segment is *skipped*: the clocks stay where they are, and the next segment is judged against them.
-5. **No-op.** A segment whose configuration is already in effect needs no switch.
-6. **Repeat.** Steps repeat, so the plan is cyclic: it is laid out from one segment on (the *cut*, whose
-   switch is issued one lookahead ahead of it) through the rest of the step and the start of the next one,
-   back to the cut. Rule 3 holds across the step boundary: the cut's switch waits for the previous step's
-   last switch when it must (and if it then could not land in time, switches that would crowd it are not
-   issued instead); the cut's switch is dropped when the clocks are already there. A switch for a segment
-   early in the step may so be issued during the previous step (a negative issue offset; more than one
-   step back when the lookahead exceeds the step). The longest segments are tried as cuts, and holding one
-   configuration without any switch as well; the plan that keeps the most kernel time at its requested
-   clocks wins (fewer switches on a tie). When a step is shorter than the latency, no plan with switches
-   can repeat, and the plan holds the configuration most of the kernel time asks for.
+A :class:`~rlclock.schedule.ClockSchedule` asks for one configuration per kernel invocation — the clocks each
+kernel should *run at*; a :class:`~rlclock.deploy.timeline.StepTimeline` says when each invocation starts.
+:func:`plan_switches` turns the two into :class:`SwitchEvent` s, offsets from the step's anchor at which the
+controller calls the driver. The rule — segments, issue ahead, one switch at a time, worth issuing, no-op, repeat —
+is :mod:`rlclock.backends.executable`'s, written once there: the planner judges a schedule by the same switches
+(:func:`rlclock.backends.executable.executable`), so a plan it makes skips no segment here, and the worker drops a
+switch at run time by the same test (:meth:`~rlclock.backends.executable.SwitchRule.worth_issuing`).
 
 These are the rules of :class:`~rlclock.backends.base.SwitchEngine` (one switch in flight, a latency before it
 lands), with the request moved ahead by the lookahead and hopeless switches left out.
@@ -34,24 +14,25 @@ lands), with the request moved ahead by the lookahead and hopeless switches left
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from rlclock.backends.executable import (
+    LOOKAHEAD_MARGIN_S,
+    Executed,
+    RuleError,
+    Segments,
+    SwitchRule,
+    execute,
+    in_effect_at,
+)
 from rlclock.deploy.timeline import StepTimeline
 from rlclock.errors import DeployError
 from rlclock.schedule import ClockConfig, ClockSchedule
 
-LOOKAHEAD_MARGIN_S = 5e-4
-"""Default lookahead beyond the switching latency, seconds: the controller's timer and the step anchors are
-off by up to a few tenths of a millisecond, and a switch that lands a little early costs less than one that
-lands late."""
-MAX_CUTS = 16
-"""Segments tried as the cut of the cyclic plan (the longest ones)."""
-MAX_PASSES = 8
-"""Passes around the cycle to settle how late the cut's own switch must be."""
+__all__ = ["LOOKAHEAD_MARGIN_S", "Segment", "SwitchEvent", "SwitchPlan", "plan_switches", "rule_of", "segments_of"]
 
 
 @dataclass(frozen=True)
@@ -166,6 +147,14 @@ class SwitchPlan:
         """Configurations the plan switches to (and the initial one), without repeats."""
         return tuple(dict.fromkeys([self.initial, *(e.config for e in self.events)]))
 
+    def in_effect(self, times_s: np.ndarray) -> list[ClockConfig]:
+        """The configuration in effect at each time (seconds after the anchor), step after step."""
+        configs = list(self.configs)
+        lands = np.array([e.land_s for e in self.events], dtype=float)
+        index = np.array([configs.index(e.config) for e in self.events], dtype=np.int64)
+        which = in_effect_at(lands, index, configs.index(self.initial), np.asarray(times_s, dtype=float), self.period_s)
+        return [configs[int(i)] for i in which]
+
     def describe(self) -> str:
         """One line: segments, switches, skipped segments, latency."""
         return (f"{len(self.segments)} segments, {self.n_switches} switches per step "
@@ -200,94 +189,59 @@ class SwitchPlan:
             raise DeployError(f"malformed switch plan: {exc}.") from None
 
 
+def rule_of(latency_s: float, lookahead_s: float | None = None, min_dwell_s: float = 0.0) -> SwitchRule:
+    """The switch rule of a controller (:class:`~rlclock.backends.executable.SwitchRule`), its errors worded for a
+    deployment.
+
+    Raises:
+        DeployError: Negative or non-finite latency or dwell, lookahead shorter than the latency.
+    """
+    try:
+        return SwitchRule.of(float(latency_s), lookahead_s, float(min_dwell_s))
+    except RuleError as exc:
+        fix = "use a lookahead of at least the switching latency." if "lookahead" in str(exc) else None
+        raise DeployError(str(exc), fix) from None
+
+
+def _indices(schedule: ClockSchedule) -> np.ndarray:
+    """The schedule's configuration per kernel as indices, equal configurations sharing one."""
+    first: dict[Any, int] = {}
+    lut = np.array([first.setdefault(c, i) for i, c in enumerate(schedule.configs)], dtype=np.int64)
+    return lut[np.asarray(schedule.index, dtype=np.int64)]
+
+
+def _segments(schedule: ClockSchedule, seg: Segments) -> tuple[Segment, ...]:
+    configs = schedule.configs
+    return tuple(Segment(j, int(a), int(b), configs[int(c)], float(s), float(e)) for j, (a, b, c, s, e) in
+                 enumerate(zip(seg.first, seg.stop, seg.config, seg.start_s, seg.end_s, strict=True)))
+
+
 def segments_of(schedule: ClockSchedule, timeline: StepTimeline) -> tuple[Segment, ...]:
     """The schedule's runs of equal requests, placed on the timeline (rule 1)."""
     timeline.check_length(len(schedule))
-    idx = schedule.index
-    cuts = np.flatnonzero(np.diff(idx)) + 1
-    starts = np.concatenate([[0], cuts])
-    stops = np.concatenate([cuts, [idx.size]])
-    end = timeline.end_s
-    return tuple(Segment(j, int(a), int(b), schedule.configs[int(idx[a])], float(timeline.start_s[a]),
-                         float(end[a:b].max())) for j, (a, b) in enumerate(zip(starts, stops)))
+    return _segments(schedule, Segments.of(_indices(schedule), timeline.start_s, timeline.end_s))
 
 
-def _cyclic(segments: tuple[Segment, ...], cut: int, period_s: float, latency_s: float, lookahead_s: float,
-            min_dwell_s: float) -> tuple[list[SwitchEvent], list[int]]:
-    """Rules 2-5 around the cycle from segment ``cut`` (rule 6)."""
-    first = segments[cut]
-    issue0 = first.start_s - lookahead_s
-    for _ in range(MAX_PASSES):
-        events, skipped, last, back = _around(segments, cut, issue0, period_s, latency_s, lookahead_s, min_dwell_s,
-                                              strict=False)
-        if back or last + latency_s <= issue0 + period_s + 1e-12:
-            break
-        issue0 = last + latency_s - period_s  # the cut's switch waits for the last one of the previous step
-        if issue0 + latency_s >= first.end_s - min_dwell_s:
-            break
-    else:
-        back = False
-    if not back and last + latency_s > issue0 + period_s + 1e-12:  # no room: keep the cut's switch on time
-        events, skipped, last, back = _around(segments, cut, first.start_s - lookahead_s, period_s, latency_s,
-                                              lookahead_s, min_dwell_s, strict=True)
-    return sorted(events, key=lambda e: e.issue_s), skipped
-
-
-def _around(segments: tuple[Segment, ...], cut: int, issue0: float, period_s: float, latency_s: float,
-            lookahead_s: float, min_dwell_s: float, strict: bool) -> tuple[list[SwitchEvent], list[int], float, bool]:
-    """One pass around the cycle with the cut's switch at ``issue0``; ``strict``: no switch may crowd the cut's
-    next one. Returns the events, skipped segments, the last issue, and whether the cut's switch was dropped."""
-    n = len(segments)
-    first = segments[cut]
-    limit = issue0 + period_s - latency_s if strict else math.inf
-    events = [SwitchEvent(first.index, first.config, issue0, issue0 + latency_s, first.start_s, first.end_s)]
-    skipped: list[int] = []
-    current, prev = first.config, issue0
-    for i in range(1, n):
-        seg = segments[(cut + i) % n]
-        shift = period_s if cut + i >= n else 0.0  # segments before the cut come in the next step
-        if seg.config == current:  # rule 5
-            continue
-        issue = max(seg.start_s + shift - lookahead_s, prev + latency_s)  # rules 2 and 3
-        land = issue + latency_s
-        if land >= seg.end_s + shift - min_dwell_s or issue > limit:  # rule 4 (and rule 3 across the boundary)
-            skipped.append(seg.index)
-            continue
-        events.append(SwitchEvent(seg.index, seg.config, issue - shift, land - shift, seg.start_s, seg.end_s))
-        current, prev = seg.config, issue
-    back = current == first.config
-    if back:  # the cycle ends where the cut starts: its switch is not needed
-        events.pop(0)
-    return events, skipped, prev, back
-
-
-def _in_effect(events: list[SwitchEvent], hold: ClockConfig, times_s: np.ndarray, period_s: float) -> list[ClockConfig]:
-    """The configuration in effect at each time (seconds after the anchor) under a cyclic plan."""
-    if not events:
-        return [hold] * len(times_s)
-    lands = np.array([e.land_s % period_s for e in events])
-    order = np.argsort(lands, kind="stable")
-    lands = lands[order]
-    cfgs = [events[i].config for i in order]
-    which = np.searchsorted(lands, np.asarray(times_s, dtype=float) % period_s, side="right") - 1
-    return [cfgs[w] for w in which]  # -1: the last landing of the previous step is still in effect
-
-
-def _on_plan_fraction(schedule: ClockSchedule, timeline: StepTimeline, events: list[SwitchEvent],
-                      hold: ClockConfig) -> float:
-    """Share of kernel time whose midpoint runs at the requested configuration under the plan."""
-    mid = timeline.start_s + 0.5 * timeline.duration_s
-    ok = np.array([c == schedule[i] for i, c in enumerate(_in_effect(events, hold, mid, timeline.period_s))])
-    total = float(timeline.duration_s.sum())
-    return float(timeline.duration_s[ok].sum() / total) if total > 0 else float(ok.mean())
+def plan_from(schedule: ClockSchedule, timeline: StepTimeline, rule: SwitchRule, executed: Executed) -> SwitchPlan:
+    """The :class:`SwitchPlan` of switches :func:`~rlclock.backends.executable.execute` found for ``schedule``."""
+    segs = _segments(schedule, executed.segments)
+    configs = schedule.configs
+    events = tuple(SwitchEvent(int(j), configs[int(c)], float(i), float(land), segs[int(j)].start_s,
+                               segs[int(j)].end_s)
+                   for j, c, i, land in zip(executed.segment, executed.config, executed.issue_s, executed.land_s,
+                                            strict=True))
+    return SwitchPlan(segs, events, executed.skipped, configs[executed.initial], rule.latency_s, rule.lookahead_s,
+                      rule.min_dwell_s, timeline.period_s, timeline.span_s, executed.on_plan_fraction,
+                      tuple(float(x) for x in timeline.points_s))
 
 
 def plan_switches(schedule: ClockSchedule, timeline: StepTimeline, latency_s: float,
                   lookahead_s: float | None = None, min_dwell_s: float = 0.0) -> SwitchPlan:
-    """The switches that apply ``schedule`` on ``timeline``, step after step (the module's rules).
+    """The switches that apply ``schedule`` on ``timeline``, step after step (the rule of
+    :mod:`rlclock.backends.executable`).
 
     Args:
-        schedule: One requested configuration per kernel invocation of the step.
+        schedule: One configuration per kernel invocation of the step, the one it should run at.
         timeline: When each invocation starts and how long it runs, seconds from the step's anchor.
         latency_s: Time from issuing a switch to the new clocks being in effect, seconds (the GPU's
             switching latency, e.g. 6 ms for an H200).
@@ -302,28 +256,7 @@ def plan_switches(schedule: ClockSchedule, timeline: StepTimeline, latency_s: fl
         DeployError: Negative or non-finite latency, lookahead shorter than the latency.
         ScheduleError: Schedule and timeline have different lengths.
     """
-    if not math.isfinite(latency_s) or latency_s < 0:
-        raise DeployError(f"the switching latency must be a finite number >= 0 s, found {latency_s!r}.")
-    lookahead = latency_s + LOOKAHEAD_MARGIN_S if lookahead_s is None else float(lookahead_s)
-    if not math.isfinite(lookahead) or lookahead < latency_s:
-        raise DeployError(
-            f"the lookahead ({lookahead!r} s) is shorter than the switching latency ({latency_s:g} s), so every "
-            "switch would land after its kernels start.", "use a lookahead of at least the switching latency.")
-    if not math.isfinite(min_dwell_s) or min_dwell_s < 0:
-        raise DeployError(f"min_dwell_s must be a finite number >= 0 s, found {min_dwell_s!r}.")
-    segments = segments_of(schedule, timeline)
-    period = timeline.period_s
-    share: dict[ClockConfig, float] = {}
-    for seg in segments:
-        share[seg.config] = share.get(seg.config, 0.0) + seg.duration_s
-    hold = max(share, key=lambda c: share[c])
-    held: list[SwitchEvent] = []
-    candidates = [(held, [seg.index for seg in segments if seg.config != hold])]
-    cuts = sorted(range(len(segments)), key=lambda j: -segments[j].duration_s)[:MAX_CUTS]
-    candidates += [_cyclic(segments, j, period, float(latency_s), lookahead, float(min_dwell_s)) for j in cuts]
-    best = max(candidates, key=lambda c: (_on_plan_fraction(schedule, timeline, c[0], hold), -len(c[0])))
-    events, skipped = best
-    initial = _in_effect(events, hold, np.array([0.0]), period)[0]
-    return SwitchPlan(segments, tuple(events), tuple(sorted(skipped)), initial, float(latency_s), lookahead,
-                      float(min_dwell_s), period, timeline.span_s, _on_plan_fraction(schedule, timeline, events, hold),
-                      tuple(float(x) for x in timeline.points_s))
+    rule = rule_of(latency_s, lookahead_s, min_dwell_s)
+    timeline.check_length(len(schedule))
+    executed = execute(_indices(schedule), timeline.start_s, timeline.duration_s, timeline.period_s, rule)
+    return plan_from(schedule, timeline, rule, executed)

@@ -190,6 +190,11 @@ class ControllerReport:
         power_limit: The board power limit the schedule named, as the worker's control recorded it when it set
             it (or, in a dry run, would have): :meth:`~rlclock.gpu.clocks.PowerLimitReadback.as_dict`; ``None``
             when the schedule named none.
+        delivered: The planned and delivered saving and slowdown on the planning model, per step and over the
+            run, with the per-switch record they come from (:class:`~rlclock.deploy.delivered.Delivered`); ``None``
+            when the controller had no planning model to price the steps with.
+        compared: The measured energy and time of blocks of planned and driver-default steps
+            (:class:`~rlclock.deploy.compare.Comparison`), when blocks were interleaved; ``None`` otherwise.
         notes: Anything the user should know (errors of the anchor thread, the worker's end, a restore failure).
     """
 
@@ -229,6 +234,8 @@ class ControllerReport:
     overtaken: int = 0
     per_plan: list[PlanFigures] = field(default_factory=list)
     power_limit: dict[str, Any] | None = None
+    delivered: Any = None
+    compared: Any = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -267,6 +274,10 @@ class ControllerReport:
         if self.energy_j is not None and self.energy_time_s:
             lines.append(f"  energy {self.energy_j:.1f} J over {self.energy_time_s:.2f} s "
                          f"({self.energy_j / self.energy_time_s:.1f} W)")
+        if self.delivered is not None:
+            lines.append(f"  {self.delivered.line()}")
+        if self.compared is not None:
+            lines += [f"  {line}" for line in self.compared.lines()]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -274,6 +285,8 @@ class ControllerReport:
         """JSON-friendly form."""
         d = asdict(self)
         d["plan"] = self.plan.to_dict()
+        d["delivered"] = None if self.delivered is None else self.delivered.as_dict()
+        d["compared"] = None if self.compared is None else self.compared.as_dict()
         d["late_fraction"] = self.late_fraction
         return d
 

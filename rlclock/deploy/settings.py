@@ -104,6 +104,11 @@ class DeploySettings(Settings):
     budget: Annotated[Float, Field(ge=0.0, le=0.5)] | None = Field(
         None, description="slowdown budget of --learn, a fraction (default: the checkpoint's)",
         json_schema_extra=_cli(metavar="FRACTION"))
+    compare_blocks: Annotated[Int, Field(ge=0)] = Field(
+        0, description="interleave blocks of this many steps of the plan and of the driver's clocks, and report the "
+        "measured difference in energy (NVML) and step time with a 95 % confidence interval; in a dry run nothing "
+        "differs, and the report gives the noise floor: how many steps would resolve the planned saving (0: off)",
+        json_schema_extra=_cli(metavar="STEPS"))
     report: str | None = Field(None, description="write the controller's report here (JSON; .rankN is added under "
                                "torch.distributed)", json_schema_extra=_cli(metavar="FILE", path=True))
     save: str | None = Field(None, description="write the profiled trace, the timeline and the schedule to this "
@@ -142,6 +147,9 @@ class DeploySettings(Settings):
         if self.learn and self.schedule:
             raise ValueError("learn makes its candidate plans on a checkpoint's planning model, but a schedule file "
                              "was given: pass a checkpoint instead")
+        if self.learn and self.compare_blocks:
+            raise ValueError("learn chooses every step's plan, so blocks of the plan and of the driver's clocks "
+                             "cannot be compared in the same run: pass one of learn and compare_blocks")
         return self
 
     @property
@@ -216,15 +224,15 @@ class DeploySettings(Settings):
                     default = bool(info.default)
                     flag = f"--no-{flag[2:]}" if default else flag
                     target.add_argument(flag, dest=name, action="store_const", const=not default, default=None,
-                                        help=cli.get("help") or info.description)
+                                        help=_escaped(cli.get("help") or info.description))
                 else:
                     target.add_argument(flag, dest=name, action="store_const", const=cli["const"], default=None,
-                                        help=cli.get("help") or info.description)
+                                        help=_escaped(cli.get("help") or info.description))
                 continue
             # values stay text here: the settings model parses and checks them, with its one-line errors
             target.add_argument(flag, dest=name, default=None, metavar=cli.get("metavar"), choices=cli.get("choices"),
-                                help=f"{info.description} (default: {info.default})"
-                                if info.default is not None else info.description)
+                                help=_escaped(f"{info.description} (default: {info.default})"
+                                              if info.default is not None else info.description))
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DeploySettings:
@@ -247,3 +255,8 @@ def _cli_of(name: str) -> dict[str, Any]:
     extra = DeploySettings.model_fields[name].json_schema_extra
     cli = extra.get("cli") if isinstance(extra, dict) else None
     return dict(cli) if isinstance(cli, dict) else {}
+
+
+def _escaped(text: str | None) -> str | None:
+    """A help text as argparse formats it: a literal ``%`` (``95 % confidence``) doubled."""
+    return None if text is None else text.replace("%", "%%")

@@ -14,7 +14,9 @@ the step's switches from each point it sees (:mod:`rlclock.deploy.worker`).
 On disk a timeline is JSON::
 
     {"format": "rlclock.timeline", "version": 1, "period_s": ..., "start_s": [...], "duration_s": [...],
-     "names": [...], "source": "...", "points": [...]}
+     "names": [...], "source": "...", "points": [...], "jitter_s": [[...], ...]}
+
+(``jitter_s``, where the kernels moved in each step they were located in, only when measured.)
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ class StepTimeline:
         source: Where the figures come from (``"profile"``, ``"trace ..."``, ``"durations"``).
         points: For each point the loop marks inside the step, in order, the index of the kernel it precedes
             (``len`` when it follows the last); non-decreasing. Empty: the step has no points.
+        jitter_s: ``(m, n)`` for each of ``m`` steps the kernels were located in, how much later than ``start_s``
+            each kernel started there, seconds (``None``: not measured). The planner judges plans over them
+            (:class:`~rlclock.backends.executable.Execution`).
     """
 
     start_s: np.ndarray
@@ -58,6 +63,7 @@ class StepTimeline:
     names: tuple[str, ...] = ()
     source: str = ""
     points: tuple[int, ...] = ()
+    jitter_s: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         start = np.asarray(self.start_s, dtype=float).reshape(-1)
@@ -85,6 +91,14 @@ class StepTimeline:
             raise DeployError(f"a step timeline's points must be kernel indices in 0..{start.size}, in order; "
                               f"found {list(points)[:8]}.", "locate the points in a profile of the step.")
         object.__setattr__(self, "points", points)
+        if self.jitter_s is not None:
+            jitter = np.asarray(self.jitter_s, dtype=float)
+            if jitter.ndim != 2 or jitter.shape[1] != start.size or not np.all(np.isfinite(jitter)):
+                raise DeployError(f"a step timeline's jitter needs one finite offset per kernel and located step; "
+                                  f"found shape {jitter.shape} for {start.size} kernels.",
+                                  "locate the kernels in the running steps (rlclock.deploy.capture.StepTimer).")
+            jitter.setflags(write=False)
+            object.__setattr__(self, "jitter_s", jitter)
         start.setflags(write=False)
         dur.setflags(write=False)
         object.__setattr__(self, "start_s", start)
@@ -158,7 +172,8 @@ class StepTimeline:
         label = source or f"{self.source}, fitted to a {period_s * 1e3:.3f} ms step"
         if period_s <= packed:
             scale = period_s / packed
-            return StepTimeline(cum_busy * scale, dur * scale, period_s, self.names, label, self.points)
+            jitter = None if self.jitter_s is None else self.jitter_s * scale
+            return StepTimeline(cum_busy * scale, dur * scale, period_s, self.names, label, self.points, jitter)
         lo, hi = 0.0, 1.0
         while period(hi) < period_s:
             hi *= 2.0
@@ -166,7 +181,7 @@ class StepTimeline:
             mid = 0.5 * (lo + hi)
             lo, hi = (mid, hi) if period(mid) < period_s else (lo, mid)
         f = 0.5 * (lo + hi)
-        return StepTimeline(cum_busy + f * cum_idle, dur, period_s, self.names, label, self.points)
+        return StepTimeline(cum_busy + f * cum_idle, dur, period_s, self.names, label, self.points, self.jitter_s)
 
     # -- constructors ------------------------------------------------------------------------------------
     @classmethod
@@ -219,9 +234,12 @@ class StepTimeline:
     # -- I/O ---------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
-        return {"format": TIMELINE_FORMAT, "version": TIMELINE_VERSION, "period_s": self.period_s,
-                "start_s": self.start_s.tolist(), "duration_s": self.duration_s.tolist(),
-                "names": list(self.names), "source": self.source, "points": list(self.points)}
+        out = {"format": TIMELINE_FORMAT, "version": TIMELINE_VERSION, "period_s": self.period_s,
+               "start_s": self.start_s.tolist(), "duration_s": self.duration_s.tolist(),
+               "names": list(self.names), "source": self.source, "points": list(self.points)}
+        if self.jitter_s is not None:
+            out["jitter_s"] = self.jitter_s.tolist()
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> StepTimeline:
@@ -233,9 +251,10 @@ class StepTimeline:
             raise DeployError(f"step timeline version {data.get('version')!r} is not supported "
                               f"(this rlclock reads version {TIMELINE_VERSION}).", "re-profile the step.")
         try:
+            jitter = data.get("jitter_s")
             return cls(np.asarray(data["start_s"], dtype=float), np.asarray(data["duration_s"], dtype=float),
                        float(data["period_s"]), tuple(data.get("names", ())), str(data.get("source", "")),
-                       tuple(data.get("points", ())))
+                       tuple(data.get("points", ())), None if jitter is None else np.asarray(jitter, dtype=float))
         except (KeyError, TypeError, ValueError) as exc:
             raise DeployError(f"malformed step timeline: {exc}.", "re-profile the step.") from None
 

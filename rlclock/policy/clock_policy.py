@@ -17,6 +17,7 @@ import numpy as np
 
 import rlclock.policy.planner as planner
 from rlclock.backends.base import GpuBackend
+from rlclock.backends.executable import Execution
 from rlclock.dvfs.spec import GpuSpec, get_spec
 from rlclock.errors import CheckpointError, RlclockError
 from rlclock.observation.features import PRICE_REL_MAX, PRICE_REL_MIN
@@ -125,7 +126,7 @@ class ClockPolicy:
                  auto_energy_j: np.ndarray | None = None, latency_s: float | None = None,
                  backend: GpuBackend | None = None, budget: float | None = None, meet_budget: bool = True,
                  search: bool = True, ranks: int = SEARCH_RANKS, whole_job: bool = True,
-                 power_limits: bool = True) -> ClockSchedule:
+                 power_limits: bool = True, execution: Execution | None = None) -> ClockSchedule:
         """The policy's clock schedule for one step of ``trace``.
 
         Args:
@@ -145,16 +146,21 @@ class ClockPolicy:
             power_limits: Among the whole-job plans, weigh the driver's clocks under board power limits: the
                 schedule may then name a power limit (:attr:`ClockSchedule.power_limit_w`), which applying it
                 sets for the job.
+            execution: Judge every plan as a live controller executes it on the step's timeline
+                (:class:`~rlclock.backends.executable.Execution`); the schedule is then the configuration each
+                kernel runs at under the controller's rule, which skips none of its segments. Without it the
+                schedule is the policy's requests, judged by the switching rule on the planning model alone.
         """
         if backend is None:
             backend = self.backend_for(trace, auto_time_s, auto_energy_j, latency_s)
         got = self.plan(backend, self.budget if budget is None else budget, meet_budget, search=search, ranks=ranks,
-                        whole_job=whole_job, power_limits=power_limits)
-        return ClockSchedule(self.configs, got.requests, name=got.name, power_limit_w=got.power_limit_w)
+                        whole_job=whole_job, power_limits=power_limits, execution=execution)
+        return ClockSchedule(self.configs, got.requests if got.runs is None else got.runs, name=got.name,
+                             power_limit_w=got.power_limit_w)
 
     def plan(self, backend: GpuBackend | PlanningStep, budget: float, meet_budget: bool = True, prices: int = 24,
              pairs: int = 2, mix_tries: int = 8, search: bool = False, ranks: int = SEARCH_RANKS,
-             whole_job: bool = True, power_limits: bool = True) -> Plan:
+             whole_job: bool = True, power_limits: bool = True, execution: Execution | None = None) -> Plan:
         """The requested configuration per kernel and its cost on the planning model (:mod:`rlclock.policy.planner`).
 
         With ``meet_budget`` the planner tries ``prices`` prices of time, time-shares the ``pairs`` most
@@ -162,12 +168,17 @@ class ClockPolicy:
         it, the policy plans at its trained price. ``search`` adds the search over its ``ranks`` best choices.
         With ``whole_job``, on a backend (not bare planning inputs), the plan within the budget is then weighed
         against the best static configuration and, with ``power_limits``, the best whole-job power limit
-        (:func:`rlclock.policy.whole_job.cheapest`).
+        (:func:`rlclock.policy.whole_job.cheapest`). With an ``execution`` every plan is judged as the controller
+        executes it (:func:`rlclock.policy.planner.judged`).
         """
         step = self.step_of(backend)
+        if execution is not None and execution.n != step.n:
+            raise CheckpointError(f"the execution's timeline has {execution.n} kernels, the step {step.n}.",
+                                  "build both from a profile of the same training step.")
         if not meet_budget:
-            return planner.plan_at(self.evaluator, step, self.price_rel, search, ranks)
-        got = planner.plan(self.evaluator, step, budget, prices, pairs, mix_tries, search, ranks=ranks)
+            return planner.plan_at(self.evaluator, step, self.price_rel, search, ranks, execution)
+        got = planner.plan(self.evaluator, step, budget, prices, pairs, mix_tries, search, ranks=ranks,
+                           execution=execution)
         if not whole_job or isinstance(backend, PlanningStep):
             return got
         return cheapest(got, backend, budget, power_limits)

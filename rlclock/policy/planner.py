@@ -34,12 +34,14 @@ what the planning model is.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from rlclock.backends.executable import Execution
 from rlclock.observation.features import PRICE_REL_MAX, PRICE_REL_MIN
 from rlclock.policy.inputs import FirstLayerEvaluator, PreparedStep
+from rlclock.policy.jitter import SETTLE_PRICES, LandingCosts, descend, runs_of
 from rlclock.policy.rollout import Overrides, Plan, rollout
 from rlclock.policy.search import SEARCH_RANKS, ranked_choices
 from rlclock.policy.step import PlanningStep
@@ -60,12 +62,31 @@ class _Budget:
     best_prices: np.ndarray | None = None  # per kernel the price the best plan decided at (None: auto)
     best_overrides: Overrides = field(default_factory=dict)
     best_start: int = 0  # the first kernel the best plan decided at
+    execution: Execution | None = None  # judge plans as the controller executes them (None: by their requests)
+    planned_best: Plan | None = None  # over measured steps: the cheapest plan within the budget as planned
+
+    def judged(self, got: Plan) -> Plan:
+        """``got`` with its seconds and joules as the controller would execute it (:func:`judged`)."""
+        return judged(got, self.step, self.execution)
+
+    def _keep_planned(self, got: Plan) -> None:
+        """Over measured steps, also keep the cheapest plan within the budget as planned: :func:`settle` starts
+        from it too (a plan the jitter pushes over the budget may settle into one that fits)."""
+        ex = self.execution
+        if ex is None or not ex.jittered or got.runs is None:
+            return
+        j = ex.judge(got.requests, self.step.time_s, self.step.energy_j, self.step.latency_s)
+        best = self.planned_best
+        if j.planned_time_s <= self.limit_s and (best is None or j.planned_energy_j < best.energy_j):
+            self.planned_best = replace(got, time_s=j.planned_time_s, energy_j=j.planned_energy_j)
 
     def attempt(self, price: float | np.ndarray, overrides: Overrides | None = None, start: int = 0) -> Plan:
         """Plan at ``price`` (one, or one per kernel) with ``overrides`` (default: the searched prices'), the policy
         deciding from kernel ``start`` on; keep the plan if it fits and is the cheapest so far."""
         replaced = self.overrides if overrides is None else overrides
-        got = rollout(self.evaluator, self.step, price, prepared=self.prepared, overrides=replaced, start=start)
+        got = self.judged(rollout(self.evaluator, self.step, price, prepared=self.prepared, overrides=replaced,
+                                  start=start))
+        self._keep_planned(got)
         if got.time_s <= self.limit_s and got.energy_j < self.best.energy_j:
             self.best = got
             self.best_prices = np.broadcast_to(np.asarray(price, dtype=float), (self.step.n,)).copy()
@@ -285,16 +306,41 @@ def _earlier_requests(budget: _Budget, grid: list[float], notches: int, kernels:
     return kernels[found], price[found].tolist(), action[found].tolist()
 
 
+def judged(got: Plan, step: PlanningStep, execution: Execution | None) -> Plan:
+    """``got`` judged as a controller executes it: the configuration each kernel runs at (``runs``) and the step's
+    seconds and joules on the planning model (:meth:`~rlclock.backends.executable.Execution.judge`; expected over
+    the measured landings when the execution has them); ``got`` itself without an execution."""
+    if execution is None:
+        return got
+    j = execution.judge(got.requests, step.time_s, step.energy_j, step.latency_s)
+    if execution.jittered:
+        return replace(got, time_s=j.time_s, energy_j=j.energy_j, runs=j.runs)
+    return replace(got, time_s=j.planned_time_s, energy_j=j.planned_energy_j, runs=j.runs)
+
+
 def plan(evaluator: FirstLayerEvaluator, step: PlanningStep, budget: float, prices: int = 24, pairs: int = 2,
          mix_tries: int = 8, search: bool = False, searches: int = 3, notches: int = 2,
-         ranks: int = SEARCH_RANKS) -> Plan:
+         ranks: int = SEARCH_RANKS, execution: Execution | None = None) -> Plan:
     """The cheapest plan within ``budget`` (a slowdown fraction against auto) on the planning model (module
-    docstring)."""
+    docstring); with an ``execution``, every plan is judged as the controller executes it (:func:`judged`)."""
     n = step.n
     auto_time_s, auto_energy_j = float(step.auto_time_s.sum()), float(step.auto_energy_j.sum())
+    if execution is not None and execution.mode == "margin" and execution.jitter_s is not None \
+            and len(execution.jitter_s):
+        blind = execution.blind()
+        first = plan(evaluator, step, budget, prices, pairs, mix_tries, search, searches, notches, ranks, blind)
+        assert first.runs is not None
+        got = execution.judge(first.runs, step.time_s, step.energy_j, step.latency_s, runs=True)
+        margin = (got.time_s - got.planned_time_s) / auto_time_s
+        if margin <= 0.0:
+            return first
+        return plan(evaluator, step, max(0.0, budget - margin), prices, pairs, mix_tries, search, searches, notches,
+                    ranks, blind)
     limit = auto_time_s * (1.0 + budget) * (1 + 1e-12)
     auto = Plan(np.zeros(n, dtype=np.int64), auto_time_s, auto_energy_j, 0)  # auto fits any budget
-    state = _Budget(evaluator, step, evaluator.prepare(step), limit, auto)
+    if execution is not None:
+        auto = replace(auto, runs=auto.requests)
+    state = _Budget(evaluator, step, evaluator.prepare(step), limit, auto, execution=execution)
     price_grid(state, prices)
     time_share(state, pairs, mix_tries)
     start_later(state, mix_tries)
@@ -302,15 +348,60 @@ def plan(evaluator: FirstLayerEvaluator, step: PlanningStep, budget: float, pric
         search_ranked_choices(state, searches, ranks)
         time_share(state, 2 * pairs, mix_tries, distinct=True)  # stage 5
         switch_earlier(state, sorted(state.points), notches, mix_tries)
+    settle(state)
     return state.best
 
 
+def settle(budget: _Budget, prices: int = SETTLE_PRICES) -> None:
+    """Stage 7 (with an execution in the ``"settled"`` mode): the switch landings of the best plan — and, over
+    measured steps, of the best plan as planned — moved to where they cost least, a late or early landing included,
+    over the median step and the measured ones (:func:`rlclock.policy.jitter.descend`), at ``prices`` prices of time
+    bisected towards the budget; the cheapest result within it on average over those steps replaces the plan. The
+    plan's requests stay the policy's; what runs is the settled plan."""
+    ex = budget.execution
+    if ex is None or ex.mode != "settled":
+        return
+    starts = [p for p in (budget.best, budget.planned_best) if p is not None and p.runs is not None]
+    for start in starts:
+        _settle_from(budget, start, prices)
+
+
+def _settle_from(budget: _Budget, start: Plan, prices: int) -> None:
+    """:func:`settle` from the landings of ``start``."""
+    ex = budget.execution
+    assert ex is not None and start.runs is not None
+    step = budget.step
+    t, e = step.time_s, step.energy_j
+    executed = ex.judge(start.runs, t, e, step.latency_s, runs=True).executed
+    if not executed.land_s.size:
+        return
+    grid = np.asarray(ex.start_s, dtype=float) - (ex.rule.lookahead_s - ex.rule.latency_s)
+    lo, hi = np.log(step.mean_power_w / 64.0), np.log(step.mean_power_w * 64.0)
+    price = np.log(step.mean_power_w)
+    for _ in range(prices):
+        costs = LandingCosts.of(t, e, float(np.exp(price)), ex)
+        lands, configs, hold = descend(costs, executed.land_s, executed.config, grid, ex.rule.latency_s,
+                                       executed.initial)
+        runs = runs_of(lands, configs, ex, hold)
+        got = ex.judge(runs, t, e, step.latency_s, runs=True)
+        fit_t, fit_e = (got.time_s, got.energy_j) if ex.jittered else (got.planned_time_s, got.planned_energy_j)
+        if fit_t <= budget.limit_s:
+            if fit_e < budget.best.energy_j:
+                budget.best = replace(start, time_s=fit_t, energy_j=fit_e, runs=runs)
+            hi = price
+        else:
+            lo = price
+        price = 0.5 * (lo + hi)
+
+
+
 def plan_at(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float, search: bool = False,
-            ranks: int = SEARCH_RANKS) -> Plan:
+            ranks: int = SEARCH_RANKS, execution: Execution | None = None) -> Plan:
     """The policy's plan at one price of time (no budget), with the search over its ``ranks`` best choices if
-    asked."""
+    asked, judged as the controller executes it with an ``execution``."""
     if not search:
-        return rollout(evaluator, step, price_rel)
+        return judged(rollout(evaluator, step, price_rel), step, execution)
     prepared = evaluator.prepare(step)
     chosen = ranked_choices(evaluator, step, prepared, price_rel, ranks).overrides
-    return rollout(evaluator, step, price_rel, prepared=prepared, overrides={price_rel: chosen})
+    return judged(rollout(evaluator, step, price_rel, prepared=prepared, overrides={price_rel: chosen}), step,
+                  execution)

@@ -40,6 +40,9 @@ class Plan:
             planner's whole-job stage names one, :mod:`rlclock.policy.whole_job`).
         name: What made it: ``"policy"``, or the whole-job plan that replaced the policy's (``"static 1410@3201"``,
             ``"power-limit 650 W"``).
+        runs: The configuration each kernel runs at when the plan was judged as a controller executes it
+            (:class:`~rlclock.backends.executable.Execution`; then ``time_s`` and ``energy_j`` are that judgement's),
+            ``None`` when it was judged by its requests alone.
     """
 
     requests: np.ndarray
@@ -48,6 +51,7 @@ class Plan:
     computed: int
     power_limit_w: float | None = None
     name: str = "policy"
+    runs: np.ndarray | None = None
 
     def objective(self, weight_j_per_s: float) -> float:
         """``energy + weight · time``, joules."""

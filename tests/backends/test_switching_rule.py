@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rlclock.backends.switching import EngineState, SwitchEngine, fly, landing_table
-from rlclock.deploy.plan import _in_effect, plan_switches
+from rlclock.deploy.plan import plan_switches
 from rlclock.deploy.timeline import StepTimeline
 from rlclock.schedule import AUTO, ClockConfig, ClockSchedule
 from rlclock.solve.optimum import SwitchDag, _path_cost
@@ -106,6 +106,6 @@ def test_the_live_switch_plan_keeps_in_effect_what_the_backend_would(seed):
         requests[int(ev.issue_s):] = CONFIGS.index(ev.config)
     gpu = TableGpu(np.ones((n, len(CONFIGS))), np.ones((n, len(CONFIGS))), latency, CONFIGS)
     run = gpu.run_indices(requests)
-    expected = _in_effect(list(plan.events), plan.initial, timeline.start_s + 0.5, timeline.period_s)
+    expected = plan.in_effect(timeline.start_s + 0.5)
     assert [CONFIGS[c] for c in run.config_index] == expected
     assert run.switches == plan.n_switches

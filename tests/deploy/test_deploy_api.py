@@ -16,7 +16,7 @@ from rlclock.deploy.api import Clocked, clocked, load_policy
 from rlclock.deploy.settings import ACTIVE_ENV, DeploySettings
 from rlclock.deploy.timeline import StepTimeline
 from rlclock.errors import DeployError
-from rlclock.schedule import ClockSchedule
+from rlclock.schedule import AUTO, ClockSchedule
 
 
 def loop(clk: Clocked, n: int, step_s: float = 0.02) -> None:
@@ -115,6 +115,11 @@ def test_a_checkpoint_without_the_policy_module_is_a_clear_error(no_policy_modul
 def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path):
     calls = []
 
+    class FakeModel:
+        def __init__(self, n):
+            self.tables = (np.full((n, 1), 1e-3), np.full((n, 1), 0.5))
+            self.configs = (AUTO,)
+
     class FakePolicy:
         gpu_key, gpu_name, configs = "h200-sxm", "NVIDIA H200", ()
 
@@ -123,8 +128,12 @@ def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path)
             calls.append(("load", str(checkpoint_dir)))
             return cls()
 
-        def schedule(self, trace, auto_time_s, auto_energy_j=None, latency_s=None, search=False, power_limits=True):
-            calls.append(("schedule", len(trace), auto_time_s.shape, auto_energy_j, latency_s, search, power_limits))
+        def backend_for(self, trace, auto_time_s, auto_energy_j=None, latency_s=None):
+            calls.append(("model", len(trace), auto_time_s.shape, auto_energy_j, latency_s))
+            return FakeModel(len(trace))
+
+        def schedule(self, trace, backend=None, search=False, power_limits=True, execution=None):
+            calls.append(("schedule", len(trace), type(backend).__name__, search, power_limits, execution))
             return ClockSchedule.constant("auto", len(trace))
 
     module = types.ModuleType("rlclock.policy")
@@ -138,20 +147,29 @@ def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path)
 
     trace = gpt3xl_step()
     sched = clk._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
-    assert len(sched) == len(trace) and calls[-1] == ("schedule", len(trace), (len(trace),), None, 0.006, True,
-                                                      True)  # the search by default
+    assert calls[-2] == ("model", len(trace), (len(trace),), None, 0.006)  # the planning model, priced once
+    assert len(sched) == len(trace) and calls[-1] == ("schedule", len(trace), "FakeModel", True, True,
+                                                      None)  # the search by default; no timeline to execute on
+    assert clk.costs.n == len(trace) and clk.costs.configs == (AUTO,)  # kept for the delivered figures
     assert clk._latency_s() in (None, 0.006)  # the H200 preset's latency when NVML cannot name the GPU
     clk.close()
     fast = clocked(checkpoint=tmp_path, verbose=False, search=False)
     fast.start()
     fast._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
-    assert calls[-1][-2] is False  # the fast path asked for is passed on to the policy
+    assert calls[-1][3] is False  # the fast path asked for is passed on to the policy
     fast.close()
     clocks_only = clocked(checkpoint=tmp_path, verbose=False, power_limit=False)
     clocks_only.start()
     clocks_only._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
-    assert calls[-1][-1] is False  # so is a plan of clocks only (rlclock apply --no-power-limit)
+    assert calls[-1][4] is False  # so is a plan of clocks only (rlclock apply --no-power-limit)
     clocks_only.close()
+    timed = clocked(checkpoint=tmp_path, verbose=False, timeline=StepTimeline.from_durations(np.full(len(trace), 1e-3)),
+                    lookahead_s=0.007)
+    timed.start()
+    timed._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
+    execution = calls[-1][-1]  # with a timeline, plans are judged as the controller executes them on it
+    assert execution.rule.latency_s == 0.006 and execution.rule.lookahead_s == 0.007 and execution.n == len(trace)
+    timed.close()
 
 
 def test_a_real_policy_checkpoint_schedules_a_profiled_step(tmp_path):
@@ -211,12 +229,13 @@ def test_one_definition_of_the_deploy_options():
     sub = parser._subparsers._group_actions[0].choices["apply"]
     dests = {a.dest for a in sub._actions} - {"help", "cmd"}
     assert dests == set(DeploySettings.options())
+    assert "95 % confidence interval" in " ".join(sub.format_help().split())  # a literal % does not break --help
     args = parser.parse_args(["apply", "--checkpoint", "gpt3xl-h200", "--control-clocks", "--latency", "0.004",
                               "--warmup-steps", "2", "--no-read-back", "--anchor-every", "5", "--no-search", "--quiet",
-                              "--", "python", "train.py"])
+                              "--compare-blocks", "10", "--", "python", "train.py"])
     got = DeploySettings.from_args(args)
     assert got == DeploySettings(checkpoint="gpt3xl-h200", control="on", latency_s=0.004, warmup_steps=2,
-                                 read_back=False, anchor_every=5, search=False, verbose=False)
+                                 read_back=False, anchor_every=5, search=False, verbose=False, compare_blocks=10)
     with pytest.raises(DeployError, match="warmup_steps"):
         DeploySettings.from_args(parser.parse_args(["apply", "--schedule", "s.json", "--warmup-steps", "-1", "--"]))
     with pytest.raises(DeployError, match=r"unknown option.*latency"):

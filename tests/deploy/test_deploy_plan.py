@@ -203,3 +203,30 @@ def test_a_timeline_fitted_to_a_shorter_step_keeps_durations_and_overlaps_and_sc
     assert squeezed.period_s == pytest.approx(2.25)
     with pytest.raises(DeployError, match="step period"):
         tl.fitted(float("nan"))
+
+
+def test_segments_events_and_the_rule_say_what_they_hold(alternating):
+    from rlclock.deploy.plan import SwitchEvent, rule_of
+
+    schedule, timeline = alternating
+    plan = plan_switches(schedule, timeline, 0.006, 0.006)
+    seg = plan.segments[1]
+    assert (seg.n_kernels, seg.duration_s) == (10, pytest.approx(0.010))
+    assert [e.pre_issued for e in plan.events] == [True, False, False, False]
+    on_anchor = SwitchEvent(0, A, 0.0, 0.006, 0.006, 0.01)
+    assert not on_anchor.pre_issued and on_anchor.late_s == 0.0  # issued at the anchor is in this step
+    assert plan.in_effect(np.array([0.0005, 0.0105, 0.0395])) == [ClockConfig(1980, 3201), ClockConfig(1410, 3201),
+                                                                  ClockConfig(1410, 3201)]
+    assert rule_of(0.006).min_dwell_s == 0.0 and rule_of(0.006).lookahead_s == pytest.approx(0.0065)
+    with pytest.raises(DeployError) as short:
+        rule_of(0.006, 0.005)
+    assert "lookahead of at least the switching latency" in str(short.value)
+    with pytest.raises(DeployError) as negative:
+        rule_of(-0.001)
+    assert negative.value.fix is None and "latency" in str(negative.value)
+
+
+def test_equal_configurations_under_two_indices_are_one_segment():
+    schedule = ClockSchedule([A, B, A], [0, 0, 2, 2, 1, 1])
+    plan = plan_switches(schedule, StepTimeline.from_durations([1e-3] * 6), 0.001, 0.001)
+    assert [(s.first_kernel, s.stop_kernel, s.config) for s in plan.segments] == [(0, 4, A), (4, 6, B)]
