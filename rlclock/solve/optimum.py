@@ -206,86 +206,110 @@ class _Answer:
                        labels=labels, lam_j_per_s=self.lam if lam is None else lam, stopped="" if proven else stopped)
 
 
-def _lagrangian_totals(t: np.ndarray, e: np.ndarray, lam: float, clock: _Clock
-                       ) -> tuple[np.ndarray, float, float]:
-    """Per kernel the configuration minimising ``energy + lam·time`` (latency ignored), and the plan's total time
-    and energy (in chunks of rows, the clock checked between)."""
-    from rlclock.solve.lagrangian import lagrangian_choice
-
-    n = t.shape[0]
-    choice = np.empty(n, dtype=np.int64)
-    tt = ee = 0.0
-    for s in range(0, n, _CHUNK_ROWS):
-        clock.check()
-        c = lagrangian_choice(t[s:s + _CHUNK_ROWS], e[s:s + _CHUNK_ROWS], lam)
-        rows = np.arange(s, s + c.size)
-        choice[s:s + c.size] = c
-        tt += float(t[rows, c].sum())
-        ee += float(e[rows, c].sum())
-    return choice, tt, ee
-
-
-def _relaxation(t: np.ndarray, e: np.ndarray, answer: _Answer, clock: _Clock, iters: int = 60
-                ) -> tuple[float, np.ndarray] | None:
-    """The Lagrangian relaxation of the latency-blind problem, bisected on the price of time ``lam``: every
-    ``lam >= 0`` proves the bound ``sum_i min_c (e + lam·t) - lam·budget`` (kept in ``answer``); returns the
-    smallest price found whose per-kernel choice fits the budget, with that choice (None if the clock ran out
-    before one was found). Stops quietly at the deadline: every bound it proved holds."""
-    budget = answer.budget_s
-    try:
-        j0, t0, e0 = _lagrangian_totals(t, e, 0.0, clock)
-        answer.bound(e0, 0.0)
-        if t0 <= budget:
-            return 0.0, j0
-        lo, hi = 0.0, float(e.sum() / max(float(t.sum()), 1e-30))
-        for _ in range(200):
-            jh, th, eh = _lagrangian_totals(t, e, hi, clock)
-            answer.bound(eh + hi * (th - budget), hi)
-            if th <= budget:
-                break
-            lo, hi = hi, hi * 4.0
-        else:
-            return None
-        fit = jh
-        for _ in range(iters):
-            mid = 0.5 * (lo + hi)
-            jm, tm, em = _lagrangian_totals(t, e, mid, clock)
-            answer.bound(em + mid * (tm - budget), mid)
-            if tm <= budget:
-                hi, fit = mid, jm
-            else:
-                lo = mid
-            if hi - lo <= 1e-9 * hi:
-                break
-        return hi, fit
-    except _Stopped:
-        return None
-
-
-# -- latency-blind: multiple-choice knapsack --------------------------------------------------------------
-
-
-def _groups(t: np.ndarray, e: np.ndarray, clock: _Clock) -> tuple[np.ndarray, np.ndarray]:
-    """Group identical rows: (first row of each group, group of each row). Rows are hashed to one number each
+def _groups(t: np.ndarray, e: np.ndarray, clock: _Clock) -> tuple[np.ndarray, np.ndarray] | None:
+    """Group identical rows: (first row of each group, group of each row), or None when the rows are mostly
+    distinct (half of the first chunk's are: grouping would only cost time). Rows are hashed to one number each
     (so a million rows sort in well under a second), and every group is checked to hold identical rows only;
     a hash that two different rows share falls back to sorting the rows themselves."""
     n, C = t.shape
-    rng = np.random.default_rng(0x5eed)
+    rng = np.random.default_rng(0x5EED)
     wt, we = rng.uniform(1.0, 2.0, C), rng.uniform(1.0, 2.0, C)
     h = np.empty(n)
     for s in range(0, n, _CHUNK_ROWS):
         clock.check()
         h[s:s + _CHUNK_ROWS] = (t[s:s + _CHUNK_ROWS] * wt).sum(axis=1) + (e[s:s + _CHUNK_ROWS] * we).sum(axis=1)
+        if s == 0 and n > _CHUNK_ROWS and np.unique(h[:_CHUNK_ROWS]).size > _CHUNK_ROWS // 2:
+            return None
     _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
-    clock.check()
     for s in range(0, n, _CHUNK_ROWS):
+        clock.check()
         rep = first[inverse[s:s + _CHUNK_ROWS]]
         if not (np.array_equal(t[rep], t[s:s + _CHUNK_ROWS]) and np.array_equal(e[rep], e[s:s + _CHUNK_ROWS])):
             both = np.concatenate([t, e], axis=1)
             _, first, inverse = np.unique(both, axis=0, return_index=True, return_inverse=True)
             return first, inverse.reshape(-1)
     return first, inverse
+
+
+class _Relaxation:
+    """The Lagrangian relaxation of the latency-blind problem over groups of identical invocations: for a price
+    of time ``lam``, every group takes the configuration minimising ``energy + lam·time``.
+
+    Args:
+        t: ``(n, C)`` invocation times.
+        e: ``(n, C)`` invocation energies.
+        clock: The solver's deadline.
+    """
+
+    def __init__(self, t: np.ndarray, e: np.ndarray, clock: _Clock) -> None:
+        groups = _groups(t, e, clock)
+        if groups is None:  # every invocation its own group
+            self.first = self.group = np.arange(t.shape[0])
+            self.t, self.e = t, e
+        else:
+            self.first, self.group = groups
+            self.t, self.e = t[self.first], e[self.first]
+        self.counts = np.bincount(self.group, minlength=len(self.first)).astype(float)
+        self.clock = clock
+        clock.check()
+
+    def totals(self, lam: float) -> tuple[np.ndarray, float, float]:
+        """Per group the configuration minimising ``energy + lam·time`` (latency ignored), and the plan's total
+        time and energy."""
+        from rlclock.solve.lagrangian import lagrangian_choice
+
+        G = self.t.shape[0]
+        choice = np.empty(G, dtype=np.int64)
+        tt = ee = 0.0
+        for s in range(0, G, _CHUNK_ROWS):
+            self.clock.check()
+            c = lagrangian_choice(self.t[s:s + _CHUNK_ROWS], self.e[s:s + _CHUNK_ROWS], lam)
+            rows = np.arange(s, s + c.size)
+            choice[s:s + c.size] = c
+            w = self.counts[s:s + c.size]
+            tt += float((w * self.t[rows, c]).sum())
+            ee += float((w * self.e[rows, c]).sum())
+        return choice, tt, ee
+
+    def bisect(self, answer: _Answer, iters: int = 60) -> tuple[float, np.ndarray] | None:
+        """Bisection on ``lam``: every ``lam >= 0`` proves the bound ``sum_i min_c (e + lam·t) - lam·budget`` (kept
+        in ``answer``). Returns the smallest price found whose choice fits the budget, with that choice per
+        invocation (None if the clock ran out before one was found). Stops quietly at the deadline: every bound it
+        proved holds."""
+        budget = answer.budget_s
+        try:
+            j0, t0, e0 = self.totals(0.0)
+            answer.bound(e0, 0.0)
+            if t0 <= budget:
+                return 0.0, j0[self.group]
+            lo, hi = 0.0, float((self.counts[:, None] * self.e).sum() / max(float(
+                (self.counts[:, None] * self.t).sum()), 1e-30))
+            for _ in range(200):
+                jh, th, eh = self.totals(hi)
+                answer.bound(eh + hi * (th - budget), hi)
+                if th <= budget:
+                    break
+                lo, hi = hi, hi * 4.0
+            else:
+                return None
+            fit = jh
+            for _ in range(iters):
+                mid = 0.5 * (lo + hi)
+                jm, tm, em = self.totals(mid)
+                answer.bound(em + mid * (tm - budget), mid)
+                if tm <= budget:
+                    hi, fit = mid, jm
+                else:
+                    lo = mid
+                if hi - lo <= 1e-9 * hi:
+                    break
+            return hi, fit[self.group]
+        except _Stopped:
+            return None
+
+
+# -- latency-blind: multiple-choice knapsack --------------------------------------------------------------
 
 
 def knapsack_optimum(t: np.ndarray, e: np.ndarray, budget_s: float, time_limit_s: float = 600.0) -> Optimum:
@@ -307,36 +331,61 @@ def knapsack_optimum(t: np.ndarray, e: np.ndarray, budget_s: float, time_limit_s
     e = np.ascontiguousarray(e, dtype=float)
     n = t.shape[0]
     rows = np.arange(n)
-    fastest_choice = np.argmin(t, axis=1)
-    fastest = float(t[rows, fastest_choice].sum())
+    answer = _Answer(budget_s * (1 + 1e-12))
+    # a plan at once: the first configuration throughout (auto, on a backend's tables), when it fits
+    answer.offer(np.zeros(n, dtype=np.int64), float(t[:, 0].sum()), float(e[:, 0].sum()))
+    try:
+        relaxation = _Relaxation(t, e, clock)
+    except _Stopped as why:
+        if answer.plan is not None:
+            return answer.optimum(clock, stopped=str(why))
+        relaxation = _Relaxation(t, e, _Clock(np.inf))  # without a plan, whether the budget is feasible must be known
+    fastest_group = np.argmin(relaxation.t, axis=1)
+    fastest = float((relaxation.counts * relaxation.t[np.arange(len(fastest_group)), fastest_group]).sum())
     if fastest > budget_s * (1 + 1e-12):
         raise ScheduleError(f"time budget {budget_s:.6g} s is infeasible: the fastest schedule takes {fastest:.6g} s.",
                             "allow more slowdown.")
-    answer = _Answer(budget_s * (1 + 1e-12))
-    answer.offer(fastest_choice, fastest, float(e[rows, fastest_choice].sum()))
-    relaxed = _relaxation(t, e, answer, clock)
+    if answer.plan is None:
+        fastest_choice = fastest_group[relaxation.group]
+        answer.offer(fastest_choice, float(t[rows, fastest_choice].sum()), float(e[rows, fastest_choice].sum()))
+    relaxed = relaxation.bisect(answer)
     lam = relaxed[0] if relaxed is not None else answer.lam
     if relaxed is not None:
         answer.offer(relaxed[1], float(t[rows, relaxed[1]].sum()), float(e[rows, relaxed[1]].sum()))
     try:
-        exact = _knapsack_exact(t, e, budget_s, answer, clock)
+        exact = _knapsack_exact(t, e, budget_s, relaxation, answer, clock)
     except _Stopped as why:
         return answer.optimum(clock, stopped=str(why), lam=lam)
     return answer.optimum(clock, exact=exact or answer.proven(), stopped="" if exact else "time limit", lam=lam)
 
 
-def _knapsack_exact(t: np.ndarray, e: np.ndarray, budget_s: float, answer: _Answer, clock: _Clock) -> bool:
+_MILP_MAX_GROUPS = 200_000
+"""Distinct invocations the integer program takes at most (HiGHS's memory and time grow with them; a step of
+real kernels has a few thousand): past it, the knapsack answers with its relaxation's plan and bound."""
+
+
+_MILP_IMPORT_S = 1.5
+"""Seconds loading the integer solver (SciPy's optimize package) may take, about: with less time left on a first
+call, the knapsack answers with its relaxation's plan and bound."""
+
+
+def _knapsack_exact(t: np.ndarray, e: np.ndarray, budget_s: float, groups: _Relaxation, answer: _Answer,
+                    clock: _Clock) -> bool:
     """The integer program over groups of identical invocations (HiGHS), within the clock's time; its plan and
     bound go to ``answer``. Returns whether HiGHS proved its plan optimal."""
+    n = t.shape[0]
+    first, group = groups.first, groups.group
+    if len(first) > _MILP_MAX_GROUPS:
+        raise _Stopped("memory limit")
+    if "scipy.optimize" not in sys.modules and clock.left_s() < _MILP_IMPORT_S:
+        raise _Stopped("time limit")  # the integer solver would not even be loaded in time
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import csr_matrix
 
-    n = t.shape[0]
-    first, group = _groups(t, e, clock)
     counts = np.bincount(group, minlength=len(first))
     # per group: drop configurations dominated in both time and energy (never in an optimum); the rest in order
     # of time
-    tg, eg = t[first], e[first]
+    tg, eg = groups.t, groups.e
     order = np.lexsort((eg, tg), axis=1)
     ts, es = np.take_along_axis(tg, order, axis=1), np.take_along_axis(eg, order, axis=1)
     best_before = np.concatenate([np.full((len(first), 1), np.inf), np.minimum.accumulate(es, axis=1)[:, :-1]],
@@ -352,7 +401,7 @@ def _knapsack_exact(t: np.ndarray, e: np.ndarray, budget_s: float, answer: _Answ
     t_scale, e_scale = float(tim.mean()) or 1.0, float(cost.mean()) or 1.0
     cons = [LinearConstraint(a_eq, counts, counts), LinearConstraint(tim[None, :] / t_scale, -np.inf,
                                                                      budget_s / t_scale)]
-    left = clock.left_s()
+    left = 0.95 * clock.left_s()  # the rest: handing the plan out
     if left <= 0:
         raise _Stopped("time limit")
     with _quiet_solver():
@@ -377,11 +426,18 @@ def _knapsack_exact(t: np.ndarray, e: np.ndarray, budget_s: float, answer: _Answ
 # -- latency-aware: exact search over the switch DAG -------------------------------------------------------
 
 
-def _prefix(a: np.ndarray) -> np.ndarray:
-    """``(n + 1, C)`` running sums of ``a`` from a row of zeros."""
+def _prefix(a: np.ndarray, clock: _Clock | None = None) -> np.ndarray:
+    """``(n + 1, C)`` running sums of ``a`` from a row of zeros (in chunks of rows, each carried on from the last
+    sum, so the sums are those of one pass; the clock checked between)."""
     out = np.empty((a.shape[0] + 1, a.shape[1]))
     out[0] = 0.0
-    np.cumsum(a, axis=0, out=out[1:])
+    for s in range(0, a.shape[0], _CHUNK_ROWS):
+        if clock is not None:
+            clock.check()
+        block = a[s:s + _CHUNK_ROWS]
+        seeded = np.empty((block.shape[0] + 1, a.shape[1]))
+        seeded[0], seeded[1:] = out[s], block
+        out[s + 1:s + 1 + block.shape[0]] = np.cumsum(seeded, axis=0)[1:]
     return out
 
 
@@ -400,18 +456,22 @@ class SwitchDag:
         self.e = np.ascontiguousarray(e, float)
         self.n, self.C = t.shape
         self.latency_s = float(latency_s)
-        self.pt = _prefix(self.t)  # (n+1, C)
-        self.pe = _prefix(self.e)
+        self.pt = _prefix(self.t, clock)  # (n+1, C)
+        self.pe = _prefix(self.e, clock)
         # landing kernel j(i, c) and the share of kernel j run at the old clocks before the landing, built one
         # configuration at a time (its column contiguous: twice as fast, and the clock is checked between)
         self.land = np.empty((self.n, self.C), dtype=np.int32 if self.n < 2**31 - 1 else np.int64)
         self.frac = np.empty((self.n, self.C))
+        self.reach = 0  # kernels a switch lands after its boundary, at most (how far ahead a pass looks)
+        boundaries = np.arange(self.n)
         for c in range(self.C):
             if clock is not None:
                 clock.check()
             land, frac = landing_table(np.ascontiguousarray(self.pt[:, c:c + 1]),
                                        np.ascontiguousarray(self.t[:, c:c + 1]), self.latency_s)
             self.land[:, c], self.frac[:, c] = land[:, 0], frac[:, 0]
+            if self.n:
+                self.reach = max(self.reach, int((np.minimum(land[:, 0], self.n - 1) - boundaries).max()))
         self.valid = self.land < self.n  # the switch lands within the step
         self.choice_dtype = np.int16 if self.C < 2**15 else np.int32
 
@@ -433,30 +493,40 @@ class SwitchDag:
         return j, dt, de, self.valid[i]
 
     def backward(self, lam: float, want_path: bool = False, targets: np.ndarray | None = None,
-                 clock: _Clock | None = None):
+                 clock: _Clock | None = None, keep: bool = True):
         """Lagrangian cost-to-go ``V[i, c]`` of ``energy + lam·time`` (and the argmin arcs).
 
         ``targets`` (``(n, S)`` configuration indices), if given, restricts the switches issued at boundary
         ``i`` to ``targets[i]`` (a policy's candidate slots); staying is always allowed. ``clock``: a deadline
-        checked every 512 kernels."""
+        checked every 512 kernels. Without ``keep``, only the rows a pass still looks at are held (a ring of
+        :attr:`reach` + 2 rows; ``V[0]`` is then the only row that holds its own boundary's cost), and each
+        kernel's cost is computed where it is used: far less memory, a little more time."""
         n, C = self.n, self.C
-        V = np.zeros((n + 1, C))
+        R = n + 1 if keep else min(n + 1, self.reach + 2)
+        V = np.zeros((R, C))
         choice = np.full((n, C), -1, dtype=self.choice_dtype) if want_path else None  # -1 stay, else target b
         # a switch from c at boundary i landing in kernel j costs, in energy + lam·time, the kernels before j at c,
         # the share ``frac`` of kernel j at c and the rest of it at b (switch_costs, in one sum per kernel)
-        W = self.e + lam * self.t
+        W = self.e + lam * self.t if keep else None
         cols = np.arange(C)
         diag = cols * (C + 1)
         barred = np.zeros(C, dtype=bool)
         for i in range(n - 1, -1, -1):
             if clock is not None and i % 512 == 0:
                 clock.check()
-            stay = W[i] + V[i + 1]
             j = np.minimum(self.land[i], n - 1)
+            if W is not None:
+                stay = W[i] + V[i + 1]
+                Wj = W[j]
+                later = V[j + 1]
+            else:
+                stay = self.e[i] + lam * self.t[i] + V[(i + 1) % R]
+                Wj = self.e[j] + lam * self.t[j]
+                later = V[(j + 1) % R]
             f = self.frac[i]
             before = (self.pe[j, cols] - self.pe[i, cols]) + lam * (self.pt[j, cols] - self.pt[i, cols]) \
-                + f * W[j, cols]
-            sw = (1.0 - f)[:, None] * W[j] + V[j + 1]  # [c, b]: row c lands in kernel j[c], continues at b
+                + f * Wj[cols, cols]
+            sw = (1.0 - f)[:, None] * Wj + later  # [c, b]: row c lands in kernel j[c], continues at b
             sw += before[:, None]
             sw.flat[diag] = np.inf
             sw[~self.valid[i]] = np.inf
@@ -467,7 +537,7 @@ class SwitchDag:
             best_b = np.argmin(sw, axis=1)
             best = sw[cols, best_b]
             use = best < stay
-            V[i] = np.where(use, best, stay)
+            V[i % R] = np.where(use, best, stay)
             if choice is not None:
                 choice[i] = np.where(use, best_b, -1)
         return V, choice
@@ -567,6 +637,7 @@ class _LatencySearch:
         self.lam_star = 0.0
         self.dag: SwitchDag | None = None
         self.tmin: np.ndarray | None = None
+        self.keep = True
         # the plan that keeps the clocks it starts with: a plan at once, whenever it fits
         self.answer.offer(np.full(self.n, initial, dtype=np.int64), float(t[:, initial].sum()),
                           float(e[:, initial].sum()))
@@ -588,20 +659,23 @@ class _LatencySearch:
     def solve(self, lambda_iters: int) -> None:
         clock, answer, n, C, initial = self.clock, self.answer, self.n, self.C, self.initial
         budget_s = answer.budget_s
-        _relaxation(self.t, self.e, answer, clock, iters=30)
+        _Relaxation(self.t, self.e, clock).bisect(answer)
         self.lam_star = answer.lam
         clock.check()
-        # the DAG, and the search's own arrays beside it: two cost-to-go tables, a pass's costs and three choice
-        # tables at least
-        fixed = SwitchDag.nbytes(n, C) + 3 * self.v_bytes + 3 * self.choice_bytes
+        # the DAG and three choice tables at least; with room for a pass's costs, two cost-to-go tables and the
+        # band search's two, the passes keep their tables whole, else only the rows they still look at
+        fixed = SwitchDag.nbytes(n, C) + 3 * self.choice_bytes
         if fixed > self.memory:
             raise _Stopped("memory limit")
+        keep = self.keep = fixed + 5 * self.v_bytes <= self.memory
+        if keep:
+            fixed += 3 * self.v_bytes
         dag = self.dag = SwitchDag(self.t, self.e, self.latency_s, clock)
         self._single_configurations(dag)
-        if self.answer.plan is None or self.answer.plan[1] > budget_s:
+        if self.answer.plan is None:
             self._fastest_plan(dag)
         # Lagrangian relaxation: the best lower bound over lam, incumbents from the feasible side
-        V0, ch0 = dag.backward(0.0, want_path=True, clock=clock)
+        V0, ch0 = dag.backward(0.0, want_path=True, clock=clock, keep=keep)
         self._bound(V0, 0.0)
         req0, t0, e0 = dag.follow(ch0, initial, clock)
         if t0 <= budget_s:  # the least-energy path fits: exact
@@ -612,14 +686,14 @@ class _LatencySearch:
         # cost-to-go tables kept for the band search's pruning: as many as the memory left holds (the band search
         # needs room for the fastest times and one forward table)
         spare = min(_MAX_BOUNDS, max(0, int((self.memory - fixed - (2 if self.tmin is None else 1) * self.v_bytes)
-                                            // self.v_bytes)))
+                                            // self.v_bytes))) if keep else 0
         bounds: list[tuple[float, np.ndarray]] = [(0.0, V0)] if spare > 0 else []
         # the first price tried: the relaxation's (where time starts to pay under latency too, roughly), else the
         # step's mean power
         lo, hi = 0.0, self.lam_star if self.lam_star > 0 else float(self.e.sum() / max(float(self.t.sum()), 1e-30))
         Vh = chh = None
         for _ in range(80):
-            Vh, chh = dag.backward(hi, want_path=True, clock=clock)
+            Vh, chh = dag.backward(hi, want_path=True, clock=clock, keep=keep)
             self._bound(Vh, hi)
             rq, th, eh = dag.follow(chh, initial, clock)
             if th <= budget_s:
@@ -637,7 +711,7 @@ class _LatencySearch:
         ch_fit, ch_miss = chh, ch0  # the choices of the last multiplier that fits the budget and that misses it
         for _ in range(lambda_iters):
             mid = 0.5 * (lo + hi)
-            Vm, chm = dag.backward(mid, want_path=True, clock=clock)
+            Vm, chm = dag.backward(mid, want_path=True, clock=clock, keep=keep)
             self._bound(Vm, mid)
             if self._bound_value(Vm, mid) > best_dp:
                 V_star, lam_star, best_dp = Vm, mid, self._bound_value(Vm, mid)
@@ -659,6 +733,11 @@ class _LatencySearch:
         if answer.proven():
             self.exact = True
             return
+        if not keep:  # the band search needs whole tables: the best multiplier's, the fastest times, one forward
+            del V_star
+            if fixed + 4 * self.v_bytes > self.memory:
+                raise _Stopped("memory limit")
+            V_star = dag.backward(lam_star, clock=clock)[0]
         if not any(lam == lam_star for lam, _ in bounds):
             bounds.append((lam_star, V_star))
         self._band_search(dag, lam_star, V_star, bounds)
@@ -685,10 +764,13 @@ class _LatencySearch:
 
     def _fastest_plan(self, dag: SwitchDag) -> None:
         """The fastest plan: the budget is infeasible if even it misses it (else it is a plan)."""
-        self.tmin, choice = _fastest(dag, self.clock)
-        if self.tmin[0, self.initial] > self.answer.budget_s:
+        T, choice = _fastest(dag, self.clock, keep=self.keep)
+        if T[0, self.initial] > self.answer.budget_s:
             raise ScheduleError(f"time budget {self.raw_budget_s:.6g} s is infeasible: the fastest schedule takes "
-                                f"{self.tmin[0, self.initial]:.6g} s.", "allow more slowdown.")
+                                f"{T[0, self.initial]:.6g} s.", "allow more slowdown.")
+        if self.keep:
+            self.tmin = T
+        del T
         self.answer.offer(*dag.follow(choice, self.initial, self.clock))
 
     def _band_search(self, dag: SwitchDag, lam_star: float, V_star: np.ndarray,
@@ -941,25 +1023,26 @@ def _band_search(dag: SwitchDag, initial: int, arcs, budget_s: float, lam_star: 
     return req, tt, ee
 
 
-def _fastest(dag: SwitchDag, clock: _Clock | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _fastest(dag: SwitchDag, clock: _Clock | None = None, keep: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Minimum time to finish the step from every node, and per node the arc of that fastest completion
-    (-1 = stay)."""
+    (-1 = stay); without ``keep``, only a ring of the times (``T[0]`` the start's; see :meth:`SwitchDag.backward`)."""
     n, C = dag.n, dag.C
-    T = np.zeros((n + 1, C))
+    R = n + 1 if keep else min(n + 1, dag.reach + 2)
+    T = np.zeros((R, C))
     choice = np.full((n, C), -1, dtype=dag.choice_dtype)
     eye = np.eye(C, dtype=bool)
     rows = np.arange(C)
     for i in range(n - 1, -1, -1):
         if clock is not None and i % 512 == 0:
             clock.check()
-        stay = dag.t[i] + T[i + 1]
+        stay = dag.t[i] + T[(i + 1) % R]
         j, dt, _, valid = dag.switch_costs(i)
-        sw = dt + T[j + 1]
+        sw = dt + T[(j + 1) % R]
         sw[eye | ~valid[:, None]] = np.inf
         b = np.argmin(sw, axis=1)
         best = sw[rows, b]
         use = best < stay
-        T[i] = np.where(use, best, stay)
+        T[i % R] = np.where(use, best, stay)
         choice[i] = np.where(use, b, -1)
     return T, choice
 
