@@ -199,6 +199,7 @@ def test_short_of_memory_the_passes_keep_only_the_rows_they_look_at(seed):
         assert R.shape[0] == dag.reach + 2 and np.allclose(R[0], V[0], rtol=1e-12) and np.array_equal(c1, c2)
 
 
+@pytest.mark.realtime
 def test_a_million_kernels_answer_within_the_limit():
     import time
 

@@ -661,6 +661,7 @@ class _LatencySearch:
         budget_s = answer.budget_s
         _Relaxation(self.t, self.e, clock).bisect(answer)
         self.lam_star = answer.lam
+        self._single_configurations()
         clock.check()
         # the DAG and three choice tables at least; with room for a pass's costs, two cost-to-go tables and the
         # band search's two, the passes keep their tables whole, else only the rows they still look at
@@ -671,7 +672,6 @@ class _LatencySearch:
         if keep:
             fixed += 3 * self.v_bytes
         dag = self.dag = SwitchDag(self.t, self.e, self.latency_s, clock)
-        self._single_configurations(dag)
         if self.answer.plan is None:
             self._fastest_plan(dag)
         # Lagrangian relaxation: the best lower bound over lam, incumbents from the feasible side
@@ -749,18 +749,26 @@ class _LatencySearch:
         """Keep the lower bound a multiplier's cost-to-go proves (``V[0, initial] - lam·budget``)."""
         return self.answer.bound(self._bound_value(V, lam), lam)
 
-    def _single_configurations(self, dag: SwitchDag) -> None:
-        """The plans that switch once at the start (or never) and keep one configuration throughout."""
-        c0 = self.initial
-        j, dt, de, valid = dag.switch_costs(0)
-        for b in range(self.C):
-            if b == c0 or not valid[c0]:
-                continue
-            k = int(j[c0]) + 1
-            tt = float(dt[c0, b] + dag.pt[self.n, b] - dag.pt[k, b])
-            ee = float(de[c0, b] + dag.pe[self.n, b] - dag.pe[k, b])
-            if tt <= self.answer.budget_s and ee < self.answer.energy_j:
-                self.answer.offer(np.full(self.n, b, dtype=np.int64), tt, ee)
+    def _single_configurations(self) -> None:
+        """The plans that switch once at the start and keep one configuration throughout (before the DAG: the
+        switch lands within the first kernels, whose own small DAG gives its cost)."""
+        c0, n = self.initial, self.n
+        ahead = np.cumsum(self.t[: min(n, _CHUNK_ROWS), c0])
+        m = int(np.searchsorted(ahead, self.latency_s, side="left")) + 2  # the kernels the switch lands within
+        if m > ahead.size:
+            return  # it lands far into the step (or never): not worth a plan of its own
+        head = SwitchDag(self.t[:m], self.e[:m], self.latency_s)
+        j, dt, de, valid = head.switch_costs(0)
+        if not valid[c0]:
+            return
+        k = int(j[c0]) + 1
+        rest_t = self.t.sum(axis=0) - head.pt[k]
+        rest_e = self.e.sum(axis=0) - head.pe[k]
+        tt, ee = dt[c0] + rest_t, de[c0] + rest_e
+        fits = (tt <= self.answer.budget_s) & (np.arange(self.C) != c0)
+        if fits.any():
+            b = int(np.flatnonzero(fits)[np.argmin(ee[fits])])
+            self.answer.offer(np.full(n, b, dtype=np.int64), float(tt[b]), float(ee[b]))
 
     def _fastest_plan(self, dag: SwitchDag) -> None:
         """The fastest plan: the budget is infeasible if even it misses it (else it is a plan)."""
