@@ -1,16 +1,23 @@
-"""Typed settings models (pydantic) whose validation errors read as rlclock's one-line errors.
+"""Typed settings models (pydantic) whose validation errors read as rlclock's one-line errors, and the ranges
+every command shares.
 
 Env specs, agent recipes and deploy settings are :class:`Settings` models: unknown fields are refused, values
 are checked against their types and ranges, and :func:`validate` turns pydantic's report into one
 :class:`~rlclock.errors.RlclockError` line naming the file, the field, what was found and what is allowed.
+
+One rule each, used wherever the value enters (env specs, checkpoints, the command line, deploy settings):
+the slowdown budget's range (:data:`MAX_BUDGET`, :data:`Budget`, :func:`check_budget`) and the most kernels a
+step may have (:data:`MAX_KERNELS`, :func:`check_kernels`).
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from rlclock.errors import RlclockError, SpecError
 
@@ -34,8 +41,48 @@ def _not_bool(value: Any) -> Any:
 
 Int = Annotated[int, BeforeValidator(_not_bool)]
 """A whole number (``2.0`` is taken, ``2.7`` and booleans are not)."""
-Float = Annotated[float, BeforeValidator(_not_bool)]
-"""A number (not a boolean)."""
+Float = Annotated[float, BeforeValidator(_not_bool), AllowInfNan(False)]
+"""A finite number (not a boolean, NaN or infinity)."""
+
+MAX_BUDGET = 0.5
+"""The largest slowdown budget rlclock plans for, a fraction of the auto step's time (0.5: 50 % slower). Beyond
+it no clock plan saves energy worth the time; one rule for every command, spec, checkpoint and deploy setting."""
+
+Budget = Annotated[Float, Field(ge=0.0, le=MAX_BUDGET)]
+"""A slowdown budget: a fraction from 0 to :data:`MAX_BUDGET` (0.01 for 1 %)."""
+
+BUDGET_FIX = f"give a slowdown budget as a fraction from 0 to {MAX_BUDGET:g} (0.01 for 1 %)."
+"""The fix line of every refused budget."""
+
+
+def budget_problem(value: Any) -> str | None:
+    """Why ``value`` is not a slowdown budget (None when it is one)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return f"a budget must be a number, found {value!r}"
+    if not math.isfinite(float(value)) or not 0.0 <= float(value) <= MAX_BUDGET:
+        return f"a budget must lie from 0 to {MAX_BUDGET:g}, found {value!r}"
+    return None
+
+
+def check_budget(value: Any, where: str, error: type[RlclockError] = SpecError) -> float:
+    """``value`` as a slowdown budget, or one ``error`` line naming ``where`` with :data:`BUDGET_FIX`."""
+    problem = budget_problem(value)
+    if problem is not None:
+        raise error(f"{where}: {problem}.", BUDGET_FIX)
+    return float(value)
+
+
+MAX_KERNELS = 1 << 20
+"""The most kernel invocations one step may have (1 048 576). A real training step has thousands to tens of
+thousands; beyond this the tables of the optima and the env no longer fit a workstation's memory."""
+
+
+def check_kernels(count: int, where: str, error: type[RlclockError] = SpecError, fix: str | None = None) -> int:
+    """``count`` if a step may have that many kernels (at most :data:`MAX_KERNELS`), else one ``error`` line."""
+    if count > MAX_KERNELS:
+        raise error(f"{where}: a step of {count} kernels is more than rlclock plans ({MAX_KERNELS} at most).",
+                    fix or "give a smaller step: fewer layers or a smaller batch of steps.")
+    return count
 
 M = TypeVar("M", bound=BaseModel)
 
