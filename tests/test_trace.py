@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlclock.errors import TraceError
@@ -119,3 +119,71 @@ def test_on_chip_bytes_roundtrip_and_bad_values_are_one_line(tmp_path):
     assert "onchip_bytes" not in json.loads(path.read_text())["kernels"][1]  # none counted, none written
     with pytest.raises(TraceError, match=r"'onchip_bytes' must be a finite number >= 0, found -1"):
         KernelTrace("t", [Kernel("x", "x", "other", "forward", 1.0, 1.0, 1.0, onchip_bytes=-1.0)])
+
+
+def _text(trace: KernelTrace, spaces: bool) -> str:
+    return json.dumps(trace.to_dict(), indent=1 if spaces else None)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(chunk=st.integers(1, 300), spaces=st.booleans(), cut=st.integers(0, 10**6))
+def test_the_streaming_reader_reads_what_was_written_at_any_chunk_size(tmp_path_factory, monkeypatch, chunk, spaces,
+                                                                       cut):
+    """Kernel by kernel, chunk by chunk, the file reads as the trace; cut short anywhere it is one clear error."""
+    import rlclock.workload.trace as tr
+
+    monkeypatch.setattr(tr, "_READ_BYTES", chunk)  # the same each time: set for every example
+    k = _kernel(measured=(Measurement(gpu="h200-sxm", time_s=1e-4, energy_j=0.07),), gemm_bmnk=(1, 64, 64, 64))
+    trace = KernelTrace("x", [k, _kernel(name="k2", flops=123456789.25, layer=3), k], {"note": [1, {"a": 2}]})
+    path = tmp_path_factory.mktemp("t") / "t.json"
+    text = _text(trace, spaces)
+    path.write_text(text)
+    assert KernelTrace.load(path) == trace
+    path.write_text(text[: cut % len(text)])
+    with pytest.raises(TraceError, match="not a readable JSON trace|must be a non-empty list"):
+        KernelTrace.load(path)
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda s: s.replace('"op": "op"', '"op": "op", "op": "other"', 1), "key 'op' appears twice"),
+    (lambda s: s.replace('"flops": 1000000000.0', '"flops": NaN', 1), "NaN is not a number JSON allows"),
+    (lambda s: s.replace('"format"', '"format":"rlclock.trace","format"', 1), "key 'format' appears twice"),
+    (lambda s: s + " {}", "extra data"),
+    (lambda s: s.replace("{", "[", 1), "expected '{'"),
+    (lambda s: s.replace('"version": 1', '"version": 7', 1), "version 7"),
+    (lambda s: s.replace('"kernels": [', '"kernels": {', 1), "not a readable JSON trace"),
+])
+def test_bad_trace_text_is_one_clear_error(tmp_path, mutate, needle):
+    path = tmp_path / "t.json"
+    path.write_text(mutate(_text(KernelTrace("x", [_kernel(), _kernel()]), False)))
+    with pytest.raises(TraceError, match=needle) as err:
+        KernelTrace.load(path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_step_past_the_kernel_limit_is_refused_while_it_is_read(tmp_path, monkeypatch):
+    import rlclock.workload.trace as tr
+
+    monkeypatch.setattr(tr, "MAX_KERNELS", 5)
+    path = KernelTrace("x", [_kernel()] * 5).save(tmp_path / "ok.json")
+    assert len(KernelTrace.load(path)) == 5
+    path = tmp_path / "big.json"
+    data = KernelTrace("x", [_kernel()] * 5).to_dict()
+    path.write_text(json.dumps({**data, "kernels": data["kernels"] * 2}))
+    with pytest.raises(TraceError, match="more than 5 kernels"):
+        KernelTrace.load(path)
+    with pytest.raises(TraceError, match="more than rlclock plans"):
+        KernelTrace("x", [_kernel()] * 6)
+
+
+def test_a_folder_or_a_device_is_not_a_trace(tmp_path):
+    with pytest.raises(TraceError, match="not a regular file"):
+        KernelTrace.load(tmp_path)
+
+
+def test_equal_values_are_shared_but_never_across_types(tmp_path):
+    a = _kernel(name="same", gemm_bmnk=(1, 2, 3, 4), layer=1)
+    b = _kernel(name="same", gemm_bmnk=(1, 2, 3, 4), layer=2, flops=1.0)
+    back = KernelTrace.load(KernelTrace("x", [a, b]).save(tmp_path / "t.json"))
+    assert back[0].name is back[1].name and back[0].gemm_bmnk is back[1].gemm_bmnk
+    assert type(back[1].flops) is float and type(back[0].layer) is int and back == KernelTrace("x", [a, b])

@@ -32,7 +32,7 @@ from rlclock.config.family import corpus_family, random_family
 from rlclock.dvfs.spec import GpuSpec, get_spec, load_spec_file
 from rlclock.errors import SpecError
 from rlclock.schedule import ClockConfig
-from rlclock.validation import Float, Int, Settings, validate
+from rlclock.validation import Budget, Float, Int, Settings, validate
 from rlclock.workload.trace import KernelTrace
 from rlclock.yamlio import read_yaml
 
@@ -43,7 +43,8 @@ class RewardSpec(Settings):
     """Reward settings.
 
     Attributes:
-        budget: Allowed slowdown against auto (0.01 = 1 %).
+        budget: Allowed slowdown against auto (0.01 = 1 %), from 0 to
+            :data:`~rlclock.validation.MAX_BUDGET`.
         overrun_penalty: Weight of time over the budget line against energy saved (both as fractions of the
             auto step); above the optimum's marginal energy-per-time the budget becomes a hard wall.
         scale: Multiplier so an episode's return is in percent-sized units.
@@ -56,7 +57,7 @@ class RewardSpec(Settings):
             the point that fits a budget.
     """
 
-    budget: Annotated[Float, Field(ge=0.0, le=10.0)] = 0.01
+    budget: Budget = 0.01
     overrun_penalty: Annotated[Float, Field(ge=0.0, le=1e6)] = 0.0
     scale: Annotated[Float, Field(gt=0.0, le=1e9)] = 100.0
     time_price: Annotated[Float, Field(ge=0.0, le=1e6)] | Literal["optimum"] = 0.0
@@ -278,6 +279,9 @@ def _family(data: Mapping[str, Any], path: Path) -> list[EnvSpec]:
     if not isinstance(members, list) or not members:
         raise SpecError(f"{path}: 'family' must be a non-empty list of env specs, {{random: N, seed: S, base: "
                         "SPEC}, or {corpus: FOLDER, base: SPEC}.")
+    if len(members) > MAX_FAMILY:
+        raise SpecError(f"{path}: a family of {len(members)} env specs is more than rlclock trains on "
+                        f"({MAX_FAMILY} at most).", "split it into several families.")
     out = []
     for j, m in enumerate(members):
         if isinstance(m, Mapping) and "base" in m:
@@ -298,8 +302,12 @@ def at_latency_scales(specs: Sequence[EnvSpec], scales: Sequence[float]) -> list
             for spec in specs for scale in scales]
 
 
+MAX_FAMILY = 1000
+"""The most env specs one family may hold (each is a step of its own to build and solve)."""
+
+
 class _RandomFamily(Settings):
-    random: Annotated[Int, Field(ge=1)]
+    random: Annotated[Int, Field(ge=1, le=MAX_FAMILY)]
     seed: Int = 0
     base: str = DEFAULT_ENV
 
@@ -308,7 +316,8 @@ class _CorpusFamily(Settings):
     corpus: str
     base: str = DEFAULT_ENV
     refresh_costs: bool = True
-    latency_scales: Annotated[list[Annotated[Float, Field(gt=0.0, le=100.0)]], Field(min_length=1)] = [1.0]
+    latency_scales: Annotated[list[Annotated[Float, Field(gt=0.0, le=100.0)]],
+                              Field(min_length=1, max_length=16)] = [1.0]
 
     @field_validator("latency_scales")
     @classmethod
