@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -127,3 +130,50 @@ def validate(model: type[M], data: Any, where: str, error: type[RlclockError] = 
     except ValidationError as exc:
         tags = model.union_tags if issubclass(model, Settings) else frozenset()
         raise error(f"{where}: {describe(exc, tags)}.", fix) from None
+
+
+def _probe(folder: Path) -> None:
+    """Create and remove a file in ``folder`` (what ``os.access`` cannot tell: a read-only file system, root)."""
+    probe = folder / f".rlclock-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    probe.write_bytes(b"")
+    probe.unlink()
+
+
+def check_output_folder(path: str | Path, option: str) -> Path:
+    """``path`` as a folder rlclock can write into, checked before any work (created if missing).
+
+    Raises:
+        SpecError: It is a file, lies under one, cannot be created, or cannot be written into; the line names
+            ``option`` (``--out``, ``--save-checkpoint`` …).
+    """
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise SpecError(f"{option} {str(folder)!r} is a file or lies under one.",
+                        f"give {option} a folder (it is created if missing).") from None
+    except OSError as exc:
+        raise SpecError(f"cannot create the {option} folder {str(folder)!r}: {exc.strerror or exc}.",
+                        f"give {option} a folder you can write to.") from None
+    try:
+        _probe(folder)
+    except OSError as exc:
+        raise SpecError(f"cannot write into the {option} folder {str(folder)!r}: {exc.strerror or exc}.",
+                        f"give {option} a folder you can write to.") from None
+    return folder
+
+
+def check_output_file(path: str | Path, option: str) -> Path:
+    """``path`` as a file rlclock can write, checked before any work (its folder created if missing).
+
+    Raises:
+        SpecError: It is a folder, its folder cannot be created or written into, or it exists and cannot be
+            replaced; the line names ``option``.
+    """
+    file = Path(path)
+    if file.is_dir():
+        raise SpecError(f"{option} {str(file)!r} is a folder.", f"give {option} a file name.")
+    check_output_folder(file.parent if str(file.parent) else Path("."), f"{option} folder of")
+    if file.exists() and not os.access(file, os.W_OK):
+        raise SpecError(f"{option} {str(file)!r} exists and cannot be written.", f"give {option} another file.")
+    return file

@@ -113,6 +113,18 @@ def read_yaml(path: str | Path, what: str) -> Any:
     return parse_yaml(read_text(path, what, MAX_YAML_BYTES), str(path), what)
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, writing every value out (never an alias, which the readers here refuse)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump_yaml(data: Any) -> str:
+    """``data`` as YAML that :func:`parse_yaml` reads back: block style, keys in their order, no aliases."""
+    return yaml.dump(data, Dumper=_PlainDumper, sort_keys=False, allow_unicode=True)
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 

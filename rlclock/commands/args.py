@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from rlclock.errors import SpecError
+from rlclock.validation import check_output_folder
 
 
 def number(low: float | None = None, high: float | None = None, above: bool = False,
@@ -58,17 +58,10 @@ def fractions(text: str) -> list[float]:
     return out
 
 
-def output_folder(path: str | Path) -> Path:
-    """``path`` as a folder to write into, created if missing.
+def output_folder(path: str | Path, option: str = "--out") -> Path:
+    """``path`` as a folder to write into, created if missing (:func:`rlclock.validation.check_output_folder`).
 
     Raises:
-        SpecError: It is a file, lies under one, or cannot be created.
+        SpecError: It is a file, lies under one, or cannot be created or written into.
     """
-    folder = Path(path)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise SpecError(f"output folder {str(folder)!r} is a file or lies under one.", "give --out a folder.") from None
-    except OSError as exc:
-        raise SpecError(f"cannot create the output folder {str(folder)!r}: {exc.strerror or exc}.") from None
-    return folder
+    return check_output_folder(path, option)

@@ -81,6 +81,8 @@ class AgentConfig(Settings):
         ppo: PPO hyperparameters.
         eval: Evaluation cadence.
         imitation: Warm start from the Lagrangian optimum (DAgger) before PPO.
+        checkpoint_every: PPO updates between two saves of the resume state (every imitation round saves one
+            too; :mod:`rlclock.agents.state`).
         source: Where the recipe came from.
     """
 
@@ -92,6 +94,7 @@ class AgentConfig(Settings):
     ppo: PpoParams = PpoParams()
     eval: EvalParams = EvalParams()
     imitation: ImitationParams = ImitationParams()
+    checkpoint_every: Positive = 1
     source: str = Field(default="<defaults>", exclude=True)
 
     @model_validator(mode="after")

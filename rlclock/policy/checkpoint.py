@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -78,14 +79,29 @@ def policy_meta(gpu: GpuSpec, configs: Sequence[ClockConfig], lookahead: int, ob
 
 
 def save_checkpoint(folder: str | Path, weights: PolicyWeights, meta: dict[str, Any]) -> Path:
-    """Write ``policy.safetensors`` and ``meta.json`` into ``folder``."""
+    """Write ``policy.safetensors`` and ``meta.json`` into ``folder``, atomically: both into a new folder beside
+    it, which then takes its place (files already in ``folder`` besides these two are kept)."""
+    import shutil
+
     from safetensors.numpy import save_file
 
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file(weights.tensors(), str(folder / WEIGHTS_FILE))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+    old = folder.with_name(f".{folder.name}.{os.getpid()}.old")
+    for stale in (tmp, old):
+        shutil.rmtree(stale, ignore_errors=True)
+    if folder.is_dir():
+        shutil.copytree(folder, tmp, ignore=shutil.ignore_patterns(WEIGHTS_FILE, META_FILE))
+    else:
+        tmp.mkdir()
+    save_file(weights.tensors(), str(tmp / WEIGHTS_FILE))
     full = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "activation": weights.activation, **meta}
-    (folder / META_FILE).write_text(json.dumps(full, indent=1, default=float))
+    (tmp / META_FILE).write_text(json.dumps(full, indent=1, default=float))
+    if folder.exists():
+        folder.replace(old)
+    tmp.replace(folder)
+    shutil.rmtree(old, ignore_errors=True)
     return folder
 
 
