@@ -106,11 +106,15 @@ def save_checkpoint(folder: str | Path, weights: PolicyWeights, meta: dict[str, 
 
 
 def checkpoint_folder(name: str | Path) -> Path:
-    """The folder of a checkpoint: a path, or the name of a shipped one (``gpt3xl-h200`` …)."""
+    """The folder of a checkpoint: a path, the name of a shipped one (``gpt3xl-h200`` …), or a run folder of
+    ``rlclock train`` (its ``policy/``)."""
     try:
-        return resources.locate("checkpoints", name)
+        folder = resources.locate("checkpoints", name)
     except SpecError as exc:
         raise CheckpointError(exc.message, exc.fix) from None
+    if not (folder / META_FILE).exists() and (folder / "policy" / META_FILE).is_file():
+        return folder / "policy"  # a run folder: its checkpoint
+    return folder
 
 
 def read_checkpoint(name: str | Path) -> tuple[PolicyWeights, dict[str, Any]]:
@@ -126,8 +130,14 @@ def read_checkpoint(name: str | Path) -> tuple[PolicyWeights, dict[str, Any]]:
     folder = checkpoint_folder(name)
     meta_path, weights_path = folder / META_FILE, folder / WEIGHTS_FILE
     if not meta_path.is_file() or not weights_path.is_file():
-        raise CheckpointError(f"{folder} is not an rlclock checkpoint (needs {META_FILE} and {WEIGHTS_FILE}).",
-                              "give a folder written by `rlclock train` (e.g. checkpoints/gpt3xl-rtx3080ti).")
+        if (folder / "config.yaml").is_file():
+            raise CheckpointError(f"{folder} is a run folder whose policy was not saved yet (no policy/{META_FILE}).",
+                                  f"let the run save one (it does at its first evaluation), or continue it: "
+                                  f"rlclock train --resume {folder}.")
+        missing = [f for f in (META_FILE, WEIGHTS_FILE) if not (folder / f).is_file()]
+        raise CheckpointError(f"{folder} is not an rlclock checkpoint (it lacks {' and '.join(missing)}).",
+                              "give a checkpoint folder (policy.safetensors + meta.json: a shipped name such as "
+                              "gpt3xl-rtx3080ti, a run folder, or its policy/ folder).")
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
