@@ -132,6 +132,34 @@ def validate(model: type[M], data: Any, where: str, error: type[RlclockError] = 
         raise error(f"{where}: {describe(exc, tags)}.", fix) from None
 
 
+MAX_KERNEL_S = 60.0
+"""The longest one kernel launch may plausibly take, seconds (a training step's kernels take microseconds to
+milliseconds)."""
+POWER_RANGE_W = (1.0, 5000.0)
+"""The board power a measured kernel may plausibly draw, watts (a GPU idles at tens of watts; no board draws
+kilowatts)."""
+
+
+def measurement_problem(time_s: Any, energy_j: Any) -> str | None:
+    """Why a measured (time, energy) of one kernel launch is not plausible (None when it is): the time must be a
+    number above 0 and at most :data:`MAX_KERNEL_S`; the energy, if given, a number whose power (energy / time)
+    lies in :data:`POWER_RANGE_W`."""
+    def number(v: Any) -> bool:
+        return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
+
+    if not number(time_s) or not 0.0 < float(time_s) <= MAX_KERNEL_S:
+        return f"time_s {time_s!r} is not a time from 0 to {MAX_KERNEL_S:g} s"
+    if energy_j is None:
+        return None
+    if not number(energy_j) or float(energy_j) < 0:
+        return f"energy_j {energy_j!r} is not an energy >= 0"
+    power = float(energy_j) / float(time_s)
+    if not POWER_RANGE_W[0] <= power <= POWER_RANGE_W[1]:
+        return (f"{float(energy_j):.4g} J in {float(time_s):.4g} s is {power:.4g} W, outside the "
+                f"{POWER_RANGE_W[0]:g}-{POWER_RANGE_W[1]:g} W a GPU draws")
+    return None
+
+
 def _probe(folder: Path) -> None:
     """Create and remove a file in ``folder`` (what ``os.access`` cannot tell: a read-only file system, root)."""
     probe = folder / f".rlclock-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"

@@ -91,7 +91,7 @@ def read_text(path: str | Path, what: str, max_bytes: int, error: type[RlclockEr
     p = Path(path)
     try:
         if not p.exists():
-            raise error(f"{what} {str(p)!r} not found.", fix or "check the path.")
+            raise error(f"{what} {str(p)!r} does not exist.", fix or "check the path.")
         if not p.is_file():
             raise error(f"{what} {str(p)!r} is not a regular file.", fix or f"give the path of a {what} file.")
         with p.open("rb") as f:

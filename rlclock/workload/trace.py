@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from rlclock.errors import SpecError, TraceError
-from rlclock.validation import MAX_KERNELS, check_kernels
+from rlclock.validation import MAX_KERNELS, check_kernels, measurement_problem
 from rlclock.yamlio import STRICT_JSON
 
 TRACE_FORMAT = "rlclock.trace"
@@ -671,13 +671,22 @@ def _validate_kernel(k: Kernel, i: int, source: str = "trace") -> None:
         if v is not None and (len(v) != n or any(x <= 0 for x in v)):
             raise TraceError(f"{where}: {key!r} must be {n} positive integers, found {v!r}.")
     for j, m in enumerate(k.measured):
-        ok = _is_num(m.time_s) and math.isfinite(m.time_s) and m.time_s > 0
-        ok = ok and (m.energy_j is None or (_is_num(m.energy_j) and math.isfinite(m.energy_j) and m.energy_j >= 0))
-        if not ok:
-            raise TraceError(
-                f"{where}: measurement #{j} has time_s={m.time_s!r}, energy_j={m.energy_j!r}; "
-                "expected a finite time > 0 and a finite energy >= 0."
-            )
+        problem = measurement_problem(m.time_s, m.energy_j)
+        if problem is not None:
+            raise TraceError(f"{where}: measurement #{j}: {problem}.",
+                             "re-measure the kernel (rlclock profile / rlclock measure), or drop the measurement.")
+        if not isinstance(m.gpu, str) or not m.gpu or not isinstance(m.source, str):
+            raise TraceError(f"{where}: measurement #{j}: 'gpu' and 'source' must be text, found {m.gpu!r}, "
+                             f"{m.source!r}.")
+        for name in ("core_mhz", "mem_mhz"):
+            v = getattr(m, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+                raise TraceError(f"{where}: measurement #{j}: {name!r} must be a clock in MHz (a whole number > 0) "
+                                 f"or null for auto, found {v!r}.")
+        if m.sm_clock_mhz is not None and (not _is_num(m.sm_clock_mhz) or not math.isfinite(m.sm_clock_mhz)
+                                           or m.sm_clock_mhz < 0):
+            raise TraceError(f"{where}: measurement #{j}: 'sm_clock_mhz' must be a number >= 0, found "
+                             f"{m.sm_clock_mhz!r}.")
 
 
 STEP_MAXIMA: Mapping[str, int] = {"hidden": 1 << 17, "ffn": 1 << 19, "heads": 1 << 12, "kv_heads": 1 << 12,
