@@ -170,6 +170,8 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
     name = name or (specs[0].name if len(specs) == 1 else f"family-{specs[0].gpu.key}")
     if track:
         wandb_mode()  # a bad WANDB_MODE is one line now, not after the run folder is made
+    agent.check_fits(obs_size(specs[0].lookahead, n_slots(specs[0].configs())), n_slots(specs[0].configs()),
+                     agent.source)
     if save_to is not None:
         check_output_folder(save_to, "--save-checkpoint")
     note = ""

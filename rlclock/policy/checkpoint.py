@@ -18,18 +18,21 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from rlclock import resources
 from rlclock.dvfs.spec import GpuSpec, get_spec, preset_keys, spec_from_mapping, spec_to_mapping
-from rlclock.errors import CheckpointError, SpecError
+from rlclock.errors import CheckpointError, RlclockError, SpecError
 from rlclock.observation.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
 from rlclock.observation.layout import obs_size
 from rlclock.observation.lookahead import n_slots
 from rlclock.policy.network import ACTIVATIONS, PolicyWeights
 from rlclock.schedule import ClockConfig
+from rlclock.validation import Budget, Float, Int, validate
+from rlclock.yamlio import read_json
 
 CHECKPOINT_FORMAT = "rlclock.policy"
 CHECKPOINT_VERSION = 1
@@ -38,6 +41,29 @@ META_FILE = "meta.json"
 SB3_FILE = "sb3_model.zip"
 """The stable-baselines3 model kept for resuming (pickle-based; never read on the deployment path)."""
 REQUIRED_META = ("gpu_key", "configs", "lookahead", "clock_table", "obs_size", "candidate_slots")
+_RETRAIN = "give a checkpoint written by `rlclock train` (a shipped name, a run folder or its policy/), unchanged."
+
+
+class CheckpointMeta(BaseModel):
+    """The fields of ``meta.json`` rlclock reads, each typed and in range (other fields are kept, unread)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    activation: Literal["tanh", "relu"] = "tanh"
+    gpu_key: Annotated[str, Field(min_length=1)]
+    gpu_name: str | None = None
+    gpu_spec: dict[str, Any] | None = None
+    clock_table: str
+    configs: Annotated[list[str], Field(min_length=1)]
+    feature_names: list[str] | None = None
+    lookahead: Annotated[Int, Field(ge=0, le=64)]
+    candidate_slots: Annotated[Int, Field(ge=1, le=4096)]
+    obs_size: Annotated[Int, Field(ge=1, le=1_000_000)]
+    latency_s: Annotated[Float, Field(ge=0.0, le=10.0)] | None = None
+    budget: Budget = 0.01
+    price_rel: Annotated[Float, Field(gt=0.0, le=1e6)] | None = None
+    training: dict[str, Any] | None = None
+    env_spec: dict[str, Any] | None = None
 
 
 def clock_table_digest(spec: GpuSpec) -> str:
@@ -138,10 +164,7 @@ def read_checkpoint(name: str | Path) -> tuple[PolicyWeights, dict[str, Any]]:
         raise CheckpointError(f"{folder} is not an rlclock checkpoint (it lacks {' and '.join(missing)}).",
                               "give a checkpoint folder (policy.safetensors + meta.json: a shipped name such as "
                               "gpt3xl-rtx3080ti, a run folder, or its policy/ folder).")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{meta_path}: unreadable metadata ({exc}).") from None
+    meta = read_json(meta_path, "checkpoint metadata", CheckpointError, _RETRAIN, max_bytes=16 << 20)
     if not isinstance(meta, dict):
         raise CheckpointError(f"{meta_path}: the metadata must be a JSON object, found {type(meta).__name__}.",
                               "give a folder written by `rlclock train`.")
@@ -154,11 +177,21 @@ def read_checkpoint(name: str | Path) -> tuple[PolicyWeights, dict[str, Any]]:
             f"v{FEATURE_SCHEMA_VERSION}.", "retrain the policy with this version of rlclock.")
     missing = [key for key in REQUIRED_META if key not in meta]
     if missing:
-        raise CheckpointError(f"{meta_path}: missing {missing}.", "give a folder written by `rlclock train`.")
+        raise CheckpointError(f"{meta_path}: missing {missing}.", _RETRAIN)
     if meta.get("activation", "tanh") not in ACTIVATIONS:
         raise CheckpointError(f"{meta_path}: activation {meta.get('activation')!r} is unknown; rlclock's policies "
-                              f"use {list(ACTIVATIONS)}.")
-    gpu = checkpoint_gpu(meta)
+                              f"use {list(ACTIVATIONS)}.", _RETRAIN)
+    validate(CheckpointMeta, meta, str(meta_path), CheckpointError, _RETRAIN)
+    try:
+        gpu = checkpoint_gpu(meta)
+    except SpecError as exc:
+        raise CheckpointError(f"{meta_path}: {exc.message}", _RETRAIN) from None
+    for c in meta["configs"]:
+        try:
+            gpu.validate(c)
+        except RlclockError as exc:
+            raise CheckpointError(f"{meta_path}: configuration {c!r} is not one {gpu.name} runs ({exc.message})",
+                                  _RETRAIN) from None
     if meta["clock_table"] != clock_table_digest(gpu):
         raise CheckpointError(f"{folder}: clock table of {gpu.name} differs from the one the policy was trained "
                               "on.", "retrain the policy for this GPU preset.")
