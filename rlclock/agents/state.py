@@ -161,7 +161,22 @@ def load_state(run_dir: Path) -> tuple[StateMeta, dict[str, np.ndarray]] | None:
     for name, arr in tensors.items():
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
             raise CheckpointError(f"{path}: tensor {name!r} holds NaN or infinity.", FIX)
+    for groups in (meta.ppo_optimizer, meta.imitation_optimizer or []):
+        for group in groups:
+            for key, value in group.items():
+                if not _setting(value):
+                    raise CheckpointError(f"{run_dir / STATE_FILE}: optimiser setting {key!r} is {value!r}, where a "
+                                          "number, a flag or a list of numbers belongs.", FIX)
     return meta, tensors
+
+
+def _setting(value: Any) -> bool:
+    """Whether ``value`` can be an optimiser setting: a finite number, a flag, None, or a list of numbers."""
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, list):
+        return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 # -- random generators ---------------------------------------------------------------------------------------------

@@ -114,6 +114,9 @@ class AgentConfig(Settings):
                              f"({self.ppo.n_steps * self.n_envs})")
         if self.timesteps == 0 and self.imitation.iterations == 0:
             raise ValueError("timesteps 0 and imitation.iterations 0 would train nothing")
+        if 0 < self.timesteps < self.ppo.n_steps * self.n_envs:
+            raise ValueError(f"one PPO update takes n_steps x n_envs = {self.ppo.n_steps * self.n_envs} steps, more "
+                             f"than timesteps ({self.timesteps}): give timesteps of at least that, or fewer n_steps")
         return self
 
     def check_fits(self, obs_entries: int, actions: int, where: str) -> None:
@@ -163,5 +166,11 @@ def parse_agent_config(data: Any, source: str = "<dict>") -> AgentConfig:
 def load_agent_config(path: str | Path | None = None) -> AgentConfig:
     """Load an agent recipe: a YAML path, or the name of a shipped recipe (default ``quick``; ``ppo`` is the full
     recipe the shipped checkpoints were trained with, ``ppo-scratch`` PPO without a warm start)."""
+    from rlclock.errors import SpecError
+
     p = resources.locate("agents", DEFAULT_RECIPE if path is None else path)
-    return parse_agent_config(read_yaml(p, "agent recipe"), str(p))
+    data = read_yaml(p, "agent recipe")
+    if data is None:
+        raise SpecError(f"agent recipe {str(p)!r} is empty.", "give a recipe: the shipped agents/quick.yaml and "
+                        "agents/ppo.yaml show every field (or leave out --agent for the quick one).")
+    return parse_agent_config(data, str(p))
