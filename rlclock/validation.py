@@ -51,11 +51,20 @@ MAX_BUDGET = 0.5
 """The largest slowdown budget rlclock plans for, a fraction of the auto step's time (0.5: 50 % slower). Beyond
 it no clock plan saves energy worth the time; one rule for every command, spec, checkpoint and deploy setting."""
 
-Budget = Annotated[Float, Field(ge=0.0, le=MAX_BUDGET)]
-"""A slowdown budget: a fraction from 0 to :data:`MAX_BUDGET` (0.01 for 1 %)."""
-
 BUDGET_FIX = f"give a slowdown budget as a fraction from 0 to {MAX_BUDGET:g} (0.01 for 1 %)."
 """The fix line of every refused budget."""
+
+
+def _budget(value: Any) -> float:
+    problem = budget_problem(value)
+    if problem is not None:
+        raise ValueError(f"{problem}; {BUDGET_FIX}")
+    return float(value)
+
+
+Budget = Annotated[float, BeforeValidator(_budget)]
+"""A slowdown budget in a settings model: a fraction from 0 to :data:`MAX_BUDGET` (0.01 for 1 %), by
+:func:`budget_problem`, its error carrying :data:`BUDGET_FIX`."""
 
 
 def budget_problem(value: Any) -> str | None:
