@@ -4,8 +4,9 @@ A checkpoint is a folder::
 
     policy.safetensors   the policy network's weights (numpy arrays)
     meta.json            GPU, clock table, action set, feature schema, env spec, training figures
-    sb3_model.zip        (optional) the stable-baselines3 model, for resuming training only — pickle-based
-                         (SB3's format); :func:`read_checkpoint` never opens it
+    sb3_model.zip        (optional) the stable-baselines3 model, for SB3's own tools — pickle-based (SB3's
+                         format): rlclock never opens it (a run resumes from its safetensors state,
+                         :mod:`rlclock.agents.state`)
 
 :func:`read_checkpoint` refuses a folder whose format, feature schema, GPU clock table or shapes do not match
 this rlclock, each with one line saying what differs and what to do.
@@ -39,7 +40,8 @@ CHECKPOINT_VERSION = 1
 WEIGHTS_FILE = "policy.safetensors"
 META_FILE = "meta.json"
 SB3_FILE = "sb3_model.zip"
-"""The stable-baselines3 model kept for resuming (pickle-based; never read on the deployment path)."""
+"""The stable-baselines3 model written at the end of a run for SB3's own tools (pickle-based; rlclock never reads
+it: a run resumes from its safetensors state)."""
 REQUIRED_META = ("gpu_key", "configs", "lookahead", "clock_table", "obs_size", "candidate_slots")
 _RETRAIN = "give a checkpoint written by `rlclock train` (a shipped name, a run folder or its policy/), unchanged."
 
