@@ -462,6 +462,11 @@ class SwitchDag:
         # configuration at a time (its column contiguous: twice as fast, and the clock is checked between)
         self.land = np.empty((self.n, self.C), dtype=np.int32 if self.n < 2**31 - 1 else np.int64)
         self.frac = np.empty((self.n, self.C))
+        self.valid = np.empty((self.n, self.C), dtype=bool)  # the switch lands within the step
+        for s in range(0, self.n, _CHUNK_ROWS):  # their memory touched a chunk at a time (a column's writes touch
+            if clock is not None:                # every page: the first column would take the time of all)
+                clock.check()
+            self.land[s:s + _CHUNK_ROWS], self.frac[s:s + _CHUNK_ROWS], self.valid[s:s + _CHUNK_ROWS] = 0, 0.0, False
         self.reach = 0  # kernels a switch lands after its boundary, at most (how far ahead a pass looks)
         boundaries = np.arange(self.n)
         for c in range(self.C):
@@ -469,10 +474,9 @@ class SwitchDag:
                 clock.check()
             land, frac = landing_table(np.ascontiguousarray(self.pt[:, c:c + 1]),
                                        np.ascontiguousarray(self.t[:, c:c + 1]), self.latency_s)
-            self.land[:, c], self.frac[:, c] = land[:, 0], frac[:, 0]
+            self.land[:, c], self.frac[:, c], self.valid[:, c] = land[:, 0], frac[:, 0], land[:, 0] < self.n
             if self.n:
                 self.reach = max(self.reach, int((np.minimum(land[:, 0], self.n - 1) - boundaries).max()))
-        self.valid = self.land < self.n  # the switch lands within the step
         self.choice_dtype = np.int16 if self.C < 2**15 else np.int32
 
     @staticmethod
@@ -502,12 +506,20 @@ class SwitchDag:
         :attr:`reach` + 2 rows; ``V[0]`` is then the only row that holds its own boundary's cost), and each
         kernel's cost is computed where it is used: far less memory, a little more time."""
         n, C = self.n, self.C
+        if clock is not None:
+            clock.check()
         R = n + 1 if keep else min(n + 1, self.reach + 2)
         V = np.zeros((R, C))
         choice = np.full((n, C), -1, dtype=self.choice_dtype) if want_path else None  # -1 stay, else target b
         # a switch from c at boundary i landing in kernel j costs, in energy + lam·time, the kernels before j at c,
         # the share ``frac`` of kernel j at c and the rest of it at b (switch_costs, in one sum per kernel)
-        W = self.e + lam * self.t if keep else None
+        W = None
+        if keep:
+            W = np.empty((n, C))
+            for s in range(0, n, _CHUNK_ROWS):
+                if clock is not None:
+                    clock.check()
+                np.add(self.e[s:s + _CHUNK_ROWS], lam * self.t[s:s + _CHUNK_ROWS], out=W[s:s + _CHUNK_ROWS])
         cols = np.arange(C)
         diag = cols * (C + 1)
         barred = np.zeros(C, dtype=bool)
@@ -557,28 +569,35 @@ class SwitchDag:
 
     def follow(self, choice: np.ndarray, initial: int, clock: _Clock | None = None
                ) -> tuple[np.ndarray, float, float]:
-        """Requests, time and energy of the path that ``choice`` takes from ``(0, initial)`` (``clock``: a
-        deadline checked every 4096 kernels)."""
-        req = np.empty(self.n, dtype=np.int64)
+        """Requests, time and energy of the path that ``choice`` takes from ``(0, initial)``: from switch to
+        switch (a stretch at one configuration summed from the running sums), so its cost grows with the switches
+        taken, not the kernels (``clock``: a deadline checked every 1024 switches)."""
+        n = self.n
+        req = np.empty(n, dtype=np.int64)
+        leaves: dict[int, np.ndarray] = {}  # per configuration, the boundaries where the choice switches away
         i, c, tt, ee = 0, initial, 0.0, 0.0
         steps = 0
-        while i < self.n:
+        while i < n:
             steps += 1
-            if clock is not None and steps % 4096 == 0:
+            if clock is not None and steps % 1024 == 0:
                 clock.check()
+            if c not in leaves:
+                leaves[c] = np.flatnonzero(choice[:, c] >= 0)
+            k = int(np.searchsorted(leaves[c], i))
+            stop = int(leaves[c][k]) if k < leaves[c].size else n
+            if stop > i:  # stay at c up to the next switch
+                req[i:stop] = c
+                tt += self.pt[stop, c] - self.pt[i, c]
+                ee += self.pe[stop, c] - self.pe[i, c]
+                i = stop
+                continue
             b = int(choice[i, c])
-            if b < 0:
-                req[i] = c
-                tt += self.t[i, c]
-                ee += self.e[i, c]
-                i += 1
-            else:
-                j, dt, de, _ = self.switch_costs(i)
-                req[i : j[c] + 1] = b
-                tt += dt[c, b]
-                ee += de[c, b]
-                i, c = int(j[c]) + 1, b
-        return req, tt, ee
+            j, dt, de, _ = self.switch_costs(i)
+            req[i : j[c] + 1] = b
+            tt += dt[c, b]
+            ee += de[c, b]
+            i, c = int(j[c]) + 1, b
+        return req, float(tt), float(ee)
 
 
 DEFAULT_MEMORY_BYTES = 2.5e9
