@@ -28,7 +28,7 @@ from pydantic import Field, PrivateAttr, field_validator
 from rlclock import resources
 from rlclock.backends.base import GpuBackend
 from rlclock.backends.settings import BACKEND_KINDS, BackendSettings, SimulatedSettings
-from rlclock.config.family import corpus_family, random_family
+from rlclock.config.family import MAX_FAMILY, corpus_family, random_family
 from rlclock.dvfs.spec import GpuSpec, get_spec, load_spec_file
 from rlclock.errors import SpecError
 from rlclock.schedule import ClockConfig
@@ -300,10 +300,6 @@ def at_latency_scales(specs: Sequence[EnvSpec], scales: Sequence[float]) -> list
     return [spec if scale == 1.0 else spec.with_overrides(name=f"{spec.name}-latency-x{scale:g}",
                                                            switch_latency_s=scale * spec.latency_s)
             for spec in specs for scale in scales]
-
-
-MAX_FAMILY = 1000
-"""The most env specs one family may hold (each is a step of its own to build and solve)."""
 
 
 class _RandomFamily(Settings):
