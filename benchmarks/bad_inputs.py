@@ -572,6 +572,56 @@ def environment() -> list[Case]:
     ]
 
 
+APPLY_SCRIPT = ("import rlclock.deploy as d\nwith d.clocked() as c:\n    for _ in range(40):\n        c.step()\n")
+
+
+def deploy() -> list[Case]:
+    """``rlclock apply`` (its deployment code is another part's: reported here, not fixed)."""
+    def sched(**kw: Any) -> str:
+        return json.dumps({"format": "rlclock.schedule", "version": 1, "name": "s", "configs": ["auto"],
+                           "runs": [[0, 2]], **kw})
+    cases = [
+        (["--schedule", "{d}/s.json"], {"s.json": sched(configs=["1234@5678"])}, "1234|clock|not supported"),
+        (["--checkpoint", "gpt3xl-h200", "--lookahead", "0.000001"], {}, "lookahead"),
+        (["--checkpoint", "gpt3xl-h200", "--latency", "-1"], {}, "latency"),
+        (["--checkpoint", "gpt3xl-h200", "--timeline", "{d}/tl.json"], {"tl.json": "{"}, "timeline"),
+        (["--checkpoint", "{d}/ck"], {"ck/meta.json": "[]", "ck/policy.safetensors": ""}, "JSON object"),
+        (["--checkpoint", "gpt3xl-h200", "--warmup-steps", "-1"], {}, "warmup"),
+        (["--checkpoint", "gpt3xl-h200", "--save", "{d}/file"], {"file": ""}, "file"),
+    ]
+    return [Case("apply (deploy)", " ".join(a), rl("apply", *a, "--", sys.executable, "{d}/train.py"),
+                 {**f, "train.py": APPLY_SCRIPT}, e) for a, f, e in cases]
+
+
+def _sweep(change: Callable[[list[dict[str, str]]], None]) -> Callable[[Path], None]:
+    def setup(d: Path) -> None:
+        import csv
+
+        with (FIXTURES / "sweep.csv").open() as f:
+            rows = list(csv.DictReader(f))
+        change(rows)
+        with (d / "sweep.csv").open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    return setup
+
+
+def calibration_tables() -> list[Case]:
+    """``rlclock calibrate --table`` (its tables are another part's: reported here, not fixed)."""
+    changes: dict[str, tuple[Callable[[list[dict[str, str]]], None], str]] = {
+        "conflicting duplicate rows": (lambda r: r.append({**r[0], "time_s": str(3 * float(r[0]["time_s"]))}),
+                                       "twice|duplicate|conflict"),
+        "time 10^300": (lambda r: r[0].update(time_s="1e300"), "time_s"),
+        "energy as text": (lambda r: r[0].update(energy_j="lots"), "energy_j"),
+        "negative flops": (lambda r: r[0].update(flops="-5"), "flops"),
+        "a clock the GPU lacks": (lambda r: r[0].update(core_mhz="1234"), "1234|clock"),
+        "0 J": (lambda r: r[0].update(energy_j="0"), "energy_j"),
+    }
+    return [Case("calibration table", what, rl("calibrate", "--table", "{d}/sweep.csv", "--gpu", "rtx3080ti"), {},
+                 expect, setup=_sweep(change)) for what, (change, expect) in changes.items()]
+
+
 def good_inputs() -> list[Case]:
     """Inputs a careless check would refuse (refusing them is misleading)."""
     return [
@@ -591,15 +641,16 @@ def good_inputs() -> list[Case]:
 
 
 CLASSES = [broken_files, env_values, sizes, traces, tables, schedules, checkpoints, run_folders, recipes, budgets,
-           outputs, command_lines, environment, good_inputs]
+           outputs, command_lines, environment, good_inputs, deploy, calibration_tables]
 
 
 # -- running and judging ---------------------------------------------------------------------------------------
 
 
 def prepare_fixtures() -> None:
-    """A small trained run folder (with its checkpoint), made once."""
-    if (FIXTURES / "run" / "state.json").is_file() and (FIXTURES / "run" / "policy" / "meta.json").is_file():
+    """A small trained run folder (with its checkpoint) and a plausible sweep table, made once."""
+    if (FIXTURES / "run" / "state.json").is_file() and (FIXTURES / "run" / "policy" / "meta.json").is_file() \
+            and (FIXTURES / "sweep.csv").is_file():
         return
     shutil.rmtree(FIXTURES, ignore_errors=True)
     FIXTURES.mkdir(parents=True)
@@ -609,6 +660,16 @@ def prepare_fixtures() -> None:
                       str(FIXTURES / "runs"), "--no-progress"), check=True, capture_output=True, timeout=900)
     run = next((FIXTURES / "runs").glob("*"))
     shutil.copytree(run, FIXTURES / "run")
+    subprocess.run(rl("calibrate", "--suite", "--gpu", "rtx3080ti", "--table-out", str(FIXTURES / "suite.csv")),
+                   check=True, capture_output=True, timeout=300)
+    text = (FIXTURES / "suite.csv").read_text().splitlines()
+    head = text[0].split(",")
+    rows = []
+    for line in text[1:]:
+        cells = dict(zip(head, line.split(",")))
+        cells.update(time_s="0.001", energy_j="0.3")
+        rows.append(",".join(cells[h] for h in head))
+    (FIXTURES / "sweep.csv").write_text("\n".join([text[0], *rows]) + "\n")
 
 
 def run_case(case: Case, root: Path) -> dict[str, Any]:
