@@ -265,7 +265,7 @@ def _family(data: Mapping[str, Any], path: Path) -> list[EnvSpec]:
         return load_env_spec(ref)
 
     if isinstance(members, Mapping) and "corpus" in members:
-        corpus = validate(_CorpusFamily, members, f"{path}: family")
+        corpus = validate(_CorpusFamily, members, f"{path}: family", fix=_FAMILY_FIX)
         folder = path.parent / corpus.corpus
         if not folder.is_dir() and not resources.looks_like_path(corpus.corpus):
             folder = resources.data_dir() / "measurements" / corpus.corpus
@@ -273,7 +273,7 @@ def _family(data: Mapping[str, Any], path: Path) -> list[EnvSpec]:
         steps = [base.with_overrides(**changes) for changes in corpus_family(folder, corpus.refresh_costs)]
         return at_latency_scales(steps, corpus.latency_scales)
     if isinstance(members, Mapping):
-        draw = validate(_RandomFamily, members, f"{path}: family")
+        draw = validate(_RandomFamily, members, f"{path}: family", fix=_FAMILY_FIX)
         base = member(draw.base)
         return [base.with_overrides(**changes) for changes in random_family(base.raw, draw.random, draw.seed)]
     if not isinstance(members, list) or not members:
@@ -292,6 +292,10 @@ def _family(data: Mapping[str, Any], path: Path) -> list[EnvSpec]:
         else:
             out.append(member(m))
     return out
+
+
+_FAMILY_FIX = ("a family is {random: N (1 to 1000), seed: S, base: SPEC}, {corpus: FOLDER, base: SPEC, latency_scales: "
+               "[up to 16 scales]}, or a list of env specs (envs/family-rtx3080ti.yaml shows one).")
 
 
 def at_latency_scales(specs: Sequence[EnvSpec], scales: Sequence[float]) -> list[EnvSpec]:

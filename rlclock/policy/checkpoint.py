@@ -200,11 +200,11 @@ def read_checkpoint(name: str | Path) -> tuple[PolicyWeights, dict[str, Any]]:
     try:
         tensors = load_file(str(weights_path))
     except (SafetensorError, OSError) as exc:
-        raise CheckpointError(f"{weights_path}: unreadable weights ({exc}).") from None
+        raise CheckpointError(f"{weights_path}: unreadable weights ({exc}).", _RETRAIN) from None
     try:
         weights = PolicyWeights.from_tensors(tensors, meta.get("activation", "tanh"))
     except KeyError as exc:
-        raise CheckpointError(f"{weights_path}: missing tensor {exc}.") from None
+        raise CheckpointError(f"{weights_path}: missing tensor {exc}.", _RETRAIN) from None
     return weights, meta
 
 

@@ -36,6 +36,8 @@ from rlclock.yamlio import STRICT_JSON
 
 TRACE_FORMAT = "rlclock.trace"
 TRACE_VERSION = 1
+TRACE_FIX = "re-create the trace with rlclock (`rlclock profile`, or KernelTrace.save) and do not edit it by hand."
+"""The fix of a trace that is not as rlclock writes it."""
 
 CATEGORIES: tuple[str, ...] = (
     "gemm",  # dense matrix multiply on tensor cores (incl. batched)
@@ -319,11 +321,11 @@ class KernelTrace(Sequence[Kernel]):
     def from_dict(cls, data: Any, source: str = "<dict>") -> KernelTrace:
         """Parse and validate the on-disk form; raises :class:`TraceError` on the first problem."""
         if not isinstance(data, dict):
-            raise TraceError(f"{source}: a trace must be a JSON object, found {type(data).__name__}.")
+            raise TraceError(f"{source}: a trace must be a JSON object, found {type(data).__name__}.", TRACE_FIX)
         raw = data.get("kernels")
         if not isinstance(raw, list) or not raw:
             _check_header(data, source)
-            raise TraceError(f"{source}: 'kernels' must be a non-empty list.")
+            raise TraceError(f"{source}: 'kernels' must be a non-empty list.", TRACE_FIX)
         if len(raw) > MAX_KERNELS:
             raise TraceError(f"{source}: {len(raw)} kernels, more than rlclock plans ({MAX_KERNELS} at most).",
                              "give a smaller step: fewer layers or a smaller batch of steps.")
@@ -335,7 +337,7 @@ class KernelTrace(Sequence[Kernel]):
         """The trace from its checked header fields and its validated kernels."""
         name, meta = _check_header(header, source)
         if not kernels:
-            raise TraceError(f"{source}: 'kernels' must be a non-empty list.")
+            raise TraceError(f"{source}: 'kernels' must be a non-empty list.", TRACE_FIX)
         return cls(name, kernels, meta, _validated=True)
 
     def save(self, path: str | Path) -> Path:
@@ -393,10 +395,10 @@ def _check_header(data: dict[str, Any], source: str) -> tuple[str, dict[str, Any
         )
     name = data.get("name")
     if not isinstance(name, str) or not name:
-        raise TraceError(f"{source}: 'name' must be a non-empty string, found {name!r}.")
+        raise TraceError(f"{source}: 'name' must be a non-empty string, found {name!r}.", TRACE_FIX)
     meta = data.get("meta", {})
     if not isinstance(meta, dict):
-        raise TraceError(f"{source}: 'meta' must be an object, found {type(meta).__name__}.")
+        raise TraceError(f"{source}: 'meta' must be an object, found {type(meta).__name__}.", TRACE_FIX)
     return name, meta
 
 
@@ -515,7 +517,7 @@ def _read_trace(stream: _JsonStream, source: str) -> KernelTrace:
         raise stream.error("extra data after the trace's object")
     if not kernels:
         _check_header(header, source)
-        raise TraceError(f"{source}: 'kernels' must be a non-empty list.")
+        raise TraceError(f"{source}: 'kernels' must be a non-empty list.", TRACE_FIX)
     return KernelTrace._from_parts(header, kernels, source)
 
 
@@ -551,7 +553,7 @@ def _is_shape(v: Any) -> bool:
 def _launch_op_from_dict(d: Any, where: str, shared: _Shared | None = None) -> LaunchOp:
     if not isinstance(d, dict) or set(d) - _LAUNCH_OP_FIELDS or not isinstance(d.get("name"), str):
         raise TraceError(f"{where}: 'launch_op' must be an object with a 'name' and only the fields "
-                         f"{sorted(_LAUNCH_OP_FIELDS)}; found {d!r}.")
+                         f"{sorted(_LAUNCH_OP_FIELDS)}; found {d!r}.", TRACE_FIX)
     dims: list[Shape | tuple[Shape, ...]] = []
     for v in d.get("input_dims", []):
         if _is_shape(v):
@@ -559,16 +561,17 @@ def _launch_op_from_dict(d: Any, where: str, shared: _Shared | None = None) -> L
         elif isinstance(v, (list, tuple)) and all(_is_shape(x) for x in v):
             dims.append(tuple(tuple(x) for x in v))
         else:
-            raise TraceError(f"{where}: launch_op input dims {v!r} are neither a shape nor a list of shapes.")
+            raise TraceError(f"{where}: launch_op input dims {v!r} are neither a shape nor a list of shapes.",
+                             TRACE_FIX)
     texts = {}
     for key in ("input_types", "concrete_inputs"):
         v = d.get(key, [])
         if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
-            raise TraceError(f"{where}: launch_op {key!r} must be a list of strings, found {v!r}.")
+            raise TraceError(f"{where}: launch_op {key!r} must be a list of strings, found {v!r}.", TRACE_FIX)
         texts[key] = tuple(v)
     call = d.get("call", -1)
     if not isinstance(call, int) or isinstance(call, bool) or call < -1:
-        raise TraceError(f"{where}: launch_op 'call' must be an integer >= -1, found {call!r}.")
+        raise TraceError(f"{where}: launch_op 'call' must be an integer >= -1, found {call!r}.", TRACE_FIX)
     if shared is None:
         return LaunchOp(d["name"], tuple(dims), texts["input_types"], texts["concrete_inputs"], call)
     return LaunchOp(shared(d["name"]), shared(tuple(dims)), shared(texts["input_types"]),
@@ -583,7 +586,7 @@ def _where(i: int, d: Any) -> str:
 def _kernel_from_dict(d: Any, i: int, source: str, shared: _Shared | None = None) -> Kernel:
     where = f"{source}: {_where(i, d)}"
     if not isinstance(d, dict):
-        raise TraceError(f"{where}: each kernel must be an object, found {type(d).__name__}.")
+        raise TraceError(f"{where}: each kernel must be an object, found {type(d).__name__}.", TRACE_FIX)
     unknown = set(d) - _KERNEL_FIELDS
     if unknown:
         raise TraceError(
@@ -592,30 +595,29 @@ def _kernel_from_dict(d: Any, i: int, source: str, shared: _Shared | None = None
         )
     for req in ("name", "op", "category", "phase", "flops", "dram_read_bytes", "dram_write_bytes"):
         if req not in d:
-            raise TraceError(f"{where}: required field {req!r} is missing.")
+            raise TraceError(f"{where}: required field {req!r} is missing.", TRACE_FIX)
     kw = dict(d)
     for key in ("gemm_bmnk", "launch_grid", "launch_block"):
         if kw.get(key) is not None:
             v = kw[key]
             if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
-                raise TraceError(f"{where}: {key!r} must be a list of integers, found {v!r}.")
+                raise TraceError(f"{where}: {key!r} must be a list of integers, found {v!r}.", TRACE_FIX)
             kw[key] = tuple(v)
     meas = kw.get("measured", [])
     if not isinstance(meas, list):
-        raise TraceError(f"{where}: 'measured' must be a list, found {type(meas).__name__}.")
+        raise TraceError(f"{where}: 'measured' must be a list, found {type(meas).__name__}.", TRACE_FIX)
     parsed = []
     for j, m in enumerate(meas):
         if not isinstance(m, dict) or set(m) - _MEASUREMENT_FIELDS or "gpu" not in m or "time_s" not in m:
             raise TraceError(
                 f"{where}: measurement #{j} must be an object with 'gpu' and 'time_s' and only the fields "
-                f"{sorted(_MEASUREMENT_FIELDS)}; found {m!r}."
-            )
+                f"{sorted(_MEASUREMENT_FIELDS)}; found {m!r}.", TRACE_FIX)
         if shared is not None:
             m = {key: shared(v) for key, v in m.items()}
         try:
             parsed.append(Measurement(**m))
         except TypeError as exc:  # pragma: no cover - guarded by the field checks above
-            raise TraceError(f"{where}: measurement #{j}: {exc}.") from None
+            raise TraceError(f"{where}: measurement #{j}: {exc}.", TRACE_FIX) from None
     kw["measured"] = tuple(parsed)
     if kw.get("launch_op") is not None:
         kw["launch_op"] = _launch_op_from_dict(kw["launch_op"], where, shared)
@@ -624,7 +626,7 @@ def _kernel_from_dict(d: Any, i: int, source: str, shared: _Shared | None = None
     try:
         k = Kernel(**kw)
     except TypeError as exc:  # pragma: no cover - guarded by the field checks above
-        raise TraceError(f"{where}: {exc}.") from None
+        raise TraceError(f"{where}: {exc}.", TRACE_FIX) from None
     _validate_kernel(k, i, source)
     return k
 
@@ -636,9 +638,9 @@ def _is_num(x: Any) -> bool:
 def _validate_kernel(k: Kernel, i: int, source: str = "trace") -> None:
     where = f"{source}: kernel #{i} ({k.name!r})" if isinstance(k.name, str) else f"{source}: kernel #{i}"
     if not isinstance(k.name, str) or not k.name:
-        raise TraceError(f"{where}: 'name' must be a non-empty string.")
+        raise TraceError(f"{where}: 'name' must be a non-empty string.", TRACE_FIX)
     if not isinstance(k.op, str) or not k.op:
-        raise TraceError(f"{where}: 'op' must be a non-empty string.")
+        raise TraceError(f"{where}: 'op' must be a non-empty string.", TRACE_FIX)
     if k.category not in CATEGORIES:
         raise TraceError(f"{where}: category {k.category!r} is unknown.", f"use one of {list(CATEGORIES)}.")
     if k.phase not in PHASES:
@@ -660,16 +662,16 @@ def _validate_kernel(k: Kernel, i: int, source: str = "trace") -> None:
             "give its FLOPs/bytes or a measured time.",
         )
     if not isinstance(k.layer, int) or isinstance(k.layer, bool) or k.layer < -1:
-        raise TraceError(f"{where}: 'layer' must be an integer >= -1, found {k.layer!r}.")
+        raise TraceError(f"{where}: 'layer' must be an integer >= -1, found {k.layer!r}.", TRACE_FIX)
     if k.mlp_bytes is not None and (not _is_num(k.mlp_bytes) or not math.isfinite(k.mlp_bytes) or k.mlp_bytes <= 0):
-        raise TraceError(f"{where}: 'mlp_bytes' must be a finite number > 0, found {k.mlp_bytes!r}.")
+        raise TraceError(f"{where}: 'mlp_bytes' must be a finite number > 0, found {k.mlp_bytes!r}.", TRACE_FIX)
     if k.onchip_bytes is not None and (not _is_num(k.onchip_bytes) or not math.isfinite(k.onchip_bytes)
                                        or k.onchip_bytes < 0):
-        raise TraceError(f"{where}: 'onchip_bytes' must be a finite number >= 0, found {k.onchip_bytes!r}.")
+        raise TraceError(f"{where}: 'onchip_bytes' must be a finite number >= 0, found {k.onchip_bytes!r}.", TRACE_FIX)
     for key, n in (("gemm_bmnk", 4), ("launch_grid", 3), ("launch_block", 3)):
         v = getattr(k, key)
         if v is not None and (len(v) != n or any(x <= 0 for x in v)):
-            raise TraceError(f"{where}: {key!r} must be {n} positive integers, found {v!r}.")
+            raise TraceError(f"{where}: {key!r} must be {n} positive integers, found {v!r}.", TRACE_FIX)
     for j, m in enumerate(k.measured):
         problem = measurement_problem(m.time_s, m.energy_j)
         if problem is not None:
@@ -677,16 +679,16 @@ def _validate_kernel(k: Kernel, i: int, source: str = "trace") -> None:
                              "re-measure the kernel (rlclock profile / rlclock measure), or drop the measurement.")
         if not isinstance(m.gpu, str) or not m.gpu or not isinstance(m.source, str):
             raise TraceError(f"{where}: measurement #{j}: 'gpu' and 'source' must be text, found {m.gpu!r}, "
-                             f"{m.source!r}.")
+                             f"{m.source!r}.", TRACE_FIX)
         for name in ("core_mhz", "mem_mhz"):
             v = getattr(m, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
                 raise TraceError(f"{where}: measurement #{j}: {name!r} must be a clock in MHz (a whole number > 0) "
-                                 f"or null for auto, found {v!r}.")
+                                 f"or null for auto, found {v!r}.", TRACE_FIX)
         if m.sm_clock_mhz is not None and (not _is_num(m.sm_clock_mhz) or not math.isfinite(m.sm_clock_mhz)
                                            or m.sm_clock_mhz < 0):
             raise TraceError(f"{where}: measurement #{j}: 'sm_clock_mhz' must be a number >= 0, found "
-                             f"{m.sm_clock_mhz!r}.")
+                             f"{m.sm_clock_mhz!r}.", TRACE_FIX)
 
 
 STEP_MAXIMA: Mapping[str, int] = {"hidden": 1 << 17, "ffn": 1 << 19, "heads": 1 << 12, "kv_heads": 1 << 12,
