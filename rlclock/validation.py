@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from rlclock.errors import RlclockError, SpecError
 

@@ -222,7 +222,7 @@ def test_a_run_folder_is_read_where_a_checkpoint_belongs(tmp_path):
     _checkpoint(tmp_path).rename(run / "policy")
     assert ClockPolicy.load(run).meta["gpu_key"] == "rtx3080ti"
     (run / "policy").rename(tmp_path / "elsewhere")
-    with pytest.raises(RlclockError, match="run folder whose policy was not saved yet.*--resume"):
+    with pytest.raises(RlclockError, match=r"run folder whose policy was not saved yet.*--resume"):
         ClockPolicy.load(run)
 
 
@@ -379,7 +379,7 @@ def test_any_json_text_reads_strictly_or_is_one_clear_error(text):
     except SpecError as exc:
         assert "\n" not in str(exc)
     else:
-        assert "NaN" not in text and "Infinity" not in text or not isinstance(value, float)
+        assert ("NaN" not in text and "Infinity" not in text) or not isinstance(value, float)
 
 
 @pytest.mark.parametrize("reader", ["env spec", "agent recipe", "GPU spec", "run config"])

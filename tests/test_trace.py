@@ -140,7 +140,7 @@ def test_the_streaming_reader_reads_what_was_written_at_any_chunk_size(tmp_path_
     path.write_text(text)
     assert KernelTrace.load(path) == trace
     path.write_text(text[: cut % len(text)])
-    with pytest.raises(TraceError, match="not a readable JSON trace|must be a non-empty list"):
+    with pytest.raises(TraceError, match=r"not a readable JSON trace|must be a non-empty list"):
         KernelTrace.load(path)
 
 
