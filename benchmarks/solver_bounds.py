@@ -168,13 +168,16 @@ def main(argv: list[str] | None = None) -> int:
         big = load_env_spec("gpt3xl-rtx3080ti").with_overrides(name="gpt3xl-1e6", workload={"layers": LAYERS["1e6"]})
         spec.write_text(dump_yaml(dict(big.raw)))
         start = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "rlclock", "baselines", str(spec), "--time-limit", "5",
-                              "--frontier", "", "--out", str(folder / "baselines")], capture_output=True, text=True)
+        argv = ["baselines", str(spec), "--time-limit", "5", "--frontier", "", "--out", str(folder / "baselines")]
+        code = ("import json, resource, sys\nfrom rlclock.cli import main\nrc = main(sys.argv[1:])\n"
+                "print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss), file=sys.stderr)\n"
+                "raise SystemExit(rc)")
+        out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
         wall = time.perf_counter() - start
-        child_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / KB
+        own_peak = float(out.stderr.strip().splitlines()[-1]) / KB if out.stderr.strip() else float("nan")
         solves = [ln for ln in out.stdout.splitlines() if ln.startswith(("kernel-global", "latency-aware"))]
         print(f"{'rlclock baselines 1e6 --time-limit 5':34s} exit {out.returncode}, {wall:.0f} s in all (building the "
-              f"step, every baseline, the plot), peak {child_peak:.0f} MB (largest child process so far)")
+              f"step, every baseline, the plot), peak {own_peak:.0f} MB")
         for line in solves:
             print(f"    {' '.join(line.split())}")
         failed += out.returncode != 0
