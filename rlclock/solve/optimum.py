@@ -165,8 +165,9 @@ class _Answer:
         budget_s: The time budget a plan must meet (with its rounding slack).
     """
 
-    def __init__(self, budget_s: float) -> None:
+    def __init__(self, budget_s: float, report_budget_s: float | None = None) -> None:
         self.budget_s = budget_s
+        self.report_budget_s = budget_s if report_budget_s is None else report_budget_s
         self.plan: tuple[np.ndarray, float, float] | None = None
         self.lb = -np.inf
         self.lam = 0.0
@@ -202,7 +203,7 @@ class _Answer:
                                 "give the solver more time (--time-limit) or allow more slowdown.")
         req, tt, ee = self.plan
         proven = self.proven() if exact is None else exact
-        return Optimum(req, tt, ee, ee if proven else min(self.lb, ee), self.budget_s, clock.elapsed_s(), proven,
+        return Optimum(req, tt, ee, ee if proven else min(self.lb, ee), self.report_budget_s, clock.elapsed_s(), proven,
                        labels=labels, lam_j_per_s=self.lam if lam is None else lam, stopped="" if proven else stopped)
 
 
@@ -331,7 +332,7 @@ def knapsack_optimum(t: np.ndarray, e: np.ndarray, budget_s: float, time_limit_s
     e = np.ascontiguousarray(e, dtype=float)
     n = t.shape[0]
     rows = np.arange(n)
-    answer = _Answer(budget_s * (1 + 1e-12))
+    answer = _Answer(budget_s * (1 + 1e-12), budget_s)
     # a plan at once: the first configuration throughout (auto, on a backend's tables), when it fits
     answer.offer(np.zeros(n, dtype=np.int64), float(t[:, 0].sum()), float(e[:, 0].sum()))
     try:
@@ -707,9 +708,7 @@ class _LatencySearch:
         spare = min(_MAX_BOUNDS, max(0, int((self.memory - fixed - (2 if self.tmin is None else 1) * self.v_bytes)
                                             // self.v_bytes))) if keep else 0
         bounds: list[tuple[float, np.ndarray]] = [(0.0, V0)] if spare > 0 else []
-        # the first price tried: the relaxation's (where time starts to pay under latency too, roughly), else the
-        # step's mean power
-        lo, hi = 0.0, self.lam_star if self.lam_star > 0 else float(self.e.sum() / max(float(self.t.sum()), 1e-30))
+        lo, hi = 0.0, float(self.e.sum() / max(float(self.t.sum()), 1e-30))  # the step's mean power first
         Vh = chh = None
         for _ in range(80):
             Vh, chh = dag.backward(hi, want_path=True, clock=clock, keep=keep)
@@ -722,8 +721,9 @@ class _LatencySearch:
         else:  # no finite price reaches the budget (ties at the fastest time): the fastest schedule stands
             return
         assert Vh is not None and chh is not None
-        # the multiplier whose cost-to-go proves the best bound (the band search prunes by it)
-        V_star, lam_star = (Vh, hi) if self._bound_value(Vh, hi) >= self._bound_value(V0, 0.0) else (V0, 0.0)
+        # the multiplier whose cost-to-go proves the best bound from the fitting side on (the band search prunes by
+        # it and searches above its bound)
+        V_star, lam_star = Vh, hi
         best_dp = self._bound_value(V_star, lam_star)
         _keep_bound(bounds, (hi, Vh), spare, hi)
         del V0
@@ -759,7 +759,7 @@ class _LatencySearch:
             V_star = dag.backward(lam_star, clock=clock)[0]
         if not any(lam == lam_star for lam, _ in bounds):
             bounds.append((lam_star, V_star))
-        self._band_search(dag, lam_star, V_star, bounds)
+        self._band_search(dag, lam_star, V_star, bounds, best_dp)
 
     def _bound_value(self, V: np.ndarray, lam: float) -> float:
         return float(V[0, self.initial]) - lam * self.answer.budget_s
@@ -801,7 +801,7 @@ class _LatencySearch:
         self.answer.offer(*dag.follow(choice, self.initial, self.clock))
 
     def _band_search(self, dag: SwitchDag, lam_star: float, V_star: np.ndarray,
-                     bounds: list[tuple[float, np.ndarray]]) -> None:
+                     bounds: list[tuple[float, np.ndarray]], lb: float) -> None:
         """Iterative deepening on the band above the bound: every path with energy <= lb + delta uses only arcs
         whose cheapest path through them costs <= lb + delta + lam·budget. If the best path on those arcs has
         energy <= lb + delta, it is optimal over the whole DAG; otherwise widen the band."""
@@ -813,7 +813,6 @@ class _LatencySearch:
         Vs = np.stack([V for _, V in bounds])  # (bounds, n + 1, C)
         bounds.clear()
         used = SwitchDag.nbytes(self.n, self.C) + (len(lams) + 3) * self.v_bytes
-        lb = answer.lb
         tol = answer.tolerance_j()
         delta = max(2e-4 * abs(lb), tol)
         while True:
