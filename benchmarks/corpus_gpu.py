@@ -21,6 +21,12 @@ and packs the lot into ``OUT/corpus.tar.gz`` when ``--pack`` is given.
     python benchmarks/corpus_gpu.py --out /tmp/c --only llama --windows 1 --window-s 0.5
     python benchmarks/corpus_gpu.py --out /tmp/t --timing-only      # the controller's timing, both ways
     python benchmarks/corpus_gpu.py --out data/corpus-h200-heldout --set heldout --pack   # never fitted to
+    python benchmarks/corpus_gpu.py --out data/corpus-h100-compiled --only bert --compile default,reduce-overhead
+
+With ``--compile MODES`` each model is also (or only) trained through ``torch.compile`` in each mode given
+(``default``; ``reduce-overhead``, which replays the step's graphs as CUDA graphs; ``eager`` for the plain
+step), in ``OUT/<model>+<mode>/``; the deployment's ``--save`` folder then also keeps the profiler's own export
+and the source TorchInductor generated (``step.profile.json.gz``, ``step.inductor.json.gz``).
 """
 
 from __future__ import annotations
@@ -179,12 +185,14 @@ def small_gpt() -> tuple[Any, Batch, Callable[[Any, dict[str, Any]], Any]]:
     return model, batch, loss
 
 
-def trainer(model: Any, batch: Batch, loss_of: Callable[[Any, dict[str, Any]], Any] | None = None
-            ) -> Callable[[], None]:
-    """One full training step: forward and loss under bf16 autocast, backward, fused AdamW, zero grads."""
+def trainer(model: Any, batch: Batch, loss_of: Callable[[Any, dict[str, Any]], Any] | None = None,
+            params: Any = None) -> Callable[[], None]:
+    """One full training step: forward and loss under bf16 autocast, backward, fused AdamW, zero grads.
+    ``params``: the module whose parameters the optimizer updates (default ``model``; the plain model where
+    ``model`` is its compiled form)."""
     import torch
 
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    opt = torch.optim.AdamW((params if params is not None else model).parameters(), lr=1e-4, fused=True)
     batches = [batch() for _ in range(4)]
     k = [0]
 
@@ -373,6 +381,29 @@ def _pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))]
 
 
+COMPILE_MODES = ("eager", "default", "reduce-overhead")
+"""``--compile``: the plain step, or ``torch.compile`` in its default mode or with CUDA graphs."""
+
+
+def compiled(make: Callable[[], tuple[Any, Batch, Any, str, Any, dict[str, Any]]], mode: str
+             ) -> tuple[Any, Callable[[], None], str, Any, dict[str, Any]]:
+    """``make()``'s model, step, task, config and shape, the model compiled in ``mode`` (``eager``: as it is). The
+    first step, which compiles, is run and timed here (``shape["compile_s"]``)."""
+    import torch
+
+    model, batch, loss_of, task, config, shape = make()
+    if mode == "eager":
+        return model, trainer(model, batch, loss_of), task, config, shape
+    shape = {**shape, "compile": mode}
+    fast = torch.compile(model, mode=None if mode == "default" else mode)
+    model_step = trainer(fast, batch, loss_of, params=model)
+    t0 = time.perf_counter()
+    model_step()
+    torch.cuda.synchronize()
+    shape["compile_s"] = round(time.perf_counter() - t0, 1)
+    return model, model_step, task, config, shape
+
+
 def record(name: str, task: str, model: Any, shape: dict[str, Any], config: Any, step: Callable[[], None],
            out: Path, windows: int, window_s: float) -> dict[str, Any]:
     import torch
@@ -480,12 +511,16 @@ def _kernel_judged(k: dict[str, Any] | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder to write the corpus to")
-    parser.add_argument("--only", default="", help="models whose name contains this")
+    parser.add_argument("--only", default="", help="models whose name contains this (or one of these, "
+                        "comma-separated)")
     parser.add_argument("--set", choices=sorted(MODEL_SETS), default="corpus",
                         help="corpus: the models the cost rules were fitted to, with examples/train_small_gpt.py's "
                              "(default); heldout: architectures they never saw")
     parser.add_argument("--windows", type=int, default=3, help="energy windows per model (default 3)")
     parser.add_argument("--window-s", type=float, default=2.0, help="seconds per window, at least (default 2)")
+    parser.add_argument("--compile", default="eager", metavar="MODES",
+                        help="comma-separated: eager (the plain step, default), default and reduce-overhead "
+                             "(torch.compile in that mode); each model is trained once per mode, in OUT/<model>+<mode>")
     parser.add_argument("--every", type=int, default=1,
                         help="with --watch or --points-overhead: a point at every K-th layer only (default 1)")
     for flag, text in (
@@ -510,22 +545,27 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     summaries: dict[str, Any] = {}
-    entries: list[tuple[str, Callable[[], tuple[Any, Callable[[], None], str, Any, dict[str, Any]]]]] = []
+    models: list[tuple[str, Callable[[], tuple[Any, Batch, Any, str, Any, dict[str, Any]]]]] = []
     for name, (config, shape) in MODEL_SETS[args.set]().items():
         def make(name=name, config=config, shape=shape):
             model, batch, task = build(name, config, shape)
-            return model, trainer(model, batch), task, config, shape
-        entries.append((name, make))
+            return model, batch, None, task, config, shape
+        models.append((name, make))
 
     def make_small():
         model, batch, loss = small_gpt()
-        return model, trainer(model, batch, loss), "causal-lm", {"width": 768, "layers": 8, "heads": 12}, \
-            {"batch": 16, "seq": 512}
+        return model, batch, loss, "causal-lm", {"width": 768, "layers": 8, "heads": 12}, {"batch": 16, "seq": 512}
 
     if args.set == "corpus":
-        entries.append(("train-small-gpt", make_small))
+        models.append(("train-small-gpt", make_small))
+    modes = [m for m in args.compile.split(",") if m]
+    unknown = sorted(set(modes) - set(COMPILE_MODES))
+    if unknown:
+        parser.error(f"--compile takes {', '.join(COMPILE_MODES)} (comma-separated), found {', '.join(unknown)}")
+    entries = [(name if mode == "eager" and args.compile == "eager" else f"{name}+{mode}",
+                lambda make=make, mode=mode: compiled(make, mode)) for name, make in models for mode in modes]
     for name, make in entries:
-        if args.only not in name:
+        if not any(part in name for part in args.only.split(",")):
             continue
         print(f"=== {name}", flush=True)
         try:

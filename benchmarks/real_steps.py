@@ -64,8 +64,9 @@ def costs(corpus: Path, gpu: str) -> None:
     print(f"== costs: shapes-only predictions of the simulated {spec.name} ({spec.key}) against {corpus.name}; "
           f"idle time inside the bare step (bare step - measured kernel sum) is host time, taken as measured, "
           f"at the model's gap power {gap_w:.0f} W")
-    print(f"{'model':16s} {'kernels':>7s} {'kernel ms':>9s} {'predicted':>9s} {'err':>6s} {'bare ms':>8s} "
-          f"{'idle ms':>7s} {'step err':>8s} {'J/step':>7s} {'predicted':>9s} {'err':>6s} {'>=20us within 25 %':>19s}")
+    print(f"{'model':31s} {'kernels':>7s} {'kernel ms':>9s} {'predicted':>9s} {'err':>6s} {'bare ms':>8s} "
+          f"{'idle ms':>7s} {'step err':>8s} {'J/step':>7s} {'predicted':>9s} {'err':>6s} {'>=20us within 25 %':>19s} "
+          f"{'timed':>6s}")
     met = 0
     models = _models(corpus)
     for folder in models:
@@ -78,15 +79,17 @@ def costs(corpus: Path, gpu: str) -> None:
         energy = float(e.sum()) + gap_w * idle_s
         energy_err = energy / bare_j - 1
         big = measured >= 20e-6
+        timed = float(np.nansum(measured[[k.cost_from == "time" for k in trace]])) / kernel_s
         within = int((np.abs(t[big] / measured[big] - 1) <= 0.25).sum())
         ok = abs(step_err) <= 0.10 and abs(energy_err) <= 0.15 and within >= 0.85 * big.sum()
         met += ok
-        print(f"{folder.name:16s} {len(trace):7d} {1e3 * kernel_s:9.1f} {1e3 * predicted_s:9.1f} "
+        print(f"{folder.name:31s} {len(trace):7d} {1e3 * kernel_s:9.1f} {1e3 * predicted_s:9.1f} "
               f"{100 * (predicted_s / kernel_s - 1):+5.0f}% {1e3 * bare_s:8.1f} {1e3 * idle_s:7.1f} "
               f"{100 * step_err:+7.0f}% {bare_j:7.1f} {energy:9.1f} {100 * energy_err:+5.0f}% "
-              f"{within:>8d}/{int(big.sum()):<5d} ({100 * within / max(big.sum(), 1):.0f} %)")
+              f"{within:>8d}/{int(big.sum()):<5d} ({100 * within / max(big.sum(), 1):.0f} %) {100 * timed:5.1f}%")
     print(f"targets met on {met} of {len(models)} models (step time within 10 %, energy within 15 %, >= 85 % of "
-          "the kernels of 20 us or more within 25 %)\n")
+          "the kernels of 20 us or more within 25 %); timed: the share of the kernel time no cost rule knew, planned "
+          "(and here predicted) from its measured time\n")
 
 
 def shapes_only(spec: Any, folder: Path) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
@@ -117,7 +120,7 @@ def kernel_accuracy(spec: Any, corpus: Path = ROOT / "data" / "corpus-h200") -> 
 def timing(corpus: Path) -> None:
     print("== timing: the planned timeline against the running step, and a switch test in the running loop "
           "(dry run; a switch every 12 ms of the timeline, 30 steps, every step timed on the GPU)")
-    print(f"{'model':16s} {'profiled':>8s} {'timeline':>8s} {'running':>8s} {'period err':>10s} {'issued':>6s} "
+    print(f"{'model':31s} {'profiled':>8s} {'timeline':>8s} {'running':>8s} {'period err':>10s} {'issued':>6s} "
           f"{'issue p95':>9s} {'switch p95':>10s} {'late':>6s} {'overhead':>8s}")
     met = 0
     models = _models(corpus)
@@ -132,7 +135,7 @@ def timing(corpus: Path) -> None:
         overhead = sw["step_time_s"] / (unrolled or running) - 1
         ok = abs(period_err) <= 0.03 and issue_p95 <= 1e-3 and switch_p95 <= 1e-3 and overhead <= 0.01
         met += ok
-        print(f"{folder.name:16s} {1e3 * s['profiled_period_s']:7.1f}ms {1e3 * s['timeline_period_s']:7.1f}ms "
+        print(f"{folder.name:31s} {1e3 * s['profiled_period_s']:7.1f}ms {1e3 * s['timeline_period_s']:7.1f}ms "
               f"{1e3 * running:7.1f}ms {100 * period_err:+9.1f}% {sw['issued']:6d} {1e3 * issue_p95:7.2f}ms "
               f"{1e3 * switch_p95:8.2f}ms {100 * (sw['late_fraction'] or 0):5.0f}% {100 * overhead:+7.1f}%")
     print(f"targets met on {met} of {len(models)} models (timeline period within 3 % of the running step, issue "
@@ -162,7 +165,7 @@ def paced_table(models: list[Path], name: str, what: str, second: str = "paced",
           f"(benchmarks/corpus_gpu.py --timing-only{' --kernel-times' if kernels else ''}{flags}: {what})")
     extra = f" {'kernels p95':>11s} {'late':>5s}" if kernels else ""
     mid = "pace" if second == "paced" else "points"
-    print(f"{'model':16s} {'timeline':>8s} {'running':>8s} | {'step':>7s} {'issue p95':>9s} {'switch p95':>10s} "
+    print(f"{'model':31s} {'timeline':>8s} {'running':>8s} | {'step':>7s} {'issue p95':>9s} {'switch p95':>10s} "
           f"{'late':>5s}{extra} | {'step':>7s} {mid:>6s} {'issue p95':>9s} {'switch p95':>10s} {'late':>5s}{extra}")
     better = 0
 
@@ -178,7 +181,7 @@ def paced_table(models: list[Path], name: str, what: str, second: str = "paced",
         a, b = t["switch_test"]["profiled"], t["switch_test"][second]
         key = "kernel_judged" if kernels else "switch_error"
         better += b[key]["p95_abs_s"] < a[key]["p95_abs_s"]
-        print(f"{folder.name:16s} {1e3 * t['timeline_period_s']:7.1f}ms {1e3 * t['running_step_s']:7.1f}ms | "
+        print(f"{folder.name:31s} {1e3 * t['timeline_period_s']:7.1f}ms {1e3 * t['running_step_s']:7.1f}ms | "
               f"{1e3 * a['step_time_s']:6.1f}ms {1e3 * a['issue_error']['p95_abs_s']:7.2f}ms "
               f"{1e3 * a['switch_error']['p95_abs_s']:8.2f}ms {100 * a['late_fraction']:4.0f}%{judged(a)} | "
               f"{1e3 * b['step_time_s']:6.1f}ms {_middle(b, second)} {1e3 * b['issue_error']['p95_abs_s']:7.2f}ms "
@@ -211,7 +214,7 @@ def policy(corpus: Path, checkpoint: str, budget: float, time_limit_s: float) ->
           f"{latency_s * 1e3:g} ms, budget {100 * budget:g} %; savings against auto")
     print(f"{'':16s} {'':8s} {'first choices':^30s} {'with the search':^30s} {'deployed (+ whole-job stage)':^47s}")
     cell = f"{'policy':>7s} {'of opt':>6s} {'slowdown':>8s} {'plan s':>6s}"
-    print(f"{'model':16s} {'optimum':>8s} {cell} {cell} {cell} {'plan':>16s} {'static':>7s} {'power limit':>16s} "
+    print(f"{'model':31s} {'optimum':>8s} {cell} {cell} {cell} {'plan':>16s} {'static':>7s} {'power limit':>16s} "
           f"{'model s':>7s} solve")
     for folder in _models(corpus):
         trace = refresh_costs(KernelTrace.load(folder / "step.trace.json.gz"))
@@ -236,11 +239,12 @@ def policy(corpus: Path, checkpoint: str, budget: float, time_limit_s: float) ->
             solve = f"best found, {o.solve_s:.0f} s; optimum <= {100 * bound:.2f}%"
         cells = " ".join(f"{100 * ev.saving:6.2f}% {100 * ev.saving / best if best > 0 else float('nan'):5.0f}% "
                          f"{100 * ev.slowdown:+7.2f}% {plan_s:6.2f}" for ev, plan_s in [*planned, deployed])
-        print(f"{folder.name:16s} {100 * best:7.2f}% {cells} {deployed[0].name[:16]:>16s} {100 * st.saving:6.2f}% "
+        print(f"{folder.name:31s} {100 * best:7.2f}% {cells} {deployed[0].name[:16]:>16s} {100 * st.saving:6.2f}% "
               f"{100 * pl.saving:6.2f}% ({pl.name.split(' ', 1)[1]:>6s}) {model_s:7.2f} {solve}")
     print("of opt: the policy's saving over the optimum's (the best schedule the solver found within its time "
           "limit, with the bound it proved on the true optimum's saving); deployed: the schedule rlclock apply "
-          "--search plans (the policy's, or the whole-job plan named under plan where that saves more); plan s: "
+          "plans by default, with the search (the policy's, or the whole-job plan named under plan where that saves "
+          "more); plan s: "
           "ClockPolicy.schedule and its "
           "evaluation on the planning model; model s: building the planning model (the simulated GPU's tables "
           "for the step, once for both plans, the solver and the baselines); planning model "
@@ -322,7 +326,7 @@ def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, run
     head = f"{'policy':>7s} {'of opt':>6s} {'slowdown':>8s} {'plan s':>6s}"
     print(f"{'':16s} {'':8s} {'left out, first choices':^30s} {'left out, with the search':^30s}"
           + (f" {compare + ', with the search':^30s}" if compare else "") + f" {'left out, deployed':^47s}")
-    print(f"{'model':16s} {'optimum':>8s} {head} {head}" + (f" {head}" if compare else "")
+    print(f"{'model':31s} {'optimum':>8s} {head} {head}" + (f" {head}" if compare else "")
           + f" {head} {'plan':>16s} {'static':>7s} {'power limit':>16s} {'train s':>7s}")
     met = 0
     for r in rows:
@@ -332,13 +336,13 @@ def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, run
         floor = max(r["static"], r["power_limit"])
         sv, sd, ps, name = r["deployed"]
         met += sv >= 0.9 * best and sd <= budget + 0.002 + 1e-9 and sv >= floor - 1e-9 and ps <= 1.0
-        print(f"{r['model']:16s} {100 * best:7.2f}% {cells} {name[:16]:>16s} {100 * r['static']:6.2f}% "
+        print(f"{r['model']:31s} {100 * best:7.2f}% {cells} {name[:16]:>16s} {100 * r['static']:6.2f}% "
               f"{100 * r['power_limit']:6.2f}% ({r['power_limit_name']:>6s}) {r['train_s']:7.0f}")
     print(f"targets met by the deployed plan on {met} of {len(rows)} models (>= 90 % of the optimum's saving, "
           "slowdown within budget + 0.2 pp, never below the best static pair or power limit, planning <= 1 s); "
-          "deployed: with the search and the planner's whole-job stage, what rlclock apply --search applies (the "
-          "policy's plan, or the whole-job plan named under plan); optimum: the exact latency-aware optimum on the "
-          "step's planning model ("
+          "deployed: with the search and the planner's whole-job stage, what rlclock apply applies by default "
+          "(the policy's plan, or the whole-job plan named under plan); optimum: the exact latency-aware optimum "
+          "on the step's planning model ("
           + ("anchored on the measured kernel times" if any(r["anchored"] for r in rows) else
              "from shapes alone: the steps were measured on another GPU") + "); plan s: planning and evaluating "
           "one step, one at a time after every fold has trained; train s: the fold's training wall time\n")
@@ -350,7 +354,7 @@ def _ranks_table(rows: list[dict[str, Any]], ranks: tuple[int, ...], budget: flo
     """The left-out steps planned with the search over each number of the policy's best choices in ``ranks``."""
     print("== the same folds, planned with the search over the policy's k best choices (k = --ranks): share of the "
           "optimum's saving, slowdown, planning s")
-    print(f"{'model':16s} " + " ".join(f"{f'k = {k}':>24s}" for k in ranks))
+    print(f"{'model':31s} " + " ".join(f"{f'k = {k}':>24s}" for k in ranks))
     met = dict.fromkeys(ranks, 0)
     for r in rows:
         cells = []
@@ -358,7 +362,7 @@ def _ranks_table(rows: list[dict[str, Any]], ranks: tuple[int, ...], budget: flo
             best, floor = r["optimum"], max(r["static"], r["power_limit"])
             met[k] += sv >= 0.9 * best and sd <= budget + 0.002 + 1e-9 and sv >= floor - 1e-9
             cells.append(f"{100 * sv / best if best > 0 else float('nan'):5.0f}% {100 * sd:+7.2f}% {ps:7.2f} s")
-        print(f"{r['model']:16s} " + " ".join(f"{c:>24s}" for c in cells))
+        print(f"{r['model']:31s} " + " ".join(f"{c:>24s}" for c in cells))
     print("at >= 90 % of the optimum's saving, within budget + 0.2 pp and above static and power limit: "
           + ", ".join(f"k = {k}: {met[k]} of {len(rows)}" for k in ranks) + "\n")
 

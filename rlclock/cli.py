@@ -18,23 +18,23 @@ from rlclock.errors import RlclockError
 from rlclock.version import __version__
 
 COMMANDS: tuple[str, ...] = (
-    "simulate", "baselines", "train", "evaluate", "profile", "measure", "calibrate", "doctor", "reset_clocks",
+    "list", "simulate", "baselines", "train", "evaluate", "profile", "measure", "calibrate", "doctor", "reset_clocks",
     "apply",
 )
 """Subcommand modules under ``rlclock.commands`` (a missing module is skipped)."""
 
-EPILOG = """examples:
-  rlclock simulate envs/gpt3xl-rtx3080ti.yaml                 step time and energy at auto clocks
-  rlclock simulate envs/gpt3xl-rtx3080ti.yaml --clocks 1680@5001 auto@9501
-  rlclock baselines envs/gpt3xl-rtx3080ti.yaml --budget 0.01  baselines and the exact optimum
-  rlclock train envs/gpt3xl-rtx3080ti.yaml --timesteps 300000 train a PPO clock policy
-  rlclock evaluate checkpoints/gpt3xl-rtx3080ti               the policy beside the baselines
+EPILOG = """examples (names of shipped files work from any folder; `rlclock list` shows them):
+  rlclock list                                                the shipped envs, recipes, checkpoints, GPUs
+  rlclock simulate gpt3xl-rtx3080ti                           step time and energy at auto clocks
+  rlclock simulate gpt3xl-rtx3080ti --clocks 1680@5001 auto@9501
+  rlclock baselines gpt3xl-rtx3080ti --budget 0.01            baselines and the exact optimum
+  rlclock train gpt3xl-rtx3080ti --track                      train a clock policy (W&B offline)
+  rlclock evaluate gpt3xl-rtx3080ti                           a shipped policy beside the baselines
   rlclock calibrate --table sweep.csv --gpu h200-sxm --out my-gpu.yaml
                                                               fit a GPU's model to a clock sweep
   rlclock doctor                                              what rlclock can do on this machine
-  rlclock apply --checkpoint checkpoints/gpt3xl-h200 -- python train.py
-                                                              plan and apply clocks in a live loop (dry run)
-docs: docs/simulator.md, docs/agent.md, docs/deploy.md
+  rlclock apply -- python train.py                            plan and apply clocks in your training (dry run)
+docs: the docs/ folder of the source (`mkdocs serve`), starting at docs/index.md
 """
 
 

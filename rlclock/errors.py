@@ -64,6 +64,14 @@ class ClockControlDisabledError(ClockError):
     """Clocks would have to be set, but clock control was not opted into (``allow_clock_control``)."""
 
 
+class GpuBusyError(ClockError):
+    """Another rlclock process controls this GPU's clocks and power limit (one process per GPU at a time)."""
+
+
+class ClockRestoreError(ClockError):
+    """Clocks or a power limit could not be given back, even after retries; the message says what is left."""
+
+
 class CudaGraphError(RlclockError):
     """Capturing, inspecting, pruning or replaying a CUDA graph failed."""
 

@@ -66,7 +66,8 @@ def compute() -> dict[str, str]:
         for spec in load_env_specs(specs):
             backend = episode_tables(spec).backend
             budget = spec.reward.budget
-            for label, kwargs in (("plan", {}), ("search", {"search": True}), ("uncalibrated", {"meet_budget": False}),
+            for label, kwargs in (("plan", {"search": False}), ("search", {"search": True}),
+                                  ("uncalibrated", {"meet_budget": False, "search": False}),
                                   ("uncalibrated-search", {"meet_budget": False, "search": True})):
                 sched = policy.schedule(backend.trace, backend=backend, budget=budget, **kwargs)
                 out[f"{name}/{spec.name}/{label}"] = digest(sched.index)

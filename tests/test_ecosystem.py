@@ -52,10 +52,23 @@ def test_gymnasiums_checker_and_render_metadata():
     from gymnasium.utils.env_checker import check_env
 
     env = gym.make(ENV, render_mode="ansi")
-    assert env.metadata["render_fps"] > 0 and set(env.metadata["render_modes"]) == {"human", "ansi"}
+    assert env.metadata["render_fps"] > 0 and set(env.metadata["render_modes"]) == {"human", "ansi", "rgb_array"}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_env(env.unwrapped, skip_render_check=False)
     env.reset(seed=0)
     env.step(0)
     assert env.render().startswith("kernel 1/")
+
+
+def test_stable_baselines3s_make_vec_env_with_its_defaults():
+    from stable_baselines3.common.env_util import make_vec_env
+
+    envs = make_vec_env(ENV, n_envs=2)  # asks for render_mode="rgb_array"
+    envs.reset()
+    for _ in range(3):
+        envs.step(np.zeros(2, dtype=np.int64))
+    pictures = envs.get_images()
+    assert len(pictures) == 2 and pictures[0].dtype == np.uint8 and pictures[0].shape[2] == 3
+    drawn = (pictures[0] != 255).any(axis=(0, 2))  # a column with a bar (the clock in effect at that kernel)
+    assert drawn[:3].all() and not drawn[3:].any()

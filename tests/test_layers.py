@@ -18,6 +18,7 @@ env            the Gymnasium environment
 policy         the deployable policy: checkpoint, network, rollout, planner, search
 agents         imitation, PPO (stable-baselines3), training, tracking (W&B)
 deploy         clocked(), the controller and its worker, timelines, distributed runs
+integrations   callbacks of the training frameworks (HF Trainer, Lightning) over clocked()
 cli            the rlclock command
 api            the package root: the public names, imported lazily
 =============  ==================================================================================
@@ -34,8 +35,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "rlclock"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("values", ("rlclock.version", "rlclock.lazy", "rlclock.errors", "rlclock.schedule", "rlclock.yamlio",
-                "rlclock.validation", "rlclock.resources", "rlclock.paper")),
+    ("values", ("rlclock.version", "rlclock.lazy", "rlclock.errors", "rlclock.log", "rlclock.schedule",
+                "rlclock.yamlio", "rlclock.validation", "rlclock.resources", "rlclock.paper")),
     ("workload", ("rlclock.workload",)),
     ("gpu model", ("rlclock.dvfs",)),
     ("hardware", ("rlclock.gpu",)),
@@ -48,6 +49,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("policy", ("rlclock.policy",)),
     ("agents", ("rlclock.agents",)),
     ("deploy", ("rlclock.deploy",)),
+    ("integrations", ("rlclock.integrations",)),
     ("cli", ("rlclock.commands", "rlclock.cli", "rlclock.__main__")),
     ("api", ("rlclock",)),
 )
@@ -57,6 +59,9 @@ FORBIDDEN: tuple[tuple[str, str, str], ...] = (
     ("rlclock.deploy", "rlclock.env", "deploy runs in the user's training script: no env"),
     ("rlclock.deploy", "rlclock.agents", "deploy never trains"),
     ("rlclock.deploy", "stable_baselines3", "deploy needs no RL library"),
+    ("rlclock.integrations", "rlclock.env", "the callbacks run in the user's training: no env"),
+    ("rlclock.integrations", "rlclock.agents", "the callbacks never train a policy"),
+    ("rlclock.integrations", "stable_baselines3", "the callbacks need no RL library"),
     ("rlclock.policy", "torch", "the deployed policy is numpy only"),
     ("rlclock.policy", "stable_baselines3", "the deployed policy is numpy only"),
     ("rlclock.observation", "rlclock.backends", "the observation is built from tables, not from a backend"),
@@ -67,6 +72,9 @@ ONLY: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pynvml", ("rlclock.gpu.nvml",)),
     ("wandb", ("rlclock.agents.tracking",)),
     ("stable_baselines3", ("rlclock.agents",)),
+    ("transformers", ("rlclock.integrations.hf",)),
+    ("lightning", ("rlclock.integrations.lightning",)),
+    ("pytorch_lightning", ("rlclock.integrations.lightning",)),
 )
 """Third-party package → the only modules that may import it."""
 
@@ -218,7 +226,7 @@ def test_the_check_sees_what_it_guards(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("package", ["rlclock", "rlclock.deploy", "rlclock.policy", "rlclock.env", "rlclock.config",
-                                     "rlclock.backends"])
+                                     "rlclock.backends", "rlclock.integrations"])
 def test_every_public_name_resolves(package):
     import importlib
 

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlclock.errors import TraceError
-from rlclock.workload.trace import CATEGORIES, PHASES, Kernel, KernelTrace, Measurement
+from rlclock.workload.trace import CATEGORIES, PHASES, Kernel, KernelTrace, Measurement, replace_kernel
 
 
 def _kernel(**kw) -> Kernel:
@@ -150,7 +150,7 @@ def test_the_streaming_reader_reads_what_was_written_at_any_chunk_size(tmp_path_
     (lambda s: s.replace('"format"', '"format":"rlclock.trace","format"', 1), "key 'format' appears twice"),
     (lambda s: s + " {}", "extra data"),
     (lambda s: s.replace("{", "[", 1), "expected '{'"),
-    (lambda s: s.replace('"version": 1', '"version": 7', 1), "version 7"),
+    (lambda s: s.replace('"version": 2', '"version": 7', 1), "version 7"),
     (lambda s: s.replace('"kernels": [', '"kernels": {', 1), "not a readable JSON trace"),
 ])
 def test_bad_trace_text_is_one_clear_error(tmp_path, mutate, needle):
@@ -187,3 +187,52 @@ def test_equal_values_are_shared_but_never_across_types(tmp_path):
     back = KernelTrace.load(KernelTrace("x", [a, b]).save(tmp_path / "t.json"))
     assert back[0].name is back[1].name and back[0].gemm_bmnk is back[1].gemm_bmnk
     assert type(back[1].flops) is float and type(back[0].layer) is int and back == KernelTrace("x", [a, b])
+
+
+def _code_kernel() -> Kernel:
+    from rlclock.workload.kernel_code import Access, KernelCode
+    from rlclock.workload.trace import LaunchOp
+
+    code = KernelCode("triton_poi_fused_add_0", "pointwise", (("x", 4096.0),),
+                      (Access("in_ptr0", False, 4096.0, 2, 0, False), Access("out_ptr0", True, 4096.0, 2, 0, False)),
+                      1.0, ("in_ptr0", "out_ptr0", "xnumel"))
+    return _kernel(name="triton_poi_fused_add_0", category="elementwise",
+                   launch_op=LaunchOp("aten::add", ((4096,), (4096,)), ("c10::BFloat16",) * 2, ("", ""), 3, code))
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_the_streaming_reader_keeps_version_2_fields_and_reads_version_1_files(tmp_path, gz):
+    """A kernel's generated code and its cost source survive a save and a load; a version-1 file's measured kernels
+    with no work are read as kernels planned from their time, exactly as from_dict reads them."""
+    from rlclock.workload.trace import TRACE_VERSION
+
+    timed = _kernel(name="some_kernel", flops=0.0, dram_read_bytes=0.0, dram_write_bytes=0.0,
+                    measured=(Measurement(gpu="h200-sxm", time_s=2e-4),))
+    trace = KernelTrace("v2", [_code_kernel(), timed, replace_kernel(timed, cost_from="time")])
+    path = trace.save(tmp_path / ("t.json.gz" if gz else "t.json"))
+    back = KernelTrace.load(path)
+    assert back == trace and back[0].launch_op is not None and back[0].launch_op.code == trace[0].launch_op.code
+    assert TRACE_VERSION == 2 and [k.cost_from for k in back] == ["rules", "rules", "time"]
+    old = {**trace.to_dict(), "version": 1}
+    for d in old["kernels"]:
+        d.pop("cost_from", None)
+    v1 = tmp_path / "v1.json"
+    v1.write_text(json.dumps(old))
+    assert [k.cost_from for k in KernelTrace.load(v1)] == ["rules", "time", "time"]
+    assert KernelTrace.load(v1) == KernelTrace.from_dict(json.loads(json.dumps(old)))
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda c: c.update(numels=[["x", "nan"]]), "not a finite number >= 0"),
+    (lambda c: c.update(ops_per_element=-1), "not a finite number >= 0"),
+    (lambda c: c.update(accesses="x"), "malformed"),
+    (lambda c: c.pop("kind"), "malformed"),
+])
+def test_bad_generated_code_in_a_trace_is_one_clear_error(tmp_path, change, needle):
+    data = KernelTrace("x", [_code_kernel()]).to_dict()
+    change(data["kernels"][0]["launch_op"]["code"])
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TraceError, match=needle) as err:
+        KernelTrace.load(path)
+    assert "\n" not in str(err.value) and "Fix:" in str(err.value)

@@ -767,7 +767,7 @@ def _schedule_rows(policy: ClockPolicy, spec: EnvSpec) -> list[list[Any]]:
     from rlclock.env import episode_tables
 
     backend = episode_tables(spec).backend
-    sched = policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget)
+    sched = policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget, search=False)
     run = backend.run(sched)
     return [[i, backend.trace[i].op, str(backend.configs[int(run.requested_index[i])]),
              str(backend.configs[int(run.config_index[i])]), 1e3 * float(run.kernel_time_s[i]),

@@ -10,6 +10,7 @@ import numpy as np
 from rlclock.backends.base import GpuBackend
 from rlclock.dvfs import model
 from rlclock.dvfs.spec import GpuSpec
+from rlclock.dvfs.timed import work_from_time
 from rlclock.schedule import ClockConfig
 from rlclock.workload.trace import Kernel, KernelTrace
 
@@ -67,7 +68,7 @@ class SimulatedGpu(GpuBackend):
         """The model's inputs for every distinct kernel of the trace, anchored on its measured auto points when
         ``anchor`` (at the preset's limit, whatever this backend's)."""
         first, _ = self.trace.unique_index
-        kernels = [self.trace[i] for i in first]
+        kernels = work_from_time([self.trace[i] for i in first], self.spec)
         ka = model.kernel_arrays(kernels, self.spec)
         if self.anchor:
             points = [_measured_point(k, self.spec) for k in kernels]

@@ -1,27 +1,28 @@
-"""``rlclock apply``: run a training script with a clock policy or schedule applied to its steps."""
+"""``rlclock apply``: run a training command with a clock policy (or schedule) applied to its steps."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-EPILOG = """The script opens the deployment around its training loop and marks each step:
-
-    import rlclock.deploy
-    with rlclock.deploy.clocked() as clk:        # this command's options apply
-        for batch in loader:
-            with clk.step():
-                ...                               # forward, backward, optimizer step
+EPILOG = """Your script needs no change: every Python process the command starts is attached at start-up, and each
+optimizer step marks a training step (gradient accumulation, several optimizers and AMP grad scalers included).
+A script that opens rlclock.deploy.clocked() itself, or trains through rlclock's Hugging Face or Lightning
+callback, keeps that control (use it to choose where a step starts, or to mark points inside it).
 
 examples:
-  rlclock apply --checkpoint checkpoints/gpt3xl-h200 -- python train.py --lr 3e-4      dry run (nothing set)
+  rlclock apply -- python train.py --lr 3e-4                        dry run with the shipped policy for this GPU
+  rlclock apply --checkpoint corpus-h100 -- python train.py          a given policy (a shipped name or a folder)
   rlclock apply --schedule step.schedule.json --control-clocks -- python train.py       set clocks (root)
-  rlclock apply --checkpoint DIR -- torchrun --nproc-per-node 8 train.py               every rank, its own GPU
+  rlclock apply -- torchrun --nproc-per-node 8 train.py              every rank its own GPU; rank 0 plans
+  rlclock apply -- accelerate launch train.py                         the same under Accelerate
 """
 
 
@@ -30,13 +31,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "apply",
-        help="run a training script with a clock policy (or schedule) applied to its steps",
-        description="Run COMMAND (a training script that opens rlclock.deploy.clocked() around its loop) with this "
-                    "deployment in its environment: after some warm-up steps the step is profiled (kernel sequence, "
-                    "durations, start offsets; FLOPs/bytes from operator shapes), the schedule is built by the "
-                    "policy of --checkpoint or read from --schedule, and a clock controller applies it from then on, "
-                    "each switch issued ahead of its kernels by at least the switching latency. Without "
-                    "--control-clocks it is a dry run: every switch is planned, timed and reported, none is set.",
+        help="run a training command with a clock policy (or schedule) applied to its steps",
+        description="Run COMMAND with a clock deployment in every Python process it starts: after some warm-up "
+                    "steps the step is profiled (kernel sequence, durations, start offsets; FLOPs and bytes from "
+                    "operator shapes and, for torch.compile, from the generated code), the schedule is planned by "
+                    "the policy of --checkpoint (default: the shipped policy for the GPU found) or read from "
+                    "--schedule, and a clock controller applies it from then on, each switch issued ahead of its "
+                    "kernels by the switching latency. Without --control-clocks it is a dry run: every switch is "
+                    "planned, timed and reported, none is set. The command's exit code is passed on.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -46,72 +48,168 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from rlclock.deploy.settings import DeploySettings
+def check_command(cmd: list[str]) -> list[str]:
+    """The command after ``--``, checked before anything starts.
+
+    Raises:
+        DeployError: No command, or its program is not found, is a folder, or is not executable.
+    """
     from rlclock.errors import DeployError
 
-    cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
-        raise DeployError("no training command was given.", "add it after '--', e.g. rlclock apply --checkpoint DIR "
-                          "-- python train.py.")
+        raise DeployError("no training command was given.", "add it after '--', e.g. rlclock apply -- python train.py.")
+    program = cmd[0]
+    path = Path(program).expanduser()
+    if os.sep in program or program.startswith("."):
+        if path.is_dir():
+            raise DeployError(f"the training command {program!r} is a folder, not a program.",
+                              f"give the program to run, e.g. rlclock apply -- python {program}/train.py.")
+        if not path.exists():
+            raise DeployError(f"the training command {program!r} does not exist.", "check the path after '--'.")
+        if not os.access(path, os.X_OK):
+            raise DeployError(f"the training command {program!r} is not executable.",
+                              f"run it through its interpreter (rlclock apply -- python {program}), or chmod +x it.")
+    elif shutil.which(program) is None:
+        raise DeployError(f"the training command {program!r} was not found on the PATH.",
+                          "check its spelling, or give its full path after '--'.")
+    return cmd
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlclock.deploy.attach import ATTACH_ENV, BOOT_DIR
+    from rlclock.deploy.controller import nvml_present
+    from rlclock.deploy.settings import DeploySettings
+
+    cmd = check_command(list(args.cmd))
     settings = DeploySettings.from_args(args)  # every option checked before the script starts
-    if settings.allow_clock_control:
-        from rlclock.deploy.controller import nvml_present
+    gpu = nvml_present()
+    if settings.allow_clock_control and not gpu:
         from rlclock.errors import GpuUnavailableError
 
-        if not nvml_present():
-            raise GpuUnavailableError("--control-clocks needs an NVIDIA GPU with NVML, and this machine has none.",
-                                      "run on the GPU machine, or leave out --control-clocks for a dry run.")
+        raise GpuUnavailableError("--control-clocks needs an NVIDIA GPU with NVML, and this machine has none.",
+                                  "run on the GPU machine, or leave out --control-clocks for a dry run.")
+    _describe_source(settings, gpu)
+    work = Path(tempfile.mkdtemp(prefix="rlclock-apply-"))
+    if settings.report is None:
+        settings = settings.with_(report=str(work / "report.json"))
+    assert settings.report is not None
+    env = {**os.environ, **settings.to_env(), ATTACH_ENV: str(work)}
+    env["PYTHONPATH"] = os.pathsep.join([str(BOOT_DIR), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    code = _run_child(cmd, env)
+    try:
+        _close_lines(work, Path(settings.report), code, settings, keep=args.report is not None)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return code
+
+
+def _describe_source(settings: Any, gpu: bool) -> None:
+    """Say where the plan will come from, checking it before the script starts."""
+    say = _say
     if settings.checkpoint is not None:
         from rlclock.deploy.api import load_policy
 
         policy = load_policy(settings.checkpoint)  # fail here, before the script starts, on a bad checkpoint
-        print(f"rlclock apply: policy {settings.checkpoint} for {getattr(policy, 'gpu_name', '?')} "
-              f"({len(getattr(policy, 'configs', ()))} clock configurations)", file=sys.stderr, flush=True)
-    if settings.schedule is not None:
+        say(f"policy {settings.checkpoint} for {getattr(policy, 'gpu_name', '?')} "
+            f"({len(getattr(policy, 'configs', ()))} clock configurations)")
+    elif settings.schedule is not None:
         from rlclock.schedule import ClockSchedule
 
         sched = ClockSchedule.load(settings.schedule)
-        print(f"rlclock apply: schedule {sched.name!r} from {settings.schedule}: {len(sched)} kernels, "
-              f"{sched.n_changes} changes per step", file=sys.stderr, flush=True)
+        say(f"schedule {sched.name!r} from {settings.schedule}: {len(sched)} kernels, {sched.n_changes} changes per "
+            "step")
+    elif gpu:
+        say("no --checkpoint: each process plans with the shipped policy for its GPU")
     if settings.timeline is not None:
         from rlclock.deploy.timeline import StepTimeline
 
         StepTimeline.load(settings.timeline)
-    tmp = None
-    if settings.report is None:
-        tmp = tempfile.mkdtemp(prefix="rlclock-apply-")
-        settings = settings.with_(report=str(Path(tmp) / "report.json"))
-    assert settings.report is not None
-    report = Path(settings.report)
-    env = {**os.environ, **settings.to_env()}
+    if not gpu:
+        say("no NVIDIA GPU on this machine (NVML finds none): the command runs unchanged, and what its processes do "
+            "is reported at the end")
+
+
+def _run_child(cmd: list[str], env: dict[str, str]) -> int:
+    """Run the command and return its exit code (128 + the signal's number when a signal ended it)."""
+    from rlclock.errors import DeployError
+
     try:
         proc = subprocess.Popen(cmd, env=env)
-    except FileNotFoundError:
-        raise DeployError(f"the training command {cmd[0]!r} was not found.", "check the command after '--'.") from None
+    except OSError as exc:
+        raise DeployError(f"the training command {cmd[0]!r} could not be started ({exc.strerror or exc}).",
+                          "check the command after '--'.") from None
     while True:
         try:
             code = proc.wait()
             break
-        except KeyboardInterrupt:  # the script got the same Ctrl-C: let it restore the clocks and end
+        except KeyboardInterrupt:  # the command got the same Ctrl-C: let it restore the clocks and end
             continue
-    reports = sorted(Path(report).parent.glob(f"{Path(report).stem}*{Path(report).suffix}"))
-    if not reports:
-        print("rlclock apply: the script never applied a schedule (it did not open rlclock.deploy.clocked(), or it "
-              "ended before profiling finished): nothing was controlled.", file=sys.stderr)
+    return 128 - code if code < 0 else code
+
+
+def _say(message: str) -> None:
+    print(f"rlclock apply: {message}", file=sys.stderr, flush=True)
+
+
+def _close_lines(work: Path, report: Path, code: int, settings: Any, keep: bool) -> None:
+    """The closing lines: each report's figures, or what the processes saw when nothing was controlled."""
+    import json
+
+    from rlclock.deploy.attach import read_statuses
+
+    statuses = read_statuses(work)
+    reports = sorted(report.parent.glob(f"{report.stem}*{report.suffix}"))
     for path in reports:
         try:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        print(f"rlclock apply: {path.name}: {data.get('mode')} on GPU {data.get('device')}, {data.get('steps')} steps, "
-              f"{data.get('issued')} switches issued, {data.get('missed')} missed"
-              + (f"; report kept at {path}" if args.report is not None else ""), file=sys.stderr)
-    if tmp is not None:
+        _say(f"{path.name}: {data.get('mode')} on GPU {data.get('device')}, {data.get('steps')} steps, "
+             f"{data.get('issued')} switches issued, {data.get('missed')} missed"
+             + (f"; report kept at {path}" if keep else ""))
+    if not reports:
+        _say(_nothing_controlled(statuses, settings))
+    if code != 0:
+        failed = sorted((s for s in statuses if s.exit != "normal"), key=lambda s: (s.rank is None, s.failed_at))
+        where = ""
+        if failed:
+            first = failed[0]
+            where = f" ({'rank ' + str(first.rank) + ': ' if first.rank is not None else ''}" \
+                    f"{first.exit.strip().splitlines()[0]})"
+        restored = "clocks restored" if settings.allow_clock_control else "dry run: nothing was set"
+        name = signal.Signals(code - 128).name if 128 < code < 128 + 65 and code - 128 in signal.valid_signals() \
+            else None
+        _say(f"the training command failed with exit code {code}" + (f" ({name})" if name else "") + where
+             + f"; {restored}")
+    if not keep:
         for path in reports:
             path.unlink(missing_ok=True)
-        if not any(Path(tmp).iterdir()):
-            os.rmdir(tmp)
-    return code
+
+
+def _nothing_controlled(statuses: list[Any], settings: Any) -> str:
+    """One line on why no schedule was applied, from what the attached processes saw."""
+    needed = settings.warmup_steps + settings.profile_steps + (settings.timing_steps if settings.timeline is None
+                                                               else 0)
+    if not statuses:
+        return ("nothing was controlled: no Python process of the command imported torch (a program that is not "
+                "Python, or an interpreter started with -I or -S, which skip the attachment)")
+    stepped = [s for s in statuses if s.optimizer_steps]
+    failed = next((s.reason for s in statuses if s.reason), "")
+    if not stepped and failed:
+        return f"nothing was controlled: {failed}"
+    if not stepped:
+        return (f"nothing was controlled: {len(statuses)} process(es) imported torch, but none called an optimizer's "
+                "step() — rlclock marks a training step at each optimizer step (or at clk.step() in a script that "
+                "opens rlclock.deploy.clocked())")
+    best = max(stepped, key=lambda s: s.marks)
+    steps = ", ".join(f"{n} x{k}" for n, k in sorted(best.optimizer_steps.items()))
+    seen = f"{len(stepped)} process(es) stepped optimizers ({steps}"
+    seen += f", {best.skipped_steps} skipped by the grad scaler)" if best.skipped_steps else ")"
+    if best.stood_down:
+        return f"{seen}; the script opened its own deployment, which wrote no report"
+    if best.reason:
+        return f"{seen}; nothing was controlled: {best.reason}"
+    return (f"{seen}; it ended after {best.marks} training steps, before the schedule was applied (that takes "
+            f"{needed}: --warmup-steps, --profile-steps and --timing-steps)")

@@ -47,7 +47,7 @@ def comparison_rows(policy, spec, schedules: dict | None = None,
     policy.check_gpu(backend.spec)
     results = run_baselines(backend, spec.reward.budget, time_limit_s=time_limit_s)
     budget = spec.reward.budget
-    planned = {"policy": policy.schedule(backend.trace, backend=backend, budget=budget),
+    planned = {"policy": policy.schedule(backend.trace, backend=backend, budget=budget, search=False),
                "search": policy.schedule(backend.trace, backend=backend, budget=budget, search=True)}
     if schedules is not None:
         schedules.update(planned)

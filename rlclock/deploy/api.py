@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -55,13 +54,54 @@ from rlclock.deploy.report import ControllerReport
 from rlclock.deploy.settings import DeploySettings
 from rlclock.deploy.timeline import StepTimeline
 from rlclock.errors import DeployError, RlclockError
+from rlclock.log import get_logger
 from rlclock.schedule import ClockSchedule
 from rlclock.workload.trace import KernelTrace
 
 ScheduleBuilder = Callable[[KernelTrace, np.ndarray, float], ClockSchedule]
 """``(trace, auto_time_s, latency_s) -> ClockSchedule``: builds the schedule for a profiled step."""
 
+_log = get_logger(__name__)
+
 _NULL = StepMark(None, -1)
+_EXPLICIT = [0]
+"""Deployments the script opened itself and has not closed (an attached deployment stands down for them)."""
+DEFAULT_POLICY_PREFIXES = ("corpus-", "gpt3xl-")
+"""Without a checkpoint or schedule, the shipped policy for the GPU found: one trained on real steps first."""
+
+
+def explicit_deployments() -> int:
+    """How many deployments the script opened itself (``clocked()``, a framework callback) and still runs."""
+    return _EXPLICIT[0]
+
+
+def shipped_policy_for(gpu_name: str) -> str:
+    """The shipped policy checkpoint trained for the GPU NVML names ``gpu_name`` (one trained on real steps first).
+
+    Raises:
+        DeployError: No shipped policy was trained for that GPU (the message says how to get one).
+    """
+    import json
+
+    from rlclock.resources import data_dir, shipped
+
+    found: dict[str, str] = {}
+    for name in shipped("checkpoints"):
+        try:
+            meta = json.loads((data_dir() / "checkpoints" / name / "meta.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(meta, dict) and meta.get("gpu_name") == gpu_name:
+            found[name] = name
+    for prefix in DEFAULT_POLICY_PREFIXES:
+        for name in sorted(found):
+            if name.startswith(prefix):
+                return name
+    if found:
+        return sorted(found)[0]
+    raise DeployError(f"no shipped clock policy was trained for this GPU ({gpu_name}).",
+                      "train one (`rlclock calibrate --device 0` to fit its model, then `rlclock train`) and pass it "
+                      "with --checkpoint DIR, or pass a schedule with --schedule FILE.")
 
 
 def load_policy(checkpoint: str | Path) -> Any:
@@ -102,8 +142,11 @@ class Clocked:
 
     def __init__(self, settings: DeploySettings, schedule: ClockSchedule | None = None,
                  builder: ScheduleBuilder | None = None, timeline: StepTimeline | None = None,
-                 alternatives: Sequence[ClockSchedule] = ()) -> None:
+                 alternatives: Sequence[ClockSchedule] = (), attached: bool = False) -> None:
         self.settings = settings
+        self.attached = attached
+        self.report_path: Path | None = None
+        self._counted = False
         self.alternatives: tuple[ClockSchedule, ...] = tuple(alternatives)
         self.rank: RankInfo = RankInfo()
         self.controller: ClockController | None = None
@@ -128,12 +171,15 @@ class Clocked:
     # -- set-up --------------------------------------------------------------------------------------------
     def _say(self, message: str) -> None:
         if self.settings.verbose and self.rank.is_root:
-            print(f"rlclock: {message}", file=sys.stderr, flush=True)
+            _log.info(message)
 
     def start(self) -> Clocked:
         """Decide what to do (load the policy or schedule, check the machine); called by ``with``."""
         if self.state != "new":
             return self
+        if not self.attached and not self._counted:
+            self._counted = True
+            _EXPLICIT[0] += 1
         s = self.settings
         self.rank = rank_info()
         if s.schedule:
@@ -153,11 +199,10 @@ class Clocked:
 
             raise GpuUnavailableError("clock control is on, but NVML sees no NVIDIA GPU on this machine.",
                                       "run on a GPU machine, or use control='dry-run'.")
+        if self.schedule is None and self._builder is None:
+            self._builder = self._shipped_schedule  # the shipped policy for the GPU found, once it is known
         if self.schedule is not None and self.timeline is not None:
             self._begin_control()
-        elif self.schedule is None and self._builder is None:
-            self._inactive("no schedule to apply: pass schedule= or checkpoint=, or run the script under "
-                           "rlclock apply --checkpoint DIR / --schedule FILE")
         elif not cuda_present():
             self._inactive("no CUDA GPU: the training step cannot be profiled, so no clock is controlled "
                            "(the loop runs unchanged)")
@@ -172,6 +217,24 @@ class Clocked:
         self.state = "inactive"
         self.reason = reason
         self._say(reason)
+
+    def _shipped_schedule(self, trace: KernelTrace, auto_time_s: np.ndarray, latency_s: float) -> ClockSchedule:
+        """No checkpoint or schedule was given: the shipped policy trained for this process's GPU plans."""
+        name = shipped_policy_for(self._gpu_name(self._device()))
+        self._policy = load_policy(name)
+        self.settings = self.settings.with_(checkpoint=name)
+        self._say(f"no checkpoint given: planning with the shipped policy {name} for {self._policy.gpu_name}")
+        return self._policy_schedule(trace, auto_time_s, latency_s)
+
+    def _gpu_name(self, device: int) -> str:
+        """The name NVML (or, without it, CUDA) gives this process's GPU."""
+        if nvml_present():
+            from rlclock.gpu.nvml import NvmlDevice
+
+            return NvmlDevice(device).name
+        import torch
+
+        return str(torch.cuda.get_device_name())
 
     def _policy_schedule(self, trace: KernelTrace, auto_time_s: np.ndarray, latency_s: float) -> ClockSchedule:
         return self._policy.schedule(trace, auto_time_s, None, latency_s, search=self.settings.search,
@@ -382,16 +445,53 @@ class Clocked:
 
         import torch
 
-        from rlclock.deploy.capture import profile_from_chrome
+        from rlclock.deploy.capture import inductor_code, profile_from_chrome
 
         data = self._profiler.stop()
         self._profiler = None
-        prof = profile_from_chrome(data, torch.cuda.get_device_name(), meta={"torch": torch.__version__})
+        code = inductor_code(data)
+        prof = profile_from_chrome(data, torch.cuda.get_device_name(), meta={"torch": torch.__version__}, code=code)
+        if self.settings.save:
+            self._save_raw(data, code)
         del data
         gc.collect()
         self._say(f"profiled {prof.steps_used} of {prof.steps_profiled} steps: {len(prof.trace)} kernels, step "
                   f"{prof.timeline.period_s * 1e3:.3f} ms" + "".join(f"; {n}" for n in prof.notes))
         return prof
+
+    def _save_raw(self, data: dict[str, Any], code: dict[str, str]) -> None:
+        """Keep the profiler's own export (``step.profile.json.gz``) and the source TorchInductor generated
+        (``step.inductor.json.gz``, path → source) in the ``save`` folder: the trace's costs can be derived again
+        from them by later rules."""
+        import gzip
+        import json
+
+        out = Path(self.settings.save or ".")
+        out.mkdir(parents=True, exist_ok=True)
+        with gzip.open(out / "step.profile.json.gz", "wt", encoding="utf-8") as f:
+            json.dump(data, f)
+        if code:
+            with gzip.open(out / "step.inductor.json.gz", "wt", encoding="utf-8") as f:
+                json.dump(code, f)
+
+    def _check_costs(self, prof: Any, device: int) -> None:
+        """Plan from their measured time the kernels whose cost from the rules is implausible on this GPU's model
+        (:func:`rlclock.deploy.capture.check_costs`), and say so."""
+        from rlclock.deploy.capture import check_costs
+        from rlclock.dvfs.spec import get_spec
+        from rlclock.errors import SpecError
+
+        try:
+            spec = get_spec(self._gpu_name(device))
+        except SpecError:  # a GPU without a preset: its policy's, if one was given
+            key = getattr(self._policy, "gpu_key", None)
+            if not key:
+                return
+            spec = get_spec(key)
+        prof.trace, notes = check_costs(prof.trace, spec)
+        for note in notes:
+            prof.notes.append(note)
+            self._say(note)
 
     def _timed(self, prof: Any) -> None:
         """Place the profile's kernels as the running step has them (:class:`~rlclock.deploy.capture.StepTimer`):
@@ -420,6 +520,7 @@ class Clocked:
             prof = self._read_profile()
         device = self._device()
         self._check_policy_gpu(device)
+        self._check_costs(prof, device)
         self._timed(prof)
         self.profile = prof
         timeline = self.timeline if self.timeline is not None else prof.timeline
@@ -502,6 +603,9 @@ class Clocked:
         """Stop the controller (clocks restored) and return its report (``None`` if it never started)."""
         if self.state == "closed":
             return self.report
+        if self._counted:
+            self._counted = False
+            _EXPLICIT[0] -= 1
         previous = self.state
         self.state = "closed"
         if self._profiler is not None:
@@ -546,8 +650,9 @@ class Clocked:
             if self.rank.distributed and self.rank.world_size > 1:
                 path = path.with_name(f"{path.stem}.rank{self.rank.rank}{path.suffix}")
             self.report.save(path)
+            self.report_path = path
         if self.settings.verbose and self.rank.is_root:
-            print(self.report.text(), file=sys.stderr, flush=True)
+            _log.info("%s", self.report.text().removeprefix("rlclock "))
         return self.report
 
     def __enter__(self) -> Clocked:
@@ -562,7 +667,7 @@ class Clocked:
 
 def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None, *,
             timeline: StepTimeline | str | Path | None = None, alternatives: Sequence[ClockSchedule] = (),
-            **options: Any) -> Clocked:
+            attached: bool = False, **options: Any) -> Clocked:
     """Deploy a clock schedule around a training loop (see :class:`Clocked` and the module docstring).
 
     Args:
@@ -579,6 +684,9 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
             ``follow_pace``, ``search``, ``learn`` (choose every step's plan from the measured step times,
             ``budget``), ``report``, ``save``, ``verbose``; each documented there (and in
             ``rlclock apply --help``). ``None`` leaves an option at its default.
+
+        attached: Opened by ``rlclock apply``'s attachment (:mod:`rlclock.deploy.attach`), not by the script; it
+            stands down while the script has a deployment of its own.
 
     Returns:
         The deployment; use it as a context manager.
@@ -616,4 +724,4 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
         if not isinstance(alt, ClockSchedule):
             raise DeployError(f"alternatives= takes ClockSchedules; alternative {i} is a {type(alt).__name__}.",
                               "load a schedule file with ClockSchedule.load(path).")
-    return Clocked(DeploySettings(**{**args, **env}), sched_obj, builder, tl_obj, alternatives)
+    return Clocked(DeploySettings(**{**args, **env}), sched_obj, builder, tl_obj, alternatives, attached)

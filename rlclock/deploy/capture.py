@@ -34,6 +34,9 @@ import numpy as np
 
 from rlclock.deploy.timeline import StepTimeline
 from rlclock.errors import DeployError, GpuUnavailableError
+from rlclock.workload.inductor import InductorCode
+from rlclock.workload.kernel_names import activity_kind as _activity_kind
+from rlclock.workload.kernel_names import classify
 from rlclock.workload.op_costs import Launch, costs, kernel_fields
 from rlclock.workload.torch_profile import export_chrome, launch_op
 from rlclock.workload.trace import Kernel, KernelTrace, LaunchOp, Measurement
@@ -89,13 +92,16 @@ def _triple(v: Any) -> tuple[int, int, int] | None:
     return None
 
 
-def _activities(data: dict[str, Any]) -> tuple[list[tuple[float, float]], list[_Activity]]:
-    """Step ranges (µs) and device activities with launch time and phase, from a Chrome trace."""
+def _activities(data: dict[str, Any], code: InductorCode | None = None
+                ) -> tuple[list[tuple[float, float]], list[_Activity]]:
+    """Step ranges (µs) and device activities with launch time and phase, from a Chrome trace; a launch of a
+    kernel TorchInductor generated carries what its source says (``code``, by its ``kernel_file``)."""
     events = data.get("traceEvents", []) if isinstance(data, dict) else []
     ranges: list[tuple[float, float]] = []
     main_tid: Any = None
     optim: list[tuple[float, float]] = []
     launch: dict[int, tuple[float, Any]] = {}
+    replayed: set[int] = set()  # launches that replay a CUDA graph: their kernels' operator is not the caller's
     ops: dict[int, tuple[LaunchOp, float, Any]] = {}
     for e in events:
         cat, name, args = e.get("cat"), str(e.get("name", "")), e.get("args") or {}
@@ -106,8 +112,13 @@ def _activities(data: dict[str, Any]) -> tuple[list[tuple[float, float]], list[_
             optim.append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))))
         elif cat in _LAUNCH_CATS and isinstance(args.get("correlation"), int):
             launch[args["correlation"]] = (float(e["ts"]), e.get("tid"))
+            if "GraphLaunch" in name:
+                replayed.add(args["correlation"])
         if cat == "cpu_op" and isinstance(args.get("External id"), int):
-            ops[args["External id"]] = (launch_op(name, args, args["External id"]), float(e["ts"]), e.get("tid"))
+            op = launch_op(name, args, args["External id"])
+            if code is not None and isinstance(args.get("kernel_file"), str):
+                op = replace(op, code=code.kernel(args["kernel_file"], op.concrete_inputs))
+            ops[args["External id"]] = (op, float(e["ts"]), e.get("tid"))
     ranges.sort()
     out: list[_Activity] = []
     for e in events:
@@ -116,7 +127,7 @@ def _activities(data: dict[str, Any]) -> tuple[list[tuple[float, float]], list[_
             continue
         args = e.get("args") or {}
         corr, ext = args.get("correlation"), args.get("External id")
-        op_rec = ops.get(ext) if isinstance(ext, int) else None
+        op_rec = ops.get(ext) if isinstance(ext, int) and corr not in replayed else None
         if isinstance(corr, int) and corr in launch:
             t_launch, tid = launch[corr]
         elif op_rec is not None:
@@ -157,8 +168,53 @@ def _kernels(acts: list[_Activity], dur_s: np.ndarray, gpu: str) -> list[Kernel]
     return out
 
 
+def cost_notes(kernels: Sequence[Kernel]) -> list[str]:
+    """What the profile's summary says about the kernels no rule knew: how many, and their share of the step's
+    measured kernel time (they are planned from their measured time)."""
+    timed = [k for k in kernels if k.cost_from == "time"]
+    if not timed:
+        return []
+    total = sum(k.measured[0].time_s for k in kernels if k.measured) or 1.0
+    share = sum(k.measured[0].time_s for k in timed if k.measured) / total
+    names = Counter(k.name for k in timed).most_common(3)
+    return [f"{len(timed)} of {len(kernels)} kernels ({100 * share:.1f} % of the kernel time) matched no cost rule "
+            f"and are planned from their measured time (most often: "
+            + ", ".join(f"{n[:60]} x{c}" for n, c in names) + ")"]
+
+
+IMPLAUSIBLE_RATIO = 10.0
+"""A kernel whose cost from the rules predicts a time this many times above or below its measured one is planned
+from its measured time instead (and the profile says so)."""
+
+
+def check_costs(trace: KernelTrace, spec: Any) -> tuple[KernelTrace, list[str]]:
+    """The trace with every kernel whose rule-given cost is implausible on ``spec`` — its predicted time at the
+    driver's clocks more than :data:`IMPLAUSIBLE_RATIO` times from its measured one — planned from its measured time
+    instead, and a line saying how many and how much of the step they are (empty when none is)."""
+    from rlclock.backends.simulated import SimulatedGpu
+    from rlclock.schedule import AUTO
+
+    predicted, _ = SimulatedGpu(spec, trace, [AUTO], anchor=False).tables
+    measured = np.array([k.measured[0].time_s if k.measured else np.nan for k in trace])
+    ratio = predicted[:, 0] / measured
+    odd = [i for i, k in enumerate(trace) if k.cost_from == "rules" and np.isfinite(ratio[i])
+           and not 1.0 / IMPLAUSIBLE_RATIO <= ratio[i] <= IMPLAUSIBLE_RATIO and _activity_kind(k.name) == "kernel"]
+    if not odd:
+        return trace, []
+    kernels = list(trace)
+    for i in odd:
+        kernels[i] = replace(kernels[i], flops=0.0, dram_read_bytes=0.0, dram_write_bytes=0.0, cost_from="time")
+    worst = max(odd, key=lambda i: abs(np.log(ratio[i])))
+    share = float(np.nansum(measured[odd]) / np.nansum(measured))
+    return trace.with_kernels(kernels), [
+        f"{len(odd)} kernels ({100 * share:.1f} % of the kernel time) were predicted from their shapes more than "
+        f"{IMPLAUSIBLE_RATIO:g}x from their measured time and are planned from it instead (worst: "
+        f"{trace[worst].name[:60]}, {1e6 * predicted[worst, 0]:.0f} us predicted, {1e6 * measured[worst]:.0f} us "
+        "measured)"]
+
+
 def profile_from_chrome(data: dict[str, Any], gpu_name: str, name: str = "training-step",
-                        meta: dict[str, Any] | None = None) -> StepProfile:
+                        meta: dict[str, Any] | None = None, code: dict[str, str] | None = None) -> StepProfile:
     """The step's trace and timeline from a profiler Chrome trace holding :data:`STEP_RANGE` ranges.
 
     Args:
@@ -166,11 +222,15 @@ def profile_from_chrome(data: dict[str, Any], gpu_name: str, name: str = "traini
         gpu_name: The GPU's name, for the trace's measurements.
         name: Trace name.
         meta: Extra metadata for the trace.
+        code: The source TorchInductor generated for the process (:func:`inductor_code`), for compiled steps:
+            a generated kernel's cost comes from its source, and the kernels of a graph replayed as a CUDA graph
+            from the launches its output code makes.
 
     Raises:
         DeployError: No step range, or no device activity inside the profiled steps.
     """
-    ranges, acts = _activities(data)
+    generated = InductorCode.read(code) if code else None
+    ranges, acts = _activities(data, generated)
     if not ranges:
         raise DeployError(f"the profile holds no '{STEP_RANGE}' ranges, so its steps cannot be told apart.",
                           "profile through rlclock.deploy (clocked) with a step() call per training step.")
@@ -206,7 +266,11 @@ def profile_from_chrome(data: dict[str, Any], gpu_name: str, name: str = "traini
     dur_s = np.maximum(np.median(durs, axis=0), 0.0)
     period_s = statistics.median((anchors[k + 1] - anchors[k]) * 1e-6 for k in chosen)
     ref = per_step[chosen[0]]
+    if generated is not None and generated.modules:
+        found = generated.align([a.name for a in ref], [a.kind for a in ref], [a.op for a in ref], classify)
+        ref = [replace(a, op=op) for a, op in zip(ref, found, strict=True)]
     kernels = _kernels(ref, dur_s, gpu_name)
+    notes.extend(cost_notes(kernels))
     trace = KernelTrace(name, kernels, {
         "generator": GENERATOR, "gpu": gpu_name, "steps_profiled": len(ranges), "steps_used": len(chosen),
         "step_period_s": period_s, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -214,6 +278,34 @@ def profile_from_chrome(data: dict[str, Any], gpu_name: str, name: str = "traini
         **(meta or {})})
     timeline = StepTimeline(start_s, dur_s, period_s, tuple(a.name for a in ref), "profile")
     return StepProfile(trace, timeline, len(ranges), len(chosen), notes)
+
+
+def inductor_code(data: dict[str, Any] | None = None) -> dict[str, str]:
+    """The Python source TorchInductor generated for this process, by file path: every output-code module it
+    loaded (each holds its graph's Triton kernels and the ``call`` that launches them with the buffers' shapes)
+    and every kernel file a profiled Triton launch names (its ``kernel_file`` argument in ``data``, a Chrome
+    trace). Empty when the process compiled nothing; a file that cannot be read is left out."""
+    import sys
+
+    paths: list[str] = []
+    codecache = sys.modules.get("torch._inductor.codecache")
+    cache = getattr(codecache, "PyCodeCache", None)
+    for module in [*getattr(cache, "modules", ()), *getattr(cache, "modules_no_attr", {}).values()]:
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str):
+            paths.append(path)
+    for e in (data or {}).get("traceEvents", []) if isinstance(data, dict) else []:
+        path = (e.get("args") or {}).get("kernel_file") if isinstance(e, dict) else None
+        if isinstance(path, str) and path:
+            paths.append(path)
+    out: dict[str, str] = {}
+    for path in dict.fromkeys(paths):
+        try:
+            with open(path, encoding="utf-8") as f:
+                out[path] = f.read()
+        except (OSError, UnicodeDecodeError):
+            continue
+    return out
 
 
 class StepProfiler:

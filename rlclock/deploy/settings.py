@@ -30,7 +30,8 @@ ACTIVE_ENV = "RLCLOCK_DEPLOY"
 """Set to ``1`` by ``rlclock apply``: the settings in the environment are in force."""
 CONTROL_MODES = ("dry-run", "on")
 SOURCES = ("checkpoint", "schedule")
-"""The fields that name where the schedule comes from (``rlclock apply`` requires exactly one)."""
+"""The fields that name where the schedule comes from (``rlclock apply`` takes at most one; with neither, the shipped
+policy for the GPU found plans)."""
 
 
 def _cli(flag: str | None = None, const: Any = None, metavar: str | None = None, path: bool = False,
@@ -89,8 +90,10 @@ class DeploySettings(Settings):
                               "take (default: the timeline as profiled)")
     time_all_steps: bool = Field(False, description="time every step on the GPU for the report (measures the "
                                  "switch-time error of sparse anchors; a mark per step)")
-    search: bool = Field(False, description="plan the checkpoint's schedule with the search over the policy's "
-                         "best choices (about a second more, once)")
+    search: bool = Field(True, description="plan the checkpoint's schedule with the search over the policy's best "
+                         "choices (the best plan; about twice the planning time, once)",
+                         json_schema_extra=_cli(help="plan from the policy's first choices alone (the fast path: "
+                                                     "about half the planning time, a plan worth less)"))
     power_limit: bool = Field(True, description="let the checkpoint's plan be the driver's clocks under a whole-job "
                               "board power limit where that saves more than its clock plan within the budget",
                               json_schema_extra=_cli(help="plan clocks only: never change the GPU's power limit"))
@@ -147,8 +150,10 @@ class DeploySettings(Settings):
         return self.control == "on"
 
     def with_(self, **changes: Any) -> DeploySettings:
-        """A copy with the given fields changed (``None`` values are ignored), validated."""
-        return DeploySettings(**{**self.model_dump(), **{k: v for k, v in changes.items() if v is not None}})
+        """A copy with the given fields changed (``None`` values are ignored), validated; the fields set stay the
+        ones set (:meth:`to_env` carries only those)."""
+        kept = {k: getattr(self, k) for k in self.model_fields_set}
+        return DeploySettings(**{**kept, **{k: v for k, v in changes.items() if v is not None}})
 
     @classmethod
     def options(cls) -> tuple[str, ...]:
@@ -163,9 +168,12 @@ class DeploySettings(Settings):
             raise DeployError(f"clocked() got unknown option(s) {unknown}.", f"use {list(cls.model_fields)}.")
 
     def to_env(self) -> dict[str, str]:
-        """The environment variables that carry these settings (unset fields are left out)."""
+        """The environment variables that carry the fields set (``rlclock apply``'s flags given): a field left at
+        its default is not carried, so the script's own argument for it stays in force."""
         env = {ACTIVE_ENV: "1"}
         for name in type(self).model_fields:
+            if name not in self.model_fields_set:
+                continue
             v = getattr(self, name)
             if v is not None:
                 env[ENV_PREFIX + name.upper()] = str(int(v)) if isinstance(v, bool) else str(v)
@@ -196,8 +204,8 @@ class DeploySettings(Settings):
     # -- the rlclock apply flags ---------------------------------------------------------------------------
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """The ``rlclock apply`` flags, one per field (the schedule's source as a required choice of one)."""
-        source = parser.add_mutually_exclusive_group(required=True)
+        """The ``rlclock apply`` flags, one per field (the schedule's source as a choice of at most one)."""
+        source = parser.add_mutually_exclusive_group()
         for name, info in cls.model_fields.items():
             cli = _cli_of(name)
             flag = cli.get("flag") or "--" + name.replace("_", "-")

@@ -130,7 +130,7 @@ class KernelClockEnv(gym.Env):
       latencies; v3 had an action per configuration, a 16-kernel window and no bins).
     """
 
-    metadata = {"render_modes": ["human", "ansi"], "render_fps": RENDER_FPS}
+    metadata = {"render_modes": ["human", "ansi", "rgb_array"], "render_fps": RENDER_FPS}
 
     def __init__(self, spec: str | Path | Mapping[str, Any] | EnvSpec | Sequence[Any] = DEFAULT_ENV,
                  render_mode: str | None = None, **overrides: Any) -> None:
@@ -152,11 +152,13 @@ class KernelClockEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(self.n_slots + 1)
         self.observation_space = gym.spaces.Box(-1.0, 2.0, (obs_size(self.lookahead, self.n_slots),), np.float32)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise SpecError(f"render_mode {render_mode!r} is not supported; use 'human', 'ansi' or None.")
+            raise SpecError(f"render_mode {render_mode!r} is not supported; use 'human', 'ansi', 'rgb_array' or "
+                            "None.")
         self.render_mode = render_mode
         self._core = BatchCore(1)
         self._ep = first
         self._shown = ""
+        self._in_effect: list[int] = []  # the configuration in effect at each kernel so far (rgb_array)
 
     @property
     def env_spec(self) -> EnvSpec:
@@ -173,6 +175,7 @@ class KernelClockEnv(gym.Env):
         idx, price = start_of(self.episodes, self.np_random, options)
         self._ep = self.episodes[idx]
         self._core.start(np.array([0]), [self._ep], np.array([price]))
+        self._in_effect = []
         return self._core.observation()[0], {"workload": self.specs[idx].name, "time_price": price}
 
     def step(self, action):
@@ -181,15 +184,33 @@ class KernelClockEnv(gym.Env):
             raise SpecError(f"action {action!r} is outside the action space of {self.n_slots} candidate slots "
                             "and keep.")
         reward, done, info = self._core.step(np.array([a]))
+        if self.render_mode == "rgb_array":
+            self._in_effect.append(int(self._core.state.current[0]))
         obs = self._core.observation()[0]
         if self.render_mode == "human":
             self.render()
         return obs, float(reward[0]), bool(done[0]), False, info[0]
 
-    def render(self) -> str | None:
-        """The state as one line (``ansi``: returned; ``human``: printed)."""
+    def _picture(self) -> np.ndarray:
+        n = max(int(self._ep.n), 1)
+        image = np.full((RENDER_HEIGHT, n, 3), 255, np.uint8)
+        mems = sorted({c.mem_mhz or 0 for c in self.configs})
+        top = max((c.core_mhz or 0 for c in self.configs), default=0) or 1
+        for col, i in enumerate(self._in_effect[:n]):
+            config = self.configs[i]
+            height = round(RENDER_HEIGHT * min(1.0, (config.core_mhz or top) / top))
+            colour = _MEMORY_COLOURS[mems.index(config.mem_mhz or 0) % len(_MEMORY_COLOURS)]
+            image[RENDER_HEIGHT - height:, col] = colour
+        return image
+
+    def render(self) -> str | np.ndarray | None:
+        """The state as one line (``ansi``: returned; ``human``: printed), or as a picture (``rgb_array``: an
+        ``(RENDER_HEIGHT, n, 3)`` image of the kernels so far, one column each, its bar as tall as the core clock in
+        effect relative to the GPU's top and its colour the memory clock's)."""
         if self.render_mode is None:
             return None
+        if self.render_mode == "rgb_array":
+            return self._picture()
         line = render_line(self._core, 0, self._ep.n, self.configs)
         if self.render_mode == "human":
             if line != self._shown:  # step() has shown it already when the caller renders as well
@@ -197,6 +218,11 @@ class KernelClockEnv(gym.Env):
                 self._shown = line
             return None
         return line
+
+
+RENDER_HEIGHT = 64
+"""Rows of the ``rgb_array`` picture."""
+_MEMORY_COLOURS = np.array([[31, 119, 180], [255, 127, 14], [44, 160, 44], [214, 39, 40], [148, 103, 189]], np.uint8)
 
 
 def _with(spec: EnvSpec, overrides: Mapping[str, Any]) -> EnvSpec:

@@ -124,7 +124,7 @@ class ClockPolicy:
     def schedule(self, trace: KernelTrace, auto_time_s: np.ndarray | None = None,
                  auto_energy_j: np.ndarray | None = None, latency_s: float | None = None,
                  backend: GpuBackend | None = None, budget: float | None = None, meet_budget: bool = True,
-                 search: bool = False, ranks: int = SEARCH_RANKS, whole_job: bool = True,
+                 search: bool = True, ranks: int = SEARCH_RANKS, whole_job: bool = True,
                  power_limits: bool = True) -> ClockSchedule:
         """The policy's clock schedule for one step of ``trace``.
 
@@ -137,8 +137,8 @@ class ClockPolicy:
             budget: Slowdown budget, a fraction (default: the one trained for).
             meet_budget: Choose the price of time so the plan fits the budget (:meth:`plan`); otherwise plan at
                 the trained price.
-            search: Let the planner weigh the policy's best choices on the planning model (:meth:`plan`;
-                about twice the planning time).
+            search: Let the planner weigh the policy's best choices on the planning model (:meth:`plan`; about
+                twice the planning time, the best plan by default); ``False`` plans from its first choices alone.
             ranks: How many of its best choices the search weighs at every decision.
             whole_job: With ``meet_budget``, weigh whole-job plans beside the policy's and keep the cheapest
                 (:mod:`rlclock.policy.whole_job`); ``False`` judges the policy's own plan.

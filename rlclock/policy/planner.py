@@ -207,7 +207,9 @@ def _bracket(budget: _Budget, grid: list[float]) -> float | None:
     (x1, y1), (x2, y2) = ((np.log(p), budget.points[p][0]) for p in near)
     if y1 == y2:
         return step
-    aim = float(np.exp(x1 + (budget.limit_s - y1) * (x2 - x1) / (y2 - y1)))
+    # clamped to the grid's span in log price before exp (the result is clamped to the grid below anyway)
+    log_aim = x1 + (budget.limit_s - y1) * (x2 - x1) / (y2 - y1)
+    aim = float(np.exp(np.clip(log_aim, np.log(grid[0]) - 1.0, np.log(grid[-1]) + 1.0)))
     if lower:
         return max(aim, grid[0]) if aim < step else step
     return min(aim, grid[-1]) if aim > step else step

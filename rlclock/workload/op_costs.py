@@ -41,6 +41,7 @@ nothing is ever NaN.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -48,8 +49,11 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
+from rlclock.workload.kernel_code import TRITON_PREFIX, KernelCode
 from rlclock.workload.kernel_names import activity_kind, classify, loop_kind
 from rlclock.workload.trace import Kernel, KernelTrace, LaunchOp, Shape
+
+_log = logging.getLogger(__name__)
 
 LONG_ROW_ELEMENTS = 4096
 """Softmax rows at least this long are read twice (a max pass, then a sum-and-write pass)."""
@@ -739,6 +743,68 @@ def _math_flops_per_element(a: _Args) -> float:
 Rule = Callable[[_Args, Sequence[Launch]], "list[Cost] | None"]
 
 
+_GENERATED_CATEGORY = {"pointwise": "elementwise", "foreach": "elementwise", "reduction": "reduction",
+                       "persistent_reduction": "reduction", "scan": "reduction", "sort": "reduction",
+                       "template": "gemm"}
+
+
+def _generated(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
+    """A kernel TorchInductor generated, from what its source says (:class:`~rlclock.workload.kernel_code.KernelCode`):
+    each load and store at the distinct elements its index reaches, a pointer's loads together at most its
+    buffer (the launch's argument of that parameter) once per loop that reads it; the arithmetic per element
+    over the iteration space. Indirect loads (gathers) make its access ``gather``."""
+    code = a.op.code
+    if code is None or len(launches) != 1 or code.kind == "template":
+        return None
+    caps: dict[str, float] = {}
+    for param, dims in zip(code.args, a.op.input_dims, strict=False):
+        if dims and all(isinstance(d, int) for d in dims):
+            caps[param] = float(_numel(dims))  # type: ignore[arg-type]
+    totals: dict[tuple[str, bool], list[float]] = {}
+    loops: dict[tuple[str, bool], set[int]] = {}
+    bytes_per: dict[tuple[str, bool], int] = {}
+    gathered = 0.0
+    for acc in code.accesses:
+        key = (acc.arg, acc.store)
+        totals.setdefault(key, []).append(acc.elements)
+        loops.setdefault(key, set()).add(acc.loop)
+        bytes_per[key] = acc.elem_bytes
+        if acc.indirect:
+            gathered += acc.elements * acc.elem_bytes
+    read = write = 0.0
+    for key, elements in totals.items():
+        n = sum(elements)
+        if key[0] in caps:
+            n = min(n, caps[key[0]] * len(loops[key]))
+        if key[1]:
+            write += n * bytes_per[key]
+        else:
+            read += n * bytes_per[key]
+    category = _GENERATED_CATEGORY.get(code.kind, "elementwise")
+    access = "gather" if gathered > 0.5 * max(read + write, 1.0) else "stream"
+    flops = code.ops_per_element * code.iterations
+    return [Cost(flops, read, write, category, access=access, rule=f"inductor.{code.kind}",
+                 mlp_bytes=_generated_loads_in_flight(code, launches[0], read))]
+
+
+GENERATED_MLP_BYTES = (16.0, 256.0)
+"""Bounds of the bytes a thread of a generated kernel keeps in flight: at least one 128-bit vector load, at most
+what its registers hold."""
+
+
+def _generated_loads_in_flight(code: KernelCode, launch: Launch, read_bytes: float) -> float:
+    """Bytes each thread of a generated kernel keeps in flight: a pointwise kernel or a persistent reduction loads
+    its whole block at once (a program's rows, spread over its threads); a looped reduction one vector per pointer
+    it reads in each pass of its loop."""
+    low, high = GENERATED_MLP_BYTES
+    if code.kind == "reduction":
+        pointers = len({a.arg for a in code.accesses if not a.store and a.loop > 0})
+        return float(min(high, max(low, VECTOR_LOAD_BYTES * pointers)))
+    if launch.grid is None or launch.block is None:
+        return VECTOR_LOAD_BYTES
+    return float(min(high, max(low, read_bytes / launch.threads)))
+
+
 def _rule(op_name: str) -> Rule:
     base = _base(op_name)
     low = op_name.lower()
@@ -782,8 +848,13 @@ def call_costs(op: LaunchOp | None, launches: Sequence[Launch], strict: bool = F
         One :class:`Cost` per launch.
     """
     costs: list[Cost] | None = None
+    generated = op is not None and (op.code is not None or op.name.startswith(TRITON_PREFIX))
+    if generated:  # its arguments are whole buffers: only its source can say what it touches
+        rules: tuple[Rule, ...] = (_generated,)
+    elif op is not None:
+        rules = tuple(dict.fromkeys((_rule(op.name), _elementwise)))
     if op is not None:
-        for rule in dict.fromkeys((_rule(op.name), _elementwise)):
+        for rule in rules:
             try:
                 costs = rule(_Args(op), launches)
             except Exception:  # arguments a rule does not expect must not stop a training run
@@ -828,8 +899,17 @@ def launch_of(k: Kernel) -> Launch:
 def refresh_costs(trace: KernelTrace, strict: bool = False) -> KernelTrace:
     """The trace with the FLOPs, bytes, category, type and access of every kernel that carries its
     :class:`~rlclock.workload.trace.LaunchOp` derived again by these rules (measurements kept) — brings a
-    profiled trace up to date when the rules improve. Kernels without one are left as they are."""
+    profiled trace up to date when the rules improve. Kernels without one are left as they are; a profiled trace
+    whose kernels carry none (written before operator calls were recorded) says so in one warning, with how to
+    profile it again."""
     carrying = [i for i, k in enumerate(trace) if k.launch_op is not None]
+    measured = sum(1 for k in trace if k.measured)
+    if measured and len(carrying) < 0.5 * measured:
+        _log.warning("trace %r: %d of its %d measured kernels carry no operator call (it was profiled before rlclock "
+                     "recorded them), so their costs cannot be derived again; they keep the costs they were written "
+                     "with, or are planned from their measured time. To refresh them, profile the step again "
+                     "(rlclock apply --save DIR -- python train.py).", trace.name, len(trace) - len(carrying),
+                     len(trace))
     new = costs([trace[i].launch_op for i in carrying], [launch_of(trace[i]) for i in carrying], strict)
     kernels = list(trace)
     for i, c in zip(carrying, new, strict=True):
@@ -838,7 +918,9 @@ def refresh_costs(trace: KernelTrace, strict: bool = False) -> KernelTrace:
 
 
 def kernel_fields(c: Cost) -> dict[str, Any]:
-    """The :class:`~rlclock.workload.trace.Kernel` fields a cost sets."""
+    """The :class:`~rlclock.workload.trace.Kernel` fields a cost sets: a kernel no rule knew does no work by them
+    and is marked to take its work from its measured time (``cost_from="time"``)."""
+    timed = not c.known and c.flops == 0 and c.read_bytes + c.write_bytes == 0
     return {"flops": c.flops, "dram_read_bytes": c.read_bytes, "dram_write_bytes": c.write_bytes,
             "category": c.category, "dtype": c.dtype, "access": c.access, "gemm_bmnk": c.gemm_bmnk,
-            "mlp_bytes": c.mlp_bytes if c.known else None}
+            "mlp_bytes": c.mlp_bytes if c.known else None, "cost_from": "time" if timed else "rules"}

@@ -7,7 +7,7 @@ real GPU supplied them, measured reference points.
 
 On disk a trace is JSON (optionally gzip-compressed when the name ends in ``.gz``)::
 
-    {"format": "rlclock.trace", "version": 1, "name": "...", "meta": {...}, "kernels": [{...}, ...]}
+    {"format": "rlclock.trace", "version": 2, "name": "...", "meta": {...}, "kernels": [{...}, ...]}
 
 Loading validates every field and raises :class:`~rlclock.errors.TraceError` with the kernel index,
 its name and the fix on the first problem found. A file is read in chunks and its kernels one at a time, each
@@ -32,10 +32,14 @@ import numpy as np
 
 from rlclock.errors import SpecError, TraceError
 from rlclock.validation import MAX_KERNELS, check_kernels, measurement_problem
+from rlclock.workload.kernel_code import InductorCodeError, KernelCode
 from rlclock.yamlio import STRICT_JSON
 
 TRACE_FORMAT = "rlclock.trace"
-TRACE_VERSION = 1
+TRACE_VERSION = 2
+"""Version 2 marks the kernels no cost rule knew (``cost_from: "time"``) and keeps a generated kernel's code with its
+launch; a version-1 file's kernels with no work were such kernels, and are read as them."""
+READ_VERSIONS = (1, 2)
 TRACE_FIX = "re-create the trace with rlclock (`rlclock profile`, or KernelTrace.save) and do not edit it by hand."
 """The fix of a trace that is not as rlclock writes it."""
 
@@ -56,6 +60,9 @@ CATEGORIES: tuple[str, ...] = (
 TENSOR_CATEGORIES: frozenset[str] = frozenset({"gemm", "attention"})
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+
+COST_SOURCES: tuple[str, ...] = ("rules", "time")
+"""Where a kernel's work comes from (:attr:`Kernel.cost_from`)."""
 
 ACCESS_CLASSES: tuple[str, ...] = ("stream", "gather", "reduce")
 """How a kernel touches DRAM: ``stream`` (coalesced, read once / write once), ``gather`` (rows picked by
@@ -121,6 +128,8 @@ class LaunchOp:
         concrete_inputs: Per argument: the value of a scalar argument as text (``"True"``, ``"32000"``), else
             ``""``.
         call: Which call of the step it was (kernels launched by one call share it), ``-1`` if unknown.
+        code: For a kernel TorchInductor generated, what its source says it loads, stores and computes
+            (:mod:`rlclock.workload.inductor`); ``None`` otherwise.
     """
 
     name: str
@@ -128,6 +137,7 @@ class LaunchOp:
     input_types: tuple[str, ...] = ()
     concrete_inputs: tuple[str, ...] = ()
     call: int = -1
+    code: KernelCode | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +166,10 @@ class Kernel:
             from it by :mod:`rlclock.workload.op_costs`).
         onchip_bytes: Bytes it moves through shared memory (each store and load counted), when known — a kernel
             whose time is shared-memory round trips (the calibration suite's on-chip loop). ``None``: none counted.
+        cost_from: Where its FLOPs and bytes come from (one of :data:`COST_SOURCES`): ``"rules"`` — a generator,
+            the operator's shapes or the generated code; ``"time"`` — no rule knew it, so its work is what its
+            measured duration takes on the GPU model (:func:`rlclock.workload.op_costs.costs` leaves it for
+            :func:`rlclock.dvfs.model.work_from_time` to fill).
     """
 
     name: str
@@ -175,6 +189,7 @@ class Kernel:
     measured: tuple[Measurement, ...] = field(default_factory=tuple)
     launch_op: LaunchOp | None = None
     onchip_bytes: float | None = None
+    cost_from: str = "rules"
 
     @property
     def dram_bytes(self) -> float:
@@ -335,9 +350,11 @@ class KernelTrace(Sequence[Kernel]):
     @classmethod
     def _from_parts(cls, header: dict[str, Any], kernels: list[Kernel], source: str) -> KernelTrace:
         """The trace from its checked header fields and its validated kernels."""
-        name, meta = _check_header(header, source)
+        name, meta, version = _check_header(header, source)
         if not kernels:
             raise TraceError(f"{source}: 'kernels' must be a non-empty list.", TRACE_FIX)
+        if version == 1:
+            _upgrade_v1(kernels)
         return cls(name, kernels, meta, _validated=True)
 
     def save(self, path: str | Path) -> Path:
@@ -379,18 +396,18 @@ _MEASUREMENT_FIELDS = {f for f in Measurement.__dataclass_fields__}
 _LAUNCH_OP_FIELDS = {f for f in LaunchOp.__dataclass_fields__}
 
 
-def _check_header(data: dict[str, Any], source: str) -> tuple[str, dict[str, Any]]:
-    """A trace's format, version, name and meta, checked; its name and meta."""
+def _check_header(data: dict[str, Any], source: str) -> tuple[str, dict[str, Any], int]:
+    """A trace's format, version, name and meta, checked; its name, meta and version."""
     if data.get("format") != TRACE_FORMAT:
         raise TraceError(
             f"{source}: 'format' is {data.get('format')!r}, expected {TRACE_FORMAT!r}.",
             "write traces with rlclock (KernelTrace.save or `rlclock profile`).",
         )
     version = data.get("version")
-    if version != TRACE_VERSION:
+    if version not in READ_VERSIONS or isinstance(version, bool):
         raise TraceError(
-            f"{source}: trace version {version!r} is not supported (this rlclock reads version "
-            f"{TRACE_VERSION}).",
+            f"{source}: trace version {version!r} is not supported (this rlclock reads versions "
+            f"{', '.join(map(str, READ_VERSIONS))}).",
             "upgrade rlclock or re-create the trace with this version.",
         )
     name = data.get("name")
@@ -399,7 +416,16 @@ def _check_header(data: dict[str, Any], source: str) -> tuple[str, dict[str, Any
     meta = data.get("meta", {})
     if not isinstance(meta, dict):
         raise TraceError(f"{source}: 'meta' must be an object, found {type(meta).__name__}.", TRACE_FIX)
-    return name, meta
+    return name, meta, version
+
+
+def _upgrade_v1(kernels: list[Kernel]) -> None:
+    """Read a version-1 trace's kernels as version 2, in place: a profiled kernel no rule knew carried no work, so it
+    is one to plan from its measured time (``cost_from: "time"``)."""
+    for i, k in enumerate(kernels):
+        if (k.measured and k.flops == 0 and k.dram_bytes == 0 and k.onchip_bytes is None
+                and "memset" not in k.name.lower() and "memcpy" not in k.name.lower()):
+            kernels[i] = replace(k, cost_from="time")
 
 
 _READ_BYTES = 1 << 22
@@ -543,6 +569,12 @@ class _Shared:
 def _kernel_to_dict(k: Kernel) -> dict[str, Any]:
     d = asdict(k)
     d["measured"] = [asdict(m) for m in k.measured]
+    if k.launch_op is not None:
+        d["launch_op"] = {key: v for key, v in d["launch_op"].items() if key != "code"}
+        if k.launch_op.code is not None:
+            d["launch_op"]["code"] = k.launch_op.code.to_dict()
+    if k.cost_from == "rules":
+        del d["cost_from"]
     return {key: (list(v) if isinstance(v, tuple) else v) for key, v in d.items() if v is not None}
 
 
@@ -572,10 +604,23 @@ def _launch_op_from_dict(d: Any, where: str, shared: _Shared | None = None) -> L
     call = d.get("call", -1)
     if not isinstance(call, int) or isinstance(call, bool) or call < -1:
         raise TraceError(f"{where}: launch_op 'call' must be an integer >= -1, found {call!r}.", TRACE_FIX)
+    code = None
+    if d.get("code") is not None:
+        try:
+            code = KernelCode.from_dict(d["code"]) if isinstance(d["code"], dict) else None
+        except InductorCodeError as exc:
+            raise TraceError(f"{where}: launch_op {exc}.", TRACE_FIX) from None
+        if code is None:
+            raise TraceError(f"{where}: launch_op 'code' must be an object, found {d['code']!r}.", TRACE_FIX)
+        numbers = [n for _, n in code.numels] + [x for a in code.accesses for x in (a.elements, a.elem_bytes, a.loop)]
+        numbers += [x for x in (code.ops_per_element, code.inductor_bytes, code.inductor_flops) if x is not None]
+        if not all(math.isfinite(x) and x >= 0 for x in numbers):
+            raise TraceError(f"{where}: launch_op 'code' holds a size or count that is not a finite number >= 0.",
+                             TRACE_FIX)
     if shared is None:
-        return LaunchOp(d["name"], tuple(dims), texts["input_types"], texts["concrete_inputs"], call)
+        return LaunchOp(d["name"], tuple(dims), texts["input_types"], texts["concrete_inputs"], call, code)
     return LaunchOp(shared(d["name"]), shared(tuple(dims)), shared(texts["input_types"]),
-                    shared(texts["concrete_inputs"]), shared(call))
+                    shared(texts["concrete_inputs"]), shared(call), code)
 
 
 def _where(i: int, d: Any) -> str:
@@ -645,6 +690,8 @@ def _validate_kernel(k: Kernel, i: int, source: str = "trace") -> None:
         raise TraceError(f"{where}: category {k.category!r} is unknown.", f"use one of {list(CATEGORIES)}.")
     if k.phase not in PHASES:
         raise TraceError(f"{where}: phase {k.phase!r} is unknown.", f"use one of {list(PHASES)}.")
+    if k.cost_from not in COST_SOURCES:
+        raise TraceError(f"{where}: cost_from {k.cost_from!r} is unknown.", f"use one of {list(COST_SOURCES)}.")
     if k.dtype not in DTYPES:
         raise TraceError(f"{where}: dtype {k.dtype!r} is unknown.", f"use one of {list(DTYPES)}.")
     if k.access not in ACCESS_CLASSES:

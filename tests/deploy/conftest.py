@@ -29,6 +29,7 @@ def fake_gpu(tmp_path, monkeypatch):
     fake_pynvml.write_state(path, fake_pynvml.default_state())
     monkeypatch.setenv(fake_pynvml.STATE_ENV, str(path))
     monkeypatch.setenv(nvml.MODULE_ENV, "fake_pynvml")
+    monkeypatch.setenv("RLCLOCK_LOCK_DIR", str(tmp_path / "locks"))  # the fake GPU's clock lock, not in /run/lock
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(GPU_TESTS), str(ROOT), os.environ.get("PYTHONPATH", "")]))
     nvml.use_module(None)
     yield lambda: fake_pynvml.read_state(path)

@@ -59,11 +59,11 @@ def test_wrap_marks_every_call(no_nvml, alternating):
     assert clk.report.steps == 3
 
 
-def test_without_a_schedule_the_loop_runs_unchanged(capsys):
-    with clocked() as clk:
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the machine without a GPU")
+def test_without_a_schedule_the_shipped_policy_waits_for_the_gpu(capsys):
+    with clocked() as clk:  # on a GPU the shipped policy for it would plan (rlclock.deploy.api.shipped_policy_for)
         loop(clk, 3, 0.0)
-    assert clk.state == "closed" and clk.report is None and "no schedule to apply" in clk.reason
-    assert "rlclock apply" in capsys.readouterr().err
+    assert clk.state == "closed" and clk.report is None and "no CUDA GPU" in clk.reason
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the machine without a GPU")
@@ -138,15 +138,15 @@ def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path)
 
     trace = gpt3xl_step()
     sched = clk._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
-    assert len(sched) == len(trace) and calls[-1] == ("schedule", len(trace), (len(trace),), None, 0.006, False,
-                                                      True)
+    assert len(sched) == len(trace) and calls[-1] == ("schedule", len(trace), (len(trace),), None, 0.006, True,
+                                                      True)  # the search by default
     assert clk._latency_s() in (None, 0.006)  # the H200 preset's latency when NVML cannot name the GPU
     clk.close()
-    searching = clocked(checkpoint=tmp_path, verbose=False, search=True)
-    searching.start()
-    searching._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
-    assert calls[-1][-2] is True  # the search asked for is passed on to the policy
-    searching.close()
+    fast = clocked(checkpoint=tmp_path, verbose=False, search=False)
+    fast.start()
+    fast._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
+    assert calls[-1][-2] is False  # the fast path asked for is passed on to the policy
+    fast.close()
     clocks_only = clocked(checkpoint=tmp_path, verbose=False, power_limit=False)
     clocks_only.start()
     clocks_only._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
@@ -212,11 +212,11 @@ def test_one_definition_of_the_deploy_options():
     dests = {a.dest for a in sub._actions} - {"help", "cmd"}
     assert dests == set(DeploySettings.options())
     args = parser.parse_args(["apply", "--checkpoint", "gpt3xl-h200", "--control-clocks", "--latency", "0.004",
-                              "--warmup-steps", "2", "--no-read-back", "--anchor-every", "5", "--search", "--quiet",
+                              "--warmup-steps", "2", "--no-read-back", "--anchor-every", "5", "--no-search", "--quiet",
                               "--", "python", "train.py"])
     got = DeploySettings.from_args(args)
     assert got == DeploySettings(checkpoint="gpt3xl-h200", control="on", latency_s=0.004, warmup_steps=2,
-                                 read_back=False, anchor_every=5, search=True, verbose=False)
+                                 read_back=False, anchor_every=5, search=False, verbose=False)
     with pytest.raises(DeployError, match="warmup_steps"):
         DeploySettings.from_args(parser.parse_args(["apply", "--schedule", "s.json", "--warmup-steps", "-1", "--"]))
     with pytest.raises(DeployError, match=r"unknown option.*latency"):

@@ -61,7 +61,7 @@ def test_apply_passes_the_scripts_exit_status_and_says_when_nothing_was_applied(
     code = main(["apply", "--schedule", str(tmp_path / "s.json"), "--", sys.executable, "-c",
                  "raise SystemExit(3)"])
     assert code == 3
-    assert "never applied a schedule" in capfd.readouterr().err
+    assert "nothing was controlled" in capfd.readouterr().err
 
 
 def test_apply_errors_are_one_line(no_policy_module, tmp_path, capsys):

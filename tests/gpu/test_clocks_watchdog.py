@@ -85,7 +85,9 @@ def test_sigkill_of_the_owner_is_undone_by_the_watchdog(fake_nvml):
     assert resets_by(fake_nvml, watchdog) == ["nvmlDeviceResetGpuLockedClocks", "nvmlDeviceResetMemoryLockedClocks"]
     assert resets_by(fake_nvml, proc.pid) == []
     assert process_gone(watchdog)
-    assert "reset to the driver's default clocks" in proc.stderr.read()
+    err = proc.stderr.read()
+    assert f"process {proc.pid}" in err and "ended without giving GPU 0 back" in err
+    assert "reset its locked core and memory clocks to the driver's default." in err
 
 
 def test_sigterm_restores_in_the_owner_and_still_terminates(fake_nvml):
@@ -184,12 +186,12 @@ def test_sigkill_of_the_owner_has_the_power_limit_set_back_by_the_watchdog(fake_
     assert power_sets_by(fake_nvml, proc.pid) == [450_000]
     assert process_gone(watchdog)
     err = proc.stderr.read()
-    assert "power limit of GPU 0 back to 600 W" in err
+    assert "set its power limit back to 600 W" in err
     if mode == "with-clocks":
         assert wait_until_unlocked(fake_nvml)
         assert resets_by(fake_nvml, watchdog) == ["nvmlDeviceResetGpuLockedClocks",
                                                   "nvmlDeviceResetMemoryLockedClocks"]
-        assert "reset to the driver's default clocks" in err
+        assert "reset its locked core and memory clocks to the driver's default" in err
     else:
         assert resets_by(fake_nvml, watchdog) == []  # never armed: the clocks are not touched
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 import time
 
 import fake_pynvml
 import pytest
 from concurrency import hammer
 
-from rlclock.errors import ClockError, ClockPermissionError, NvmlNotSupportedError
+from rlclock.errors import ClockError, ClockPermissionError, ClockRestoreError, NvmlNotSupportedError
+from rlclock.gpu import ownership, watchdog
 from rlclock.gpu.clocks import ClockControl, reset_clocks
 from rlclock.gpu.watchdog import Watchdog
 
@@ -142,7 +145,8 @@ def test_a_gpu_whose_power_limit_cannot_be_set_is_refused_in_one_line(fake_nvml)
     assert fake_nvml.calls() == []
 
 
-def test_restore_errors_restore_everything_then_raise_the_first(found_600, monkeypatch):
+def test_restore_errors_restore_everything_then_raise_what_is_left(found_600, monkeypatch):
+    monkeypatch.setattr(ownership, "RESTORE_BACKOFF_S", 0.001)
     clocks = live()
     clocks.apply("1410@3201")
     clocks.set_power_limit(450)
@@ -151,9 +155,15 @@ def test_restore_errors_restore_everything_then_raise_the_first(found_600, monke
         raise ClockError("core reset refused.")
 
     monkeypatch.setattr(clocks.device, "reset_locked_core_clocks", refuse)
-    with pytest.raises(ClockError, match="core reset refused"):
+    with pytest.raises(ClockRestoreError, match=r"core clock is left locked at 1410 MHz \(core reset refused; 5 tri"):
         clocks.close()
     assert found_600.device()["power_limit_w"] == 600  # still set back
+    assert found_600.device()["locked_core"] == [1410, 1410]
+    with pytest.raises(ClockError, match="closed"):
+        clocks.apply("1200@3201")  # closed to changes, but it still holds the GPU: closing again tries again
+    monkeypatch.delattr(clocks.device, "reset_locked_core_clocks")  # NVML answers again
+    clocks.close()
+    assert found_600.device()["locked_core"] is None
 
     clocks = live()
     clocks.apply("1410@3201")
@@ -163,9 +173,12 @@ def test_restore_errors_restore_everything_then_raise_the_first(found_600, monke
         raise ClockError("power limit refused.")
 
     monkeypatch.setattr(clocks.device, "set_power_limit_w", refuse_power)
-    with pytest.raises(ClockError, match="power limit refused"):
+    with pytest.raises(ClockRestoreError, match=r"power limit is left at 450 W \(found 600 W\)"):
         clocks.close()
     assert found_600.device()["locked_core"] is None  # the clocks were still reset
+    monkeypatch.delattr(clocks.device, "set_power_limit_w")
+    clocks.close()
+    assert found_600.device()["power_limit_w"] == 600
 
 
 def test_concurrent_requests_are_serialised(found_600):
@@ -209,28 +222,47 @@ def wait_for(pred, timeout_s: float = 20.0) -> bool:
     return False
 
 
-def test_the_watchdog_sets_a_pending_power_limit_back_when_the_pipe_closes(found_600):
-    wd = Watchdog([0])
-    wd._send("power zero 1")  # malformed: ignored
-    wd._send("power 0 nan")
-    wd.guard_power_limit(0, 600.0)
-    wd.guard_power_limit(0, 600.0)  # the same entry: not sent again
+def stand_in_owner() -> subprocess.Popen:
+    """A process to be the watchdog's owner (the test plays its part on the pipe)."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+def watchdog_of(owner: subprocess.Popen) -> tuple[subprocess.Popen, int]:
+    """A watchdog process guarding for ``owner``; returns it and the write end of its pipe."""
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", watchdog._BOOT, "--fd", str(read_fd), "--owner", str(owner.pid),
+                             "--owner-start", str(ownership.process_start(owner.pid)), "--devices", "0",
+                             "--poll", "0.05"], pass_fds=(read_fd,), stdout=subprocess.PIPE)
+    os.close(read_fd)
+    assert proc.stdout.readline().strip() == b"ready"
+    return proc, write_fd
+
+
+def test_the_watchdog_sets_a_pending_power_limit_back_once_its_owner_ends(found_600):
+    owner = stand_in_owner()
+    wd, pipe = watchdog_of(owner)
+    for line in ("power zero 1", "power 0 nan", "power 0 600.0", "nonsense"):  # malformed lines are ignored
+        os.write(pipe, line.encode() + b"\n")
     found_600.set_device(0, power_limit_w=450.0)
-    wd._close_pipe()  # as when the owner dies
-    assert wd.process.wait(20) == 0
+    os.close(pipe)  # the pipe closes, but its owner still runs: nothing is set under it
+    time.sleep(0.3)
+    assert wd.poll() is None and found_600.calls() == []
+    owner.kill()
+    owner.wait()
+    assert wd.wait(20) == 0
     assert found_600.device()["power_limit_w"] == 600 and power_sets(found_600, wd.pid) == [600_000]
-    wd.stop()
 
 
 def test_a_released_power_limit_is_left_alone_by_the_watchdog(found_600):
-    wd = Watchdog([0])
-    wd.guard_power_limit(0, 600.0)
-    wd.release_power_limit(0)
+    owner = stand_in_owner()
+    wd, pipe = watchdog_of(owner)
+    os.write(pipe, b"power 0 600.0\npower-restored 0\n")
     found_600.set_device(0, power_limit_w=450.0)
-    wd._close_pipe()
-    assert wd.process.wait(20) == 0
+    owner.kill()
+    owner.wait()
+    assert wd.wait(20) == 0
     assert found_600.device()["power_limit_w"] == 450 and found_600.calls() == []
-    wd.stop()
+    os.close(pipe)
     wd = Watchdog([0])
     wd.guard_power_limit(0, 600.0)
     wd.stop()  # the owner's way out: it releases what is pending, then asks the watchdog to exit

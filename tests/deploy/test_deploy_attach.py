@@ -1,0 +1,198 @@
+"""``rlclock apply`` on scripts that never import rlclock: the attachment, its step marks, and its closing lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlclock.cli import main
+from rlclock.deploy.attach import BOOT_DIR, DISCOVERY_STEPS, StepFinder
+
+PLAIN = """
+import sys, torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+steps, accum = int(sys.argv[1]), int(sys.argv[2])
+for i in range(steps * accum):
+    (model(torch.randn(8, 16)).pow(2).mean() / accum).backward()
+    if (i + 1) % accum == 0:
+        opt.step(); opt.zero_grad()
+if len(sys.argv) > 3:
+    raise RuntimeError("the script failed on purpose")
+"""
+
+GAN = """
+import torch
+g, d = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+og, od = torch.optim.SGD(g.parameters(), lr=1e-2), torch.optim.SGD(d.parameters(), lr=1e-2)
+scaler = torch.amp.GradScaler("cpu")
+for i in range(12):
+    for _ in range(3):  # the critic steps three times per generator step
+        d(torch.randn(2, 4)).mean().backward(); od.step(); od.zero_grad()
+    loss = g(torch.randn(2, 4)).mean() * (float("inf") if i in (5, 6) else 1.0)  # two steps the scaler skips
+    scaler.scale(loss).backward(); scaler.step(og); scaler.update(); og.zero_grad()
+"""
+
+EXPLICIT = """
+import torch, rlclock.deploy
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+with rlclock.deploy.clocked() as clk:
+    for _ in range(9):
+        with clk.step():
+            model(torch.randn(2, 4)).mean().backward(); opt.step(); opt.zero_grad()
+"""
+
+
+def _finder_marks(sequence: list[str]) -> int:
+    """Marks since the finder last started again."""
+    marks: list[int] = []
+    finder = StepFinder(lambda: marks.append(1), marks.clear)
+    optimizers = {name: object() for name in sequence}
+    for name in sequence:
+        finder.stepped(optimizers[name])
+    return len(marks)
+
+
+@pytest.mark.parametrize("sequence, marks", [
+    (["a"] * 10, 10 - DISCOVERY_STEPS + 1),                      # one optimizer: a mark per step after discovery
+    (["a", "b"] * 10, 10),                                       # two stepped alike: one mark per round (at b)
+    ((["c"] * 5 + ["g"]) * 6, 6),                                # a critic stepped 5x per generator step
+    (["a"] * 2, 0),                                              # ended while discovering: no mark
+    ((["c", "c", "g"]) * 4, 4),                                  # the rarer one marks, also if it steps last
+])
+def test_a_training_step_is_one_round_of_the_optimizers(sequence, marks):
+    assert _finder_marks(sequence) == marks
+
+
+@pytest.fixture
+def plan_files(alternating, tmp_path):
+    schedule, timeline = alternating
+    schedule.save(tmp_path / "s.json")
+    timeline.save(tmp_path / "t.json")
+    return ["--schedule", str(tmp_path / "s.json"), "--timeline", str(tmp_path / "t.json"), "--latency", "0.006",
+            "--worker", "thread", "--warmup-steps", "0"]
+
+
+def _apply(tmp_path, options, script: str, *args: str) -> int:
+    (tmp_path / "train.py").write_text(script)
+    return main(["apply", *options, "--report", str(tmp_path / "rep.json"), "--", sys.executable,
+                 str(tmp_path / "train.py"), *args])
+
+
+@pytest.mark.parametrize("steps, accum", [(12, 1), (12, 4)])
+def test_an_unmodified_script_gets_a_step_per_optimizer_step(no_nvml, plan_files, tmp_path, capfd, steps, accum):
+    assert _apply(tmp_path, plan_files, PLAIN, str(steps), str(accum)) == 0, capfd.readouterr().err
+    report = json.loads((tmp_path / "rep.json").read_text())
+    assert report["steps"] == steps - DISCOVERY_STEPS + 1  # gradient accumulation does not add steps
+    assert "switches issued" in capfd.readouterr().err
+
+
+def test_several_optimizers_and_a_skipping_grad_scaler(no_nvml, plan_files, tmp_path, capfd):
+    assert _apply(tmp_path, plan_files, GAN) == 0, capfd.readouterr().err
+    assert json.loads((tmp_path / "rep.json").read_text())["steps"] == 12  # the skipped steps still mark
+
+
+def test_a_script_with_its_own_deployment_keeps_it(no_nvml, plan_files, tmp_path, capfd):
+    assert _apply(tmp_path, plan_files, EXPLICIT) == 0, capfd.readouterr().err
+    assert json.loads((tmp_path / "rep.json").read_text())["steps"] == 9  # marked once per step, by the script
+
+
+@pytest.mark.parametrize("script, args, code, says", [
+    (PLAIN, ("5", "1", "fail"), 1, "RuntimeError: the script failed on purpose"),
+    ("import torch\n", (), 0, "none called an optimizer's step()"),
+    ("raise SystemExit(3)\n", (), 3, "no Python process of the command imported torch"),
+    (PLAIN, ("1", "1"), 0, "before the schedule was applied"),
+])
+def test_the_exit_code_is_passed_on_with_a_line_saying_what_happened(no_nvml, tmp_path, capfd, script, args, code,
+                                                                     says):
+    assert _apply(tmp_path, ["--warmup-steps", "3"], script, *args) == code
+    err = capfd.readouterr().err
+    assert says in err and "Traceback (most recent call last)" not in err.split("rlclock apply:")[-1]
+
+
+def test_without_a_gpu_the_script_runs_unchanged_and_says_so(no_nvml, tmp_path, capfd):
+    assert _apply(tmp_path, [], PLAIN, "6", "1") == 0
+    err = capfd.readouterr().err
+    assert "no NVIDIA GPU on this machine" in err and "AdamW x6" in err and "no CUDA GPU" in err
+
+
+@pytest.mark.parametrize("command, says", [
+    (["no-such-program-xyz"], "was not found on the PATH"),
+    (["/"], "is a folder"),
+    ([str(Path(__file__))], "is not executable"),
+    ([], "no training command"),
+])
+def test_a_bad_command_is_one_line_before_anything_starts(no_nvml, capsys, command, says):
+    assert main(["apply", "--", *command]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and "\n" not in err and err.startswith("rlclock: error:")
+
+
+def test_the_shipped_policy_for_a_gpu():
+    from rlclock.deploy.api import shipped_policy_for
+    from rlclock.errors import DeployError
+
+    assert shipped_policy_for("NVIDIA H100 80GB HBM3") == "corpus-h100"
+    assert shipped_policy_for("NVIDIA H200") == "corpus-h200"
+    with pytest.raises(DeployError, match="no shipped clock policy") as err:
+        shipped_policy_for("NVIDIA L40S")
+    assert "--checkpoint" in str(err.value)
+
+
+def test_the_boot_folder_runs_the_sitecustomize_it_shadows(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os\nos.environ['SHADOWED_SITECUSTOMIZE'] = 'ran'\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BOOT_DIR), str(other)]),
+           "RLCLOCK_ATTACH_DIR": str(tmp_path / "status")}
+    code = "import os, sys; print(os.environ.get('SHADOWED_SITECUSTOMIZE'), 'rlclock.deploy.attach' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["ran", "True"], out.stderr
+
+
+DDP = """
+import sys, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(12):
+    model(torch.randn(4, 8)).pow(2).mean().backward(); opt.step(); opt.zero_grad()
+    if len(sys.argv) > 1 and dist.get_rank() == 1 and i == 6:
+        raise RuntimeError("rank 1 failed on purpose")
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("torchrun", path=os.path.dirname(sys.executable)) is None, reason="no torchrun")
+@pytest.mark.parametrize("fail", [False, True])
+def test_torchrun_ranks_are_attached_and_a_failed_rank_is_said(no_nvml, plan_files, tmp_path, capfd, fail):
+    (tmp_path / "ddp.py").write_text(DDP)
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    code = main(["apply", *plan_files, "--report", str(tmp_path / "rep.json"), "--", str(torchrun),
+                 "--nproc-per-node", "2", str(tmp_path / "ddp.py"), *(["fail"] if fail else [])])
+    err = capfd.readouterr().err
+    if fail:
+        assert code != 0 and "rank 1: RuntimeError: rank 1 failed on purpose" in err
+    else:
+        assert code == 0, err
+        assert "rep.rank0.json" in err and "rep.rank1.json" in err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("accelerate", path=os.path.dirname(sys.executable)) is None, reason="no accelerate")
+def test_accelerate_launch_is_attached(no_nvml, plan_files, tmp_path, capfd):
+    (tmp_path / "train.py").write_text(PLAIN)
+    accelerate = shutil.which("accelerate", path=os.path.dirname(sys.executable))
+    code = main(["apply", *plan_files, "--report", str(tmp_path / "rep.json"), "--", str(accelerate), "launch",
+                 "--num_processes", "1", "--cpu", str(tmp_path / "train.py"), "10", "1"])
+    assert code == 0, capfd.readouterr().err
+    assert json.loads((tmp_path / "rep.json").read_text())["steps"] == 10 - DISCOVERY_STEPS + 1
