@@ -573,24 +573,50 @@ def environment() -> list[Case]:
 
 
 APPLY_SCRIPT = ("import rlclock.deploy as d\nwith d.clocked() as c:\n    for _ in range(40):\n        c.step()\n")
+GPU_TESTS = Path(__file__).resolve().parents[1] / "tests" / "gpu"
+FAKE_GPU_ENV = {"RLCLOCK_NVML_MODULE": "fake_pynvml", "FAKE_NVML_STATE": "{d}/nvml.json", "PYTHONPATH": str(GPU_TESTS),
+                "RLCLOCK_LOCK_DIR": "{d}/locks"}
+"""The environment of a case run on the tests' fake NVML: one H200 at its driver defaults, nothing set for real."""
+
+
+def _fake_gpu(d: Path) -> None:
+    sys.path.insert(0, str(GPU_TESTS))
+    import fake_pynvml
+
+    fake_pynvml.write_state(d / "nvml.json", fake_pynvml.default_state())
 
 
 def deploy() -> list[Case]:
-    """``rlclock apply`` (its deployment code is another part's: reported here, not fixed)."""
+    """``rlclock apply``, without a GPU and on the fake H200 of the tests: refused before the command starts."""
     def sched(**kw: Any) -> str:
         return json.dumps({"format": "rlclock.schedule", "version": 1, "name": "s", "configs": ["auto"],
                            "runs": [[0, 2]], **kw})
-    cases = [
-        (["--schedule", "{d}/s.json"], {"s.json": sched(configs=["1234@5678"])}, "1234|clock|not supported"),
+    anywhere = [
         (["--checkpoint", "gpt3xl-h200", "--lookahead", "0.000001"], {}, "lookahead"),
+        (["--latency", "0.01", "--lookahead", "0.005"], {}, "lookahead"),
         (["--checkpoint", "gpt3xl-h200", "--latency", "-1"], {}, "latency"),
         (["--checkpoint", "gpt3xl-h200", "--timeline", "{d}/tl.json"], {"tl.json": "{"}, "timeline"),
         (["--checkpoint", "{d}/ck"], {"ck/meta.json": "[]", "ck/policy.safetensors": ""}, "JSON object"),
         (["--checkpoint", "gpt3xl-h200", "--warmup-steps", "-1"], {}, "warmup"),
         (["--checkpoint", "gpt3xl-h200", "--save", "{d}/file"], {"file": ""}, "file"),
+        (["--report", "{d}"], {}, "folder"),
     ]
-    return [Case("apply (deploy)", " ".join(a), rl("apply", *a, "--", sys.executable, "{d}/train.py"),
-                 {**f, "train.py": APPLY_SCRIPT}, e) for a, f, e in cases]
+    on_gpu = [
+        (["--schedule", "{d}/s.json"], {"s.json": sched(configs=["1234@5678"])}, "1234|clock|not supported"),
+        (["--schedule", "{d}/s.json"], {"s.json": sched(configs=["auto", "1000@3201"])}, "1000|clock|not supported"),
+        (["--lookahead", "0.001"], {}, "lookahead"),
+        (["--device", "7"], {}, "device"),
+        (["--checkpoint", "gpt3xl-rtx3080ti"], {}, "trained for"),
+    ]
+    cases = [Case("apply (deploy)", " ".join(a), rl("apply", *a, "--", sys.executable, "{d}/train.py"),
+                  {**f, "train.py": APPLY_SCRIPT}, e) for a, f, e in anywhere]
+    cases += [Case("apply (deploy)", "fake H200: " + " ".join(a),
+                   rl("apply", *a, "--", sys.executable, "{d}/train.py"), {**f, "train.py": APPLY_SCRIPT}, e,
+                   env=FAKE_GPU_ENV, setup=_fake_gpu) for a, f, e in on_gpu + anywhere]
+    cases.append(Case("apply (deploy)", "fake H200: a schedule of clocks it has", rl(
+        "apply", "--schedule", "{d}/s.json", "--", sys.executable, "-c", "pass"),
+        {"s.json": sched(configs=["auto", "1980@3201", "1005@3201"])}, env=FAKE_GPU_ENV, setup=_fake_gpu, good=True))
+    return cases
 
 
 def _sweep(change: Callable[[list[dict[str, str]]], None]) -> Callable[[Path], None]:
@@ -684,7 +710,8 @@ def run_case(case: Case, root: Path) -> dict[str, Any]:
     if case.setup is not None:
         case.setup(d)
     argv = [a.replace("{d}", str(d)) for a in case.argv]
-    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONWARNINGS": "ignore", **case.env}
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONWARNINGS": "ignore",
+           **{k: v.replace("{d}", str(d)) for k, v in case.env.items()}}
     start = time.perf_counter()
     try:
         p = subprocess.run(argv, cwd=d, capture_output=True, text=True, timeout=case.timeout_s, env=env)

@@ -282,6 +282,29 @@ def _on_plan_fraction(schedule: ClockSchedule, timeline: StepTimeline, events: l
     return float(timeline.duration_s[ok].sum() / total) if total > 0 else float(ok.mean())
 
 
+def check_lookahead(latency_s: float, lookahead_s: float | None = None) -> float:
+    """The lookahead a plan uses, seconds: ``lookahead_s``, or the latency + :data:`LOOKAHEAD_MARGIN_S` when it is
+    ``None`` (the rule :func:`plan_switches` applies, and ``rlclock apply`` checks before the command starts).
+
+    Args:
+        latency_s: The GPU's switching latency, seconds.
+        lookahead_s: How far ahead of its segment a switch is issued, seconds, or ``None``.
+
+    Raises:
+        DeployError: Negative or non-finite latency, lookahead shorter than the latency.
+    """
+    if not math.isfinite(latency_s) or latency_s < 0:
+        raise DeployError(f"the switching latency must be a finite number >= 0 s, found {latency_s!r}.")
+    lookahead = latency_s + LOOKAHEAD_MARGIN_S if lookahead_s is None else float(lookahead_s)
+    if not math.isfinite(lookahead) or lookahead < latency_s:
+        raise DeployError(
+            f"the lookahead ({lookahead!r} s) is shorter than the switching latency ({latency_s:g} s), so every "
+            "switch would land after its kernels start.",
+            f"give a lookahead of at least {latency_s:g} s, or leave it out for the default "
+            f"({latency_s + LOOKAHEAD_MARGIN_S:g} s).")
+    return lookahead
+
+
 def plan_switches(schedule: ClockSchedule, timeline: StepTimeline, latency_s: float,
                   lookahead_s: float | None = None, min_dwell_s: float = 0.0) -> SwitchPlan:
     """The switches that apply ``schedule`` on ``timeline``, step after step (the module's rules).
@@ -302,13 +325,7 @@ def plan_switches(schedule: ClockSchedule, timeline: StepTimeline, latency_s: fl
         DeployError: Negative or non-finite latency, lookahead shorter than the latency.
         ScheduleError: Schedule and timeline have different lengths.
     """
-    if not math.isfinite(latency_s) or latency_s < 0:
-        raise DeployError(f"the switching latency must be a finite number >= 0 s, found {latency_s!r}.")
-    lookahead = latency_s + LOOKAHEAD_MARGIN_S if lookahead_s is None else float(lookahead_s)
-    if not math.isfinite(lookahead) or lookahead < latency_s:
-        raise DeployError(
-            f"the lookahead ({lookahead!r} s) is shorter than the switching latency ({latency_s:g} s), so every "
-            "switch would land after its kernels start.", "use a lookahead of at least the switching latency.")
+    lookahead = check_lookahead(latency_s, lookahead_s)
     if not math.isfinite(min_dwell_s) or min_dwell_s < 0:
         raise DeployError(f"min_dwell_s must be a finite number >= 0 s, found {min_dwell_s!r}.")
     segments = segments_of(schedule, timeline)
