@@ -25,7 +25,10 @@ column                 required    meaning
 \\*\\* ``time_ms`` may stand for ``time_s`` and ``power_w`` for ``energy_j`` (energy = power × time), as public
 measurements often give them.
 
-Every malformed table is refused with one line naming the row and column and what to write instead.
+Every malformed table is refused with one line naming the row and column and what to write instead: a time or
+power no GPU has (a kernel's time at most :data:`~rlclock.validation.MAX_KERNEL_S`, an idle window's at most
+:data:`MAX_IDLE_S`; power within :data:`~rlclock.validation.POWER_RANGE_W`), and one kernel measured twice at one
+clock pair with times or energies further apart than :data:`REPEAT_SPREAD` are refused too.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any
 
 from rlclock.calibration.sweep import IDLE, SMEM_BYTES_PER_FLOP, SMEM_KERNEL, SweepRow
 from rlclock.errors import SpecError
+from rlclock.validation import MAX_KERNEL_S, POWER_RANGE_W, measurement_problem
 from rlclock.workload.kernel_names import classify
 from rlclock.workload.trace import ACCESS_CLASSES, CATEGORIES, DTYPES
 
@@ -54,6 +58,19 @@ OPTIONAL = ("bytes", "read_bytes", "write_bytes", "category", "dtype", "access",
 INFO = ("requested", "sm_clock_read_mhz", "mem_clock_read_mhz", "power_w", "time_cv", "energy_cv", "reasons")
 """Columns a sweep on the GPU (``rlclock calibrate --device``) writes beside them — the clocks asked for, what NVML
 read during the reading, its spread and clock-event reasons; read back and ignored by the fit."""
+MAX_IDLE_S = 3600.0
+"""The longest idle-power window a row may hold, seconds."""
+MAX_RATES = {"flops": 1e17, "dram bytes": 1e15, "onchip_bytes": 1e16, "blocks": 1e11}
+"""The most FLOPs, DRAM bytes (read + written), shared-memory bytes and thread blocks per second of a row's time:
+each some twenty times what the fastest GPU does (a B200's 4.5 PFLOP/s of dense FP8, 8 TB/s of HBM). A row past one
+holds a value in the wrong unit (or none a GPU ran), which the fit would chase for ever."""
+MAX_GEMM_DIM = 1 << 24
+"""The largest ``gemm_m``, ``gemm_n`` or ``gemm_k``."""
+MAX_THREADS_PER_BLOCK = 1024
+"""CUDA's limit on threads per block."""
+REPEAT_SPREAD = 1.5
+"""Rows of one kernel (same name, work and launch) at one clock pair may repeat a reading; their largest time (and
+energy) may be at most this many times their smallest, else the readings contradict each other."""
 
 
 def _number(raw: dict[str, str], col: str, where: str, positive: bool = False, integer: bool = False,
@@ -80,6 +97,59 @@ def _choice(raw: dict[str, str], col: str, allowed: Sequence[str], default: str,
     if v not in allowed:
         raise SpecError(f"{where}: {col} {v!r} is not one of {list(allowed)}.", f"write one of them in {col}.")
     return v
+
+
+def _check_reading(kernel: str, time_s: float, energy_j: float, where: str) -> None:
+    """Refuse a row whose time (seconds) or power (energy / time, watts) no GPU has."""
+    if kernel == IDLE:
+        power = energy_j / time_s
+        problem = (f"an idle window of {time_s:.4g} s, longer than {MAX_IDLE_S:g} s" if time_s > MAX_IDLE_S else
+                   None if POWER_RANGE_W[0] <= power <= POWER_RANGE_W[1] else
+                   f"{energy_j:.4g} J in {time_s:.4g} s is {power:.4g} W, outside the {POWER_RANGE_W[0]:g}-"
+                   f"{POWER_RANGE_W[1]:g} W a GPU draws")
+    else:
+        problem = measurement_problem(time_s, energy_j)
+    if problem is not None:
+        raise SpecError(f"{where}: {problem}.", f"re-measure the row or drop it (a kernel runs more than 0 and at "
+                        f"most {MAX_KERNEL_S:g} s; time_s is in seconds, energy_j in joules).")
+
+
+def _check_work(row: SweepRow, where: str) -> None:
+    """Refuse a row whose work no GPU does in its time (:data:`MAX_RATES`) or whose launch CUDA cannot make."""
+    work = {"flops": row.flops, "dram bytes": row.read_bytes + row.write_bytes, "onchip_bytes": row.onchip_bytes,
+            "blocks": float(row.blocks)}
+    if row.gemm_mnk is not None:
+        if max(row.gemm_mnk) > MAX_GEMM_DIM:
+            raise SpecError(f"{where}: a gemm dimension of {float(max(row.gemm_mnk)):.4g}, more than {MAX_GEMM_DIM}.",
+                            "give gemm_m, gemm_n and gemm_k as the matrix product's sizes (or leave them empty).")
+        work["flops"] = max(work["flops"], 2.0 * math.prod(row.gemm_mnk))
+    for what, amount in work.items():
+        if amount > MAX_RATES[what] * row.time_s:
+            raise SpecError(f"{where}: {amount:.4g} {what} in {row.time_s:.4g} s is {amount / row.time_s:.4g} per "
+                            f"second, more than any GPU does ({MAX_RATES[what]:g}).",
+                            "check the row's units (flops and bytes are counts per launch, time_s seconds), or drop "
+                            "it.")
+    if row.threads_per_block > MAX_THREADS_PER_BLOCK:
+        raise SpecError(f"{where}: threads_per_block {row.threads_per_block}, more than CUDA's "
+                        f"{MAX_THREADS_PER_BLOCK}.", "give the threads of one block (or leave it empty).")
+
+
+def _check_repeats(rows: Sequence[SweepRow], path: Path) -> None:
+    """Refuse readings of one kernel at one clock pair that contradict each other (:data:`REPEAT_SPREAD`)."""
+    seen: dict[tuple[Any, ...], list[SweepRow]] = {}
+    for row in rows:
+        key = (row.kernel, row.flops, row.read_bytes, row.write_bytes, row.category, row.dtype, row.access,
+               row.blocks, row.threads_per_block, row.gemm_mnk, row.onchip_bytes, row.core_mhz, row.mem_mhz)
+        seen.setdefault(key, []).append(row)
+    for same in seen.values():
+        for what in ("time_s", "energy_j"):
+            values = [getattr(r, what) for r in same]
+            if len(values) > 1 and max(values) > REPEAT_SPREAD * min(values):
+                raise SpecError(f"sweep table {path}: kernel {same[0].kernel!r} at {same[0].core_mhz}@"
+                                f"{same[0].mem_mhz} MHz is given {len(values)} times with {what} from "
+                                f"{min(values):.4g} to {max(values):.4g}, more than {REPEAT_SPREAD:g}x apart: "
+                                "conflicting readings.", "keep one reading per kernel and clock pair (or readings "
+                                "that agree), and drop the others.")
 
 
 def read_table(path: str | Path) -> list[SweepRow]:
@@ -133,7 +203,8 @@ def read_table(path: str | Path) -> list[SweepRow]:
                   else 1e-3 * _number(raw, "time_ms", where, positive=True))
         energy_j = (_number(raw, "energy_j", where, positive=True) if "energy_j" in header
                     else time_s * _number(raw, "power_w", where, positive=True))
-        rows.append(SweepRow(
+        _check_reading(name, time_s, energy_j, where)
+        rows.append(row := SweepRow(
             kernel=name, flops=_number(raw, "flops", where), read_bytes=rb, write_bytes=wb,
             category=_choice(raw, "category", CATEGORIES, default_category, where),
             dtype=_choice(raw, "dtype", DTYPES, "bf16", where),
@@ -145,8 +216,10 @@ def read_table(path: str | Path) -> list[SweepRow]:
             threads_per_block=int(_number(raw, "threads_per_block", where, integer=True, default=0.0)),
             gemm_mnk=shape if shape is None else (shape[0], shape[1], shape[2]),
             onchip_bytes=_number(raw, "onchip_bytes", where, default=0.0)))
+        _check_work(row, where)
     if not rows:
         raise SpecError(f"sweep table {p} holds a header but no rows.", "add the measurements.")
+    _check_repeats(rows, p)
     if "onchip_bytes" not in header:  # written before the column: the suite's on-chip loop counts 2 bytes per FLOP
         rows = [replace(r, onchip_bytes=SMEM_BYTES_PER_FLOP * r.flops) if r.kernel == SMEM_KERNEL else r
                 for r in rows]
