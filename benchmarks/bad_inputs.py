@@ -14,7 +14,7 @@ misleading     a clear line about something else (or a good input refused: the l
                careless check would refuse, and must run)
 =============  ==============================================================================================
 
-    python benchmarks/bad_inputs.py                      # every case (about 230; ~15 minutes on 2 cores)
+    python benchmarks/bad_inputs.py                      # every case (about 260; ~15 minutes on 2 cores)
     python benchmarks/bad_inputs.py --only budget        # the classes whose name contains "budget"
     python benchmarks/bad_inputs.py --jobs 2 --list      # list the cases only
 
@@ -281,7 +281,7 @@ def tables() -> list[Case]:
 
 
 def schedules() -> list[Case]:
-    """Schedule files (measure --schedule; apply --schedule is reported, not owned here)."""
+    """Schedule files (measure --schedule and apply --schedule)."""
     trace = json.dumps(_trace([_kernel(), _kernel()]))
 
     def sched(**kw: Any) -> str:
@@ -335,7 +335,7 @@ def _truncate(path: str) -> Callable[[Path], None]:
 
 
 def checkpoints() -> list[Case]:
-    """Checkpoint folders tampered with (read by evaluate; apply --checkpoint is reported, not owned here)."""
+    """Checkpoint folders tampered with (read by evaluate and apply --checkpoint)."""
     changes: dict[str, tuple[Callable[[Path], None], str]] = {
         "latency as text": (_tamper_meta(lambda m: m.update(latency_s="fast")), "latency_s"),
         "negative latency": (_tamper_meta(lambda m: m.update(latency_s=-0.03)), "latency_s"),
@@ -634,7 +634,7 @@ def _sweep(change: Callable[[list[dict[str, str]]], None]) -> Callable[[Path], N
 
 
 def calibration_tables() -> list[Case]:
-    """``rlclock calibrate --table`` (its tables are another part's: reported here, not fixed)."""
+    """``rlclock calibrate --table``: values no GPU produced, refused by the table's reader before any fit."""
     changes: dict[str, tuple[Callable[[list[dict[str, str]]], None], str]] = {
         "conflicting duplicate rows": (lambda r: r.append({**r[0], "time_s": str(3 * float(r[0]["time_s"]))}),
                                        "twice|duplicate|conflict"),
@@ -780,14 +780,14 @@ def main(argv: list[str] | None = None) -> int:
         total.update(counts)
         print(f"{klass:16s} " + " ".join(f"{counts[o]:10d}" for o in outcomes) + f" {fixes[klass]:10d}")
     print(f"{'all':16s} " + " ".join(f"{total[o]:10d}" for o in outcomes) + f" {sum(fixes.values()):10d}")
-    # the deployment (rlclock apply) and the calibration tables (calibrate --table) are fixed elsewhere
+    # the deployment (rlclock apply) and the calibration tables (calibrate --table), apart
     elsewhere = [r for c, r in results if "apply" in c.argv or "--table" in c.argv]
     here = Counter(r["outcome"] for c, r in results if not ("apply" in c.argv or "--table" in c.argv))
     print(f"{'without apply and calibrate --table':36s} " + ", ".join(f"{here[o]} {o}" for o in outcomes))
     print(f"{'apply and calibrate --table':36s} " + ", ".join(
         f"{sum(r['outcome'] == o for r in elsewhere)} {o}" for o in outcomes))
     shutil.rmtree(root, ignore_errors=True)
-    return 0 if here["clear"] == sum(here.values()) else 1
+    return 0 if total["clear"] == sum(total.values()) else 1
 
 
 if __name__ == "__main__":
