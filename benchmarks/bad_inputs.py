@@ -14,7 +14,7 @@ misleading     a clear line about something else (or a good input refused: the l
                careless check would refuse, and must run)
 =============  ==============================================================================================
 
-    python benchmarks/bad_inputs.py                      # every case (about 260; ~15 minutes on 2 cores)
+    python benchmarks/bad_inputs.py                      # every case (about 300; ~15 minutes on 2 cores)
     python benchmarks/bad_inputs.py --only budget        # the classes whose name contains "budget"
     python benchmarks/bad_inputs.py --jobs 2 --list      # list the cases only
 
