@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from rlclock.errors import ClockError, ScheduleError
+from rlclock.validation import MAX_KERNELS
+from rlclock.yamlio import read_json
 
 _CONFIG_RE = re.compile(r"^\s*(auto|\d+)\s*(?:@\s*(auto|\d+))?\s*$")
 
@@ -184,21 +186,43 @@ class ClockSchedule:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any) -> ClockSchedule:
-        """Parse :meth:`to_dict` output."""
+    def from_dict(cls, data: Any, source: str = "schedule") -> ClockSchedule:
+        """Parse :meth:`to_dict` output (``source``: where it came from, for messages). Every run covers a whole
+        number of kernels >= 1 and all of them at most :data:`~rlclock.validation.MAX_KERNELS`, checked before the
+        schedule is expanded."""
+        fix = "write schedules with rlclock (ClockSchedule.save, `rlclock apply --save`)."
         if not isinstance(data, dict) or data.get("format") != "rlclock.schedule":
-            raise ScheduleError("not an rlclock schedule (expected 'format': 'rlclock.schedule').")
+            raise ScheduleError(f"{source}: not an rlclock schedule (expected 'format': 'rlclock.schedule').", fix)
+        if data.get("version", 1) != 1:
+            raise ScheduleError(f"{source}: schedule version {data.get('version')!r} is not supported (this rlclock "
+                                "reads version 1).", fix)
         configs, runs = data.get("configs"), data.get("runs")
-        if not isinstance(configs, list) or not isinstance(runs, list):
-            raise ScheduleError("malformed schedule: 'configs' and 'runs' must be lists.")
+        if not isinstance(configs, list) or not isinstance(runs, list) or not configs:
+            raise ScheduleError(f"{source}: malformed schedule: 'configs' and 'runs' must be lists ('configs' not "
+                                "empty).", fix)
+        name = data.get("name", "schedule")
+        if not isinstance(name, str):
+            raise ScheduleError(f"{source}: the schedule's 'name' must be text, found {name!r}.", fix)
+        total = 0
+        for k, run in enumerate(runs):
+            if not (isinstance(run, list) and len(run) == 2 and all(_whole(x) for x in run) and run[1] >= 1):
+                raise ScheduleError(f"{source}: malformed schedule: run #{k} is {str(run)[:60]}; each run is "
+                                    "[configuration index, kernels], and covers a whole number >= 1 of kernels.",
+                                    fix)
+            if not 0 <= run[0] < len(configs):
+                raise ScheduleError(f"{source}: run #{k} refers to configuration {run[0]} but the schedule lists "
+                                    f"{len(configs)} (indices 0 to {len(configs) - 1}).", fix)
+            total += run[1]
+            if total > MAX_KERNELS:
+                raise ScheduleError(f"{source}: the runs cover more than {MAX_KERNELS} kernels (run #{k} is "
+                                    f"{run[1]} long); a step has at most {MAX_KERNELS}.", fix)
         try:
-            if any(isinstance(n, bool) or int(n) != n or int(n) < 1 for _, n in runs):
-                raise ValueError("every run must cover a whole number >= 1 of kernels")
-            index = [int(i) for i, n in runs for _ in range(int(n))]
             parsed = [ClockConfig.parse(c) for c in configs]
-        except (TypeError, ValueError, ClockError) as exc:
-            raise ScheduleError(f"malformed schedule: {exc}.") from None
-        return cls(parsed, index, str(data.get("name", "schedule")), data.get("power_limit_w"))
+        except ClockError as exc:
+            raise ScheduleError(f"{source}: malformed schedule: {exc}") from None
+        pairs = np.asarray(runs, dtype=np.int64).reshape(-1, 2)
+        index = np.repeat(pairs[:, 0], pairs[:, 1])
+        return cls(parsed, index, name, data.get("power_limit_w"))
 
     def save(self, path: str | Path) -> Path:
         """Write as JSON."""
@@ -208,8 +232,12 @@ class ClockSchedule:
 
     @classmethod
     def load(cls, path: str | Path) -> ClockSchedule:
-        """Read a schedule written by :meth:`save`."""
-        try:
-            return cls.from_dict(json.loads(Path(path).read_text()))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ScheduleError(f"cannot read schedule {str(path)!r}: {exc}.") from None
+        """Read a schedule written by :meth:`save` (a missing, oversized or malformed file, a key given twice, or
+        runs past :data:`~rlclock.validation.MAX_KERNELS` kernels is one :class:`ScheduleError` line)."""
+        data = read_json(path, "schedule", ScheduleError, "give a schedule written by rlclock (ClockSchedule.save).")
+        return cls.from_dict(data, str(path))
+
+
+def _whole(x: Any) -> bool:
+    """Whether ``x`` is a whole number (an int, not a boolean)."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)

@@ -63,6 +63,27 @@ class LagrangianExpert:
 
 
 @dataclass
+class DaggerProgress:
+    """Where an imitation stands after its last whole round: what a resumed run continues from.
+
+    Attributes:
+        rounds: Rounds done.
+        report: Their figures.
+        obs: Every decision state gathered so far, ``(k, obs_size)``.
+        act: The expert's label of each, ``(k,)``.
+        rng_state: The mixing generator's state (``numpy.random.Generator.bit_generator.state``).
+        optimizer: The imitation's optimiser (torch), whose moments go on.
+    """
+
+    rounds: int
+    report: DaggerReport
+    obs: np.ndarray
+    act: np.ndarray
+    rng_state: dict
+    optimizer: object
+
+
+@dataclass
 class DaggerReport:
     """What imitation did: per iteration the samples gathered and the learner's agreement with the expert."""
 
@@ -79,7 +100,9 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
            learning_rate: float = 1e-3, beta_decay: float = 0.5, prices_per_round: int = 2, min_updates: int = 500,
            seed: int = 0, class_balance: float = 0.0, on_round: Callable[[DaggerReport], None] | None = None,
            should_stop: Callable[[], bool] = lambda: False,
-           on_visit: Callable[[], None] | None = None) -> DaggerReport:
+           on_visit: Callable[[], None] | None = None, optimizer=None,
+           resume_from: DaggerProgress | None = None,
+           on_checkpoint: Callable[[DaggerProgress], None] | None = None) -> DaggerReport:
     """Train ``model``'s policy network to imitate the expert on every workload of ``env``.
 
     Args:
@@ -100,6 +123,10 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
         on_round: Called after every round with the report so far (progress, metrics).
         should_stop: Asked between episodes and gradient steps; True ends the imitation there.
         on_visit: Called after every episode (``iterations × workloads × prices_per_round`` of them in all).
+        optimizer: The optimiser of the policy network (default: a new Adam at ``learning_rate``).
+        resume_from: Go on after these rounds (their data, generator state and the optimiser's moments, which
+            ``optimizer`` must already hold).
+        on_checkpoint: Called after every whole round with where the imitation stands (to save it).
     """
     import torch
 
@@ -111,9 +138,15 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
     act_data: list[int] = []
     report = DaggerReport([], [])
     policy = model.policy
-    opt = torch.optim.Adam(policy.parameters(), lr=learning_rate)
+    opt = optimizer if optimizer is not None else torch.optim.Adam(policy.parameters(), lr=learning_rate)
+    first = 0
+    if resume_from is not None:
+        rng.bit_generator.state = resume_from.rng_state
+        obs_data, act_data = list(resume_from.obs), [int(a) for a in resume_from.act]
+        report = DaggerReport(list(resume_from.report.samples), list(resume_from.report.agreement))
+        first = resume_from.rounds
     k_prices = min(prices_per_round, len(PRICE_LADDER))
-    for m in range(iterations):
+    for m in range(first, iterations):
         beta = beta_decay**m
         learner = weights_from_sb3(model)
         agree = total = 0
@@ -135,6 +168,9 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
                  batch_size, min_updates, should_stop, label_weights(Y, class_balance))
         if on_round is not None:
             on_round(report)
+        if on_checkpoint is not None and not should_stop():
+            on_checkpoint(DaggerProgress(m + 1, report, np.asarray(obs_data, dtype=np.float32),
+                                         np.asarray(act_data, dtype=np.int64), dict(rng.bit_generator.state), opt))
     return report
 
 

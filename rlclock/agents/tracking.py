@@ -31,11 +31,22 @@ ROUND = "imitation/round"
 """The x-axis of the imitation metrics (``imitation/*``)."""
 
 
+WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun")
+"""The values of ``WANDB_MODE`` W&B takes (``dryrun``: its old name of ``offline``)."""
+
+
 def wandb_mode() -> str:
-    """``offline`` unless W&B is configured (or ``WANDB_MODE`` says otherwise)."""
+    """``offline`` unless W&B is configured (or ``WANDB_MODE`` says otherwise).
+
+    Raises:
+        RlclockError: ``WANDB_MODE`` is set to something W&B does not take.
+    """
     explicit = os.environ.get("WANDB_MODE")
-    if explicit:
-        return explicit
+    if explicit is not None and explicit.strip():
+        if explicit.strip() not in WANDB_MODES:
+            raise RlclockError(f"WANDB_MODE is {explicit!r}; W&B takes {', '.join(WANDB_MODES[:4])}.",
+                               "set WANDB_MODE=offline (or unset it: offline unless you ran `wandb login`).")
+        return explicit.strip()
     if os.environ.get("WANDB_API_KEY"):
         return "online"
     try:

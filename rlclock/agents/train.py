@@ -4,13 +4,20 @@ Run folder ``runs/<name>-s<seed>-<date>/``:
 
 ====================  ==========================================================================
 ``config.yaml``       resolved env spec(s), agent recipe, command line, git revision, versions
-``policy/``           the deployable checkpoint (``policy.safetensors`` + ``meta.json``)
-``sb3_model.zip``     the stable-baselines3 model, for resuming
+``policy/``           the deployable checkpoint (``policy.safetensors`` + ``meta.json``): the best policy so far
+``state.json`` + …    the resume state (:mod:`rlclock.agents.state`: safetensors + JSON, no pickle), written
+                      after every imitation round and every ``checkpoint_every`` PPO updates
+``owner.json``        the process running it, with a heartbeat (:mod:`rlclock.agents.state`)
+``sb3_model.zip``     the stable-baselines3 model at the end, for SB3's own tools (pickle; rlclock never reads it)
 ``metrics.csv``       the evaluation history (steps, saving, slowdown, switches, fraction of optimum)
-``summary.json``      final figures per training workload and the training wall time
+``summary.json``      final figures per training workload and the training wall time of every segment
 ``pareto.png``        the policy beside the baselines (first workload)
 ``timeline.png``      the policy's clocks over one step (first workload)
 ====================  ==========================================================================
+
+A run killed at any point (even ``kill -9``) is recognised as such — its ``summary.json`` still says
+``running`` but no process owns it — and ``--resume`` continues it from its last state: the imitation rounds
+not yet run, then PPO.
 """
 
 from __future__ import annotations
@@ -27,21 +34,36 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from rlclock.agents.evaluate import PolicyEvaluation, evaluate_policy
-from rlclock.agents.runs import StopOnSignal, create_run_folder, write_summary
-from rlclock.agents.tracking import Tracker, sb3_writer
+from rlclock.agents.runs import StopOnSignal, create_run_folder, read_summary, write_summary
+from rlclock.agents.state import (
+    FIX,
+    Owner,
+    StateMeta,
+    killed_note,
+    load_state,
+    optimizer_state,
+    owner_of,
+    random_state,
+    restore_module,
+    restore_optimizer,
+    restore_random,
+    running_owner,
+    save_state,
+)
+from rlclock.agents.tracking import Tracker, sb3_writer, wandb_mode
 from rlclock.config import EnvSpec
 from rlclock.config.recipe import AgentConfig
 from rlclock.env import EpisodeTables
-from rlclock.errors import SpecError
+from rlclock.errors import CheckpointError, SpecError
 from rlclock.observation.layout import obs_size
 from rlclock.observation.lookahead import n_slots
 from rlclock.policy import DEFAULT_PRICE_REL, ClockPolicy, policy_meta, save_checkpoint
 from rlclock.policy.checkpoint import SB3_FILE
+from rlclock.validation import check_output_folder
 from rlclock.version import __version__
-from rlclock.yamlio import read_yaml
+from rlclock.yamlio import dump_yaml, read_yaml
 
 
 @dataclass
@@ -67,6 +89,7 @@ class TrainResult:
     trained_by: str = "PPO"
     wandb_dir: Path | None = None
     wandb_mode: str = "disabled"
+    note: str = ""
 
 
 def git_revision() -> str:
@@ -116,7 +139,8 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
     run folder's policy, figures and plots.
 
     The run always ends in a known state (:mod:`rlclock.agents.runs`): on SIGINT or SIGTERM during training
-    the best policy so far is saved with ``"status": "interrupted"``; ``resume`` continues such a run.
+    the best policy so far is saved with ``"status": "interrupted"``; killed outright, its last state stays
+    (module docstring). ``resume`` continues either.
 
     Args:
         specs: Env specs to train on (a family is sampled per episode).
@@ -131,17 +155,32 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
         wandb_project: W&B project (default ``WANDB_PROJECT``, else ``rlclock``).
         wandb_entity: W&B entity (default ``WANDB_ENTITY``).
         wandb_group: W&B run group (default ``WANDB_RUN_GROUP``).
-        resume: A run folder to continue: PPO goes on from its SB3 model up to ``agent.timesteps`` in all
-            (``specs``, ``agent`` and ``eval_specs`` are then the run's own, from its ``config.yaml``).
+        resume: A run folder to continue (:func:`resume_inputs` gives its ``specs``, ``agent`` and
+            ``eval_specs``): from its last state, the imitation rounds not yet run, then PPO up to
+            ``agent.timesteps`` in all.
+
+    Raises:
+        SpecError: An output cannot be written (checked before any work), tracking is misconfigured, or the run
+            to resume is still running or already done.
     """
     import torch
 
     specs = list(specs)
     eval_specs = list(eval_specs or specs)
     name = name or (specs[0].name if len(specs) == 1 else f"family-{specs[0].gpu.key}")
+    if track:
+        wandb_mode()  # a bad WANDB_MODE is one line now, not after the run folder is made
+    agent.check_fits(obs_size(specs[0].lookahead, n_slots(specs[0].configs())), n_slots(specs[0].configs()),
+                     agent.source)
+    if save_to is not None:
+        check_output_folder(save_to, "--save-checkpoint")
+    note = ""
     if resume is not None:
         run_dir = Path(resume)
-        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        note = resumable(run_dir, agent)
+        if note:
+            print(f"{run_dir}: {note}", flush=True)
+        config = read_yaml(run_dir / "config.yaml", "run config")
         config["resumed"] = [*config.get("resumed", []), command or " ".join(sys.argv)]
     else:
         run_dir = create_run_folder(runs_dir, name, agent.seed)
@@ -151,66 +190,143 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
                   "eval_env_sources": [s.source for s in eval_specs],
                   "command": command or " ".join(sys.argv), "git": git_revision(), "rlclock": __version__,
                   "python": platform.python_version(), "torch": str(torch.__version__)}
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
-    session: _Session | None = None
-    tracker: Tracker | None = None
-    with StopOnSignal() as stop:  # a signal from here on ends the run in a known state
+    wall = _Wall(_prior_wall_s(run_dir) if resume is not None else 0.0)
+    with Owner(run_dir, wall), StopOnSignal() as stop:  # a signal from here on ends the run in a known state
+        _atomic_text(run_dir / "config.yaml", dump_yaml(config))
+        session: _Session | None = None
+        tracker: Tracker | None = None
         try:
-            write_summary(run_dir, name=name, status="running", folder=str(run_dir))
+            write_summary(run_dir, name=name, status="running", folder=str(run_dir), wall_s=wall())
             tracker = Tracker(track, name=name, config=config, folder=run_dir, tags=[specs[0].gpu.key],
                               project=wandb_project, entity=wandb_entity, group=wandb_group)
-            session = _Session(specs, eval_specs, agent, run_dir, tracker, progress, resume is not None)
+            session = _Session(specs, eval_specs, agent, run_dir, tracker, progress, wall,
+                               load_state(run_dir) if resume is not None else None)
             if progress:
-                print(f"estimated on this machine: {session.estimate(imitation=resume is None)}", flush=True)
+                print(f"estimated on this machine: {session.estimate()}", flush=True)
             stop.graceful = True  # from here on there is a model to save
-            if resume is None:
+            if session.imitation_left():
                 write_summary(run_dir, phase="imitation")
                 session.imitate(stop)
-            write_summary(run_dir, phase="ppo")
-            session.ppo(stop)
+            if not stop.requested:
+                write_summary(run_dir, phase="ppo")
+                session.ppo(stop)
             stop.graceful = False  # the final figures and plots run to the end (or a signal ends them)
-            return session.finish("interrupted" if stop.requested else "finished", save_to, name)
+            result = session.finish("interrupted" if stop.requested else "finished", save_to, name)
+            result.note = note
+            return result
         except KeyboardInterrupt:
             stop.graceful = False
             if session is not None:
                 session.finish("interrupted", save_to, name, final=False)
             else:
-                write_summary(run_dir, status="interrupted", note="stopped before training began: no policy")
+                write_summary(run_dir, status="interrupted", wall_s=wall(),
+                              note="stopped before training began: no policy")
                 if tracker is not None:
                     tracker.finish()
             raise
         except BaseException as exc:
-            write_summary(run_dir, status="failed", error=f"{type(exc).__name__}: {exc}")
+            write_summary(run_dir, status="failed", error=f"{type(exc).__name__}: {exc}", wall_s=wall())
             if tracker is not None:
                 tracker.finish()
             raise
+
+
+class _Wall:
+    """The run's wall time: every earlier segment's, and this one's so far, seconds."""
+
+    def __init__(self, before_s: float) -> None:
+        self.before_s = before_s
+        self.started = time.perf_counter()
+
+    def __call__(self) -> float:
+        return self.before_s + time.perf_counter() - self.started
+
+
+def _prior_wall_s(run_dir: Path) -> float:
+    """The wall time of a run's earlier segments: the most its state, its summary or its owner's last heartbeat
+    recorded (a run killed outright spent the time since its last state too)."""
+    seen = [read_summary(run_dir).get("wall_s"), (owner_of(run_dir) or {}).get("wall_s")]
+    try:
+        from rlclock.agents.state import read_state_meta
+
+        meta = read_state_meta(run_dir, quiet=True)
+        seen.append(meta.wall_s if meta is not None else None)
+    except CheckpointError:
+        pass
+    return max([float(v) for v in seen if isinstance(v, (int, float)) and np.isfinite(v) and v >= 0] or [0.0])
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def resumable(run_dir: Path, agent: AgentConfig) -> str:
+    """Check that a run folder can be continued now; a line saying how it ended when it was killed ("" else).
+
+    Raises:
+        SpecError: A live process runs it, or it finished with as many PPO steps as asked.
+        CheckpointError: Its resume state is unreadable (checked here, before any work).
+    """
+    summary = read_summary(run_dir)
+    status = summary.get("status")
+    live = running_owner(run_dir)
+    if live is not None:
+        raise SpecError(f"run {run_dir} is still running ({live}).",
+                        "let it finish, or stop it with Ctrl-C or kill -INT (it saves its state), then resume.")
+    state = load_state(run_dir)
+    done = state[0].timesteps if state is not None and state[0].phase == "ppo" else 0
+    if status == "finished" and done >= agent.timesteps:
+        raise SpecError(f"run {run_dir} finished with {done} PPO steps; --resume continues it only up to more.",
+                        f"give --timesteps above {done} to train it on.")
+    if status == "running":
+        return f"the run was killed ({killed_note(run_dir)}); continuing from its last state" + (
+            f" ({state[0].phase}, {state[0].imitation_rounds} imitation rounds, {state[0].timesteps} PPO steps)"
+            if state is not None else " (none saved yet: from the start)")
+    return ""
 
 
 def resume_inputs(run_dir: str | Path) -> tuple[list[EnvSpec], AgentConfig, list[EnvSpec]]:
     """The env specs, agent recipe and evaluation specs of a run folder (what ``train(resume=...)`` continues).
 
     Raises:
-        SpecError: The folder is not a run folder written by ``rlclock train``, or has no SB3 model to resume.
+        SpecError: The folder is not a run folder written by ``rlclock train``, or its config is not one.
+        CheckpointError: It was written by an rlclock that kept its model only in a pickle file.
     """
+    from rlclock.agents.state import STATE_FILE
     from rlclock.config import parse_env_spec
     from rlclock.config.recipe import parse_agent_config
+    from rlclock.policy.checkpoint import META_FILE
 
     folder = Path(run_dir)
     cfg_path = folder / "config.yaml"
-    if not cfg_path.is_file() or not (folder / SB3_FILE).is_file():
-        raise SpecError(f"{folder} is not a run folder to resume (needs config.yaml and {SB3_FILE}).",
-                        "give a folder under runs/ written by `rlclock train`.")
+    fix = "give --resume the run folder `rlclock train` printed (runs/<name>-s<seed>-<date>)."
+    if not folder.is_dir():
+        raise SpecError(f"{folder} is not a folder.", fix)
+    if not cfg_path.is_file():
+        what = " (it is a policy checkpoint: `rlclock evaluate` reads it)" if (folder / META_FILE).is_file() else ""
+        raise SpecError(f"{folder} is not a run folder to resume: it has no config.yaml{what}.", fix)
+    if not (folder / STATE_FILE).is_file() and (folder / SB3_FILE).is_file() \
+            and read_summary(folder).get("status") != "running":
+        raise CheckpointError(f"{folder} was written by an earlier rlclock: its model is only in {SB3_FILE}, which "
+                              "rlclock no longer loads (a pickle file can run code).",
+                              "start a new run with the env spec and recipe of its config.yaml.")
     config = read_yaml(cfg_path, "run config")
+    if not isinstance(config, dict):
+        raise SpecError(f"{cfg_path}: not a config written by `rlclock train` (not a mapping).", fix)
     try:
-        def specs_of(raws: list[Any], sources: list[str] | None) -> list[EnvSpec]:
+        def specs_of(raws: Any, sources: Any) -> list[EnvSpec]:
+            if not isinstance(raws, list) or not raws:
+                raise TypeError("no env specs")
             return [parse_env_spec(raw, src) for raw, src in zip(raws, sources or ["<dict>"] * len(raws))]
 
         specs = specs_of(config["envs"], config.get("env_sources"))
         evals = specs_of(config.get("eval_env_specs", config["envs"]),
                          config.get("eval_env_sources", config.get("env_sources")))
         agent = parse_agent_config(config["agent"], str(cfg_path))
-    except (KeyError, TypeError) as exc:
-        raise SpecError(f"{cfg_path}: not a config written by `rlclock train` ({exc}).") from None
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise SpecError(f"{cfg_path}: not a config written by `rlclock train` ({exc}).", fix) from None
     return specs, agent, evals
 
 
@@ -218,7 +334,8 @@ class _Session:
     """One training run's model, env, tracker and evaluation history (:func:`train`'s phases)."""
 
     def __init__(self, specs: list[EnvSpec], eval_specs: list[EnvSpec], agent: AgentConfig, run_dir: Path,
-                 tracker: Tracker, progress: bool, resumed: bool) -> None:
+                 tracker: Tracker, progress: bool, wall: _Wall,
+                 state: tuple[StateMeta, dict[str, np.ndarray]] | None = None) -> None:
         import torch
         from stable_baselines3 import PPO
         from stable_baselines3.common.logger import CSVOutputFormat, Logger
@@ -237,18 +354,22 @@ class _Session:
         torch.set_num_threads(1)  # the networks are small: more threads only wait on each other
         self.proto = KernelClockSB3VecEnv(agent.n_envs, specs, seed=agent.seed)
         self.vec = VecMonitor(self.proto)
-        if resumed:
-            self.model = PPO.load(str(run_dir / SB3_FILE), env=self.vec, device="cpu")
-        else:
-            act = torch.nn.Tanh if agent.policy.activation == "tanh" else torch.nn.ReLU
-            arch = list(agent.policy.net_arch)
-            p = agent.ppo
-            self.model = PPO("MlpPolicy", self.vec, learning_rate=p.learning_rate, n_steps=p.n_steps,
-                             batch_size=p.batch_size, n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda,
-                             clip_range=p.clip_range, ent_coef=p.ent_coef, vf_coef=p.vf_coef,
-                             max_grad_norm=p.max_grad_norm, seed=agent.seed,
-                             policy_kwargs={"net_arch": {"pi": arch, "vf": arch}, "activation_fn": act},
-                             device="cpu", verbose=0)
+        act = torch.nn.Tanh if agent.policy.activation == "tanh" else torch.nn.ReLU
+        arch = list(agent.policy.net_arch)
+        p = agent.ppo
+        self.model = PPO("MlpPolicy", self.vec, learning_rate=p.learning_rate, n_steps=p.n_steps,
+                         batch_size=p.batch_size, n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda,
+                         clip_range=p.clip_range, ent_coef=p.ent_coef, vf_coef=p.vf_coef,
+                         max_grad_norm=p.max_grad_norm, seed=agent.seed,
+                         policy_kwargs={"net_arch": {"pi": arch, "vf": arch}, "activation_fn": act},
+                         device="cpu", verbose=0)
+        self.wall = wall
+        self.state = state[0] if state is not None else None
+        self.imitation_optimizer = torch.optim.Adam(self.model.policy.parameters(),
+                                                    lr=agent.imitation.learning_rate)
+        self.dagger: Any = None  # where the imitation stands (DaggerProgress), once a round is done
+        if state is not None:
+            self._restore(*state)
         # SB3's training curves; a resumed run writes progress.2.csv, … beside the first one
         segments = len(list(run_dir.glob("progress*.csv")))
         formats: list[Any] = [CSVOutputFormat(str(run_dir / ("progress.csv" if segments == 0 else
@@ -257,11 +378,103 @@ class _Session:
             formats.append(sb3_writer(tracker))
         self.model.set_logger(Logger(str(run_dir), formats))
         self.price_rel = typical_price_rel(self.proto.episodes)
-        self.history: list[dict[str, Any]] = _read_history(run_dir / "metrics.csv") if resumed else []
+        self.history: list[dict[str, Any]] = _read_history(run_dir / "metrics.csv") if state is not None else []
         self.best: _Best | None = None
-        self.started = time.perf_counter()
+        if state is not None and state[0].best_score is not None:
+            self.best = self._best_from(state[1])
+        self.saved_at = int(self.model.num_timesteps)
 
-    def estimate(self, imitation: bool) -> str:
+    def _restore(self, meta: StateMeta, tensors: dict[str, np.ndarray]) -> None:
+        """Where the run's last state left it: the policy's weights, the optimisers' moments, the counters, and
+        for an imitation under way its data and generator."""
+        from rlclock.agents.imitation import DaggerProgress, DaggerReport
+        from rlclock.agents.state import STATE_FILE
+
+        where = str(self.run_dir / STATE_FILE)
+        restore_module(self.model.policy, tensors, "policy", where)
+        restore_optimizer(self.model.policy.optimizer, meta.ppo_optimizer, tensors, "ppo_optimizer", where)
+        if meta.phase == "imitation":
+            if meta.imitation_optimizer is None or "imitation.obs" not in tensors or "imitation.act" not in tensors:
+                raise CheckpointError(f"{where}: an imitation under way without its data or optimiser.", FIX)
+            restore_optimizer(self.imitation_optimizer, meta.imitation_optimizer, tensors, "imitation_optimizer",
+                              where)
+            obs, act = tensors["imitation.obs"], tensors["imitation.act"]
+            width = int(np.prod(self.model.policy.observation_space.shape or ()))
+            if obs.ndim != 2 or (obs.size and obs.shape[1] != width) or act.shape != (obs.shape[0],) \
+                    or len(meta.imitation_samples) != meta.imitation_rounds \
+                    or len(meta.imitation_agreement) != meta.imitation_rounds \
+                    or meta.imitation_rounds > self.agent.imitation.iterations \
+                    or (act.size and (act.min() < 0 or act.max() > self.proto.keep_action)):
+                raise CheckpointError(f"{where}: the imitation's data do not fit this run's network and rounds.", FIX)
+            try:
+                np.random.default_rng().bit_generator.state = meta.imitation_rng or {}
+            except (TypeError, ValueError, KeyError) as exc:
+                raise CheckpointError(f"{where}: the imitation's random state is unreadable ({exc}).", FIX) from None
+            self.dagger = DaggerProgress(meta.imitation_rounds, DaggerReport(list(meta.imitation_samples),
+                                                                             list(meta.imitation_agreement)),
+                                         obs, act.astype(np.int64), dict(meta.imitation_rng or {}),
+                                         self.imitation_optimizer)
+        self.model.num_timesteps = meta.timesteps
+        self.model._n_updates = meta.updates
+        restore_random(meta, tensors, where)
+
+    def _best_from(self, tensors: dict[str, np.ndarray]) -> _Best | None:
+        """The best policy a resumed run had kept, evaluated again (its figures are not stored)."""
+        import torch
+
+        best = {k[len("best."):]: torch.as_tensor(v) for k, v in tensors.items() if k.startswith("best.")}
+        if not best:
+            return None
+        current = {k: v.clone() for k, v in self.model.policy.state_dict().items()}
+        if set(best) != set(current) or any(best[k].shape != current[k].shape for k in best):
+            from rlclock.agents.state import STATE_FILE
+
+            raise CheckpointError(f"{self.run_dir / STATE_FILE}: the best policy's weights do not fit the network.",
+                                  FIX)
+        self.model.policy.load_state_dict(best)
+        kept = _Best([evaluate_policy(self.policy(), s) for s in self.eval_specs], self.model)
+        self.model.policy.load_state_dict(current)
+        return kept
+
+    def imitation_left(self) -> bool:
+        """Whether imitation rounds remain to run (none once a resumed run had reached PPO)."""
+        if self.state is not None and self.state.phase == "ppo":
+            return False
+        done = self.dagger.rounds if self.dagger is not None else 0
+        return self.agent.imitation.iterations > done or self.best is None
+
+    def save_state(self, phase: str) -> None:
+        """Write the resume state (:mod:`rlclock.agents.state`) as the run stands now."""
+        groups, tensors = optimizer_state(self.model.policy.optimizer, "ppo_optimizer")
+        tensors.update({f"policy.{k}": v for k, v in self.model.policy.state_dict().items()})
+        if self.best is not None:
+            tensors.update({f"best.{k}": v for k, v in self.best.state.items()})
+        meta: dict[str, Any] = {
+            "phase": phase, "imitation_rounds": 0, "imitation_samples": [], "imitation_agreement": [],
+            "imitation_rng": None, "imitation_optimizer": None, "timesteps": int(self.model.num_timesteps),
+            "updates": int(self.model._n_updates), "wall_s": self.wall(), "ppo_optimizer": groups,
+            "best_score": None if self.best is None else float(self.best.value),
+            "best_step": None if self.best is None else int(self.best.step)}
+        d = self.dagger
+        if d is not None:
+            meta.update(imitation_rounds=d.rounds, imitation_samples=list(d.report.samples),
+                        imitation_agreement=[float(a) for a in d.report.agreement], imitation_rng=d.rng_state)
+            if phase == "imitation":
+                im_groups, im_tensors = optimizer_state(d.optimizer, "imitation_optimizer")
+                meta["imitation_optimizer"] = im_groups
+                tensors.update(im_tensors)
+                tensors["imitation.obs"] = np.asarray(d.obs, dtype=np.float32).reshape(len(d.act), -1)
+                tensors["imitation.act"] = np.asarray(d.act, dtype=np.int64)
+        rng_meta, rng_tensors = random_state()
+        meta.update(rng_meta)
+        tensors.update(rng_tensors)
+        save_state(self.run_dir, meta, tensors)
+        self.saved_at = int(self.model.num_timesteps)
+        write_summary(self.run_dir, wall_s=self.wall(), timesteps=int(self.model.num_timesteps),
+                      saved={"phase": phase, "imitation_rounds": meta["imitation_rounds"],
+                             "timesteps": meta["timesteps"]})
+
+    def estimate(self) -> str:
         """How long the phases will take on this machine, from short timed probes (on copies: the run's own env
         and network are not touched)."""
         import copy
@@ -297,7 +510,8 @@ class _Session:
         keep = np.full(agent.n_envs, self.proto.keep_action)
         t_vec = timed(lambda: vec.step(keep), 32)
         parts = []
-        if imitation and agent.imitation.iterations:
+        rounds = agent.imitation.iterations - (self.dagger.rounds if self.dagger is not None else 0)
+        if self.imitation_left() and rounds > 0:
             im = agent.imitation
             env = KernelClockEnv(self.specs[:1])
             env.reset(seed=0)
@@ -306,8 +520,8 @@ class _Session:
             t_dp = timed(lambda: LagrangianExpert(first).choices(1.0), 1) / max(first.n, 1)
             k = min(im.prices_per_round, len(PRICE_LADDER))
             kernels = sum(episode_tables(s).n for s in self.specs)
-            imit = (im.iterations * k * kernels * 2 * t_env + min(len(PRICE_LADDER), k * im.iterations) * kernels
-                    * t_dp + im.iterations * im.min_updates * t_imitate)
+            imit = (rounds * k * kernels * 2 * t_env + min(len(PRICE_LADDER), k * rounds) * kernels
+                    * t_dp + rounds * im.min_updates * t_imitate)
             parts.append(f"imitation ~{_duration(imit)}")
         if agent.trains_ppo:
             p = agent.ppo
@@ -325,7 +539,7 @@ class _Session:
     def evaluate(self, step: int) -> list[PolicyEvaluation]:
         """The current policy on every evaluation workload, logged (``energy/…``) at ``step``."""
         evs = [evaluate_policy(self.policy(), s) for s in self.eval_specs]
-        row: dict[str, Any] = {"step": step, "wall_s": time.perf_counter() - self.started}
+        row: dict[str, Any] = {"step": step, "wall_s": self.wall()}
         for ev in evs:
             for k, v in ev.metrics(f"energy/{ev.env}/" if len(evs) > 1 else "energy/").items():
                 row[k] = v
@@ -334,19 +548,44 @@ class _Session:
             row["energy/mean_slowdown_pct"] = float(np.mean([ev.slowdown_pct for ev in evs]))
         self.history.append(row)
         self.tracker.log(row, step=step)
+        _write_history(self.run_dir / "metrics.csv", self.history)
         return evs
+
+    def offer(self, evs: list[PolicyEvaluation], step: int) -> None:
+        """Keep the current policy if it is the best so far: its weights, and the run's deployable checkpoint."""
+        if self.best is None:
+            self.best = _Best(evs, self.model, step)
+        elif not self.best.offer(evs, self.model, step):
+            return
+        self._write_policy("best so far")
+
+    def _write_policy(self, status: str, extra: dict[str, Any] | None = None) -> Path:
+        """The deployable checkpoint of the current weights, written atomically to ``policy/``."""
+        pol = self.policy(extra or {"training": {"timesteps": int(self.model.num_timesteps), "status": status,
+                                                 "envs": [s.name for s in self.specs]},
+                                    "env_spec": dict(self.specs[0].raw)})
+        return save_checkpoint(self.run_dir / "policy", pol.weights, {k: v for k, v in pol.meta.items()
+                                                                       if k not in ("format", "version", "activation")})
 
     def imitate(self, stop: StopOnSignal) -> None:
         """The DAgger warm start (if the recipe has rounds), then a first evaluation."""
         im = self.agent.imitation
-        if im.iterations == 0:
-            return
-        from rlclock.agents.imitation import PRICE_LADDER, DaggerReport, dagger
+        from rlclock.agents.imitation import PRICE_LADDER, DaggerProgress, DaggerReport, dagger
         from rlclock.env import KernelClockEnv
 
+        done = self.dagger.rounds if self.dagger is not None else 0
+        if im.iterations <= done:
+            if self.best is None and not stop.requested:
+                self.offer(self.evaluate(0), 0)
+                self.save_state("ppo")
+            return
         env = KernelClockEnv(self.specs)
-        visits = im.iterations * len(env.episodes) * min(im.prices_per_round, len(PRICE_LADDER))
+        visits = (im.iterations - done) * len(env.episodes) * min(im.prices_per_round, len(PRICE_LADDER))
         bar = _bar(None, self.progress, "imitation", "episodes", total=visits)
+
+        def on_checkpoint(progress: DaggerProgress) -> None:
+            self.dagger = progress
+            self.save_state("imitation")
 
         def on_round(report: DaggerReport) -> None:
             self.tracker.log_round(report.round_metrics(im.iterations))
@@ -357,12 +596,13 @@ class _Session:
         dagger(self.model, env, iterations=im.iterations, epochs=im.epochs, batch_size=im.batch_size,
                learning_rate=im.learning_rate, beta_decay=im.beta_decay, prices_per_round=im.prices_per_round,
                min_updates=im.min_updates, seed=self.agent.seed, class_balance=im.class_balance,
-               on_round=on_round, should_stop=stop,
-               on_visit=None if bar is None else bar.update)
+               on_round=on_round, should_stop=stop, on_visit=None if bar is None else bar.update,
+               optimizer=self.imitation_optimizer, resume_from=self.dagger, on_checkpoint=on_checkpoint)
         if bar is not None:
             bar.close()
         if not stop.requested:
-            self.best = _Best(self.evaluate(0), self.model)
+            self.offer(self.evaluate(0), 0)
+            self.save_state("ppo")
 
     def ppo(self, stop: StopOnSignal) -> None:
         """PPO up to the recipe's timesteps, evaluating and keeping the best policy as it goes."""
@@ -372,21 +612,25 @@ class _Session:
         if remaining <= 0 or stop.requested:
             return
         session = self
+        per_update = self.agent.ppo.n_steps * self.agent.n_envs
 
         class EvalEvery(BaseCallback):
+            """Evaluates every ``eval.every_steps`` (keeping the best), and saves the state every
+            ``checkpoint_every`` updates (at the start of the next rollout: the update just done)."""
+
             def __init__(self, every: int) -> None:
                 super().__init__()
                 self.next = (session.model.num_timesteps // every + 1) * every
                 self.every = every
 
+            def _on_rollout_start(self) -> None:
+                if self.num_timesteps - session.saved_at >= session.agent.checkpoint_every * per_update:
+                    session.save_state("ppo")
+
             def _on_step(self) -> bool:
                 if self.num_timesteps >= self.next:
                     self.next += self.every
-                    evs = session.evaluate(self.num_timesteps)
-                    if session.best is None:
-                        session.best = _Best(evs, session.model)
-                    else:
-                        session.best.offer(evs, session.model)
+                    session.offer(session.evaluate(self.num_timesteps), self.num_timesteps)
                 return not stop.requested
 
         self.model.learn(total_timesteps=remaining, callback=EvalEvery(self.agent.eval.every_steps),
@@ -397,10 +641,11 @@ class _Session:
     def finish(self, status: str, save_to: str | Path | None, name: str, final: bool = True) -> TrainResult:
         """Save the best policy (the current one if none was evaluated), the SB3 model, the history and the
         summary; with ``final``, evaluate once more, plot, and log the tables and the checkpoint artifact."""
-        wall = time.perf_counter() - self.started
         steps = int(self.model.num_timesteps)
         run_dir, tracker = self.run_dir, self.tracker
-        self.model.save(str(run_dir / SB3_FILE))  # the current model: what --resume continues
+        if not self.imitation_left():  # the current model: what --resume continues (an imitation under way keeps
+            self.save_state("ppo")    # its last whole round's state)
+        self.model.save(str(run_dir / SB3_FILE))  # for stable-baselines3's own tools; rlclock never reads it
         evs: list[PolicyEvaluation] = []
         if final and status == "finished":
             if self.progress:
@@ -413,13 +658,13 @@ class _Session:
                             "switches": ev.evaluation.switches, "optimum_saving_pct": 100 * ev.optimum_saving,
                             "fraction_of_optimum": ev.fraction_of_optimum} for ev in evs}
         trained = "PPO" if self.agent.trains_ppo and steps > 0 else "imitation"
+        wall = self.wall()
         extra = {"training": {"timesteps": steps, "wall_s": wall, "seed": self.agent.seed, "status": status,
                               "trained_by": trained, "envs": [s.name for s in self.specs], "figures": figures,
                               "agent": self.agent.as_dict(), "git": git_revision()},
                  "env_spec": dict(self.specs[0].raw)}
         pol = self.policy(extra)
-        ckpt = save_checkpoint(run_dir / "policy", pol.weights, {k: v for k, v in pol.meta.items()
-                                                                  if k not in ("format", "version", "activation")})
+        ckpt = self._write_policy(status, extra)
         _write_history(run_dir / "metrics.csv", self.history)
         write_summary(run_dir, status=status, wall_s=wall, timesteps=steps, trained_by=trained, figures=figures,
                       **({"signal": "interrupted by a signal"} if status == "interrupted" else {}))
@@ -459,15 +704,19 @@ def _mean_fraction(evs: Sequence[PolicyEvaluation]) -> float:
 class _Best:
     """The best policy weights seen (by :func:`score`), so a run ends with its best policy, not its last."""
 
-    def __init__(self, evs: Sequence[PolicyEvaluation], model) -> None:
+    def __init__(self, evs: Sequence[PolicyEvaluation], model, step: int = 0) -> None:
         self.evs = list(evs)
         self.value = score(evs)
+        self.step = step
         self.state = {k: v.clone() for k, v in model.policy.state_dict().items()}
 
-    def offer(self, evs: Sequence[PolicyEvaluation], model) -> None:
+    def offer(self, evs: Sequence[PolicyEvaluation], model, step: int = 0) -> bool:
+        """Keep the model's weights if they score better; whether they did."""
         if score(evs) > self.value:
-            self.evs, self.value = list(evs), score(evs)
+            self.evs, self.value, self.step = list(evs), score(evs), step
             self.state = {k: v.clone() for k, v in model.policy.state_dict().items()}
+            return True
+        return False
 
     def better_than(self, evs: Sequence[PolicyEvaluation]) -> bool:
         return self.value > score(evs)
@@ -504,13 +753,16 @@ def _read_history(path: Path) -> list[dict[str, Any]]:
 
 
 def _write_history(path: Path, history: list[dict[str, Any]]) -> None:
+    """The evaluation history as CSV, written atomically (after every evaluation: a killed run keeps it)."""
     if not history:
         return
     keys = list(dict.fromkeys(k for row in history for k in row))
-    with path.open("w", newline="") as f:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
         w.writerows(history)
+    tmp.replace(path)
 
 
 def _schedule_rows(policy: ClockPolicy, spec: EnvSpec) -> list[list[Any]]:

@@ -50,6 +50,7 @@ class RecordedGpu(GpuBackend):
         if gpu is not None and gpu not in (spec.name, spec.key):
             raise SpecError(f"the measurement table was taken on {gpu!r}, but the backend's GPU is {spec.name!r}.",
                             "use the matching GPU preset in the env spec.")
+        table.check_clocks(spec)
         if missing not in ("error", "simulated"):
             raise SpecError(f"RecordedGpu: missing={missing!r} is unknown.", "use 'error' or 'simulated'.")
         self.table = table

@@ -25,9 +25,10 @@ column                 required    meaning
 \\*\\* ``time_ms`` may stand for ``time_s`` and ``power_w`` for ``energy_j`` (energy = power × time), as public
 measurements often give them.
 
-Every malformed table is refused with one line naming the row and column and what to write instead — values beyond
-what any GPU does (:data:`LIMITS`: a kernel of 10^300 FLOPs, a reading of 10^6 s, 10 kW of power) and readings of one
-kernel at one clock pair that disagree (:data:`REPEAT_SPREAD`) included.
+Every malformed table is refused with one line naming the row and column and what to write instead: a time or
+power no GPU has (a kernel's time at most :data:`~rlclock.validation.MAX_KERNEL_S`, an idle window's at most
+:data:`MAX_IDLE_S`; power within :data:`~rlclock.validation.POWER_RANGE_W`), and one kernel measured twice at one
+clock pair with times or energies further apart than :data:`REPEAT_SPREAD` are refused too.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from typing import Any
 
 from rlclock.calibration.sweep import IDLE, SMEM_BYTES_PER_FLOP, SMEM_KERNEL, SweepRow
 from rlclock.errors import SpecError
+from rlclock.validation import MAX_KERNEL_S, POWER_RANGE_W, measurement_problem
 from rlclock.workload.kernel_names import classify
 from rlclock.workload.trace import ACCESS_CLASSES, CATEGORIES, DTYPES
 
@@ -56,21 +58,21 @@ OPTIONAL = ("bytes", "read_bytes", "write_bytes", "category", "dtype", "access",
 INFO = ("requested", "sm_clock_read_mhz", "mem_clock_read_mhz", "power_w", "time_cv", "energy_cv", "reasons")
 """Columns a sweep on the GPU (``rlclock calibrate --device``) writes beside them — the clocks asked for, what NVML
 read during the reading, its spread and clock-event reasons; read back and ignored by the fit."""
-
-
-LIMITS: dict[str, float] = {
-    "flops": 1e18, "bytes": 1e16, "read_bytes": 1e16, "write_bytes": 1e16, "onchip_bytes": 1e18, "time_s": 3600.0,
-    "time_ms": 3.6e6, "core_mhz": 1e4, "mem_mhz": 5e4, "blocks": 2.0 ** 31, "threads_per_block": 1024.0,
-    "gemm_m": 2.0 ** 31, "gemm_n": 2.0 ** 31, "gemm_k": 2.0 ** 31, "energy_j": 3.6e7, "power_w": 5000.0}
-"""The largest value each column may hold: far beyond any kernel, clock or board (an hour-long reading, 10^18 FLOPs,
-a 5 kW board), so only a misplaced unit or a corrupt value is refused."""
-POWER_RANGE_W: tuple[float, float] = (0.5, 5000.0)
-"""A reading's average power (energy over time) must lie in this range, watts: no GPU board draws less or more."""
-RATE_LIMITS: dict[str, float] = {"flops": 1e16, "bytes": 1e14}
-"""The fastest a reading may move: 10 PFLOP/s and 100 TB/s (each ten times today's largest GPU)."""
-REPEAT_SPREAD = 1.25
-"""Readings of one kernel at one clock pair (repeats) may differ by at most this factor in time and in energy; more
-and they contradict each other."""
+MAX_IDLE_S = 3600.0
+"""The longest idle-power window a row may hold, seconds."""
+MAX_RATES = {"flops": 1e17, "dram bytes": 1e15, "onchip_bytes": 1e16, "blocks": 1e11}
+"""The most FLOPs, DRAM bytes (read + written), shared-memory bytes and thread blocks per second of a row's time:
+each some twenty times what the fastest GPU does (a B200's 4.5 PFLOP/s of dense FP8, 8 TB/s of HBM). A row past one
+holds a value in the wrong unit (or none a GPU ran), which the fit would chase for ever."""
+MAX_GEMM_DIM = 1 << 24
+"""The largest ``gemm_m``, ``gemm_n`` or ``gemm_k``."""
+MAX_THREADS_PER_BLOCK = 1024
+"""CUDA's limit on threads per block."""
+MAX_CLOCK_MHZ = {"core_mhz": 10_000, "mem_mhz": 50_000}
+"""The highest core and memory clock a row may name, MHz (several times any GPU's)."""
+REPEAT_SPREAD = 1.5
+"""Rows of one kernel (same name, work and launch) at one clock pair may repeat a reading; their largest time (and
+energy) may be at most this many times their smallest, else the readings contradict each other."""
 
 
 def _number(raw: dict[str, str], col: str, where: str, positive: bool = False, integer: bool = False,
@@ -89,53 +91,7 @@ def _number(raw: dict[str, str], col: str, where: str, positive: bool = False, i
                         "fix or drop the row.")
     if integer and v != int(v):
         raise SpecError(f"{where}: {col} must be a whole number, found {text}.", f"write {col} in whole MHz/counts.")
-    if col in LIMITS and v > LIMITS[col]:
-        raise SpecError(f"{where}: {col} {text} is beyond any GPU (at most {LIMITS[col]:g}).",
-                        f"check the row's units ({col} in {_UNITS.get(col, 'counts')}) or drop the row.")
     return v
-
-
-_UNITS = {"time_s": "seconds", "time_ms": "milliseconds", "energy_j": "joules", "power_w": "watts", "core_mhz": "MHz",
-          "mem_mhz": "MHz", "flops": "FLOPs", "bytes": "bytes", "read_bytes": "bytes", "write_bytes": "bytes",
-          "onchip_bytes": "bytes"}
-
-
-def _check_reading(row: SweepRow, where: str) -> None:
-    """Refuse a reading whose power or rates no GPU reaches (:data:`POWER_RANGE_W`, :data:`RATE_LIMITS`)."""
-    lo, hi = POWER_RANGE_W
-    power = row.energy_j / row.time_s
-    if not lo <= power <= hi:
-        raise SpecError(f"{where}: energy over time is {power:.4g} W, outside what a GPU board draws "
-                        f"({lo:g}-{hi:g} W).",
-                        "check the row's units (time_s in seconds, energy_j in joules, or power_w in watts).")
-    for what, amount in (("flops", row.flops), ("bytes", row.read_bytes + row.write_bytes)):
-        if amount / row.time_s > RATE_LIMITS[what]:
-            raise SpecError(f"{where}: {amount:.4g} {what} in {row.time_s:.4g} s is {amount / row.time_s:.3g} per "
-                            f"second, beyond any GPU (at most {RATE_LIMITS[what]:g}).",
-                            "check the row's units (time_s in seconds, flops and bytes as counts).")
-
-
-def _check_repeats(rows: Sequence[SweepRow], lines: Sequence[int], path: Path) -> None:
-    """Refuse readings of one kernel at one clock pair that describe different kernels or disagree by more than
-    :data:`REPEAT_SPREAD` (repeats within it are kept: the fit weighs each)."""
-    first: dict[tuple[str, int, int], int] = {}
-    for i, r in enumerate(rows):
-        j = first.setdefault((r.kernel, r.core_mhz, r.mem_mhz), i)
-        if j == i:
-            continue
-        q = rows[j]
-        where = f"sweep table {path}, lines {lines[j]} and {lines[i]}"
-        shape = replace(r, core_mhz=0, mem_mhz=0, time_s=1.0, energy_j=1.0)
-        if shape != replace(q, core_mhz=0, mem_mhz=0, time_s=1.0, energy_j=1.0):
-            raise SpecError(f"{where}: two rows of {r.kernel} at {r.core_mhz}@{r.mem_mhz} MHz give different shapes "
-                            "(FLOPs, bytes, category, dtype, access, launch or GEMM shape).",
-                            "give each distinct kernel its own name, or correct the row.")
-        spread = max(r.time_s / q.time_s, q.time_s / r.time_s, r.energy_j / q.energy_j, q.energy_j / r.energy_j)
-        if spread > REPEAT_SPREAD:
-            raise SpecError(f"{where}: two readings of {r.kernel} at {r.core_mhz}@{r.mem_mhz} MHz disagree by a factor "
-                            f"{spread:.3g} (time {q.time_s:.4g} and {r.time_s:.4g} s, energy {q.energy_j:.4g} and "
-                            f"{r.energy_j:.4g} J; repeats may differ by {REPEAT_SPREAD:g} at most).",
-                            "keep the reading you trust, or measure the pair again.")
 
 
 def _choice(raw: dict[str, str], col: str, allowed: Sequence[str], default: str, where: str) -> str:
@@ -143,6 +99,64 @@ def _choice(raw: dict[str, str], col: str, allowed: Sequence[str], default: str,
     if v not in allowed:
         raise SpecError(f"{where}: {col} {v!r} is not one of {list(allowed)}.", f"write one of them in {col}.")
     return v
+
+
+def _check_reading(kernel: str, time_s: float, energy_j: float, where: str) -> None:
+    """Refuse a row whose time (seconds) or power (energy / time, watts) no GPU has."""
+    if kernel == IDLE:
+        power = energy_j / time_s
+        problem = (f"an idle window of {time_s:.4g} s, longer than {MAX_IDLE_S:g} s" if time_s > MAX_IDLE_S else
+                   None if POWER_RANGE_W[0] <= power <= POWER_RANGE_W[1] else
+                   f"{energy_j:.4g} J in {time_s:.4g} s is {power:.4g} W, outside the {POWER_RANGE_W[0]:g}-"
+                   f"{POWER_RANGE_W[1]:g} W a GPU draws")
+    else:
+        problem = measurement_problem(time_s, energy_j)
+    if problem is not None:
+        raise SpecError(f"{where}: {problem}.", f"re-measure the row or drop it (a kernel runs more than 0 and at "
+                        f"most {MAX_KERNEL_S:g} s; time_s is in seconds, energy_j in joules).")
+
+
+def _check_work(row: SweepRow, where: str) -> None:
+    """Refuse a row whose work no GPU does in its time (:data:`MAX_RATES`), whose launch CUDA cannot make, or whose
+    clocks no GPU runs at (:data:`MAX_CLOCK_MHZ`)."""
+    work = {"flops": row.flops, "dram bytes": row.read_bytes + row.write_bytes, "onchip_bytes": row.onchip_bytes,
+            "blocks": float(row.blocks)}
+    if row.gemm_mnk is not None:
+        if max(row.gemm_mnk) > MAX_GEMM_DIM:
+            raise SpecError(f"{where}: a gemm dimension of {float(max(row.gemm_mnk)):.4g}, more than {MAX_GEMM_DIM}.",
+                            "give gemm_m, gemm_n and gemm_k as the matrix product's sizes (or leave them empty).")
+        work["flops"] = max(work["flops"], 2.0 * math.prod(row.gemm_mnk))
+    for what, amount in work.items():
+        if amount > MAX_RATES[what] * row.time_s:
+            raise SpecError(f"{where}: {amount:.4g} {what} in {row.time_s:.4g} s is {amount / row.time_s:.4g} per "
+                            f"second, more than any GPU does ({MAX_RATES[what]:g}).",
+                            "check the row's units (flops and bytes are counts per launch, time_s seconds), or drop "
+                            "it.")
+    for col, top in MAX_CLOCK_MHZ.items():
+        if getattr(row, col) > top:
+            raise SpecError(f"{where}: {col} {getattr(row, col):.4g} is no clock a GPU runs at (at most {top} MHz).",
+                            f"give {col} in MHz, as NVML reports it.")
+    if row.threads_per_block > MAX_THREADS_PER_BLOCK:
+        raise SpecError(f"{where}: threads_per_block {row.threads_per_block}, more than CUDA's "
+                        f"{MAX_THREADS_PER_BLOCK}.", "give the threads of one block (or leave it empty).")
+
+
+def _check_repeats(rows: Sequence[SweepRow], path: Path) -> None:
+    """Refuse readings of one kernel at one clock pair that contradict each other (:data:`REPEAT_SPREAD`)."""
+    seen: dict[tuple[Any, ...], list[SweepRow]] = {}
+    for row in rows:
+        key = (row.kernel, row.flops, row.read_bytes, row.write_bytes, row.category, row.dtype, row.access,
+               row.blocks, row.threads_per_block, row.gemm_mnk, row.onchip_bytes, row.core_mhz, row.mem_mhz)
+        seen.setdefault(key, []).append(row)
+    for same in seen.values():
+        for what in ("time_s", "energy_j"):
+            values = [getattr(r, what) for r in same]
+            if len(values) > 1 and max(values) > REPEAT_SPREAD * min(values):
+                raise SpecError(f"sweep table {path}: kernel {same[0].kernel!r} at {same[0].core_mhz}@"
+                                f"{same[0].mem_mhz} MHz is given {len(values)} times with {what} from "
+                                f"{min(values):.4g} to {max(values):.4g}, more than {REPEAT_SPREAD:g}x apart: "
+                                "conflicting readings.", "keep one reading per kernel and clock pair (or readings "
+                                "that agree), and drop the others.")
 
 
 def read_table(path: str | Path) -> list[SweepRow]:
@@ -172,8 +186,7 @@ def read_table(path: str | Path) -> list[SweepRow]:
     unknown = [h for h in header if h not in REQUIRED + OPTIONAL + INFO + tuple(ALTERNATIVES.values())]
     if unknown:
         raise SpecError(f"sweep table {p}: unknown column(s) {unknown}.", f"use {list(REQUIRED + OPTIONAL)}.")
-    rows: list[SweepRow] = []
-    lines: list[int] = []
+    rows = []
     for raw0 in reader:
         where = f"sweep table {p}, line {reader.line_num}"
         if None in raw0:
@@ -197,7 +210,8 @@ def read_table(path: str | Path) -> list[SweepRow]:
                   else 1e-3 * _number(raw, "time_ms", where, positive=True))
         energy_j = (_number(raw, "energy_j", where, positive=True) if "energy_j" in header
                     else time_s * _number(raw, "power_w", where, positive=True))
-        rows.append(SweepRow(
+        _check_reading(name, time_s, energy_j, where)
+        rows.append(row := SweepRow(
             kernel=name, flops=_number(raw, "flops", where), read_bytes=rb, write_bytes=wb,
             category=_choice(raw, "category", CATEGORIES, default_category, where),
             dtype=_choice(raw, "dtype", DTYPES, "bf16", where),
@@ -209,14 +223,13 @@ def read_table(path: str | Path) -> list[SweepRow]:
             threads_per_block=int(_number(raw, "threads_per_block", where, integer=True, default=0.0)),
             gemm_mnk=shape if shape is None else (shape[0], shape[1], shape[2]),
             onchip_bytes=_number(raw, "onchip_bytes", where, default=0.0)))
-        _check_reading(rows[-1], where)
-        lines.append(reader.line_num)
+        _check_work(row, where)
     if not rows:
         raise SpecError(f"sweep table {p} holds a header but no rows.", "add the measurements.")
+    _check_repeats(rows, p)
     if "onchip_bytes" not in header:  # written before the column: the suite's on-chip loop counts 2 bytes per FLOP
         rows = [replace(r, onchip_bytes=SMEM_BYTES_PER_FLOP * r.flops) if r.kernel == SMEM_KERNEL else r
                 for r in rows]
-    _check_repeats(rows, lines, p)
     return rows
 
 

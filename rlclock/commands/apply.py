@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         raise DeployError("a schedule on a machine without a GPU is planned with the switching latency, and none "
                           "was given (there is no GPU preset to take it from).",
                           "add --latency SECONDS (0.006 for an H100 or H200), or run on the GPU machine.")
-    _describe_source(settings, gpu)
+    check_before_start(settings, gpu, *_describe_source(settings, gpu))
     work = Path(tempfile.mkdtemp(prefix="rlclock-apply-"))
     if settings.report is None:
         settings = settings.with_(report=str(work / "report.json"))
@@ -111,9 +111,11 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _describe_source(settings: Any, gpu: bool) -> None:
-    """Say where the plan will come from, checking it before the script starts."""
+def _describe_source(settings: Any, gpu: bool) -> tuple[Any, Any]:
+    """Say where the plan will come from, reading it before the script starts; the policy of ``--checkpoint`` and
+    the schedule of ``--schedule`` (``None`` where not given)."""
     say = _say
+    policy = sched = None
     if settings.checkpoint is not None:
         from rlclock.deploy.api import load_policy
 
@@ -135,6 +137,116 @@ def _describe_source(settings: Any, gpu: bool) -> None:
     if not gpu:
         say("no NVIDIA GPU on this machine (NVML finds none): the command runs unchanged, and what its processes do "
             "is reported at the end")
+    return policy, sched
+
+
+def check_before_start(settings: Any, gpu: bool, policy: Any = None, schedule: Any = None) -> None:
+    """Refuse, before the command starts, what its processes would refuse only after their warm-up and profiling:
+    an output that cannot be written (``--report``, ``--save``), a lookahead shorter than the switching latency,
+    and, on a machine with NVIDIA GPUs, a GPU index it lacks, a policy trained for another GPU, or a schedule
+    naming a clock configuration no GPU it may run on supports.
+
+    Args:
+        settings: The deploy settings of the command line (:class:`~rlclock.deploy.settings.DeploySettings`).
+        gpu: Whether NVML sees a GPU on this machine.
+        policy: The ``--checkpoint`` policy, if given.
+        schedule: The ``--schedule`` schedule, if given.
+
+    Raises:
+        RlclockError: One of the above, as one line with its fix.
+    """
+    from rlclock.validation import check_output_file, check_output_folder
+
+    if settings.report is not None:
+        check_output_file(settings.report, "--report")
+    if settings.save is not None:
+        check_output_folder(settings.save, "--save")
+    names = _gpu_names(settings) if gpu else {}
+    if policy is not None and names and getattr(policy, "gpu_name", None) not in (None, *names.values()):
+        from rlclock.errors import DeployError
+
+        raise DeployError(f"the policy checkpoint {settings.checkpoint!r} was trained for {policy.gpu_name!r}, but "
+                          f"the GPU{'s' if len(names) > 1 else ''} it would run on "
+                          f"{'are' if len(names) > 1 else 'is'} {', '.join(sorted(set(names.values())))}.",
+                          "use a checkpoint trained for this GPU (rlclock list shows the shipped ones), or leave "
+                          "out --checkpoint for the shipped policy of the GPU found.")
+    if settings.lookahead_s is not None:
+        latency = _latency_s(settings, names, policy)
+        if latency is not None:
+            from rlclock.deploy.plan import check_lookahead
+
+            check_lookahead(latency, settings.lookahead_s)
+    if schedule is not None and names:
+        _check_schedule_clocks(schedule, sorted(names))
+
+
+def _gpu_names(settings: Any) -> dict[int, str]:
+    """The NVML index and name of each GPU the command's processes may use (``--device``, else every one).
+
+    Raises:
+        DeployError: ``--device`` names a GPU this machine lacks.
+    """
+    from rlclock.gpu import nvml
+
+    count = nvml.device_count()
+    if settings.device is not None:
+        if settings.device >= count:
+            from rlclock.errors import DeployError
+
+            raise DeployError(f"--device {settings.device}: this machine has {count} NVIDIA GPU(s) (indices 0 to "
+                              f"{count - 1}).", "give the NVML index of one of them (rlclock doctor lists them).")
+        indices = [int(settings.device)]
+    else:
+        indices = list(range(count))
+    return {i: nvml.NvmlDevice(i).name for i in indices}
+
+
+def _latency_s(settings: Any, names: dict[int, str], policy: Any) -> float | None:
+    """The switching latency the processes will plan with, seconds, as the deployment takes it: ``--latency``, else
+    the preset of the GPU (the shortest where several differ), else the policy's GPU; ``None`` when unknown."""
+    if settings.latency_s is not None:
+        return float(settings.latency_s)
+    from rlclock.dvfs.spec import get_spec
+    from rlclock.errors import SpecError
+
+    known = []
+    for name in names.values():
+        try:
+            known.append(float(get_spec(name).switch_latency_s))
+        except SpecError:
+            continue
+    if known:
+        return min(known)
+    key = getattr(policy, "gpu_key", None)
+    return float(get_spec(key).switch_latency_s) if key and not names else None
+
+
+def _check_schedule_clocks(schedule: Any, devices: list[int]) -> None:
+    """Refuse a configuration of ``schedule`` that none of ``devices`` supports (the first GPU's reason).
+
+    Raises:
+        ClockError: A configuration no GPU of ``devices`` can run.
+    """
+    from rlclock.errors import ClockError, RlclockError
+    from rlclock.gpu.clocks import ClockControl
+
+    controls = [ClockControl(i, allow_clock_control=False, watchdog=False, handle_signals=False) for i in devices]
+    try:
+        for config in schedule.configs:
+            reasons: list[RlclockError] = []
+            for control in controls:
+                try:
+                    control.validate(config)
+                    break
+                except ClockError as exc:
+                    reasons.append(exc)
+            else:
+                which = "no GPU here can" if len(devices) > 1 else "the GPU cannot"
+                raise ClockError(f"the schedule names {config}, which {which} run: {reasons[0].message}",
+                                 reasons[0].fix)
+    finally:
+        for control in controls:
+            control.close()
 
 
 def _run_child(cmd: list[str], env: dict[str, str]) -> int:

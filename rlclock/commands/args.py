@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from rlclock.errors import SpecError
+from rlclock.validation import BUDGET_FIX, budget_problem, check_output_folder
 
 
 def number(low: float | None = None, high: float | None = None, above: bool = False,
@@ -35,6 +35,18 @@ def number(low: float | None = None, high: float | None = None, above: bool = Fa
     return parse
 
 
+def budget(text: str) -> float:
+    """An argparse type: a slowdown budget (the one rule of :func:`rlclock.validation.budget_problem`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number: {BUDGET_FIX}") from None
+    problem = budget_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{problem}: {BUDGET_FIX}")
+    return value
+
+
 def add_time_limit(p: argparse.ArgumentParser, default_s: float) -> None:
     """``--time-limit SECONDS``: how long each of the two solvers (the knapsack and the latency-aware optimum) may
     take per step before it answers with the best plan found and the bound it proved."""
@@ -44,7 +56,8 @@ def add_time_limit(p: argparse.ArgumentParser, default_s: float) -> None:
 
 
 def fractions(text: str) -> list[float]:
-    """An argparse type: comma-separated fractions >= 0 (``0,0.01,0.05``; empty for none)."""
+    """An argparse type: comma-separated slowdown budgets (``0,0.01,0.05``; empty for none), each by the one
+    budget rule."""
     out = []
     for part in text.split(","):
         if part.strip():
@@ -52,26 +65,20 @@ def fractions(text: str) -> list[float]:
                 value = float(part)
             except ValueError:
                 raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a fraction (e.g. 0.01 for 1 %)") from None
-            if not math.isfinite(value) or value < 0:
-                raise argparse.ArgumentTypeError(f"{part.strip()!r} must be a fraction >= 0")
+            problem = budget_problem(value)
+            if problem is not None:
+                raise argparse.ArgumentTypeError(f"{problem}: {BUDGET_FIX}")
             out.append(value)
     return out
 
 
-def output_folder(path: str | Path) -> Path:
-    """``path`` as a folder to write into, created if missing.
+def output_folder(path: str | Path, option: str = "--out") -> Path:
+    """``path`` as a folder to write into, created if missing (:func:`rlclock.validation.check_output_folder`).
 
     Raises:
-        SpecError: It is a file, lies under one, or cannot be created.
+        SpecError: It is a file, lies under one, or cannot be created or written into.
     """
-    folder = Path(path)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise SpecError(f"output folder {str(folder)!r} is a file or lies under one.", "give --out a folder.") from None
-    except OSError as exc:
-        raise SpecError(f"cannot create the output folder {str(folder)!r}: {exc.strerror or exc}.") from None
-    return folder
+    return check_output_folder(path, option)
 
 
 class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):

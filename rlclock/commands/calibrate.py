@@ -88,6 +88,11 @@ def run(args: argparse.Namespace) -> int:
     if args.per_memory < 2 or args.max_nfev < 1 or args.folds < 2:
         raise SpecError(f"--per-memory must be at least 2, --max-nfev at least 1 and --folds at least 2; got "
                         f"{args.per_memory}, {args.max_nfev} and {args.folds}.", "give values in those ranges.")
+    from rlclock.validation import check_output_file
+
+    for option, path in (("--out", args.out), ("--table-out", args.table_out)):  # before the sweep or the fit
+        if path is not None:
+            check_output_file(path, option)
     if args.control_clocks and args.device is None:
         raise SpecError("--control-clocks locks a GPU's clocks for a sweep on it.", "add --device INDEX.")
     if args.device is not None:

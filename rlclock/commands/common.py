@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlclock.commands.args import number
+from rlclock.commands.args import budget, number
 from rlclock.resources import DEFAULT_ENV
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ def add_env_args(p: argparse.ArgumentParser, positional: bool = True) -> None:
                        help="env spec: a shipped name (e.g. gpt3xl-rtx3080ti) or a YAML path")
     p.add_argument("--latency", type=number(0.0, 10.0), default=None, metavar="SECONDS",
                    help="switching latency in seconds (default: the spec's)")
-    p.add_argument("--budget", type=number(0.0, 10.0), default=None, metavar="FRACTION",
+    p.add_argument("--budget", type=budget, default=None, metavar="FRACTION",
                    help="allowed slowdown against auto, e.g. 0.01 for 1 %% (default: the spec's)")
 
 

@@ -25,13 +25,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also write GPU --device's spec to FILE: its preset, or — for a GPU without one — the spec "
                         "built from what it reports (generic model; use it as --gpu FILE, and calibrate it with "
                         "rlclock calibrate --device N --gpu FILE)")
-    p.add_argument("--device", type=int, default=0, metavar="INDEX", help="the GPU --spec-out describes")
+    p.add_argument("--device", type=number(0, 63, whole=True), default=0, metavar="INDEX",
+                   help="the GPU --spec-out describes")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from rlclock.gpu.doctor import diagnose
+    from rlclock.validation import check_output_file
 
+    if args.spec_out is not None:
+        check_output_file(args.spec_out, "--spec-out")  # before the diagnosis
     report = diagnose(period_s=args.period)
     print(json.dumps(report.as_dict(), indent=1, default=str) if args.json else report.text())
     if args.spec_out is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlclock.commands.args import DefaultsHelp
+from rlclock.commands.args import DefaultsHelp, number
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,12 +26,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="configurations to measure, e.g. auto 1410@3201 auto@2201")
     p.add_argument("--control-clocks", action="store_true",
                    help="allow rlclock to lock the clocks (needs root; restored on exit, signals and by a watchdog)")
-    p.add_argument("--device", type=int, default=0,
+    p.add_argument("--device", type=number(0, 63, whole=True), default=0,
                    help="index of the GPU (NVML and CUDA; set CUDA_DEVICE_ORDER=PCI_BUS_ID so they agree)")
-    p.add_argument("--kernels", type=str, default=None, help="comma-separated trace entries (default: all)")
-    p.add_argument("--window", type=float, default=2.0, help="energy window, seconds (>= 0.5)")
-    p.add_argument("--warmup", type=float, default=0.5, help="warm-up before the windows, seconds")
-    p.add_argument("--repeats", type=int, default=3, help="windows per kernel (their spread is the CV)")
+    p.add_argument("--kernels", type=_indices, default=None, help="comma-separated trace entries (default: all)")
+    p.add_argument("--window", type=number(0.5, 60.0), default=2.0, help="energy window, seconds (0.5 to 60)")
+    p.add_argument("--warmup", type=number(0.0, 60.0), default=0.5, help="warm-up before the windows, seconds")
+    p.add_argument("--repeats", type=number(1, 100, whole=True), default=3,
+                   help="windows per kernel (their spread is the CV)")
     p.add_argument("--write-trace", type=Path, default=None,
                    help="also write the trace with the measurements attached")
     p.add_argument("--schedule", type=Path, default=None,
@@ -41,8 +42,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _indices(text: str) -> list[int]:
+    """An argparse type: comma-separated trace entries (whole numbers >= 0)."""
+    out = []
+    for part in text.split(","):
+        if part.strip():
+            if not part.strip().isdigit():
+                raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a trace entry (a whole number >= 0)")
+            out.append(int(part))
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from rlclock.commands.common import print_table
+    from rlclock.errors import SpecError
     from rlclock.gpu.clocks import ClockControl
     from rlclock.gpu.measure import KernelMeasurer, attach_measurements, measure_trace, table_meta
     from rlclock.gpu.meter import MeasureSettings
@@ -50,14 +63,27 @@ def run(args: argparse.Namespace) -> int:
     from rlclock.gpu.profile import capture_for_trace
     from rlclock.gpu.table import MeasurementTable
     from rlclock.schedule import ClockConfig
+    from rlclock.validation import check_output_file
     from rlclock.workload.trace import KernelTrace
 
-    trace = KernelTrace.load(args.trace)
-    configs = [ClockConfig.parse(c) for c in args.clocks]
-    indices = None if args.kernels is None else [int(x) for x in args.kernels.split(",") if x.strip()]
-    settings = MeasureSettings(window_s=args.window, warmup_s=args.warmup, repeats=args.repeats)
     out = args.out or args.trace.with_name(args.trace.name.replace(".trace.json", "").replace(".json", "")
                                            + ".measurements.json")
+    check_output_file(out, "--out")  # before any measuring
+    if args.write_trace is not None:
+        check_output_file(args.write_trace, "--write-trace")
+    trace = KernelTrace.load(args.trace)
+    configs = [ClockConfig.parse(c) for c in args.clocks]
+    indices = args.kernels
+    if indices is not None and any(i >= len(trace) for i in indices):
+        raise SpecError(f"--kernels names entry {max(indices)}, but the trace has {len(trace)} entries.",
+                        f"give entries from 0 to {len(trace) - 1}.")
+    schedule = None
+    if args.schedule is not None:
+        from rlclock.schedule import ClockSchedule
+
+        schedule = ClockSchedule.load(args.schedule)
+        schedule.check_length(len(trace))
+    settings = MeasureSettings(window_s=args.window, warmup_s=args.warmup, repeats=args.repeats)
     device = NvmlDevice(args.device)
     if args.device:  # CUDA and NVML number GPUs alike when CUDA_DEVICE_ORDER=PCI_BUS_ID
         import torch
@@ -74,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
                 "add --control-clocks (as root), or measure only 'auto'.")
         captured = capture_for_trace(trace)
         if args.schedule is not None:
-            _replay(args, captured, control, device, settings)
+            _replay(schedule, captured, control, device, settings)
             if indices is None:
                 return 0
         table = MeasurementTable.load(out) if Path(out).is_file() else MeasurementTable(
@@ -102,12 +128,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay(args: argparse.Namespace, captured, control, device, settings) -> None:
+def _replay(schedule, captured, control, device, settings) -> None:
     from rlclock.gpu.measure import measure_step
     from rlclock.gpu.replay import replay_schedule
-    from rlclock.schedule import ClockSchedule
-
-    schedule = ClockSchedule.load(args.schedule)
     for c in schedule.configs:
         control.validate(c)
     whole = measure_step(captured, device, settings)

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import fields
 from pathlib import Path
 
-from rlclock.commands.args import DefaultsHelp
+from rlclock.commands.args import DefaultsHelp, number
 from rlclock.errors import SpecError
 
 _LAYER_FIELDS = ("hidden", "heads", "kv_heads", "ffn", "seq", "batch", "style", "dtype", "causal")
@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
-    p.add_argument("--replays", type=int, default=20, help="graph replays profiled for in-sequence durations")
+    p.add_argument("--replays", type=number(1, 10_000, whole=True), default=20,
+                   help="graph replays profiled for in-sequence durations")
     p.add_argument("--isolate", action="store_true",
                    help="also replay every kernel alone and compare with its in-sequence duration")
     p.add_argument("--name", default=None, help="trace name")
@@ -60,8 +61,11 @@ def layer_config(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from rlclock.commands.common import print_table
     from rlclock.gpu.profile import profile_layer
+    from rlclock.validation import check_output_file
     from rlclock.workload.kernel_names import short_name
 
+    if args.out is not None:
+        check_output_file(args.out, "--out")  # before the capture
     cfg = layer_config(args)
     res = profile_layer(cfg, replays=args.replays, name=args.name)
     trace = res.trace

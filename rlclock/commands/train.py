@@ -42,12 +42,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-env", nargs="*", default=None, help="env specs to evaluate on (default: the training ones)")
     add_time_limit(p, COMPARE_SOLVE_S)
     p.add_argument("--resume", default=None, metavar="RUN",
-                   help="continue an interrupted run folder: PPO goes on from its SB3 model (--timesteps: the total "
-                        "to reach; the env specs and recipe are the run's)")
+                   help="continue a run folder that was interrupted or killed: from its last saved state, the "
+                        "imitation rounds not yet run, then PPO (--timesteps: the total to reach; the env specs "
+                        "and recipe are the run's)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlclock.agents.runs import StopOnSignal
+
+    with StopOnSignal():  # Ctrl-C (or SIGTERM) from the first second: before training, it stops at once
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from rlclock.agents.train import resume_inputs, train
     from rlclock.config import EnvSpec, load_env_specs
     from rlclock.config.recipe import load_agent_config
@@ -62,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         eval_specs = load_env_specs(args.eval_env) if args.eval_env else None
     note_generic(specs)
     phases = ([f"{agent.imitation.iterations} imitation rounds"] if agent.imitation.iterations and not args.resume
-              else []) + ([f"{agent.timesteps} PPO steps"] if agent.trains_ppo else [])
+              else ["the imitation rounds not yet run"] if agent.imitation.iterations else []) + (
+        [f"{'up to ' if args.resume else ''}{agent.timesteps} PPO steps"] if agent.trains_ppo else [])
     print(f"{'resuming' if args.resume else 'training'} on {', '.join(s.name for s in specs)}: "
           f"{' then '.join(phases)} ({agent.n_envs} envs, seed {agent.seed}); "
           f"W&B: {'on' if args.track else 'off (--track to log)'}")

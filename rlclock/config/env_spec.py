@@ -28,11 +28,11 @@ from pydantic import Field, PrivateAttr, field_validator
 from rlclock import resources
 from rlclock.backends.base import GpuBackend
 from rlclock.backends.settings import BACKEND_KINDS, BackendSettings, SimulatedSettings
-from rlclock.config.family import corpus_family, random_family
+from rlclock.config.family import MAX_FAMILY, corpus_family, random_family
 from rlclock.dvfs.spec import GpuSpec, get_spec, load_spec_file
 from rlclock.errors import SpecError
 from rlclock.schedule import ClockConfig
-from rlclock.validation import Float, Int, Settings, validate
+from rlclock.validation import Budget, Float, Int, Settings, validate
 from rlclock.workload.trace import KernelTrace
 from rlclock.yamlio import read_yaml
 
@@ -43,7 +43,8 @@ class RewardSpec(Settings):
     """Reward settings.
 
     Attributes:
-        budget: Allowed slowdown against auto (0.01 = 1 %).
+        budget: Allowed slowdown against auto (0.01 = 1 %), from 0 to
+            :data:`~rlclock.validation.MAX_BUDGET`.
         overrun_penalty: Weight of time over the budget line against energy saved (both as fractions of the
             auto step); above the optimum's marginal energy-per-time the budget becomes a hard wall.
         scale: Multiplier so an episode's return is in percent-sized units.
@@ -56,7 +57,7 @@ class RewardSpec(Settings):
             the point that fits a budget.
     """
 
-    budget: Annotated[Float, Field(ge=0.0, le=10.0)] = 0.01
+    budget: Budget = 0.01
     overrun_penalty: Annotated[Float, Field(ge=0.0, le=1e6)] = 0.0
     scale: Annotated[Float, Field(gt=0.0, le=1e9)] = 100.0
     time_price: Annotated[Float, Field(ge=0.0, le=1e6)] | Literal["optimum"] = 0.0
@@ -264,7 +265,7 @@ def _family(data: Mapping[str, Any], path: Path) -> list[EnvSpec]:
         return load_env_spec(ref)
 
     if isinstance(members, Mapping) and "corpus" in members:
-        corpus = validate(_CorpusFamily, members, f"{path}: family")
+        corpus = validate(_CorpusFamily, members, f"{path}: family", fix=_FAMILY_FIX)
         folder = path.parent / corpus.corpus
         if not folder.is_dir() and not resources.looks_like_path(corpus.corpus):
             folder = resources.data_dir() / "measurements" / corpus.corpus
@@ -272,12 +273,15 @@ def _family(data: Mapping[str, Any], path: Path) -> list[EnvSpec]:
         steps = [base.with_overrides(**changes) for changes in corpus_family(folder, corpus.refresh_costs)]
         return at_latency_scales(steps, corpus.latency_scales)
     if isinstance(members, Mapping):
-        draw = validate(_RandomFamily, members, f"{path}: family")
+        draw = validate(_RandomFamily, members, f"{path}: family", fix=_FAMILY_FIX)
         base = member(draw.base)
         return [base.with_overrides(**changes) for changes in random_family(base.raw, draw.random, draw.seed)]
     if not isinstance(members, list) or not members:
         raise SpecError(f"{path}: 'family' must be a non-empty list of env specs, {{random: N, seed: S, base: "
                         "SPEC}, or {corpus: FOLDER, base: SPEC}.")
+    if len(members) > MAX_FAMILY:
+        raise SpecError(f"{path}: a family of {len(members)} env specs is more than rlclock trains on "
+                        f"({MAX_FAMILY} at most).", "split it into several families.")
     out = []
     for j, m in enumerate(members):
         if isinstance(m, Mapping) and "base" in m:
@@ -290,6 +294,10 @@ def _family(data: Mapping[str, Any], path: Path) -> list[EnvSpec]:
     return out
 
 
+_FAMILY_FIX = ("a family is {random: N (1 to 1000), seed: S, base: SPEC}, {corpus: FOLDER, base: SPEC, latency_scales: "
+               "[up to 16 scales]}, or a list of env specs (envs/family-rtx3080ti.yaml shows one).")
+
+
 def at_latency_scales(specs: Sequence[EnvSpec], scales: Sequence[float]) -> list[EnvSpec]:
     """Each spec at its switching latency times each of ``scales``, in order (a scale of 1: the spec itself; any
     other: a copy named ``<name>-latency-x<scale>``) — a corpus family's ``latency_scales``."""
@@ -299,7 +307,7 @@ def at_latency_scales(specs: Sequence[EnvSpec], scales: Sequence[float]) -> list
 
 
 class _RandomFamily(Settings):
-    random: Annotated[Int, Field(ge=1)]
+    random: Annotated[Int, Field(ge=1, le=MAX_FAMILY)]
     seed: Int = 0
     base: str = DEFAULT_ENV
 
@@ -308,7 +316,8 @@ class _CorpusFamily(Settings):
     corpus: str
     base: str = DEFAULT_ENV
     refresh_costs: bool = True
-    latency_scales: Annotated[list[Annotated[Float, Field(gt=0.0, le=100.0)]], Field(min_length=1)] = [1.0]
+    latency_scales: Annotated[list[Annotated[Float, Field(gt=0.0, le=100.0)]],
+                              Field(min_length=1, max_length=16)] = [1.0]
 
     @field_validator("latency_scales")
     @classmethod

@@ -51,6 +51,10 @@ def random_family(base_raw: Mapping[str, Any], n: int, seed: int = 0) -> list[di
     return out
 
 
+MAX_FAMILY = 1000
+"""The most env specs one family may hold (each is a step of its own to build and solve)."""
+
+
 def corpus_family(folder: Path, refresh: bool = True) -> list[dict[str, Any]]:
     """The overrides of one env spec per profiled step in a corpus ``folder``: every ``*/step.trace.json.gz``
     (named after its model folder) and every ``*.trace.json`` / ``*.trace.json.gz`` directly inside it (named
@@ -69,6 +73,9 @@ def corpus_family(folder: Path, refresh: bool = True) -> list[dict[str, Any]]:
     if not found:
         raise SpecError(f"corpus folder {str(folder)!r} holds no trace.",
                         f"put one folder per model with {CORPUS_TRACE} in it, or *.trace.json files.")
+    if len(found) > MAX_FAMILY:
+        raise SpecError(f"corpus folder {str(folder)!r} holds {len(found)} traces, more than a family takes "
+                        f"({MAX_FAMILY}).", "split it into several corpus folders.")
     return [{"name": name, "description": f"{name}: a profiled training step of the corpus {folder.name!r}",
              "workload": {"trace": _trace_path(found[name]), "refresh_costs": refresh}} for name in sorted(found)]
 

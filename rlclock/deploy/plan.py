@@ -235,6 +235,17 @@ def plan_from(schedule: ClockSchedule, timeline: StepTimeline, rule: SwitchRule,
                       tuple(float(x) for x in timeline.points_s))
 
 
+def check_lookahead(latency_s: float, lookahead_s: float | None = None) -> float:
+    """The lookahead a plan uses, seconds: ``lookahead_s``, or the latency + :data:`LOOKAHEAD_MARGIN_S` when it is
+    ``None`` — :func:`rule_of`'s, which :func:`plan_switches` applies and ``rlclock apply`` checks before the command
+    starts.
+
+    Raises:
+        DeployError: Negative or non-finite latency, lookahead shorter than the latency.
+    """
+    return rule_of(latency_s, lookahead_s).lookahead_s
+
+
 def plan_switches(schedule: ClockSchedule, timeline: StepTimeline, latency_s: float,
                   lookahead_s: float | None = None, min_dwell_s: float = 0.0) -> SwitchPlan:
     """The switches that apply ``schedule`` on ``timeline``, step after step (the rule of

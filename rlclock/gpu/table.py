@@ -20,8 +20,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from rlclock.errors import MeasurementError
+from rlclock.errors import ClockError, MeasurementError
 from rlclock.schedule import ClockConfig
+from rlclock.validation import measurement_problem
+from rlclock.yamlio import read_json
 
 TABLE_FORMAT = "rlclock.measurements"
 TABLE_VERSION = 1
@@ -85,30 +87,47 @@ _FIELDS = {f.name for f in fields(MeasurementRow)}
 _REQUIRED = ("kernel", "op", "name", "config", "time_s", "energy_j", "power_w", "sm_clock_mhz", "mem_clock_mhz")
 
 
+_NUMBERS = ("time_s", "energy_j", "power_w", "sm_clock_mhz", "mem_clock_mhz", "time_cv", "energy_cv", "window_s")
+_COUNTS = {"kernel": 0, "windows": 1, "units": 1}
+_TEXTS = ("op", "name", "source")
+FIX = "re-measure with `rlclock measure` (a table is written by it, not by hand)."
+
+
 def _row_from_dict(d: Any, i: int, source: str) -> MeasurementRow:
+    """One row, every field checked: its type, its range, and that its time and energy are a kernel's."""
     where = f"{source}: row #{i}"
     if not isinstance(d, dict):
-        raise MeasurementError(f"{where} must be an object, found {type(d).__name__}.")
+        raise MeasurementError(f"{where} must be an object, found {type(d).__name__}.", FIX)
     missing = [k for k in _REQUIRED if k not in d]
     unknown = sorted(set(d) - _FIELDS)
     if missing or unknown:
-        raise MeasurementError(f"{where}: missing {missing}, unknown {unknown}.",
-                               "write tables with rlclock measure.")
-    kw = dict(d)
-    kw["reasons"] = tuple(kw.get("reasons", ()))
-    kw["extra"] = dict(kw.get("extra", {}))
+        raise MeasurementError(f"{where}: missing {missing}, unknown {unknown}.", FIX)
+    for name in _NUMBERS:
+        v = d.get(name, 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise MeasurementError(f"{where}: {name} is {v!r}; expected a finite number >= 0.", FIX)
+    for name, low in _COUNTS.items():
+        v = d.get(name, low)
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise MeasurementError(f"{where}: {name} is {v!r}; expected a whole number >= {low}.", FIX)
+    for name in _TEXTS:
+        if name in d and (not isinstance(d[name], str) or not d[name]):
+            raise MeasurementError(f"{where}: {name} is {d[name]!r}; expected text.", FIX)
+    reasons, extra = d.get("reasons", ()), d.get("extra", {})
+    if not isinstance(reasons, (list, tuple)) or not all(isinstance(r, str) for r in reasons) \
+            or not isinstance(extra, dict):
+        raise MeasurementError(f"{where}: 'reasons' must be a list of text and 'extra' an object.", FIX)
     try:
-        kw["config"] = str(ClockConfig.parse(kw["config"]))
-        row = MeasurementRow(**kw)
-    except (TypeError, ValueError) as exc:
-        raise MeasurementError(f"{where}: {exc}.") from None
-    for name in ("time_s", "energy_j", "power_w"):
-        v = getattr(row, name)
-        if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (name == "time_s" and v <= 0):
-            raise MeasurementError(f"{where} ({row.name!r} at {row.config}): {name} is {v!r}; expected a finite "
-                                   f"number {'> 0' if name == 'time_s' else '>= 0'}.",
-                                   "re-measure that kernel (rlclock measure).")
-    return row
+        config = str(ClockConfig.parse(d["config"])) if isinstance(d["config"], str) else None
+    except ClockError:
+        config = None
+    if config is None:
+        raise MeasurementError(f"{where}: config {d['config']!r} is not a clock configuration (CORE@MEM in MHz, "
+                               "'auto' for a free domain).", FIX)
+    problem = measurement_problem(d["time_s"], d["energy_j"])
+    if problem is not None:
+        raise MeasurementError(f"{where} ({d['name']!r} at {config}): {problem}.", FIX)
+    return MeasurementRow(**{**d, "config": config, "reasons": tuple(reasons), "extra": dict(extra)})
 
 
 class MeasurementTable:
@@ -146,6 +165,21 @@ class MeasurementTable:
     def configs(self) -> list[str]:
         """Configurations present."""
         return sorted({r.config for r in self})
+
+    def check_clocks(self, spec: Any, source: str = "measurement table") -> None:
+        """Raise :class:`MeasurementError` unless the GPU ``spec`` (a :class:`~rlclock.dvfs.spec.GpuSpec`) supports
+        every configuration the rows were measured at."""
+        for config in self.configs():
+            c = ClockConfig.parse(config)
+            try:
+                if c.mem_mhz is not None and c.mem_mhz not in spec.mem_clocks_mhz:
+                    raise ClockError(f"memory clock {c.mem_mhz} MHz is not one of {spec.name}'s "
+                                     f"{list(spec.mem_clocks_mhz)}.")
+                spec.validate(c)
+            except ClockError as exc:
+                raise MeasurementError(f"{source}: rows at {config}, which {spec.name} cannot run ({exc.message})",
+                                       "measure the table on this GPU with `rlclock measure`, or name the GPU it "
+                                       "was measured on.") from None
 
     # -- I/O ---------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -193,12 +227,6 @@ class MeasurementTable:
     @classmethod
     def load(cls, path: str | Path) -> MeasurementTable:
         """Read and validate a table file."""
-        path = Path(path)
-        if not path.is_file():
-            raise MeasurementError(f"measurement table {str(path)!r} does not exist.",
-                                   "check the path, or write one with rlclock measure.")
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise MeasurementError(f"{path}: not a readable JSON table ({exc}).") from None
+        data = read_json(path, "measurement table", MeasurementError,
+                         "check the path, or write one with rlclock measure.")
         return cls.from_dict(data, str(path))

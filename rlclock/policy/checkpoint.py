@@ -4,8 +4,9 @@ A checkpoint is a folder::
 
     policy.safetensors   the policy network's weights (numpy arrays)
     meta.json            GPU, clock table, action set, feature schema, env spec, training figures
-    sb3_model.zip        (optional) the stable-baselines3 model, for resuming training only — pickle-based
-                         (SB3's format); :func:`read_checkpoint` never opens it
+    sb3_model.zip        (optional) the stable-baselines3 model, for SB3's own tools — pickle-based (SB3's
+                         format): rlclock never opens it (a run resumes from its safetensors state,
+                         :mod:`rlclock.agents.state`)
 
 :func:`read_checkpoint` refuses a folder whose format, feature schema, GPU clock table or shapes do not match
 this rlclock, each with one line saying what differs and what to do.
@@ -15,28 +16,56 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from rlclock import resources
 from rlclock.dvfs.spec import GpuSpec, get_spec, preset_keys, spec_from_mapping, spec_to_mapping
-from rlclock.errors import CheckpointError, SpecError
+from rlclock.errors import CheckpointError, RlclockError, SpecError
 from rlclock.observation.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
 from rlclock.observation.layout import obs_size
 from rlclock.observation.lookahead import n_slots
 from rlclock.policy.network import ACTIVATIONS, PolicyWeights
 from rlclock.schedule import ClockConfig
+from rlclock.validation import Budget, Float, Int, validate
+from rlclock.yamlio import read_json
 
 CHECKPOINT_FORMAT = "rlclock.policy"
 CHECKPOINT_VERSION = 1
 WEIGHTS_FILE = "policy.safetensors"
 META_FILE = "meta.json"
 SB3_FILE = "sb3_model.zip"
-"""The stable-baselines3 model kept for resuming (pickle-based; never read on the deployment path)."""
+"""The stable-baselines3 model written at the end of a run for SB3's own tools (pickle-based; rlclock never reads
+it: a run resumes from its safetensors state)."""
 REQUIRED_META = ("gpu_key", "configs", "lookahead", "clock_table", "obs_size", "candidate_slots")
+_RETRAIN = "give a checkpoint written by `rlclock train` (a shipped name, a run folder or its policy/), unchanged."
+
+
+class CheckpointMeta(BaseModel):
+    """The fields of ``meta.json`` rlclock reads, each typed and in range (other fields are kept, unread)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    activation: Literal["tanh", "relu"] = "tanh"
+    gpu_key: Annotated[str, Field(min_length=1)]
+    gpu_name: str | None = None
+    gpu_spec: dict[str, Any] | None = None
+    clock_table: str
+    configs: Annotated[list[str], Field(min_length=1)]
+    feature_names: list[str] | None = None
+    lookahead: Annotated[Int, Field(ge=0, le=64)]
+    candidate_slots: Annotated[Int, Field(ge=1, le=4096)]
+    obs_size: Annotated[Int, Field(ge=1, le=1_000_000)]
+    latency_s: Annotated[Float, Field(ge=0.0, le=10.0)] | None = None
+    budget: Budget = 0.01
+    price_rel: Annotated[Float, Field(gt=0.0, le=1e6)] | None = None
+    training: dict[str, Any] | None = None
+    env_spec: dict[str, Any] | None = None
 
 
 def clock_table_digest(spec: GpuSpec) -> str:
@@ -78,23 +107,42 @@ def policy_meta(gpu: GpuSpec, configs: Sequence[ClockConfig], lookahead: int, ob
 
 
 def save_checkpoint(folder: str | Path, weights: PolicyWeights, meta: dict[str, Any]) -> Path:
-    """Write ``policy.safetensors`` and ``meta.json`` into ``folder``."""
+    """Write ``policy.safetensors`` and ``meta.json`` into ``folder``, atomically: both into a new folder beside
+    it, which then takes its place (files already in ``folder`` besides these two are kept)."""
+    import shutil
+
     from safetensors.numpy import save_file
 
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file(weights.tensors(), str(folder / WEIGHTS_FILE))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+    old = folder.with_name(f".{folder.name}.{os.getpid()}.old")
+    for stale in (tmp, old):
+        shutil.rmtree(stale, ignore_errors=True)
+    if folder.is_dir():
+        shutil.copytree(folder, tmp, ignore=shutil.ignore_patterns(WEIGHTS_FILE, META_FILE))
+    else:
+        tmp.mkdir()
+    save_file(weights.tensors(), str(tmp / WEIGHTS_FILE))
     full = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "activation": weights.activation, **meta}
-    (folder / META_FILE).write_text(json.dumps(full, indent=1, default=float))
+    (tmp / META_FILE).write_text(json.dumps(full, indent=1, default=float))
+    if folder.exists():
+        folder.replace(old)
+    tmp.replace(folder)
+    shutil.rmtree(old, ignore_errors=True)
     return folder
 
 
 def checkpoint_folder(name: str | Path) -> Path:
-    """The folder of a checkpoint: a path, or the name of a shipped one (``gpt3xl-h200`` …)."""
+    """The folder of a checkpoint: a path, the name of a shipped one (``gpt3xl-h200`` …), or a run folder of
+    ``rlclock train`` (its ``policy/``)."""
     try:
-        return resources.locate("checkpoints", name)
+        folder = resources.locate("checkpoints", name)
     except SpecError as exc:
         raise CheckpointError(exc.message, exc.fix) from None
+    if not (folder / META_FILE).exists() and (folder / "policy" / META_FILE).is_file():
+        return folder / "policy"  # a run folder: its checkpoint
+    return folder
 
 
 def read_checkpoint(name: str | Path) -> tuple[PolicyWeights, dict[str, Any]]:
@@ -110,12 +158,15 @@ def read_checkpoint(name: str | Path) -> tuple[PolicyWeights, dict[str, Any]]:
     folder = checkpoint_folder(name)
     meta_path, weights_path = folder / META_FILE, folder / WEIGHTS_FILE
     if not meta_path.is_file() or not weights_path.is_file():
-        raise CheckpointError(f"{folder} is not an rlclock checkpoint (needs {META_FILE} and {WEIGHTS_FILE}).",
-                              "give a folder written by `rlclock train` (e.g. checkpoints/gpt3xl-rtx3080ti).")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{meta_path}: unreadable metadata ({exc}).") from None
+        if (folder / "config.yaml").is_file():
+            raise CheckpointError(f"{folder} is a run folder whose policy was not saved yet (no policy/{META_FILE}).",
+                                  f"let the run save one (it does at its first evaluation), or continue it: "
+                                  f"rlclock train --resume {folder}.")
+        missing = [f for f in (META_FILE, WEIGHTS_FILE) if not (folder / f).is_file()]
+        raise CheckpointError(f"{folder} is not an rlclock checkpoint (it lacks {' and '.join(missing)}).",
+                              "give a checkpoint folder (policy.safetensors + meta.json: a shipped name such as "
+                              "gpt3xl-rtx3080ti, a run folder, or its policy/ folder).")
+    meta = read_json(meta_path, "checkpoint metadata", CheckpointError, _RETRAIN, max_bytes=16 << 20)
     if not isinstance(meta, dict):
         raise CheckpointError(f"{meta_path}: the metadata must be a JSON object, found {type(meta).__name__}.",
                               "give a folder written by `rlclock train`.")
@@ -128,22 +179,32 @@ def read_checkpoint(name: str | Path) -> tuple[PolicyWeights, dict[str, Any]]:
             f"v{FEATURE_SCHEMA_VERSION}.", "retrain the policy with this version of rlclock.")
     missing = [key for key in REQUIRED_META if key not in meta]
     if missing:
-        raise CheckpointError(f"{meta_path}: missing {missing}.", "give a folder written by `rlclock train`.")
+        raise CheckpointError(f"{meta_path}: missing {missing}.", _RETRAIN)
     if meta.get("activation", "tanh") not in ACTIVATIONS:
         raise CheckpointError(f"{meta_path}: activation {meta.get('activation')!r} is unknown; rlclock's policies "
-                              f"use {list(ACTIVATIONS)}.")
-    gpu = checkpoint_gpu(meta)
+                              f"use {list(ACTIVATIONS)}.", _RETRAIN)
+    validate(CheckpointMeta, meta, str(meta_path), CheckpointError, _RETRAIN)
+    try:
+        gpu = checkpoint_gpu(meta)
+    except SpecError as exc:
+        raise CheckpointError(f"{meta_path}: {exc.message}", _RETRAIN) from None
+    for c in meta["configs"]:
+        try:
+            gpu.validate(c)
+        except RlclockError as exc:
+            raise CheckpointError(f"{meta_path}: configuration {c!r} is not one {gpu.name} runs ({exc.message})",
+                                  _RETRAIN) from None
     if meta["clock_table"] != clock_table_digest(gpu):
         raise CheckpointError(f"{folder}: clock table of {gpu.name} differs from the one the policy was trained "
                               "on.", "retrain the policy for this GPU preset.")
     try:
         tensors = load_file(str(weights_path))
     except (SafetensorError, OSError) as exc:
-        raise CheckpointError(f"{weights_path}: unreadable weights ({exc}).") from None
+        raise CheckpointError(f"{weights_path}: unreadable weights ({exc}).", _RETRAIN) from None
     try:
         weights = PolicyWeights.from_tensors(tensors, meta.get("activation", "tanh"))
     except KeyError as exc:
-        raise CheckpointError(f"{weights_path}: missing tensor {exc}.") from None
+        raise CheckpointError(f"{weights_path}: missing tensor {exc}.", _RETRAIN) from None
     return weights, meta
 
 

@@ -47,6 +47,7 @@ from rlclock.schedule import AUTO, ClockConfig, ClockSchedule
 from rlclock.solve.evaluation import Evaluation, evaluate
 from rlclock.solve.lagrangian import best_within
 from rlclock.solve.optimum import Optimum, knapsack_optimum, latency_aware_optimum
+from rlclock.validation import check_budget
 
 BASELINES: tuple[str, ...] = ("auto", "max", "static", "pass-local", "pass-global", "kernel-local", "kernel-global",
                               "latency-aware", "power-limit", "job-memory")
@@ -110,11 +111,10 @@ def budget_time_s(backend: GpuBackend, budget: float) -> float:
     ``1 + budget``; judges compare with ``(1 + 1e-12)`` of it, for rounding.
 
     Raises:
-        ScheduleError: The budget is not a finite fraction >= 0.
+        ScheduleError: The budget is not one (:func:`rlclock.validation.check_budget`: a fraction from 0 to
+            :data:`~rlclock.validation.MAX_BUDGET`).
     """
-    if not np.isfinite(budget) or budget < 0:
-        raise ScheduleError(f"slowdown budget must be a finite fraction >= 0, found {budget!r}.")
-    return backend.auto_run().time_s * (1.0 + budget)
+    return backend.auto_run().time_s * (1.0 + check_budget(budget, "slowdown budget", ScheduleError))
 
 
 def static(backend: GpuBackend, budget: float) -> BaselineResult:
@@ -235,21 +235,26 @@ def latency_aware(backend: GpuBackend, budget: float, time_limit_s: float = 300.
     return _result(backend, opt.requests, "latency-aware", opt)
 
 
-def kernel_edp(backend: GpuBackend, max_slowdown: float = 0.5, steps: int = 24) -> BaselineResult:
+def kernel_edp(backend: GpuBackend, max_slowdown: float = 0.5, steps: int = 24,
+               time_limit_s: float = 300.0) -> BaselineResult:
     """The latency-blind schedule with the lowest energy-delay product.
 
     The EDP optimum lies on the energy/time Pareto frontier; exact knapsack optima at slowdown budgets on a
-    grid (then refined around the best by golden-section search) trace that frontier.
+    grid (then refined around the best by golden-section search) trace that frontier. The whole search answers
+    within ``time_limit_s`` (each solve gets the time left; past it, the best point found so far stands).
     """
+    import time
+
     t, e = backend.tables
     t0 = backend.auto_run().time_s
+    deadline = time.perf_counter() + time_limit_s
 
     def solve(b: float) -> tuple[float, Optimum]:
-        o = knapsack_optimum(t, e, t0 * (1.0 + b))
+        o = knapsack_optimum(t, e, t0 * (1.0 + b), max(deadline - time.perf_counter(), 1e-3))
         return o.time_s * o.energy_j, o
 
     grid = np.linspace(0.0, max_slowdown, steps)
-    vals = [solve(b) for b in grid]
+    vals = [solve(b) for b in grid if b == 0.0 or time.perf_counter() < deadline]
     k = int(np.argmin([v[0] for v in vals]))
     lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, steps - 1)]
     best = vals[k]
@@ -257,6 +262,8 @@ def kernel_edp(backend: GpuBackend, max_slowdown: float = 0.5, steps: int = 24) 
     a, b = hi - g * (hi - lo), lo + g * (hi - lo)
     fa, fb = solve(a), solve(b)
     for _ in range(12):
+        if time.perf_counter() >= deadline:
+            break
         if fa[0] < fb[0]:
             hi, b, fb = b, a, fa
             a = hi - g * (hi - lo)
@@ -307,7 +314,7 @@ def run_baselines(backend: GpuBackend, budget: float, names: Sequence[str] = BAS
             except ScheduleError:  # a backend that cannot predict other configurations (a real GPU)
                 continue
     if edp:
-        out.append(kernel_edp(backend))
+        out.append(kernel_edp(backend, time_limit_s=time_limit_s))
     return out
 
 

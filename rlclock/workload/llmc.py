@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 
 from rlclock.errors import SpecError
-from rlclock.workload.trace import Kernel, KernelTrace, Measurement
+from rlclock.workload.trace import Kernel, KernelTrace, Measurement, check_step_size
 
 PAPER_GPU = "rtx3080ti"
 """Preset key of the GPU the paper's measurements were taken on."""
@@ -237,6 +237,9 @@ def gpt3xl_step(cfg: LlmcConfig | None = None, paper_measurements: bool = False)
         The 897-invocation trace (for 24 layers).
     """
     cfg = cfg or LlmcConfig()
+    check_step_size("llm.c config", {"hidden": cfg.hidden, "heads": cfg.heads, "seq": cfg.seq, "batch": cfg.batch,
+                                     "vocab_padded": cfg.vocab_padded, "tokens": cfg.batch * cfg.seq},
+                    cfg.layers, lambda layers: len(step_kernels(replace(cfg, layers=layers))))
     kernels = step_kernels(cfg)
     if paper_measurements:
         if cfg != LlmcConfig():

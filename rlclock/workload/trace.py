@@ -7,18 +7,22 @@ real GPU supplied them, measured reference points.
 
 On disk a trace is JSON (optionally gzip-compressed when the name ends in ``.gz``)::
 
-    {"format": "rlclock.trace", "version": 1, "name": "...", "meta": {...}, "kernels": [{...}, ...]}
+    {"format": "rlclock.trace", "version": 2, "name": "...", "meta": {...}, "kernels": [{...}, ...]}
 
 Loading validates every field and raises :class:`~rlclock.errors.TraceError` with the kernel index,
-its name and the fix on the first problem found.
+its name and the fix on the first problem found. A file is read in chunks and its kernels one at a time, each
+turned into a :class:`Kernel` at once (equal names, shapes and numbers shared), so a trace of a million kernels
+loads within a fraction of its JSON size in memory; a key given twice inside a kernel, ``NaN``, and more than
+:data:`~rlclock.validation.MAX_KERNELS` kernels are refused.
 """
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -26,14 +30,18 @@ from typing import Any
 
 import numpy as np
 
-from rlclock.errors import TraceError
+from rlclock.errors import SpecError, TraceError
+from rlclock.validation import MAX_KERNELS, check_kernels, measurement_problem
 from rlclock.workload.kernel_code import InductorCodeError, KernelCode
+from rlclock.yamlio import STRICT_JSON
 
 TRACE_FORMAT = "rlclock.trace"
 TRACE_VERSION = 2
 """Version 2 marks the kernels no cost rule knew (``cost_from: "time"``) and keeps a generated kernel's code with its
 launch; a version-1 file's kernels with no work were such kernels, and are read as them."""
 READ_VERSIONS = (1, 2)
+TRACE_FIX = "re-create the trace with rlclock (`rlclock profile`, or KernelTrace.save) and do not edit it by hand."
+"""The fix of a trace that is not as rlclock writes it."""
 
 CATEGORIES: tuple[str, ...] = (
     "gemm",  # dense matrix multiply on tensor cores (incl. batched)
@@ -76,7 +84,7 @@ DEFAULT_ACCESS: Mapping[str, str] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Measurement:
     """One measured reference point of a kernel on a real GPU.
 
@@ -108,7 +116,7 @@ Shape = tuple[int, ...]
 """A tensor's sizes (``()`` for a 0-d tensor or an argument that is not a tensor)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LaunchOp:
     """The framework operator whose call launched a profiled kernel, with the shapes its cost comes from.
 
@@ -132,7 +140,7 @@ class LaunchOp:
     code: KernelCode | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Kernel:
     """One kernel invocation.
 
@@ -229,14 +237,19 @@ class KernelTrace(Sequence[Kernel]):
         meta: Free-form description: generator and its configuration, GPU it was profiled on, …
     """
 
-    def __init__(self, name: str, kernels: Sequence[Kernel], meta: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, name: str, kernels: Sequence[Kernel], meta: Mapping[str, Any] | None = None,
+                 _validated: bool = False) -> None:
         if not kernels:
             raise TraceError(f"trace {name!r} has no kernels.", "give at least one kernel invocation.")
+        if len(kernels) > MAX_KERNELS:
+            raise TraceError(f"trace {name!r} has {len(kernels)} kernels, more than rlclock plans ({MAX_KERNELS} at "
+                             "most).", "give a smaller step: fewer layers or a smaller batch of steps.")
         self.name = name
         self.kernels: tuple[Kernel, ...] = tuple(kernels)
         self.meta: dict[str, Any] = dict(meta or {})
-        for i, k in enumerate(self.kernels):
-            _validate_kernel(k, i)
+        if not _validated:  # the loader validates each kernel as it reads it
+            for i, k in enumerate(self.kernels):
+                _validate_kernel(k, i)
 
     # -- sequence protocol -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -323,64 +336,57 @@ class KernelTrace(Sequence[Kernel]):
     def from_dict(cls, data: Any, source: str = "<dict>") -> KernelTrace:
         """Parse and validate the on-disk form; raises :class:`TraceError` on the first problem."""
         if not isinstance(data, dict):
-            raise TraceError(f"{source}: a trace must be a JSON object, found {type(data).__name__}.")
-        if data.get("format") != TRACE_FORMAT:
-            raise TraceError(
-                f"{source}: 'format' is {data.get('format')!r}, expected {TRACE_FORMAT!r}.",
-                "write traces with rlclock (KernelTrace.save or `rlclock profile`).",
-            )
-        version = data.get("version")
-        if version not in READ_VERSIONS:
-            raise TraceError(
-                f"{source}: trace version {version!r} is not supported (this rlclock reads versions "
-                f"{', '.join(map(str, READ_VERSIONS))}).",
-                "upgrade rlclock or re-create the trace with this version.",
-            )
-        name = data.get("name")
-        if not isinstance(name, str) or not name:
-            raise TraceError(f"{source}: 'name' must be a non-empty string, found {name!r}.")
-        meta = data.get("meta", {})
-        if not isinstance(meta, dict):
-            raise TraceError(f"{source}: 'meta' must be an object, found {type(meta).__name__}.")
+            raise TraceError(f"{source}: a trace must be a JSON object, found {type(data).__name__}.", TRACE_FIX)
         raw = data.get("kernels")
         if not isinstance(raw, list) or not raw:
-            raise TraceError(f"{source}: 'kernels' must be a non-empty list.")
-        kernels = [_kernel_from_dict(d, i, source) for i, d in enumerate(raw)]
-        if version == 1:  # a profiled kernel no rule knew carried no work: it is one to plan from its time
-            kernels = [replace(k, cost_from="time") if k.measured and k.flops == 0 and k.dram_bytes == 0
-                       and k.onchip_bytes is None and "memset" not in k.name.lower()
-                       and "memcpy" not in k.name.lower() else k for k in kernels]
-        return cls(name, kernels, meta)
+            _check_header(data, source)
+            raise TraceError(f"{source}: 'kernels' must be a non-empty list.", TRACE_FIX)
+        if len(raw) > MAX_KERNELS:
+            raise TraceError(f"{source}: {len(raw)} kernels, more than rlclock plans ({MAX_KERNELS} at most).",
+                             "give a smaller step: fewer layers or a smaller batch of steps.")
+        shared = _Shared()
+        return cls._from_parts(data, [_kernel_from_dict(d, i, source, shared) for i, d in enumerate(raw)], source)
+
+    @classmethod
+    def _from_parts(cls, header: dict[str, Any], kernels: list[Kernel], source: str) -> KernelTrace:
+        """The trace from its checked header fields and its validated kernels."""
+        name, meta, version = _check_header(header, source)
+        if not kernels:
+            raise TraceError(f"{source}: 'kernels' must be a non-empty list.", TRACE_FIX)
+        if version == 1:
+            _upgrade_v1(kernels)
+        return cls(name, kernels, meta, _validated=True)
 
     def save(self, path: str | Path) -> Path:
-        """Write the trace as JSON (gzip when ``path`` ends in ``.gz``); returns the path."""
+        """Write the trace as JSON (gzip when ``path`` ends in ``.gz``), a kernel at a time and atomically (a
+        temporary file renamed into place); returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(self.to_dict(), indent=None, separators=(",", ":"))
-        if path.suffix == ".gz":
-            with gzip.open(path, "wt", encoding="utf-8") as f:
-                f.write(text)
-        else:
-            path.write_text(text, encoding="utf-8")
+        tmp = path.with_name(f".{path.name}.tmp")
+        sep = (",", ":")
+        head = {"format": TRACE_FORMAT, "version": TRACE_VERSION, "name": self.name, "meta": self.meta}
+        with (gzip.open(tmp, "wt", encoding="utf-8") if path.suffix == ".gz" else
+              tmp.open("w", encoding="utf-8")) as f:
+            f.write(json.dumps(head, separators=sep)[:-1] + ',"kernels":[')
+            for i, k in enumerate(self.kernels):
+                f.write(("," if i else "") + json.dumps(_kernel_to_dict(k), separators=sep))
+            f.write("]}")
+        tmp.replace(path)
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> KernelTrace:
-        """Read and validate a trace file."""
+        """Read and validate a trace file, kernel by kernel (module docstring)."""
         path = Path(path)
-        if not path.is_file():
+        if not path.exists():
             raise TraceError(f"trace file {str(path)!r} does not exist.", "check the path.")
+        if not path.is_file():
+            raise TraceError(f"trace file {str(path)!r} is not a regular file.", "give the path of a trace file.")
         try:
-            if path.suffix == ".gz":
-                with gzip.open(path, "rt", encoding="utf-8") as f:
-                    data = json.load(f)
-            else:
-                data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, EOFError) as exc:
-            raise TraceError(
-                f"{path}: not a readable JSON trace ({exc}).", "re-create it with rlclock."
-            ) from None
-        return cls.from_dict(data, source=str(path))
+            with (gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")) as f:
+                return _read_trace(_JsonStream(f, str(path)), str(path))
+        except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
+            raise TraceError(f"{path}: not a readable JSON trace ({exc}).", "re-create it with rlclock.") from None
 
 
 # -- (de)serialisation and validation ----------------------------------------------------------------
@@ -388,6 +394,176 @@ class KernelTrace(Sequence[Kernel]):
 _KERNEL_FIELDS = {f for f in Kernel.__dataclass_fields__}
 _MEASUREMENT_FIELDS = {f for f in Measurement.__dataclass_fields__}
 _LAUNCH_OP_FIELDS = {f for f in LaunchOp.__dataclass_fields__}
+
+
+def _check_header(data: dict[str, Any], source: str) -> tuple[str, dict[str, Any], int]:
+    """A trace's format, version, name and meta, checked; its name, meta and version."""
+    if data.get("format") != TRACE_FORMAT:
+        raise TraceError(
+            f"{source}: 'format' is {data.get('format')!r}, expected {TRACE_FORMAT!r}.",
+            "write traces with rlclock (KernelTrace.save or `rlclock profile`).",
+        )
+    version = data.get("version")
+    if version not in READ_VERSIONS or isinstance(version, bool):
+        raise TraceError(
+            f"{source}: trace version {version!r} is not supported (this rlclock reads versions "
+            f"{', '.join(map(str, READ_VERSIONS))}).",
+            "upgrade rlclock or re-create the trace with this version.",
+        )
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise TraceError(f"{source}: 'name' must be a non-empty string, found {name!r}.", TRACE_FIX)
+    meta = data.get("meta", {})
+    if not isinstance(meta, dict):
+        raise TraceError(f"{source}: 'meta' must be an object, found {type(meta).__name__}.", TRACE_FIX)
+    return name, meta, version
+
+
+def _upgrade_v1(kernels: list[Kernel]) -> None:
+    """Read a version-1 trace's kernels as version 2, in place: a profiled kernel no rule knew carried no work, so it
+    is one to plan from its measured time (``cost_from: "time"``)."""
+    for i, k in enumerate(kernels):
+        if (k.measured and k.flops == 0 and k.dram_bytes == 0 and k.onchip_bytes is None
+                and "memset" not in k.name.lower() and "memcpy" not in k.name.lower()):
+            kernels[i] = replace(k, cost_from="time")
+
+
+_READ_BYTES = 1 << 22
+"""Bytes read from a trace file at a time."""
+_MAX_VALUE_CHARS = 64 << 20
+"""The longest single value (a kernel, the meta) a trace file may hold, characters."""
+
+
+class _JsonStream:
+    """The text of a JSON file, decoded a chunk at a time, with a cursor: whole values are taken one by one
+    (:meth:`value`) while the structure around them is walked by hand (:meth:`expect`, :meth:`peek`)."""
+
+    _SPACE = " \t\n\r"
+
+    def __init__(self, f: Any, source: str) -> None:
+        self.f, self.source = f, source
+        self.decoder = codecs.getincrementaldecoder("utf-8")()
+        self.buf, self.pos, self.eof = "", 0, False
+
+    def error(self, what: str) -> TraceError:
+        return TraceError(f"{self.source}: not a readable JSON trace ({what}).", "re-create it with rlclock.")
+
+    def more(self) -> bool:
+        """Read the next chunk (dropping what the cursor passed); False at the end of the file."""
+        if self.eof:
+            return False
+        data = self.f.read(_READ_BYTES)
+        self.eof = not data
+        self.buf = self.buf[self.pos:] + self.decoder.decode(data, final=self.eof)
+        self.pos = 0
+        return not self.eof
+
+    def peek(self) -> str:
+        """The next character that is not white space ("" at the end)."""
+        while True:
+            while self.pos < len(self.buf) and self.buf[self.pos] in self._SPACE:
+                self.pos += 1
+            if self.pos < len(self.buf) or not self.more():
+                return self.buf[self.pos] if self.pos < len(self.buf) else ""
+
+    def expect(self, char: str) -> None:
+        found = self.peek()
+        if found != char:
+            raise self.error(f"expected {char!r} at this point, found {found or 'the end of the file'!r}")
+        self.pos += 1
+
+    def value(self) -> Any:
+        """The next whole JSON value (strict: a key given twice in an object, or NaN, is an error)."""
+        self.peek()
+        while True:
+            try:
+                obj, end = STRICT_JSON.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as exc:
+                if len(self.buf) - self.pos <= _MAX_VALUE_CHARS and self.more():
+                    continue  # the value may go on in the next chunk
+                if len(self.buf) - self.pos > _MAX_VALUE_CHARS:
+                    raise self.error(f"a value longer than {_MAX_VALUE_CHARS} characters") from None
+                raise self.error(str(exc)) from None
+            except ValueError as exc:
+                raise self.error(str(exc)) from None
+            except RecursionError:
+                raise self.error("nested too deeply") from None
+            if end == len(self.buf) and self.more():
+                continue  # a number may go on in the next chunk
+            self.pos = end
+            return obj
+
+
+def _read_trace(stream: _JsonStream, source: str) -> KernelTrace:
+    """A trace from its JSON text: the top-level object walked by hand, each kernel parsed and turned into a
+    :class:`Kernel` as it comes (the rest of the header checked where it is found)."""
+    header: dict[str, Any] = {}
+    kernels: list[Kernel] = []
+    shared = _Shared()
+    stream.expect("{")
+    if stream.peek() == "}":
+        stream.pos += 1
+    else:
+        while True:
+            key = stream.value()
+            if not isinstance(key, str):
+                raise stream.error(f"expected a key, found {key!r}")
+            if key in header or (key == "kernels" and kernels):
+                raise stream.error(f"key {key!r} appears twice in one object")
+            stream.expect(":")
+            if key == "kernels" and stream.peek() == "[":
+                header[key] = True
+                stream.pos += 1
+                if stream.peek() == "]":
+                    stream.pos += 1
+                else:
+                    while True:
+                        if len(kernels) >= MAX_KERNELS:
+                            raise TraceError(f"{source}: more than {MAX_KERNELS} kernels, more than rlclock plans.",
+                                             "give a smaller step: fewer layers or a smaller batch of steps.")
+                        kernels.append(_kernel_from_dict(stream.value(), len(kernels), source, shared))
+                        sep = stream.peek()
+                        stream.pos += 1
+                        if sep == "]":
+                            break
+                        if sep != ",":
+                            raise stream.error(f"expected ',' or ']' after kernel #{len(kernels) - 1}")
+            else:
+                header[key] = stream.value()
+                if key in ("format", "version"):
+                    _check_header({"format": TRACE_FORMAT, "version": TRACE_VERSION, "name": "x",
+                                   **{key: header[key]}}, source)
+            sep = stream.peek()
+            stream.pos += 1
+            if sep == "}":
+                break
+            if sep != ",":
+                raise stream.error("expected ',' or '}' between the trace's fields")
+    if stream.peek() != "":
+        raise stream.error("extra data after the trace's object")
+    if not kernels:
+        _check_header(header, source)
+        raise TraceError(f"{source}: 'kernels' must be a non-empty list.", TRACE_FIX)
+    return KernelTrace._from_parts(header, kernels, source)
+
+
+class _Shared:
+    """One object for equal values across the kernels of a trace being read (names, shapes, numbers): a million
+    kernels of a few dozen distinct ones cost little more than those. Values of another type are never merged
+    (``1`` stays an int beside ``1.0``)."""
+
+    def __init__(self) -> None:
+        self.memo: dict[Any, Any] = {}
+        self.tuples: dict[Any, tuple[Any, ...]] = {}
+
+    def __call__(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is str or kind is float or kind is int:
+            return self.memo.setdefault((kind, value), value)
+        if kind is list or kind is tuple:
+            items = tuple(self(v) for v in value)
+            return self.tuples.setdefault((items, tuple(type(v) for v in items)), items)
+        return value
 
 
 def _kernel_to_dict(k: Kernel) -> dict[str, Any]:
@@ -406,10 +582,10 @@ def _is_shape(v: Any) -> bool:
     return isinstance(v, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
 
 
-def _launch_op_from_dict(d: Any, where: str) -> LaunchOp:
+def _launch_op_from_dict(d: Any, where: str, shared: _Shared | None = None) -> LaunchOp:
     if not isinstance(d, dict) or set(d) - _LAUNCH_OP_FIELDS or not isinstance(d.get("name"), str):
         raise TraceError(f"{where}: 'launch_op' must be an object with a 'name' and only the fields "
-                         f"{sorted(_LAUNCH_OP_FIELDS)}; found {d!r}.")
+                         f"{sorted(_LAUNCH_OP_FIELDS)}; found {d!r}.", TRACE_FIX)
     dims: list[Shape | tuple[Shape, ...]] = []
     for v in d.get("input_dims", []):
         if _is_shape(v):
@@ -417,25 +593,34 @@ def _launch_op_from_dict(d: Any, where: str) -> LaunchOp:
         elif isinstance(v, (list, tuple)) and all(_is_shape(x) for x in v):
             dims.append(tuple(tuple(x) for x in v))
         else:
-            raise TraceError(f"{where}: launch_op input dims {v!r} are neither a shape nor a list of shapes.")
+            raise TraceError(f"{where}: launch_op input dims {v!r} are neither a shape nor a list of shapes.",
+                             TRACE_FIX)
     texts = {}
     for key in ("input_types", "concrete_inputs"):
         v = d.get(key, [])
         if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
-            raise TraceError(f"{where}: launch_op {key!r} must be a list of strings, found {v!r}.")
+            raise TraceError(f"{where}: launch_op {key!r} must be a list of strings, found {v!r}.", TRACE_FIX)
         texts[key] = tuple(v)
     call = d.get("call", -1)
     if not isinstance(call, int) or isinstance(call, bool) or call < -1:
-        raise TraceError(f"{where}: launch_op 'call' must be an integer >= -1, found {call!r}.")
+        raise TraceError(f"{where}: launch_op 'call' must be an integer >= -1, found {call!r}.", TRACE_FIX)
     code = None
     if d.get("code") is not None:
         try:
             code = KernelCode.from_dict(d["code"]) if isinstance(d["code"], dict) else None
         except InductorCodeError as exc:
-            raise TraceError(f"{where}: launch_op {exc}.") from None
+            raise TraceError(f"{where}: launch_op {exc}.", TRACE_FIX) from None
         if code is None:
-            raise TraceError(f"{where}: launch_op 'code' must be an object, found {d['code']!r}.")
-    return LaunchOp(d["name"], tuple(dims), texts["input_types"], texts["concrete_inputs"], call, code)
+            raise TraceError(f"{where}: launch_op 'code' must be an object, found {d['code']!r}.", TRACE_FIX)
+        numbers = [n for _, n in code.numels] + [x for a in code.accesses for x in (a.elements, a.elem_bytes, a.loop)]
+        numbers += [x for x in (code.ops_per_element, code.inductor_bytes, code.inductor_flops) if x is not None]
+        if not all(math.isfinite(x) and x >= 0 for x in numbers):
+            raise TraceError(f"{where}: launch_op 'code' holds a size or count that is not a finite number >= 0.",
+                             TRACE_FIX)
+    if shared is None:
+        return LaunchOp(d["name"], tuple(dims), texts["input_types"], texts["concrete_inputs"], call, code)
+    return LaunchOp(shared(d["name"]), shared(tuple(dims)), shared(texts["input_types"]),
+                    shared(texts["concrete_inputs"]), shared(call), code)
 
 
 def _where(i: int, d: Any) -> str:
@@ -443,10 +628,10 @@ def _where(i: int, d: Any) -> str:
     return f"kernel #{i}" + (f" ({name!r})" if isinstance(name, str) else "")
 
 
-def _kernel_from_dict(d: Any, i: int, source: str) -> Kernel:
+def _kernel_from_dict(d: Any, i: int, source: str, shared: _Shared | None = None) -> Kernel:
     where = f"{source}: {_where(i, d)}"
     if not isinstance(d, dict):
-        raise TraceError(f"{where}: each kernel must be an object, found {type(d).__name__}.")
+        raise TraceError(f"{where}: each kernel must be an object, found {type(d).__name__}.", TRACE_FIX)
     unknown = set(d) - _KERNEL_FIELDS
     if unknown:
         raise TraceError(
@@ -455,32 +640,38 @@ def _kernel_from_dict(d: Any, i: int, source: str) -> Kernel:
         )
     for req in ("name", "op", "category", "phase", "flops", "dram_read_bytes", "dram_write_bytes"):
         if req not in d:
-            raise TraceError(f"{where}: required field {req!r} is missing.")
+            raise TraceError(f"{where}: required field {req!r} is missing.", TRACE_FIX)
     kw = dict(d)
     for key in ("gemm_bmnk", "launch_grid", "launch_block"):
         if kw.get(key) is not None:
             v = kw[key]
             if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
-                raise TraceError(f"{where}: {key!r} must be a list of integers, found {v!r}.")
+                raise TraceError(f"{where}: {key!r} must be a list of integers, found {v!r}.", TRACE_FIX)
             kw[key] = tuple(v)
     meas = kw.get("measured", [])
     if not isinstance(meas, list):
-        raise TraceError(f"{where}: 'measured' must be a list, found {type(meas).__name__}.")
+        raise TraceError(f"{where}: 'measured' must be a list, found {type(meas).__name__}.", TRACE_FIX)
     parsed = []
     for j, m in enumerate(meas):
         if not isinstance(m, dict) or set(m) - _MEASUREMENT_FIELDS or "gpu" not in m or "time_s" not in m:
             raise TraceError(
                 f"{where}: measurement #{j} must be an object with 'gpu' and 'time_s' and only the fields "
-                f"{sorted(_MEASUREMENT_FIELDS)}; found {m!r}."
-            )
-        parsed.append(Measurement(**m))
+                f"{sorted(_MEASUREMENT_FIELDS)}; found {m!r}.", TRACE_FIX)
+        if shared is not None:
+            m = {key: shared(v) for key, v in m.items()}
+        try:
+            parsed.append(Measurement(**m))
+        except TypeError as exc:  # pragma: no cover - guarded by the field checks above
+            raise TraceError(f"{where}: measurement #{j}: {exc}.", TRACE_FIX) from None
     kw["measured"] = tuple(parsed)
     if kw.get("launch_op") is not None:
-        kw["launch_op"] = _launch_op_from_dict(kw["launch_op"], where)
+        kw["launch_op"] = _launch_op_from_dict(kw["launch_op"], where, shared)
+    if shared is not None:
+        kw = {key: (v if key in ("measured", "launch_op") else shared(v)) for key, v in kw.items()}
     try:
         k = Kernel(**kw)
     except TypeError as exc:  # pragma: no cover - guarded by the field checks above
-        raise TraceError(f"{where}: {exc}.") from None
+        raise TraceError(f"{where}: {exc}.", TRACE_FIX) from None
     _validate_kernel(k, i, source)
     return k
 
@@ -492,9 +683,9 @@ def _is_num(x: Any) -> bool:
 def _validate_kernel(k: Kernel, i: int, source: str = "trace") -> None:
     where = f"{source}: kernel #{i} ({k.name!r})" if isinstance(k.name, str) else f"{source}: kernel #{i}"
     if not isinstance(k.name, str) or not k.name:
-        raise TraceError(f"{where}: 'name' must be a non-empty string.")
+        raise TraceError(f"{where}: 'name' must be a non-empty string.", TRACE_FIX)
     if not isinstance(k.op, str) or not k.op:
-        raise TraceError(f"{where}: 'op' must be a non-empty string.")
+        raise TraceError(f"{where}: 'op' must be a non-empty string.", TRACE_FIX)
     if k.category not in CATEGORIES:
         raise TraceError(f"{where}: category {k.category!r} is unknown.", f"use one of {list(CATEGORIES)}.")
     if k.phase not in PHASES:
@@ -518,24 +709,65 @@ def _validate_kernel(k: Kernel, i: int, source: str = "trace") -> None:
             "give its FLOPs/bytes or a measured time.",
         )
     if not isinstance(k.layer, int) or isinstance(k.layer, bool) or k.layer < -1:
-        raise TraceError(f"{where}: 'layer' must be an integer >= -1, found {k.layer!r}.")
+        raise TraceError(f"{where}: 'layer' must be an integer >= -1, found {k.layer!r}.", TRACE_FIX)
     if k.mlp_bytes is not None and (not _is_num(k.mlp_bytes) or not math.isfinite(k.mlp_bytes) or k.mlp_bytes <= 0):
-        raise TraceError(f"{where}: 'mlp_bytes' must be a finite number > 0, found {k.mlp_bytes!r}.")
+        raise TraceError(f"{where}: 'mlp_bytes' must be a finite number > 0, found {k.mlp_bytes!r}.", TRACE_FIX)
     if k.onchip_bytes is not None and (not _is_num(k.onchip_bytes) or not math.isfinite(k.onchip_bytes)
                                        or k.onchip_bytes < 0):
-        raise TraceError(f"{where}: 'onchip_bytes' must be a finite number >= 0, found {k.onchip_bytes!r}.")
+        raise TraceError(f"{where}: 'onchip_bytes' must be a finite number >= 0, found {k.onchip_bytes!r}.", TRACE_FIX)
     for key, n in (("gemm_bmnk", 4), ("launch_grid", 3), ("launch_block", 3)):
         v = getattr(k, key)
         if v is not None and (len(v) != n or any(x <= 0 for x in v)):
-            raise TraceError(f"{where}: {key!r} must be {n} positive integers, found {v!r}.")
+            raise TraceError(f"{where}: {key!r} must be {n} positive integers, found {v!r}.", TRACE_FIX)
     for j, m in enumerate(k.measured):
-        ok = _is_num(m.time_s) and math.isfinite(m.time_s) and m.time_s > 0
-        ok = ok and (m.energy_j is None or (_is_num(m.energy_j) and math.isfinite(m.energy_j) and m.energy_j >= 0))
-        if not ok:
-            raise TraceError(
-                f"{where}: measurement #{j} has time_s={m.time_s!r}, energy_j={m.energy_j!r}; "
-                "expected a finite time > 0 and a finite energy >= 0."
-            )
+        problem = measurement_problem(m.time_s, m.energy_j)
+        if problem is not None:
+            raise TraceError(f"{where}: measurement #{j}: {problem}.",
+                             "re-measure the kernel (rlclock profile / rlclock measure), or drop the measurement.")
+        if not isinstance(m.gpu, str) or not m.gpu or not isinstance(m.source, str):
+            raise TraceError(f"{where}: measurement #{j}: 'gpu' and 'source' must be text, found {m.gpu!r}, "
+                             f"{m.source!r}.", TRACE_FIX)
+        for name in ("core_mhz", "mem_mhz"):
+            v = getattr(m, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+                raise TraceError(f"{where}: measurement #{j}: {name!r} must be a clock in MHz (a whole number > 0) "
+                                 f"or null for auto, found {v!r}.", TRACE_FIX)
+        if m.sm_clock_mhz is not None and (not _is_num(m.sm_clock_mhz) or not math.isfinite(m.sm_clock_mhz)
+                                           or m.sm_clock_mhz < 0):
+            raise TraceError(f"{where}: measurement #{j}: 'sm_clock_mhz' must be a number >= 0, found "
+                             f"{m.sm_clock_mhz!r}.", TRACE_FIX)
+
+
+STEP_MAXIMA: Mapping[str, int] = {"hidden": 1 << 17, "ffn": 1 << 19, "heads": 1 << 12, "kv_heads": 1 << 12,
+                                   "seq": 1 << 22, "batch": 1 << 20, "vocab": 1 << 23, "vocab_padded": 1 << 23,
+                                   "tokens": 1 << 26}
+"""The largest size of each dimension a generated step may have (``tokens``: batch × sequence) — several times
+the largest models trained today; past them a step's FLOPs mean nothing."""
+
+
+def check_step_size(where: str, sizes: Mapping[str, int | None], layers: int, count: Callable[[int], int]) -> None:
+    """Refuse a generated step past the limits before it is built: a dimension over :data:`STEP_MAXIMA`, or more
+    than :data:`~rlclock.validation.MAX_KERNELS` kernels (counted from steps of one and two layers: a step grows
+    by the same kernels per layer).
+
+    Args:
+        where: The generator, for the message (``"llm.c config"``).
+        sizes: Its dimensions by name (``None``: not given).
+        layers: Its layers.
+        count: Kernels of the step at a number of layers.
+
+    Raises:
+        SpecError: A dimension or the step is too large.
+    """
+    for name, value in sizes.items():
+        top = STEP_MAXIMA.get(name)
+        if top is not None and value is not None and value > top:
+            raise SpecError(f"{where}: {name!r} is {value}, more than rlclock models ({top} at most).",
+                            f"give {name} of at most {top}.")
+    one = count(1)
+    total = one if layers <= 1 else one + (layers - 1) * (count(2) - one)
+    check_kernels(total, where, SpecError, f"give fewer layers (at most about "
+                  f"{max(1, (MAX_KERNELS - one) // max(count(2) - one, 1) + 1)} for this shape).")
 
 
 def replace_kernel(k: Kernel, **changes: Any) -> Kernel:

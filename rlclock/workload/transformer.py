@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, replace
 
 from rlclock.errors import SpecError
 from rlclock.workload.op_costs import GELU_FLOPS_PER_ELEMENT, gamma_beta_loads
-from rlclock.workload.trace import DTYPES, Kernel, KernelTrace
+from rlclock.workload.trace import DTYPES, Kernel, KernelTrace, check_step_size
 
 _BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 F32 = 4
@@ -518,6 +518,10 @@ def _autocast_step(b: _Autocast, cfg: TransformerConfig) -> list[Kernel]:
 
 def transformer_step(cfg: TransformerConfig) -> KernelTrace:
     """A decoder-only transformer training step as a trace."""
+    check_step_size("transformer config", {"hidden": cfg.hidden, "ffn": cfg.ffn, "heads": cfg.heads,
+                                           "kv_heads": cfg.kv_heads, "seq": cfg.seq, "batch": cfg.batch,
+                                           "vocab": cfg.vocab, "tokens": cfg.batch * cfg.seq},
+                    cfg.layers, lambda layers: len(step_kernels(replace(cfg, layers=layers))))
     name = (f"{cfg.style}-c{cfg.hidden}-h{cfg.heads}" + (f"kv{cfg.kv_heads}" if cfg.kv_heads else "")
             + f"-f{cfg.ffn_dim}-t{cfg.seq}-b{cfg.batch}-l{cfg.layers}-{cfg.dtype}" + ("-autocast" if cfg.autocast
                                                                                       else ""))

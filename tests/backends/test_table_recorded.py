@@ -53,7 +53,13 @@ def test_round_trip_csv_and_lookup(tmp_path):
 @pytest.mark.parametrize(("mutate", "match"), [
     (lambda d: d.update(format="other"), "not an rlclock measurement table"),
     (lambda d: d.update(version=9), "version 9"),
-    (lambda d: d["rows"][0].update(time_s=float("nan")), "time_s is nan"),
+    (lambda d: d["rows"][0].update(time_s=float("nan")), "NaN is not a number JSON allows"),
+    (lambda d: d["rows"][0].update(time_s="slow"), "time_s is 'slow'"),
+    (lambda d: d["rows"][0].update(time_s=1e6, energy_j=0.0), "not a time from 0 to 60 s"),
+    (lambda d: d["rows"][0].update(time_s=1e-3, energy_j=0.0), "outside the 1-5000 W"),
+    (lambda d: d["rows"][0].update(sm_clock_mhz="fast"), "sm_clock_mhz is 'fast'"),
+    (lambda d: d["rows"][0].update(config="fast@9"), "not a clock configuration"),
+    (lambda d: d["rows"][0].update(windows=0), "windows is 0"),
     (lambda d: d["rows"][0].update(energy_j=-1.0), "energy_j is -1"),
     (lambda d: d["rows"][0].pop("config"), "missing"),
     (lambda d: d["rows"][0].update(colour="red"), "unknown"),
@@ -130,3 +136,14 @@ def test_the_h200_data_is_consistent():
     gpu = RecordedGpu.from_file(DATA_TABLE, get_spec("h200-sxm"), trace, [AUTO])
     run = gpu.auto_run()
     assert 4e-3 < run.time_s < 6e-3 and 2.5 < run.energy_j < 4.5
+
+
+@pytest.mark.parametrize("config", ["1411@3201", "1410@9999", "99999@auto"])
+def test_a_table_measured_at_clocks_the_gpu_lacks_is_refused(config):
+    from rlclock.errors import MeasurementError
+
+    table = toy_table()
+    table.add(row(0, config, 1e-3, 0.5))
+    with pytest.raises(MeasurementError, match="cannot run") as exc:
+        RecordedGpu(get_spec("h200-sxm"), KernelTrace("t", [kern(0), kern(1)]), table, [AUTO, LOW], latency_s=0.0)
+    assert "\n" not in str(exc.value) and "rlclock measure" in str(exc.value)

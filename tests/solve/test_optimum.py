@@ -126,3 +126,98 @@ def test_past_its_limits_the_solver_returns_the_best_plan_with_its_proven_gap(li
     assert opt.lower_bound_j <= opt.energy_j and 0 < opt.gap_j <= 1e-3 * opt.energy_j
     line = opt.describe()
     assert line.startswith(f"stopped at the {why}") and "% more energy than the optimum" in line and "\n" not in line
+
+
+class _CountedClock:
+    """A clock whose deadline passes at its ``k``-th check: stops a solver at every stage in turn."""
+
+    def __init__(self, k: int) -> None:
+        self.k, self.calls = k, 0
+
+    def install(self, monkeypatch) -> None:
+        import rlclock.solve.optimum as opt
+
+        clock = self
+
+        def check(_self) -> None:
+            clock.calls += 1
+            if clock.calls > clock.k:
+                raise opt._Stopped("time limit")
+
+        monkeypatch.setattr(opt._Clock, "check", check)
+        monkeypatch.setattr(opt._Clock, "passed", lambda _self: clock.calls > clock.k)
+        monkeypatch.setattr(opt._Clock, "left_s", lambda _self: 0.0 if clock.calls > clock.k else 60.0)
+
+
+def _checks(monkeypatch, solve) -> int:
+    """How often a full solve checks the clock."""
+    clock = _CountedClock(10**9)
+    clock.install(monkeypatch)
+    solve()
+    return clock.calls
+
+
+@pytest.mark.parametrize("latency", [0.0, 0.7])
+def test_stopped_at_any_check_the_solver_answers_with_a_plan_and_a_valid_bound(monkeypatch, latency):
+    rng = np.random.default_rng(11)
+    gpu, t, e = _instance(rng, 9, 3, latency)
+    budget = t[:, 0].sum() * 1.08
+    exact = latency_aware_optimum(t, e, latency, budget) if latency else knapsack_optimum(t, e, budget)
+    solve = (lambda: latency_aware_optimum(t, e, latency, budget)) if latency else \
+        (lambda: knapsack_optimum(t, e, budget))
+    total = _checks(monkeypatch, solve)
+    assert total > 5
+    for k in range(total + 1):
+        _CountedClock(k).install(monkeypatch)
+        opt = solve()
+        run = gpu.run_indices(opt.requests)
+        assert run.time_s <= budget * (1 + 1e-9), k
+        assert opt.energy_j == pytest.approx(run.energy_j, rel=1e-9), k
+        assert opt.lower_bound_j <= exact.energy_j * (1 + 1e-9) and opt.energy_j >= exact.energy_j * (1 - 1e-9), k
+        assert opt.exact or opt.stopped == "time limit", k
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_short_of_memory_the_passes_keep_only_the_rows_they_look_at(seed):
+    from rlclock.solve.optimum import SwitchDag
+
+    rng = np.random.default_rng(40 + seed)
+    n, C, latency = 60, 4, 2.5
+    gpu, t, e = _instance(rng, n, C, latency)
+    budget = t[:, 0].sum() * 1.03
+    whole = latency_aware_optimum(t, e, latency, budget)
+    v, ch = 8 * (n + 1) * C, 2 * n * C
+    ring = latency_aware_optimum(t, e, latency, budget, max_memory_bytes=SwitchDag.nbytes(n, C) + 3 * ch + 4.5 * v)
+    assert whole.exact and (ring.exact or ring.stopped == "memory limit")
+    assert ring.lower_bound_j <= whole.energy_j * (1 + 1e-12) and ring.energy_j >= whole.energy_j * (1 - 1e-12)
+    assert gpu.run_indices(ring.requests).time_s <= budget * (1 + 1e-9)
+    dag = SwitchDag(t, e, latency)
+    assert dag.reach + 2 < n + 1
+    for lam in (0.0, 1.3):
+        V, c1 = dag.backward(lam, want_path=True)
+        R, c2 = dag.backward(lam, want_path=True, keep=False)
+        assert R.shape[0] == dag.reach + 2 and np.allclose(R[0], V[0], rtol=1e-12) and np.array_equal(c1, c2)
+
+
+@pytest.mark.realtime
+def test_a_million_kernels_answer_within_the_limit():
+    import time
+
+    rng = np.random.default_rng(5)
+    n, C = 1_000_000, 6
+    t = rng.uniform(1e-6, 2e-6, (n, C))
+    e = t * rng.uniform(100.0, 300.0, (n, C))
+    budget = t[:, 0].sum() * 1.02
+    for solve in (lambda: latency_aware_optimum(t, e, 5e-5, budget, time_limit_s=1.0),
+                  lambda: knapsack_optimum(t, e, budget, time_limit_s=1.0)):
+        start = time.perf_counter()
+        opt = solve()
+        assert time.perf_counter() - start <= 1.0 * 1.1 + 0.4  # the limit + 10 %, and a loaded machine's jitter
+        assert opt.time_s <= budget * (1 + 1e-9) and opt.lower_bound_j <= opt.energy_j
+
+
+@pytest.mark.parametrize("limit", [0.0, -1.0, float("nan"), "5"])
+def test_a_time_limit_that_is_no_duration_is_refused(limit):
+    t = np.ones((3, 2))
+    with pytest.raises(ScheduleError, match="time limit must be a number of seconds above 0"):
+        latency_aware_optimum(t, t, 0.1, 4.0, time_limit_s=limit)
