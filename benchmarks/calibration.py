@@ -5,7 +5,7 @@ paper's readings and the relative error; then the step totals and the physics ch
 docs/simulator.md. With ``--gpu h200-sxm`` it compares with the trace measured on an H200 under data/.
 
     python benchmarks/calibration.py                 # RTX 3080 Ti vs Spaan et al.
-    python benchmarks/calibration.py --gpu h200-sxm  # H200 vs data/ (measured in observe mode)
+    python benchmarks/calibration.py --gpu h200-sxm  # H200 vs data/ (measured in a dry run)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The compiled corpus: traces of compiled training steps, derived from what a GPU run captured.
 
 ``benchmarks/corpus_gpu.py --compile default,reduce-overhead`` trains each model through ``torch.compile`` on the
-GPU (observe mode) and keeps, per model and mode, the deployment's ``--save`` folder: the profiler's own export
+GPU (dry run) and keeps, per model and mode, the deployment's ``--save`` folder: the profiler's own export
 (``step.profile.json.gz``), the source TorchInductor generated (``step.inductor.json.gz``), the step's timeline,
 the bare step's time and energy. This script derives each step's trace from the export and the generated code with
 the current rules (:func:`rlclock.deploy.capture.profile_from_chrome`) and writes the corpus folder the

@@ -194,7 +194,7 @@ class Cases:
               f"anchor every {anchor_every or 'default'}{', every step timed' if time_all_steps else ''} ===",
               flush=True)
         key = (layers, latency)
-        common = {"control": "dry-run", "latency_s": latency, "worker": self.worker, "anchor_every": anchor_every,
+        common = {"latency_s": latency, "worker": self.worker, "anchor_every": anchor_every,
                   "time_all_steps": time_all_steps}
         if self.given is not None:
             clk = clocked(self.given[0], timeline=self.given[1], verbose=False, **common)

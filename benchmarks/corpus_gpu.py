@@ -1,4 +1,4 @@
-"""A corpus of real training steps, profiled on this machine's GPU in observe mode (nothing is ever set).
+"""A corpus of real training steps, profiled on this machine's GPU in a dry run (nothing is ever set).
 
 Each model is a Hugging Face ``transformers`` architecture built from its config with random weights (nothing
 is downloaded), trained on random tokens (or images) for a full step: forward, loss, backward and a fused
@@ -229,7 +229,7 @@ def profile(step: Callable[[], None], out: Path, model: Any = None) -> None:
     def all_auto(trace: Any, auto_time_s: Any, latency_s: float) -> ClockSchedule:
         return ClockSchedule.constant(AUTO, len(trace), name="auto")
 
-    with rlclock.deploy.clocked(all_auto, save=str(out), report=str(out / "report.json"), control="dry-run",
+    with rlclock.deploy.clocked(all_auto, save=str(out), report=str(out / "report.json"),
                                 warmup_steps=WARMUP, profile_steps=PROFILED, timing_steps=TIMED,
                                 verbose=False) as clk:
         remove = clk.watch(model, every=WATCH_EVERY) if model is not None else None
@@ -279,7 +279,7 @@ def switching(step: Callable[[], None], out: Path, follow_pace: bool = False,
     timeline = StepTimeline.load(out / "step.timeline.json")
     schedule = alternating(timeline, SEGMENT_S)
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) if kernel_times else None
-    with rlclock.deploy.clocked(schedule, timeline=timeline, report=str(out / report), control="dry-run",
+    with rlclock.deploy.clocked(schedule, timeline=timeline, report=str(out / report),
                                 verbose=False, time_all_steps=True, follow_pace=follow_pace) as clk:
         remove = clk.watch(model, every=WATCH_EVERY) if model is not None else None
         if prof is not None:
@@ -424,7 +424,7 @@ def record(name: str, task: str, model: Any, shape: dict[str, Any], config: Any,
         "transformers": transformers.__version__, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         "how": "random init, random data; full step (forward, loss, backward, fused AdamW) under bf16 autocast; "
                "profile through rlclock.deploy.clocked (dry run, all-auto schedule); bare step timed with CUDA "
-               "events, energy from NVML's counter over whole windows; observe mode, nothing set",
+               "events, energy from NVML's counter over whole windows; dry run, nothing set",
         "wall_s": time.perf_counter() - started}
     (folder / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
@@ -479,7 +479,7 @@ def points_overhead(name: str, step: Callable[[], None], out: Path, model: Any, 
     profiled(step, folder, model)
     timeline = StepTimeline.load(folder / "step.timeline.json")
     marks: list[tuple[str, Any]] = []
-    with rlclock.deploy.clocked(alternating(timeline, SEGMENT_S), timeline=timeline, control="dry-run",
+    with rlclock.deploy.clocked(alternating(timeline, SEGMENT_S), timeline=timeline,
                                 verbose=False) as clk:
         for r in range(rounds):
             for on in ((True, False) if r % 2 == 0 else (False, True)):

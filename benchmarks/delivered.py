@@ -1,6 +1,6 @@
 """Delivered, not planned: per model, the plan's saving and slowdown beside what the controller delivers when the
 switches land where the running step's kernels are — on the CPU by replaying measured jitter on the committed
-corpora, on a GPU in a dry run of the deployment itself (observe mode: nothing is ever set).
+corpora, on a GPU in a dry run of the deployment itself (dry run: nothing is ever set).
 
 Per model it prints planned and delivered saving and slowdown (the planning model's; against auto), the segments
 the controller's rule skips in the deployed schedule, the share of switches that land after their segment's first
@@ -29,7 +29,7 @@ is the reference of the savings: the targets are a delivered slowdown <= budget 
 >= 80 % of the optimum's, on every model. About 45 s a model on a 2-core machine (four plans and the optimum), 30 min
 for the four corpora; ``--only``, ``--modes`` and ``--corpus`` narrow it.
 
-**GPU mode** (``--gpu --out DIR``; one GPU, observe mode: a dry run throughout, nothing is set, no clock or power
+**GPU mode** (``--gpu --out DIR``; one GPU, dry run: a dry run throughout, nothing is set, no clock or power
 call is made but the dry run's recording of them): the corpus models (``benchmarks/corpus_gpu.py``'s Hugging Face
 architectures and the example's GPT), then the held-out ones, then — while time is left — the compiled ones. Per model:
 
@@ -57,7 +57,7 @@ delivered-<gpu>/``, a claim in ``docs/results.yaml`` and ``docs/results.md`` ren
 
     python benchmarks/delivered.py                                    # CPU: every corpus, every mode
     python benchmarks/delivered.py --corpus data/corpus-h200 --only bert --modes blind,settled
-    python benchmarks/delivered.py --gpu --out /tmp/delivered         # GPU dry run (observe mode), <= 7.5 min
+    python benchmarks/delivered.py --gpu --out /tmp/delivered         # GPU dry run (dry run), <= 7.5 min
     python benchmarks/delivered.py --from /tmp/delivered              # ... into the committed results
     python benchmarks/delivered.py --rows /tmp/rows.json              # CPU: saved rows (or printed lines) again
     python benchmarks/delivered.py --replay /tmp/delivered            # CPU: the GPU run's models and located steps
@@ -449,7 +449,7 @@ def controlled_run(step: Any, model: Any, checkpoint: str, scratch: Path, steps:
     """The deployment as rlclock apply runs it (dry run), every step timed: returns the Clocked."""
     import rlclock.deploy
 
-    with rlclock.deploy.clocked(checkpoint=checkpoint, control="dry-run", save=str(scratch),
+    with rlclock.deploy.clocked(checkpoint=checkpoint, save=str(scratch),
                                 report=str(scratch / "report.json"), time_all_steps=True, verbose=False) as clk:
         total = 3 + 5 + 8 + steps
         for _ in range(total):
@@ -468,7 +468,7 @@ def located_run(step: Any, schedule: Any, timeline: Any, steps: int) -> tuple[An
     from rlclock.workload.torch_profile import export_chrome
 
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
-    with rlclock.deploy.clocked(schedule, timeline=timeline, control="dry-run", time_all_steps=True,
+    with rlclock.deploy.clocked(schedule, timeline=timeline, time_all_steps=True,
                                 verbose=False) as clk:
         prof.__enter__()
         for _ in range(steps):
@@ -521,7 +521,7 @@ def overhead(step: Any, schedule: Any, timeline: Any, rounds: int, block: int) -
     import rlclock.deploy
 
     walls: dict[str, list[float]] = {"bare": [], "controlled": []}
-    with rlclock.deploy.clocked(schedule, timeline=timeline, control="dry-run", verbose=False) as clk:
+    with rlclock.deploy.clocked(schedule, timeline=timeline, verbose=False) as clk:
         for r in range(rounds):
             for kind in (("bare", "controlled") if r % 2 == 0 else ("controlled", "bare")):
                 torch.cuda.synchronize()
@@ -629,7 +629,7 @@ def gpu(out: Path, only: str, steps: int, located: int, rounds: int, block: int,
     gpu_name = torch.cuda.get_device_name()
     checkpoint = policy_name(gpu_name)
     located_arrays: dict[str, np.ndarray] = {}
-    print(f"# {gpu_name}, policy {checkpoint}, dry run (observe mode: nothing is set), budget "
+    print(f"# {gpu_name}, policy {checkpoint}, dry run (nothing is set), budget "
           f"{100 * BUDGET:g} %, time budget {budget_s:.0f} s", flush=True)
 
     def measure(name: str, make: Any, folder: Path, left_s: float) -> dict[str, Any]:
@@ -811,7 +811,7 @@ def from_gpu_run(folder: Path, root: Path = ROOT, optimum_s: float = 10.0, rende
     text = root / "docs" / "results" / f"delivered_{slug}.txt"
     text.parent.mkdir(parents=True, exist_ok=True)
     text.write_text(f"# python benchmarks/delivered.py --gpu --out DIR; python benchmarks/delivered.py --from DIR\n"
-                    f"# {gpu_name}, policy {data.get('policy', '?')}, dry run (observe mode: nothing is set), budget "
+                    f"# {gpu_name}, policy {data.get('policy', '?')}, dry run (nothing is set), budget "
                     f"{100 * BUDGET:g} %, {float(data.get('elapsed_s', math.nan)):.0f} s of "
                     f"{float(data.get('budget_s', math.nan)):.0f} s; planning model's figures against auto\n"
                     f"{gpu_table(summaries)}\n\n{gpu_targets(summaries)}\n")
@@ -848,7 +848,7 @@ def gpu_claim(gpu_name: str, output: str) -> dict[str, Any]:
                  "landing where the step's kernels ran",
         "target": "delivered slowdown ≤ 1.2 %, delivered saving ≥ 80 % of the optimum's, on every model",
         "kind": "planned",
-        "machine": f"real {gpu_name}, dry run (observe mode), priced on the planning model",
+        "machine": f"real {gpu_name}, dry run (dry run), priced on the planning model",
         "command": "python benchmarks/delivered.py --gpu --out DIR; python benchmarks/delivered.py --from DIR",
         "output": output,
         "read": {"regex": r"delivered slowdown <= budget \+ 0.2 pp on (?P<slow>\d+) of (?P<done>\d+); delivered "
@@ -884,7 +884,7 @@ def replay(folder: Path, modes: tuple[str, ...], optimum_s: float) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--gpu", action="store_true", help="run on this machine's GPU (dry run, observe mode)")
+    parser.add_argument("--gpu", action="store_true", help="run on this machine's GPU (dry run, dry run)")
     parser.add_argument("--out", type=Path, help="GPU mode: the folder to write to; CPU mode: a JSON of the rows")
     parser.add_argument("--replay", type=Path, help="CPU: replay a GPU run's folder")
     parser.add_argument("--ppo", type=int, metavar="TIMESTEPS", help="CPU: train the corpus recipe with PPO on "

@@ -1,5 +1,5 @@
 """Frequency response of real kernels on a GPU whose clocks may not be set: the GPU's own power cap lowers the
-SM clock, and each kernel class is timed there and at boost (observe mode; nothing is ever set).
+SM clock, and each kernel class is timed there and at boost (dry run; nothing is ever set).
 
 Method (``--measure``, on the GPU):
 
@@ -297,7 +297,7 @@ def compare(path: Path, gpu: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--measure", action="store_true", help="measure on this machine's GPU 0 (observe mode)")
+    p.add_argument("--measure", action="store_true", help="measure on this machine's GPU 0 (dry run)")
     p.add_argument("--out", type=Path, default=Path("data/h200-response.json"), help="where --measure writes")
     p.add_argument("--reps", type=int, default=40, help="timings per probe and phase")
     p.add_argument("--burst-gemms", type=int, default=6, help="8192^3 bf16 GEMMs per burst before a capped probe")

@@ -1,4 +1,4 @@
-"""Everything rlclock does on a real GPU, in observe mode (no clock is ever set), in one run.
+"""Everything rlclock does on a real GPU, in a dry run (no clock is ever set), in one run.
 
 Stages — each runs even if an earlier one failed, and reports its own error:
 
@@ -193,7 +193,7 @@ def schedule(res, settings: MeasureSettings):
     tr = res.trace
     low = ClockConfig(1410, 3201)  # memory-bound kernels at a lower core clock, tensor-core kernels at auto
     sched = ClockSchedule.from_configs([AUTO if k.uses_tensor_cores else low for k in tr], name="tensor-auto/1410")
-    with ClockControl(0) as control:  # observe mode: nothing is set
+    with ClockControl(0) as control:  # dry run: nothing is set
         assert control.dry_run
         rep = replay_schedule(res.captured, sched, control, NvmlDevice(0), settings)
         applied = sum(1 for r in control.history if r.applied)

@@ -1,4 +1,4 @@
-"""Does a memory-bound kernel find its input in L2 when the kernel before it just wrote it? (observe mode)
+"""Does a memory-bound kernel find its input in L2 when the kernel before it just wrote it? (dry run)
 
 A kernel replayed alone re-reads what its own previous launch touched; in a training step it reads what some
 earlier kernel wrote — just before, or long ago. How much of a memory-bound kernel's traffic the L2 serves in
@@ -199,7 +199,7 @@ def refit(path: Path, weight: float, gpu: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--measure", action="store_true", help="measure on this machine's GPU (observe mode)")
+    parser.add_argument("--measure", action="store_true", help="measure on this machine's GPU (dry run)")
     parser.add_argument("--out", type=Path, default=ROOT / "data" / "h200-l2-reuse.json")
     parser.add_argument("--reps", type=int, default=15, help="timings per case (default 15)")
     parser.add_argument("--compare", type=Path, help="a measured file to put the preset beside")

@@ -13,7 +13,7 @@ the real loop's noise alone — the check of what ``rlclock.agents.measured`` as
 their standard error right, the safety layer's bounds closing in) and of the windowed energy. With
 ``--control-clocks`` on a GPU whose clocks a user may set, the same run learns for real.
 
-    python benchmarks/online_h200.py --out data/h200-online-observe.json        # on the GPU, observe mode
+    python benchmarks/online_h200.py --out data/h200-online-observe.json        # on the GPU, dry run
     python benchmarks/online_h200.py --report data/h200-online-observe.json     # the table again
     python benchmarks/online_h200.py --null-plans --out data/h200-online-null.json  # plans that are auto in disguise
 """
@@ -118,7 +118,7 @@ def step_overhead(name: str, seconds: float) -> dict[str, Any]:
         tracker = PairedTracker(BUDGET, list(cand.slowdown), list(cand.saving), cand.parts)
         top = len(schedules) - 1
         ctx = (contextlib.nullcontext() if mode.startswith("bare") else
-               rlclock.deploy.clocked(schedules[0], timeline=timeline, alternatives=schedules[1:], control="dry-run",
+               rlclock.deploy.clocked(schedules[0], timeline=timeline, alternatives=schedules[1:],
                                       verbose=False, time_all_steps=True))
         with ctx as clk:
             t_end, k = time.perf_counter() + seconds, 0
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.report:
         data = json.loads(a.report.read_text())
         print(f"# {data['gpu']}, {data['date']}, {data['seconds']:.0f} s per model, "
-              f"{'clocks set' if data['control_clocks'] else 'observe mode (dry run: nothing set)'}"
+              f"{'clocks set' if data['control_clocks'] else 'dry run (dry run: nothing set)'}"
               + ("; every plan run as auto (null check)" if data.get("null_plans") else ""))
         for name, r in data["models"].items():
             summarise(name, r)

@@ -1,4 +1,4 @@
-"""The user's own model, end to end, on the corpus of real training steps profiled on the H200 (observe mode).
+"""The user's own model, end to end, on the corpus of real training steps profiled on the H200 (dry run).
 
 Three parts, per corpus model (``data/corpus-h200``, taken by ``benchmarks/corpus_gpu.py``):
 

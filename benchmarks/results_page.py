@@ -330,7 +330,7 @@ the test suite checks that the page and the files agree. The changes behind the 
 - **kind** — *planned*: a schedule judged on a model (the simulator, or a planning model anchored on kernel times
   measured on a real GPU); *delivered*: what a run on a GPU did with its clocks set; *measured*: a reading of a
   machine (a GPU, this project's CPU machine), or the model's error against such readings.
-- **machine** — "simulated X" is the `X` preset predicting from kernel shapes; "real X, observe mode" is a GPU on
+- **machine** — "simulated X" is the `X` preset predicting from kernel shapes; "real X, dry run" is a GPU on
   which nothing was set (clocks and power limit as the driver had them).
 - **met** — the target checked against the figure (or the benchmark's own verdict); "—" where a figure has no
   target of its own.

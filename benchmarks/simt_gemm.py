@@ -1,4 +1,4 @@
-"""FP32 matrix products on the SIMT units, timed on a GPU (observe mode), and a preset's prediction beside them.
+"""FP32 matrix products on the SIMT units, timed on a GPU (dry run), and a preset's prediction beside them.
 
 With TF32 off (PyTorch's default for matmuls) cuBLAS runs an fp32 ``mm`` / ``bmm`` on the FP32 units: FFMA
 kernels (``sm80_xmma_gemm_f32f32_f32f32_f32_…_ffma``), whose operands pass through shared memory and registers
@@ -186,12 +186,12 @@ def compare(path: Path, gpu: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--measure", action="store_true", help="measure on this machine's GPU 0 (observe mode)")
+    p.add_argument("--measure", action="store_true", help="measure on this machine's GPU 0 (dry run)")
     p.add_argument("--out", type=Path, default=Path("data/h200-simt-gemm.json"), help="where --measure writes")
     p.add_argument("--reps", type=int, default=15, help="timings per product")
     p.add_argument("--compare", type=Path, help="a measurement file to check a preset against")
     p.add_argument("--gpu", default="h200-sxm", help="the preset --compare checks")
-    p.add_argument("--power", type=Path, help="measure each product's power on GPU 0 (observe mode) into this file")
+    p.add_argument("--power", type=Path, help="measure each product's power on GPU 0 (dry run) into this file")
     p.add_argument("--window", type=float, default=1.0, help="--power: shortest energy window, seconds")
     p.add_argument("--power-file", type=Path, help="--compare: also check the model's power against this file")
     a = p.parse_args(argv)

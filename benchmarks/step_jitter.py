@@ -1,5 +1,5 @@
 """Where a real training step's kernels start, step after step — and how well any anchor placement could time
-switches in it (observe mode; nothing is set).
+switches in it (dry run; nothing is set).
 
 A controller times a switch from an *anchor*, a moment it learns from the GPU, plus the planned offset of the
 switch's segment after it. How far the segment really starts from there, step to step, bounds the switch-time
@@ -151,7 +151,7 @@ def analyse(path: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", nargs="?", type=Path, default=ROOT / "data" / "corpus-h200" / "step-jitter.npz")
-    parser.add_argument("--measure", action="store_true", help="measure on this machine's GPU (observe mode)")
+    parser.add_argument("--measure", action="store_true", help="measure on this machine's GPU (dry run)")
     parser.add_argument("--out", type=Path, default=ROOT / "data" / "corpus-h200" / "step-jitter.npz")
     parser.add_argument("--steps", type=int, default=24, help="profiled steps per model (default 24)")
     parser.add_argument("--only", default="", help="models whose name contains this")

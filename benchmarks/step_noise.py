@@ -1,5 +1,5 @@
 """The noise of what a real training job can measure per step: step time (CUDA events, host clock) and energy
-per window of steps (NVML's counter), on this machine's GPU in observe mode (nothing is set).
+per window of steps (NVML's counter), on this machine's GPU in a dry run (nothing is set).
 
 An online learner on a real GPU is rewarded only by these readings, so their noise decides how many steps it
 needs. For a few real training steps (``benchmarks/corpus_gpu.py``'s models: full steps with loss, backward and a
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {a.out}")
     if a.report:
         data = json.loads(a.report.read_text())
-        print(f"# {data['gpu']}, {data['date']}, {data['seconds']:g} s of training per model (observe mode)")
+        print(f"# {data['gpu']}, {data['date']}, {data['seconds']:g} s of training per model (dry run)")
         for name, r in data["models"].items():
             summarise(name, r)
     if not (a.out or a.report):

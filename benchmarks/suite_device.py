@@ -1,6 +1,6 @@
 """The calibration suite on this machine's GPU, and the preset checked against it.
 
-``--measure`` runs ``rlclock calibrate --device 0`` in observe mode (nothing set: the suite at the clocks in
+``--measure`` runs ``rlclock calibrate --device 0`` in a dry run (nothing set: the suite at the clocks in
 effect, each kernel over three tick-aligned NVML energy windows) and writes its table; ``--report`` (the default,
 on the committed H200 table) prints the preset's time and energy against every reading, by kernel — what
 ``docs/simulator.md`` ("The suite on the H200") and the README quote. With clock control on a GPU of one's own,
@@ -11,7 +11,7 @@ on the committed H200 table) prints the preset's time and energy against every r
     python benchmarks/suite_device.py --windows data/h200-suite-windows  # readings at each window vs the longest
 
 The window tables were taken with ``rlclock calibrate --device 0 --gpu h200-sxm --window W --table-out
-window-W.csv`` for W = 0.1, 0.2, 0.4, 1.0 (observe mode).
+window-W.csv`` for W = 0.1, 0.2, 0.4, 1.0 (dry run).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def compare_windows(folder: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--measure", action="store_true", help="measure the suite on GPU 0 (observe mode) first")
+    p.add_argument("--measure", action="store_true", help="measure the suite on GPU 0 (dry run) first")
     p.add_argument("--out", type=Path, default=SHIPPED, help="the table to write (--measure) or read")
     p.add_argument("--gpu", default="h200-sxm", help="the preset to check")
     p.add_argument("--window", type=float, default=1.0, help="--measure: energy window, seconds")

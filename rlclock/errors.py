@@ -66,7 +66,7 @@ class NvmlNotSupportedError(NvmlError):
 
 
 class ClockControlDisabledError(ClockError):
-    """Clocks would have to be set, but clock control was not opted into (``allow_clock_control``)."""
+    """Clocks would have to be set, but clock control was not opted into (``control_clocks``)."""
 
 
 class GpuBusyError(ClockError):

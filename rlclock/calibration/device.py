@@ -6,7 +6,7 @@ reads an idle window at each memory clock. Each reading is a tick-aligned energy
 (:func:`rlclock.gpu.meter.measure`): time per kernel from CUDA events, energy from the board's energy counter.
 
 Clocks are locked only through the :class:`~rlclock.gpu.clocks.ClockControl` it is given, so the sweep has the
-same safety as every other command: without clock control (observe mode) it measures the suite at the clocks
+same safety as every other command: without clock control (dry run) it measures the suite at the clocks
 in effect only — a check of a preset, not a fit — and rows are placed at the supported clock nearest the SM
 clock read during the windows; with clock control it locks each pair in turn and the caller's ``with
 ClockControl`` gives the GPU back as it was found, whatever happens.
@@ -44,7 +44,7 @@ RESTING = "auto, at rest"
 """The ``requested`` label of the observe-mode idle reading taken after :data:`REST_S` without work."""
 
 REST_S = 2.0
-"""Observe mode: seconds without work before the resting idle reading. The idle reading right after the suite's
+"""A dry run: seconds without work before the resting idle reading. The idle reading right after the suite's
 kernels finds the clocks up; where the firmware lowers them at rest, the two readings are the power floor at two
 core clocks, what separates constant power from power that follows the clock in a fit. (An H200 with persistence mode
 on and application clocks at 1980 MHz kept 1980 MHz after 2 s with the sweep's CUDA context open, reading 118 W;
@@ -61,7 +61,7 @@ class Reading:
 
     Attributes:
         row: The sweep row it gives (kernel, FLOPs, bytes, clock pair, time, energy).
-        requested: The clock configuration asked for (``auto`` in observe mode).
+        requested: The clock configuration asked for (``auto`` in a dry run).
         stats: The energy windows' statistics (power, SM and memory clock read, reasons, spread).
     """
 
@@ -102,7 +102,7 @@ def nearest_pair(spec: GpuSpec, sm_clock_mhz: float, mem_clock_mhz: float) -> tu
 def planned_configs(spec: GpuSpec, control: ClockControl, per_memory: int = 10) -> list[ClockConfig]:
     """The clock pairs a sweep locks: :func:`~rlclock.calibration.sweep.sweep_configs` at the memory clocks this GPU
     locks at runtime (the one in effect, where memory locks are not runtime), each checked by ``control``; only
-    ``auto`` in observe mode."""
+    ``auto`` in a dry run."""
     if control.dry_run:
         return [AUTO]
     mems = None if control.memory_locks == "runtime" else (control.memory_in_effect_mhz or spec.default_mem_mhz,)
@@ -133,7 +133,7 @@ def device_sweep(spec: GpuSpec, control: ClockControl, sampler: EnergySampler, r
         progress: Called after each reading with it, the readings done and the readings planned.
         save: Called after each clock pair with the sweep so far (write it, so an interrupted sweep keeps its rows).
         idle_runner: The idle window's runner (default: :class:`rlclock.gpu.microbench.IdleRunner`).
-        rest_s: Observe mode: after the idle reading with the clocks still up, leave the GPU without work this long
+        rest_s: A dry run: after the idle reading with the clocks still up, leave the GPU without work this long
             and read it idle again, at the clocks its firmware rests at (:data:`REST_S`; 0: no resting reading).
 
     Raises:
@@ -205,7 +205,7 @@ def _close(runner: Any) -> None:
 
 
 def _reading(spec: GpuSpec, kernel: Kernel | None, config: ClockConfig, stats: WindowStats) -> Reading:
-    """A reading placed at its clock pair: the locked one, or (observe mode) the supported pair nearest to the
+    """A reading placed at its clock pair: the locked one, or (dry run) the supported pair nearest to the
     clocks read during its windows."""
     if config.is_auto or config.core_mhz is None or config.mem_mhz is None:
         core, mem = nearest_pair(spec, stats.sm_clock_mhz, stats.mem_clock_mhz)

@@ -1,8 +1,8 @@
 """Fit a GPU preset to a trace measured on that GPU (per-kernel auto time, energy and SM clock).
 
-Used for the H200: the GPT-3 XL layer profiled and measured in observe mode (``data/``). The model predicts
+Used for the H200: the GPT-3 XL layer profiled and measured in a dry run (``data/``). The model predicts
 every kernel from its shapes alone (no anchoring) and the fit adjusts the physical parameters so that the
-predicted auto-clock time, energy and power-capped SM clock match the isolated measurements. Observe mode
+predicted auto-clock time, energy and power-capped SM clock match the isolated measurements. A dry run
 measures only the driver's own clocks, so how a kernel responds to *other* clocks comes from the model's
 physics with the fitted parameters and weak priors (stated in :data:`PRIORS`), not from measurements. Beside
 the trace, single elementwise kernels timed on the same GPU (:data:`LOOP_MEASUREMENTS`) fix what the layer's
@@ -49,7 +49,7 @@ SIMT_GEMM_POWER: dict[str, str] = {"h200-sxm": "h200-simt-gemm-power.json"}
 board's power and SM clock while each ran, which fix their switching power (``c_simt_gemm_w``)."""
 IDLE_MEASUREMENTS: dict[str, tuple[str, ...]] = {
     "h200-sxm": ("h200-suite-observe.csv", "h200-suite-observe-rest.csv")}
-"""Per preset, shipped sweep tables (``rlclock calibrate --device`` in observe mode) whose ``idle`` rows — the board
+"""Per preset, shipped sweep tables (``rlclock calibrate --device`` in a dry run) whose ``idle`` rows — the board
 with no work, clocks up — fix the model's power floor (its power between kernels,
 :func:`rlclock.dvfs.model.gap_power_w`): the layer's kernels alone cannot tell constant power from power that scales
 with activity. Two sweeps three days apart read 128.9 and 119.0 W (and 118.4 W after 2 s more without work, the
@@ -67,7 +67,7 @@ FIT_NAMES: tuple[str, ...] = (
     "loop_ops_per_element", "narrow_load_ops", "eta_simt_gemm", "c_simt_gemm_w",
 )
 """Parameters the measured fit adjusts. The DRAM latency (``lat_core_cycles``, ``lat_mem_cycles``) is left as the
-preset holds it: observe mode measures every kernel at one clock pair, where no kernel is latency-bound, so the
+preset holds it: dry run measures every kernel at one clock pair, where no kernel is latency-bound, so the
 data cannot tell its core- and memory-clock parts apart (a free fit drifts to an implausible ~0.26 µs)."""
 
 PRIORS: dict[str, tuple[float, float]] = {
@@ -265,7 +265,7 @@ def report(spec: GpuSpec) -> list[str]:
     pred = predict_auto(spec, kernels)
     tp, ep, fp = pred.time_s[:, 0], pred.energy_j[:, 0], pred.core_mhz[:, 0]
     say(f"Simulated {spec.name} ({spec.key} preset), predicted from shapes alone, vs {trace.name!r} measured on "
-          f"{trace.meta.get('gpu', spec.name)} in observe mode (isolated kernels, auto clocks)")
+          f"{trace.meta.get('gpu', spec.name)} in a dry run (isolated kernels, auto clocks)")
     say(f"{'op':16s} {'category':11s} {'t sim us':>9} {'t meas':>8} {'err':>7}   {'E sim mJ':>9} {'E meas':>8} "
           f"{'err':>7}   {'MHz sim':>7} {'meas':>5}")
     worst_t = worst_e = 0.0

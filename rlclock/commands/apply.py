@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     cmd = check_command(list(args.cmd))
     settings = DeploySettings.from_args(args)  # every option checked before the script starts
     gpu = nvml_present()
-    if settings.allow_clock_control and not gpu:
+    if settings.control_clocks and not gpu:
         from rlclock.errors import GpuUnavailableError
 
         raise GpuUnavailableError("--control-clocks needs an NVIDIA GPU with NVML, and this machine has none.",
@@ -230,7 +230,7 @@ def _check_schedule_clocks(schedule: Any, devices: list[int]) -> None:
     from rlclock.errors import ClockError, RlclockError
     from rlclock.gpu.clocks import ClockControl
 
-    controls = [ClockControl(i, allow_clock_control=False, watchdog=False, handle_signals=False) for i in devices]
+    controls = [ClockControl(i, control_clocks=False, watchdog=False, handle_signals=False) for i in devices]
     try:
         for config in schedule.configs:
             reasons: list[RlclockError] = []
@@ -319,7 +319,7 @@ def _close_lines(work: Path, report: Path, code: int, settings: Any, keep: bool)
             first = failed[0]
             where = f" ({'rank ' + str(first.rank) + ': ' if first.rank is not None else ''}" \
                     f"{first.exit.strip().splitlines()[0]})"
-        restored = "clocks restored" if settings.allow_clock_control else "dry run: nothing was set"
+        restored = "clocks restored" if settings.control_clocks else "dry run: nothing was set"
         name = signal.Signals(code - 128).name if 128 < code < 128 + 65 and code - 128 in signal.valid_signals() \
             else None
         _say(f"the training command failed with exit code {code}" + (f" ({name})" if name else "") + where

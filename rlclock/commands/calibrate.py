@@ -215,7 +215,7 @@ def _print_per_kernel(base, fitted, rows, anchored: bool = False) -> None:
 
 def _device(args: argparse.Namespace) -> int:
     """``--device``: sweep the suite on this machine's GPU, then fit (locked clocks) or check the preset
-    (observe mode)."""
+    (dry run)."""
     import datetime as _dt
 
     from rlclock.calibration.device import SWEEP_SETTINGS, device_sweep, planned_configs
@@ -244,7 +244,7 @@ def _device(args: argparse.Namespace) -> int:
     table_out = args.table_out or Path(f"{base.key}-sweep-{started[:10]}.csv")
     with ClockControl(args.device, control_clocks=args.control_clocks) as control:
         configs = planned_configs(base, control, args.per_memory)
-        mode = ("observe mode: nothing set, the clocks in effect only" if control.dry_run else
+        mode = ("dry run: nothing set, the clocks in effect only" if control.dry_run else
                 f"{len(configs)} locked clock pairs")
         print(f"sweeping GPU {args.device} ({device.name}) against the {base.key} preset — {mode}; about "
               f"{_eta_s(len(configs), len(suite(base)), settings):.0f} s", flush=True)
@@ -273,7 +273,7 @@ def _device(args: argparse.Namespace) -> int:
     print(f"wrote {table_out}: {len(sweep.readings)} readings in {sweep.seconds:.0f} s; the GPU's clocks are as "
           "they were found")
     source = (f"sweep of GPU {args.device} ({device.name}, driver {nvml.try_read(nvml.driver_version)}) on "
-              f"{started}, {'clocks in effect (observe mode)' if sweep.observe else 'locked clock pairs'}, "
+              f"{started}, {'clocks in effect (dry run)' if sweep.observe else 'locked clock pairs'}, "
               f"{len(sweep.readings)} readings, table {table_out.name}")
     if sweep.observe or args.check:
         _print_check(base, sweep.rows)

@@ -135,7 +135,7 @@ def _replay(schedule, captured, control, device, settings) -> None:
         control.validate(c)
     whole = measure_step(captured, device, settings)
     rep = replay_schedule(captured, schedule, control, device, settings)
-    mode = "recorded, not applied (observe mode)" if rep.dry_run else "applied"
+    mode = "recorded, not applied (dry run)" if rep.dry_run else "applied"
     print(f"whole step       {whole.time_s * 1e3:8.3f} ms {whole.energy_j:7.3f} J {whole.power_w:6.1f} W "
           f"SM {whole.sm_clock_mhz:5.0f} MHz")
     print(f"schedule {schedule.name!r}: {rep.segments} segments, {rep.switches_per_step} clock changes per step "

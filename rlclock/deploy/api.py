@@ -33,7 +33,7 @@ What happens, step by step:
 
 With both ``schedule`` and ``timeline`` given, steps 1–3 are skipped. Without a CUDA GPU the loop runs
 unchanged and the deployment says so, unless a schedule and a timeline are given: then the controller runs a
-plan-only dry run with host-time anchors. ``rlclock apply -- python train.py`` passes its options through
+dry run without NVML, with host-time anchors. ``rlclock apply -- python train.py`` passes its options through
 :class:`~rlclock.deploy.settings.DeploySettings` environment variables, which override the script's arguments.
 """
 
@@ -198,7 +198,7 @@ class Clocked:
             if self.rank.is_root:
                 self._policy = load_policy(s.checkpoint)
             self._builder = self._policy_schedule
-        if s.allow_clock_control and not nvml_present():
+        if s.control_clocks and not nvml_present():
             from rlclock.errors import GpuUnavailableError
 
             raise GpuUnavailableError("clock control is on, but NVML sees no NVIDIA GPU on this machine.",
@@ -213,7 +213,7 @@ class Clocked:
         else:
             self.state = "warmup"
             timed = f", {s.timing_steps} timed" if self._times_steps() else ""
-            self._say(f"deploying ({s.control}): {s.warmup_steps} warm-up steps, then {s.profile_steps} profiled"
+            self._say(f"deploying ({_mode(s)}): {s.warmup_steps} warm-up steps, then {s.profile_steps} profiled"
                       f"{timed} steps, then the schedule is applied")
         return self
 
@@ -609,7 +609,7 @@ class Clocked:
         device = self._device()
         use_nvml = nvml_present()
         self.controller = ClockController(
-            self.schedule, self.timeline, device=device, allow_clock_control=s.allow_clock_control,
+            self.schedule, self.timeline, device=device, control_clocks=s.control_clocks,
             latency_s=self._latency_s(), lookahead_s=s.lookahead_s, min_dwell_s=s.min_dwell_s,
             read_back=s.read_back, worker=s.worker, nvml=use_nvml,
             anchor_every=None if s.anchor_every is None else int(s.anchor_every),
@@ -619,7 +619,7 @@ class Clocked:
         self._start_compare(device, use_nvml)
         self.state = "control"
         limit = self.schedule.power_limit_w
-        self._say(f"applying schedule {self.schedule.name!r} ({s.control}) on GPU {device}: "
+        self._say(f"applying schedule {self.schedule.name!r} ({_mode(s)}) on GPU {device}: "
                   f"{self.controller.plan.describe()}" + ("" if limit is None else f"; power limit {limit:g} W"))
         if use_nvml:
             from rlclock.gpu.nvml import NvmlDevice
@@ -630,7 +630,7 @@ class Clocked:
             except RlclockError:
                 self._energy = None
         if not cuda_present():
-            self._say("no CUDA GPU: plan-only dry run, steps anchored on the host clock")
+            self._say("no CUDA GPU: a dry run without NVML, steps anchored on the host clock")
 
     def _compare_alternatives(self) -> tuple[ClockSchedule, ...]:
         """With ``compare_blocks``, the driver's own clocks as one more plan (under the schedule's power limit)."""
@@ -764,7 +764,7 @@ class Clocked:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Clocked({self.state}, {self.settings.control}, steps {self._steps})"
+        return f"Clocked({self.state}, {_mode(self.settings)}, steps {self._steps})"
 
 
 def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None, *,
@@ -827,3 +827,8 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
             raise DeployError(f"alternatives= takes ClockSchedules; alternative {i} is a {type(alt).__name__}.",
                               "load a schedule file with ClockSchedule.load(path).")
     return Clocked(DeploySettings(**{**args, **env}), sched_obj, builder, tl_obj, alternatives, attached)
+
+
+def _mode(settings: DeploySettings) -> str:
+    """The deployment's clock-control mode, as its lines say it."""
+    return "setting clocks" if settings.control_clocks else "dry run"

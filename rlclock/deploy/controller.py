@@ -14,7 +14,7 @@ The training loop marks each step; everything else happens elsewhere::
   ``lookahead_s`` (>= the switching latency) before the kernels it serves; switches that cannot land in
   time are left out (the rule is in :mod:`rlclock.deploy.plan`).
 * A switch worker — its own process by default (:mod:`rlclock.deploy.worker`) — issues them through
-  :class:`~rlclock.gpu.clocks.ClockControl` (opt-in with ``allow_clock_control=True``, validated against the
+  :class:`~rlclock.gpu.clocks.ClockControl` (opt-in with ``control_clocks=True``, validated against the
   GPU's clock table, restored on every way out, watchdog for a killed process). The training loop never
   calls NVML and never waits for the worker.
 * Step anchors (:mod:`rlclock.deploy.anchor`) tell the worker when a step started *on the GPU*: a CUDA
@@ -32,7 +32,7 @@ The training loop marks each step; everything else happens elsewhere::
   clocks, and builds the :class:`~rlclock.deploy.report.ControllerReport`: switches issued, missed, and the
   error between planned and actual switch times.
 
-Without ``allow_clock_control`` the controller is a dry run: every switch is planned, timed and recorded
+Without ``control_clocks`` the controller is a dry run: every switch is planned, timed and recorded
 (with NVML's checks of the clock table), and nothing is set. On a machine without NVML the dry run records
 the switches only ("plan-only"); without CUDA the anchors are the host times of the marks.
 """
@@ -53,6 +53,7 @@ from rlclock.deploy.plan import SwitchPlan, plan_switches
 from rlclock.deploy.process import WorkerHandle
 from rlclock.deploy.report import PAUSE_FACTOR, ControllerReport, build_report
 from rlclock.deploy.timeline import StepTimeline
+from rlclock.deprecation import renamed_keyword
 from rlclock.errors import DeployError, GpuUnavailableError
 from rlclock.schedule import ClockSchedule
 
@@ -146,7 +147,8 @@ class ClockController:
         schedule: One requested configuration per kernel invocation of the step.
         timeline: When each invocation starts, from the step's anchor (same length as ``schedule``).
         device: NVML index of the GPU to control (the training process's GPU).
-        allow_clock_control: Opt in to setting clocks; without it the controller is a dry run.
+        control_clocks: Opt in to setting clocks; without it the controller is a dry run.
+        allow_clock_control: Deprecated name of ``control_clocks``.
         latency_s: The GPU's switching latency, seconds; default: its preset's (6 ms for an H200).
         lookahead_s: How far ahead of its kernels a switch is issued, seconds (>= ``latency_s``; default
             ``latency_s`` + 0.5 ms, :data:`~rlclock.deploy.plan.LOOKAHEAD_MARGIN_S`).
@@ -154,7 +156,7 @@ class ClockController:
         read_back: Read the clocks back one latency after each switch (in the worker).
         worker: ``"process"`` (default) or ``"thread"``.
         anchor: ``"cuda"`` (GPU events), ``"host"`` (host time of the marks) or ``"auto"`` (cuda when available).
-        nvml: Use NVML (``None``: when available). Without it only a plan-only dry run is possible.
+        nvml: Use NVML (``None``: when available). Without it only a dry run without NVML is possible.
         anchor_every: Anchor every this many steps (``None``: :func:`default_anchor_every`: every step when the
             plan has switches, else every :data:`ANCHOR_INTERVAL_S`). The first step after a pause is anchored too.
             Steps between anchors cost the loop almost nothing, but their switches are timed from the last anchor
@@ -185,20 +187,23 @@ class ClockController:
     """
 
     def __init__(self, schedule: ClockSchedule, timeline: StepTimeline, *, device: int = 0,
-                 allow_clock_control: bool = False, latency_s: float | None = None, lookahead_s: float | None = None,
+                 control_clocks: bool = False, latency_s: float | None = None, lookahead_s: float | None = None,
                  min_dwell_s: float = 0.0, read_back: bool = True, worker: str = "process", anchor: str = "auto",
                  nvml: bool | None = None, anchor_every: int | None = None, time_all_steps: bool = False,
                  follow_pace: bool = False, alternatives: Sequence[ClockSchedule] = (),
-                 costs: PlanningCosts | None = None) -> None:
+                 costs: PlanningCosts | None = None, allow_clock_control: bool | None = None) -> None:
         if anchor not in ANCHOR_SOURCES:
             raise DeployError(f"anchor source {anchor!r} is not known.", f"use one of {list(ANCHOR_SOURCES)}.")
         check_anchor_every(anchor_every)
         self.schedule = schedule
         self.timeline = timeline
         self.device = int(device)
-        self.allow_clock_control = bool(allow_clock_control)
+        if allow_clock_control is not None:
+            renamed_keyword("Controller", "allow_clock_control", "control_clocks", "0.2.0")
+            control_clocks = control_clocks or allow_clock_control
+        self.control_clocks = bool(control_clocks)
         self.use_nvml = nvml_present() if nvml is None else bool(nvml)
-        if self.allow_clock_control and not self.use_nvml:
+        if self.control_clocks and not self.use_nvml:
             raise GpuUnavailableError("clock control was asked for, but NVML sees no NVIDIA GPU on this machine.",
                                       "run on a GPU machine (rlclock doctor), or use the dry-run mode.")
         if latency_s is None:
@@ -266,7 +271,7 @@ class ClockController:
     @property
     def dry_run(self) -> bool:
         """True unless clocks are actually set."""
-        return not self.allow_clock_control
+        return not self.control_clocks
 
     @property
     def steps(self) -> int:
@@ -281,7 +286,7 @@ class ClockController:
             if self.report is not None:
                 raise DeployError("this clock controller was closed.", "create a new ClockController.")
             settings = {"plan": self.plan.to_dict(), "device": self.device,
-                        "allow_clock_control": self.allow_clock_control, "nvml": self.use_nvml,
+                        "control_clocks": self.control_clocks, "nvml": self.use_nvml,
                         "read_back": self.read_back, "anchor_every": self.anchor_every,
                         "follow_pace": self.follow_pace, "power_limit_w": self.schedule.power_limit_w}
             if len(self.plans) > 1:
@@ -385,7 +390,7 @@ class ClockController:
             log = self._anchors.close() if self._anchors is not None else None
             result = self._handle.stop()
             info = self._handle.info
-            if not result and self.allow_clock_control:
+            if not result and self.control_clocks:
                 _reset_after_failure(self.device, info.get("power_limit"))
             self.anchor_log = log if log is not None else AnchorLog(self.anchor_source)
             self.worker_result = result
@@ -411,7 +416,7 @@ class ClockController:
         self.close()
 
     def __repr__(self) -> str:
-        mode = "live" if self.allow_clock_control else "dry-run"
+        mode = "live" if self.control_clocks else "dry-run"
         plans = f", {len(self.plans)} plans" if len(self.plans) > 1 else ""
         return (f"ClockController({mode}, GPU {self.device}, {len(self.schedule)} kernels, "
                 f"{self.plan.n_switches} switches per step{plans}, worker {self.worker_mode}, anchors "

@@ -42,8 +42,8 @@ class WorkerHandle:
     """Starts a switch worker and talks to it.
 
     Args:
-        settings: ``plan`` (:meth:`SwitchPlan.to_dict`), ``device`` (NVML index), ``allow_clock_control``,
-            ``nvml`` (False: plan-only dry run), ``read_back``, ``anchor_every`` (steps between anchors),
+        settings: ``plan`` (:meth:`SwitchPlan.to_dict`), ``device`` (NVML index), ``control_clocks``,
+            ``nvml`` (False: a dry run without NVML), ``read_back``, ``anchor_every`` (steps between anchors),
             ``follow_pace``; optionally ``alternatives`` (plans 1.., as ``plan``) and ``patterns``
             (:meth:`~rlclock.deploy.pattern.PlanPattern.to_list`).
         mode: ``"process"`` or ``"thread"``.

@@ -6,7 +6,7 @@
 script passes to ``clocked`` (the command line is the user's choice for this run); outside it, the script's
 arguments and the defaults apply. Each field's description is its ``--help`` line; its ``cli`` entry names
 the flag where that differs from the field (``--latency`` for ``latency_s``), and says when the flag sets a
-constant instead of taking a value (``--control-clocks`` sets ``control: on``, ``--quiet`` sets
+constant instead of taking a value (``--control-clocks`` sets ``control_clocks``, ``--quiet`` sets
 ``verbose: false``).
 """
 
@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from rlclock.deprecation import renamed_keyword
 from rlclock.errors import DeployError
 from rlclock.resources import looks_like_path
 from rlclock.validation import Float, Int, Settings, describe
@@ -28,7 +29,8 @@ from rlclock.validation import Float, Int, Settings, describe
 ENV_PREFIX = "RLCLOCK_DEPLOY_"
 ACTIVE_ENV = "RLCLOCK_DEPLOY"
 """Set to ``1`` by ``rlclock apply``: the settings in the environment are in force."""
-CONTROL_MODES = ("dry-run", "on")
+DEPRECATED = {"control": "control_clocks"}
+"""Options renamed in 0.2.0: old name → new name (the old one still works, with a ``DeprecationWarning``)."""
 SOURCES = ("checkpoint", "schedule")
 """The fields that name where the schedule comes from (``rlclock apply`` takes at most one; with neither, the shipped
 policy for the GPU found plans)."""
@@ -54,10 +56,9 @@ class DeploySettings(Settings):
                                  json_schema_extra=_cli(metavar="FILE", path=True))
     timeline: str | None = Field(None, description="step timeline file (JSON, StepTimeline.save) to use instead of "
                                  "profiling the first steps", json_schema_extra=_cli(metavar="FILE", path=True))
-    control: Literal["dry-run", "on"] = Field("dry-run", description="set the clocks, and the power limit where the "
-                                              "plan names one (needs root; restored on exit, signals and by a "
-                                              "watchdog); default: dry run, nothing set",
-                                              json_schema_extra=_cli("--control-clocks", const="on"))
+    control_clocks: bool = Field(False, description="set the clocks, and the power limit where the plan names one "
+                                 "(needs root; restored on exit, signals and by a watchdog); default: a dry run, "
+                                 "nothing set")
     device: Annotated[Int, Field(ge=0)] | None = Field(None, description="NVML index of the GPU (default: the one "
                                                        "behind the script's CUDA device, per rank)",
                                                        json_schema_extra=_cli(metavar="INDEX"))
@@ -125,13 +126,19 @@ class DeploySettings(Settings):
             raise DeployError(f"deploy settings: {describe(exc)}.",
                               "see `rlclock apply --help` for every option.") from None
 
-    @field_validator("control", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _known_mode(cls, value: Any) -> Any:
-        if value not in CONTROL_MODES:
-            raise ValueError(f"control mode {value!r} is not known: use one of {list(CONTROL_MODES)} ('on' sets "
-                             "clocks and needs root)")
-        return value
+    def _renamed(cls, data: Any) -> Any:
+        """Options under their names before 0.2.0 (``control_clocks=True``) still work, with a warning."""
+        if isinstance(data, dict) and "control" in data:
+            data = dict(data)
+            value = data.pop("control")
+            renamed_keyword("clocked", "control", "control_clocks", "0.2.0")
+            if value not in ("on", "dry-run", True, False):
+                raise ValueError(f"control mode {value!r} is not known: use control_clocks=True to set clocks (root), "
+                                 "or leave it out for a dry run")
+            data.setdefault("control_clocks", value in ("on", True))
+        return data
 
     @field_validator("latency_s", "lookahead_s", "min_dwell_s")
     @classmethod
@@ -152,11 +159,6 @@ class DeploySettings(Settings):
                              "cannot be compared in the same run: pass one of learn and compare_blocks")
         return self
 
-    @property
-    def allow_clock_control(self) -> bool:
-        """True when clocks are to be set."""
-        return self.control == "on"
-
     def with_(self, **changes: Any) -> DeploySettings:
         """A copy with the given fields changed (``None`` values are ignored), validated; the fields set stay the
         ones set (:meth:`to_env` carries only those)."""
@@ -171,7 +173,7 @@ class DeploySettings(Settings):
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
         """Raise :class:`DeployError` for an option ``clocked`` does not take."""
-        unknown = sorted(set(options) - set(cls.model_fields))
+        unknown = sorted(set(options) - set(cls.model_fields) - set(DEPRECATED))
         if unknown:
             raise DeployError(f"clocked() got unknown option(s) {unknown}.", f"use {list(cls.model_fields)}.")
 

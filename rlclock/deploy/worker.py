@@ -59,7 +59,7 @@ the coming one) asks for, but for the time it takes to undo a switch issued befo
 carries the plan whose switch it was (:class:`~rlclock.deploy.report.SwitchRecord`).
 
 The clocks are changed through :class:`~rlclock.gpu.clocks.ClockControl` (opt-in, validation, restore,
-watchdog) or, on a machine without NVML, only recorded (plan-only dry run). The worker restores the
+watchdog) or, on a machine without NVML, only recorded (a dry run without NVML). The worker restores the
 clocks when told to stop, when the training process's end of the connection closes (however it ended),
 when that process no longer exists, and on SIGTERM; SIGINT is left to the training process, which then
 stops the worker. A killed worker's locks are undone by ClockControl's watchdog.
@@ -614,10 +614,10 @@ def build_control(settings: dict[str, Any], handle_signals: bool) -> Any:
         from rlclock.gpu.clocks import ClockControl
 
         control: ClockControl | PlanOnlyControl = ClockControl(
-            int(settings["device"]), control_clocks=bool(settings["allow_clock_control"]),
+            int(settings["device"]), control_clocks=bool(settings["control_clocks"]),
             handle_signals=handle_signals)
     else:
-        if settings["allow_clock_control"]:
+        if settings["control_clocks"]:
             raise DeployError("clock control was asked for, but this machine has no NVML to set clocks with.",
                               "run on a machine with an NVIDIA GPU and driver, or use the dry-run mode.")
         control = PlanOnlyControl()

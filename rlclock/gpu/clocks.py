@@ -113,7 +113,7 @@ class ClockReadback:
             ``("set_locked_core_clocks(1410, 1410)", "reset_locked_mem_clocks()")``; empty when the
             configuration was already in effect.
         applied: True when the calls were made (False in dry-run).
-        dry_run: Observe mode: nothing was set.
+        dry_run: A dry run: nothing was set.
         sm_clock_mhz: SM clock read back right after, MHz (``None`` when not read back).
         mem_clock_mhz: Memory clock read back right after, MHz (``None`` when not read back).
         reasons: Clock-event reasons read back right after (empty when not read back).
@@ -160,7 +160,7 @@ class PowerLimitReadback:
         calls: NVML calls issued — or, in dry-run, that would have been issued — e.g. ``("set_power_limit_w(650)",)``;
             empty when the limit was already in effect.
         applied: True when the calls were made (False in dry-run).
-        dry_run: Observe mode: nothing was set.
+        dry_run: A dry run: nothing was set.
         power_limit_w: Power limit read back right after, watts (``None`` when not read back or not readable).
         set_latency_s: Wall time spent in the NVML set call, seconds (0 in dry-run).
         time_s: ``time.monotonic()`` when the record was made, seconds.

@@ -171,7 +171,7 @@ def diagnose(period_s: float = 1.0) -> DoctorReport:
     r.capabilities.append(("profile a layer into a trace (rlclock profile)", torch_cuda and graph_ok,
                            "" if torch_cuda and graph_ok else ("PyTorch sees no CUDA GPU" if not torch_cuda
                                                                else graph_why)))
-    r.capabilities.append(("measure kernels at auto clocks (rlclock measure, observe mode)",
+    r.capabilities.append(("measure kernels at auto clocks (rlclock measure, dry run)",
                            torch_cuda and graph_ok and energy,
                            "" if energy else "no NVIDIA GPU/NVML energy counter"))
     ctl_why = "" if has_gpu and root else ("no NVIDIA GPU/NVML" if not has_gpu else

@@ -1,7 +1,7 @@
 """``rlclock measure``: each kernel of a captured step, replayed alone, measured at clock configurations.
 
 :class:`KernelMeasurer` measures one trace entry at one configuration: it asks the
-:class:`~rlclock.gpu.clocks.ClockControl` for the clocks (refused in observe mode unless the configuration
+:class:`~rlclock.gpu.clocks.ClockControl` for the clocks (refused in a dry run unless the configuration
 is ``auto``), replays the isolated kernel back to back and takes tick-aligned energy windows
 (:func:`rlclock.gpu.meter.measure`). :func:`measure_trace` runs it over a trace into a
 :class:`~rlclock.gpu.table.MeasurementTable`, skipping what the table already holds; :func:`measure_step`
@@ -43,8 +43,8 @@ def require_clock_control(control: ClockControl | None, config: ClockConfig) -> 
         return
     if control is None or control.dry_run:
         raise ClockControlDisabledError(
-            f"measuring at {config} needs the clocks set, but clock control is off (observe mode).",
-            "enable it (--control-clocks / allow_clock_control: true, as root) or measure only 'auto'.")
+            f"measuring at {config} needs the clocks set, but clock control is off (dry run).",
+            "enable it (--control-clocks / control_clocks: true, as root) or measure only 'auto'.")
 
 
 class KernelMeasurer:

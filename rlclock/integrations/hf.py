@@ -58,8 +58,8 @@ class RlclockTrainerCallback(TrainerCallback):
     Args:
         schedule: A :class:`ClockSchedule`, a schedule file, a builder ``(trace, auto_time_s, latency_s) ->
             ClockSchedule``, or ``None`` (then ``checkpoint=``, or ``rlclock apply``, gives the schedule).
-        timeline: A :class:`StepTimeline` or its file; with ``schedule`` it skips profiling (and runs a plan-only
-            dry run on a machine without CUDA).
+        timeline: A :class:`StepTimeline` or its file; with ``schedule`` it skips profiling (and runs a dry run
+            without NVML on a machine without CUDA).
         alternatives: Other schedules for the same step (:meth:`Clocked.set_pattern`).
         watch: Mark a point at every block of the model (``True``) or every ``watch``-th one (:meth:`Clocked.watch`).
         **options: :func:`~rlclock.deploy.clocked`'s options — ``checkpoint``, ``control``, ``search``, ``budget``,

@@ -90,11 +90,11 @@ def test_rlclock_apply_settings_override_the_script(no_nvml, alternating, tmp_pa
 
 
 def test_settings_round_trip_and_validation(monkeypatch):
-    s = DeploySettings(checkpoint="ck", control="on", latency_s=0.004, warmup_steps=2, read_back=False)
+    s = DeploySettings(checkpoint="ck", control_clocks=True, latency_s=0.004, warmup_steps=2, read_back=False)
     env = s.to_env()
     assert env[ACTIVE_ENV] == "1" and env["RLCLOCK_DEPLOY_READ_BACK"] == "0"
     back = DeploySettings(**DeploySettings.from_env(env))
-    assert back == s and back.allow_clock_control
+    assert back == s and back.control_clocks
     assert DeploySettings.from_env({"RLCLOCK_DEPLOY_CHECKPOINT": "x"}) == {}  # not under rlclock apply
     with pytest.raises(DeployError, match="control mode"):
         DeploySettings(control="maybe")
@@ -234,7 +234,7 @@ def test_one_definition_of_the_deploy_options():
                               "--warmup-steps", "2", "--no-read-back", "--anchor-every", "5", "--no-search", "--quiet",
                               "--compare-blocks", "10", "--", "python", "train.py"])
     got = DeploySettings.from_args(args)
-    assert got == DeploySettings(checkpoint="gpt3xl-h200", control="on", latency_s=0.004, warmup_steps=2,
+    assert got == DeploySettings(checkpoint="gpt3xl-h200", control_clocks=True, latency_s=0.004, warmup_steps=2,
                                  read_back=False, anchor_every=5, search=False, verbose=False, compare_blocks=10)
     with pytest.raises(DeployError, match="warmup_steps"):
         DeploySettings.from_args(parser.parse_args(["apply", "--schedule", "s.json", "--warmup-steps", "-1", "--"]))

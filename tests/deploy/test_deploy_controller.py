@@ -85,7 +85,7 @@ def test_fake_gpu_dry_run_sets_nothing(fake_gpu, alternating):
 
 def test_live_switching_on_the_fake_gpu_and_restore(fake_gpu, alternating):
     schedule, timeline = alternating
-    with ClockController(schedule, timeline, allow_clock_control=True, worker="process") as ctl:
+    with ClockController(schedule, timeline, control_clocks=True, worker="process") as ctl:
         run_steps(ctl, 6)
         pid = ctl._handle.pid
         locked = fake_gpu()["devices"][0]["locked_core"]
@@ -101,7 +101,7 @@ def test_live_switching_on_the_fake_gpu_and_restore(fake_gpu, alternating):
 
 def test_live_needs_nvml_and_the_dry_run_never_sets(no_nvml, alternating):
     with pytest.raises(GpuUnavailableError, match="NVML"):
-        ClockController(*alternating, allow_clock_control=True, latency_s=0.006)
+        ClockController(*alternating, control_clocks=True, latency_s=0.006)
     with pytest.raises(DeployError, match="latency"):
         ClockController(*alternating)  # no GPU to take the latency from
 
@@ -123,7 +123,7 @@ from rlclock.deploy.timeline import StepTimeline
 from rlclock.schedule import ClockSchedule
 tl = StepTimeline.from_durations(np.full(40, 1e-3))
 s = ClockSchedule(["1980@3201", "1410@3201"], [0] * 10 + [1] * 10 + [0] * 10 + [1] * 10)
-ctl = ClockController(s, tl, allow_clock_control=True).start()
+ctl = ClockController(s, tl, control_clocks=True).start()
 for _ in range(5):
     ctl.step(); time.sleep(0.04)
 print("worker", ctl._handle.pid, flush=True)
@@ -351,7 +351,7 @@ def test_a_schedule_under_a_power_limit_sets_it_once_and_gives_it_back(fake_gpu,
     assert ctl.report.power_limit["requested_w"] == 650.0 and not ctl.report.power_limit["applied"]
     assert "650 W for the whole job (dry run: not set" in ctl.report.text()
     assert fake_gpu()["calls"] == [] and fake_gpu()["devices"][0]["power_limit_w"] == 700.0
-    with ClockController(capped, timeline, allow_clock_control=True, worker="process") as ctl:
+    with ClockController(capped, timeline, control_clocks=True, worker="process") as ctl:
         run_steps(ctl, 3)
         assert fake_gpu()["devices"][0]["power_limit_w"] == 650.0
     rep = ctl.report
@@ -375,7 +375,7 @@ def test_a_power_limit_outside_the_gpus_range_fails_at_start_and_sets_nothing(fa
     schedule, timeline = alternating
     low = ClockSchedule(schedule.configs, schedule.index, "low", power_limit_w=150.0)
     with pytest.raises(ClockError, match="150"):
-        ClockController(low, timeline, allow_clock_control=True, worker="process").start()
+        ClockController(low, timeline, control_clocks=True, worker="process").start()
     state = fake_gpu()
     assert state["devices"][0]["power_limit_w"] == 700.0
     assert not [c for c in state["calls"] if "Set" in c["fn"]]

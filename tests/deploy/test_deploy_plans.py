@@ -237,7 +237,7 @@ def test_the_settings_carry_every_plan_and_the_pattern(fake_gpu):
     pattern = PlanPattern(2)
     pattern.set([0, 1], 2)
     settings = {"plan": alternating.to_dict(), "alternatives": [hold.to_dict()], "patterns": pattern.to_list(),
-                "device": 0, "allow_clock_control": False, "nvml": False}
+                "device": 0, "control_clocks": False, "nvml": False}
     worker = worker_from_settings(settings, PlanOnlyControl())
     assert len(worker.plans) == 2 and worker.plans[1].initial == C
     assert [worker.plan_of(k) for k in range(5)] == [0, 0, 0, 1, 0]

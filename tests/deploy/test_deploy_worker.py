@@ -129,11 +129,11 @@ def test_build_control_validates_the_plan_against_the_gpu(fake_gpu):
     timeline = StepTimeline.from_durations([1e-3] * 20)
     bad = ClockSchedule(["1980@3201", "1417@3201"], [0] * 10 + [1] * 10)  # 1417 MHz is not in the table
     plan = plan_switches(bad, timeline, 0.001)
-    settings = {"plan": plan.to_dict(), "device": 0, "allow_clock_control": False, "nvml": True}
+    settings = {"plan": plan.to_dict(), "device": 0, "control_clocks": False, "nvml": True}
     with pytest.raises(ClockError, match="1417"):
         build_control(settings, handle_signals=False)
     with pytest.raises(DeployError, match="no NVML"):
-        build_control({**settings, "nvml": False, "allow_clock_control": True}, handle_signals=False)
+        build_control({**settings, "nvml": False, "control_clocks": True}, handle_signals=False)
 
 
 def make_sparse(alternating, anchor_every):

@@ -125,4 +125,4 @@ def test_the_deployed_worker_refuses_a_plan_with_another_memory_clock(fake_nvml)
             "span_s": 0.01, "on_plan_fraction": 1.0}
     assert ClockConfig(1410, 2201) in SwitchPlan.from_dict(plan).configs
     with pytest.raises(ClockError, match="cannot lock its memory clock"):
-        build_control({"plan": plan, "device": 0, "allow_clock_control": False}, handle_signals=False)
+        build_control({"plan": plan, "device": 0, "control_clocks": False}, handle_signals=False)

@@ -21,6 +21,6 @@ def plan():
 
 @pytest.fixture
 def plan_options(plan):
-    """The callback arguments of a plan-only dry run (``schedule``, ``timeline`` and the options it needs)."""
+    """The callback arguments of a dry run without NVML (``schedule``, ``timeline`` and the options it needs)."""
     schedule, timeline = plan
     return {"schedule": schedule, "timeline": timeline, "latency_s": 0.006, "worker": "thread", "verbose": False}

@@ -1,5 +1,5 @@
 """The examples run on a CPU, in this process (their frameworks are imported once for the whole file): plainly
-(the deployment says it is inactive: no CUDA), with a saved schedule and timeline (a plan-only dry run over the
+(the deployment says it is inactive: no CUDA), with a saved schedule and timeline (a dry run without NVML over the
 script's optimizer steps), and with the environment ``rlclock apply`` gives its command."""
 
 from __future__ import annotations

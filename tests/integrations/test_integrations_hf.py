@@ -1,4 +1,4 @@
-"""The Hugging Face Trainer callback against the real ``transformers`` Trainer, on a CPU: a plan-only dry run
+"""The Hugging Face Trainer callback against the real ``transformers`` Trainer, on a CPU: a dry run without NVML
 (schedule and timeline given) whose steps are the Trainer's optimizer steps, with gradient accumulation and
 max_steps; a failure inside ``train()`` closes the deployment and restores the clocks of a (fake) GPU;
 ``rlclock apply``'s environment overrides the callback's options."""
@@ -85,7 +85,7 @@ class Failing(torch.nn.Module):
 
 
 def test_a_failure_in_train_closes_the_deployment_and_restores_the_clocks(fake_gpu, plan_options, tmp_path):
-    cb = RlclockTrainerCallback(**{**plan_options, "control": "on"})
+    cb = RlclockTrainerCallback(**{**plan_options, "control_clocks": True})
     t = trainer(tmp_path, cb, model=Failing(fail_at=5), gradient_accumulation_steps=2, max_steps=10)
     with pytest.raises(RuntimeError, match="boom"), cb:
         t.train()

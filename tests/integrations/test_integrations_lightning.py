@@ -1,5 +1,5 @@
 """The Lightning callback against the real Lightning Trainer (``lightning.pytorch`` and ``pytorch_lightning``), on
-a CPU: a plan-only dry run (schedule and timeline given) whose steps are Lightning's optimizer steps, with
+a CPU: a dry run without NVML (schedule and timeline given) whose steps are Lightning's optimizer steps, with
 gradient accumulation (also over an epoch's last, shorter, accumulation and a scheduled change of it), max_steps
 and manual optimization; an exception in the middle of ``fit()`` closes the deployment and restores the clocks
 of a (fake) GPU; two ranks under ``ddp_fork`` each apply rank 0's plan."""
@@ -126,7 +126,7 @@ def test_which_batch_begins_a_step(batch_idx, every, automatic, begins):
 @pytest.mark.parametrize("package_name", ["lightning.pytorch", "pytorch_lightning"])
 def test_an_exception_in_fit_closes_the_deployment_and_restores_the_clocks(fake_gpu, plan_options, package_name):
     package = pytest.importorskip(package_name)
-    cb = RlclockLightningCallback(**{**plan_options, "control": "on"})
+    cb = RlclockLightningCallback(**{**plan_options, "control_clocks": True})
     trainer = make_trainer(package, cb, accumulate_grad_batches=2, max_steps=10)
 
     # a step of two batches of 10 ms: about the plan's 40 ms step less the switches' lead, so that they are issued
