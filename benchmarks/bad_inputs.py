@@ -592,8 +592,8 @@ def deploy() -> list[Case]:
         return json.dumps({"format": "rlclock.schedule", "version": 1, "name": "s", "configs": ["auto"],
                            "runs": [[0, 2]], **kw})
     anywhere = [
-        (["--checkpoint", "gpt3xl-h200", "--lookahead", "0.000001"], {}, "lookahead"),
-        (["--latency", "0.01", "--lookahead", "0.005"], {}, "lookahead"),
+        (["--checkpoint", "gpt3xl-h200", "--lead", "0.000001"], {}, "issue lead"),
+        (["--latency", "0.01", "--lead", "0.005"], {}, "issue lead"),
         (["--checkpoint", "gpt3xl-h200", "--latency", "-1"], {}, "latency"),
         (["--checkpoint", "gpt3xl-h200", "--timeline", "{d}/tl.json"], {"tl.json": "{"}, "timeline"),
         (["--checkpoint", "{d}/ck"], {"ck/meta.json": "[]", "ck/policy.safetensors": ""}, "JSON object"),
@@ -604,7 +604,7 @@ def deploy() -> list[Case]:
     on_gpu = [
         (["--schedule", "{d}/s.json"], {"s.json": sched(configs=["1234@5678"])}, "1234|clock|not supported"),
         (["--schedule", "{d}/s.json"], {"s.json": sched(configs=["auto", "1000@3201"])}, "1000|clock|not supported"),
-        (["--lookahead", "0.001"], {}, "lookahead"),
+        (["--lead", "0.001"], {}, "issue lead"),
         (["--device", "7"], {}, "device"),
         (["--checkpoint", "gpt3xl-rtx3080ti"], {}, "trained for"),
     ]

@@ -331,7 +331,7 @@ def judged_on_kernels(data: dict[str, Any], ctl: Any, timeline: Any) -> dict[str
             skipped += 1
             continue
         start = anchors[k] + (got[1][first] - got[0]) * 1e-6
-        errors.append(issued - (start - plan.lookahead_s))
+        errors.append(issued - (start - plan.lead_s))
         late += int(issued + plan.latency_s > start)
     a = np.abs(np.array(errors)) if errors else np.array([np.nan])
     return {"judged": len(errors), "skipped": skipped, "steps_matched": sum(s is not None for s in steps),

@@ -150,7 +150,7 @@ def test_summary_and_located_figures_of_a_dry_run() -> None:
     from rlclock.deploy.api import clocked
     from tests.deploy.test_deploy_delivered import COSTS, SCHEDULE, TIMELINE
 
-    clk = clocked(SCHEDULE, timeline=TIMELINE, latency_s=0.006, lookahead_s=0.006, worker="thread", verbose=False)
+    clk = clocked(SCHEDULE, timeline=TIMELINE, latency_s=0.006, lead_s=0.006, worker="thread", verbose=False)
     clk.costs = COSTS
     with clk:
         for _ in range(6):

@@ -1,14 +1,14 @@
 """What a live controller can execute, and what a step executed so costs: one rule for the planner and the controller.
 
 A deployed schedule says, per kernel invocation, the configuration it should *run at*. A controller reaches it by
-issuing switches ahead of the kernels on the step's own clock — a :class:`SwitchRule` (latency, lookahead, minimum
+issuing switches ahead of the kernels on the step's own clock — a :class:`SwitchRule` (latency, lead, minimum
 dwell) over the kernels' start and end times from the step's anchor (a timeline, or one step as it ran).
 :func:`execute` applies the rule, in order:
 
 1. **Segments.** Consecutive kernels that ask for the same configuration form one segment; it lasts from its first
    kernel's start to its last kernel's end.
-2. **Issue ahead.** The switch into a segment is issued ``lookahead_s`` before the segment starts
-   (:meth:`SwitchRule.issue_s`; ``lookahead_s >= latency_s``, default ``latency_s`` + :data:`LOOKAHEAD_MARGIN_S`),
+2. **Issue ahead.** The switch into a segment is issued ``lead_s`` before the segment starts
+   (:meth:`SwitchRule.issue_s`; ``lead_s >= latency_s``, default ``latency_s`` + :data:`LEAD_MARGIN_S`),
    so that it lands as the segment begins.
 3. **One switch at a time.** A switch occupies the controller for ``latency_s``, so a switch is never issued less
    than ``latency_s`` after the previous one (:meth:`SwitchRule.earliest_s`); one that must wait goes out as soon
@@ -18,7 +18,7 @@ dwell) over the kernels' start and end times from the step's anchor (a timeline,
    next segment is judged against them.
 5. **No-op.** A segment whose configuration is already in effect needs no switch.
 6. **Repeat.** Steps repeat, so the plan is cyclic: it is laid out from one segment on (the *cut*, whose switch is
-   issued one lookahead ahead of it) through the rest of the step and the start of the next one, back to the cut.
+   issued one lead ahead of it) through the rest of the step and the start of the next one, back to the cut.
    Rule 3 holds across the step boundary: the cut's switch waits for the previous step's last switch when it must
    (and if it then could not land in time, switches that would crowd it are not issued instead); the cut's switch
    is dropped when the clocks are already there. A switch for a segment early in the step may so be issued during
@@ -44,8 +44,8 @@ import numpy as np
 
 from rlclock.backends.switching import fly
 
-LOOKAHEAD_MARGIN_S = 5e-4
-"""Default lookahead beyond the switching latency, seconds: the controller's timer and the step anchors are
+LEAD_MARGIN_S = 5e-4
+"""Default lead beyond the switching latency, seconds: the controller's timer and the step anchors are
 off by up to a few tenths of a millisecond, and a switch that lands a little early costs less than one that
 lands late."""
 MAX_CUTS = 16
@@ -60,7 +60,7 @@ _EPS = 1e-12
 
 
 class RuleError(ValueError):
-    """A switch rule with a bad latency, lookahead or dwell (the deploy layer words it for the user)."""
+    """A switch rule with a bad latency, lead or dwell (the deploy layer words it for the user)."""
 
 
 @dataclass(frozen=True)
@@ -69,34 +69,34 @@ class SwitchRule:
 
     Attributes:
         latency_s: Time from issuing a switch to the new clocks being in effect, seconds.
-        lookahead_s: How long before its segment starts a switch is issued, seconds (>= ``latency_s``).
+        lead_s: How long before its segment starts a switch is issued, seconds (>= ``latency_s``).
         min_dwell_s: A switch must land at least this long before its segment ends, seconds.
     """
 
     latency_s: float
-    lookahead_s: float
+    lead_s: float
     min_dwell_s: float = 0.0
 
     @classmethod
-    def of(cls, latency_s: float, lookahead_s: float | None = None, min_dwell_s: float = 0.0) -> SwitchRule:
-        """The rule for a latency, with the default lookahead (``latency_s`` + :data:`LOOKAHEAD_MARGIN_S`).
+    def of(cls, latency_s: float, lead_s: float | None = None, min_dwell_s: float = 0.0) -> SwitchRule:
+        """The rule for a latency, with the default lead (``latency_s`` + :data:`LEAD_MARGIN_S`).
 
         Raises:
-            RuleError: A negative or non-finite latency or dwell, or a lookahead shorter than the latency.
+            RuleError: A negative or non-finite latency or dwell, or a lead shorter than the latency.
         """
         if not math.isfinite(latency_s) or latency_s < 0:
             raise RuleError(f"the switching latency must be a finite number >= 0 s, found {latency_s!r}.")
-        lookahead = latency_s + LOOKAHEAD_MARGIN_S if lookahead_s is None else float(lookahead_s)
-        if not math.isfinite(lookahead) or lookahead < latency_s:
-            raise RuleError(f"the lookahead ({lookahead!r} s) is shorter than the switching latency ({latency_s:g} "
+        lead = latency_s + LEAD_MARGIN_S if lead_s is None else float(lead_s)
+        if not math.isfinite(lead) or lead < latency_s:
+            raise RuleError(f"the issue lead ({lead!r} s) is shorter than the switching latency ({latency_s:g} "
                             "s), so every switch would land after its kernels start.")
         if not math.isfinite(min_dwell_s) or min_dwell_s < 0:
             raise RuleError(f"min_dwell_s must be a finite number >= 0 s, found {min_dwell_s!r}.")
-        return cls(float(latency_s), lookahead, float(min_dwell_s))
+        return cls(float(latency_s), lead, float(min_dwell_s))
 
     def issue_s(self, start_s: float) -> float:
         """Rule 2: when the switch into a segment starting at ``start_s`` is issued."""
-        return start_s - self.lookahead_s
+        return start_s - self.lead_s
 
     def earliest_s(self, previous_issue_s: float) -> float:
         """Rule 3: the earliest issue after a switch issued at ``previous_issue_s`` (once it has landed)."""
@@ -256,7 +256,7 @@ def execute(index: np.ndarray, start_s: np.ndarray, duration_s: np.ndarray, peri
         start_s: When each kernel starts, seconds after the step's anchor (non-decreasing).
         duration_s: How long each runs, seconds.
         period_s: Anchor-to-anchor time of back-to-back steps, seconds (at least the last kernel's end).
-        rule: Latency, lookahead and dwell.
+        rule: Latency, lead and dwell.
     """
     idx = np.asarray(index, dtype=np.int64)
     start = np.asarray(start_s, dtype=float)

@@ -90,12 +90,6 @@ def run(args: argparse.Namespace) -> int:
 
         raise GpuUnavailableError("--control-clocks needs an NVIDIA GPU with NVML, and this machine has none.",
                                   "run on the GPU machine, or leave out --control-clocks for a dry run.")
-    if settings.schedule is not None and not gpu and settings.latency_s is None:
-        from rlclock.errors import DeployError
-
-        raise DeployError("a schedule on a machine without a GPU is planned with the switching latency, and none "
-                          "was given (there is no GPU preset to take it from).",
-                          "add --latency SECONDS (0.006 for an H100 or H200), or run on the GPU machine.")
     check_before_start(settings, gpu, *_describe_source(settings, gpu))
     work = Path(tempfile.mkdtemp(prefix="rlclock-apply-"))
     if settings.report is None:
@@ -137,12 +131,15 @@ def _describe_source(settings: Any, gpu: bool) -> tuple[Any, Any]:
     if not gpu:
         say("no NVIDIA GPU on this machine (NVML finds none): the command runs unchanged, and what its processes do "
             "is reported at the end")
+        if settings.schedule is not None and settings.latency_s is None:
+            say("no --latency: the schedule is planned only where the script gives clocked() a latency_s (there is "
+                "no GPU preset to take it from)")
     return policy, sched
 
 
 def check_before_start(settings: Any, gpu: bool, policy: Any = None, schedule: Any = None) -> None:
     """Refuse, before the command starts, what its processes would refuse only after their warm-up and profiling:
-    an output that cannot be written (``--report``, ``--save``), a lookahead shorter than the switching latency,
+    an output that cannot be written (``--report``, ``--save``), a lead shorter than the switching latency,
     and, on a machine with NVIDIA GPUs, a GPU index it lacks, a policy trained for another GPU, or a schedule
     naming a clock configuration no GPU it may run on supports.
 
@@ -170,12 +167,12 @@ def check_before_start(settings: Any, gpu: bool, policy: Any = None, schedule: A
                           f"{'are' if len(names) > 1 else 'is'} {', '.join(sorted(set(names.values())))}.",
                           "use a checkpoint trained for this GPU (rlclock list shows the shipped ones), or leave "
                           "out --checkpoint for the shipped policy of the GPU found.")
-    if settings.lookahead_s is not None:
+    if settings.lead_s is not None:
         latency = _latency_s(settings, names, policy)
         if latency is not None:
-            from rlclock.deploy.plan import check_lookahead
+            from rlclock.deploy.plan import check_lead
 
-            check_lookahead(latency, settings.lookahead_s)
+            check_lead(latency, settings.lead_s)
     if schedule is not None and names:
         _check_schedule_clocks(schedule, sorted(names))
 

@@ -257,7 +257,7 @@ class Clocked:
         if timeline is None or len(timeline) != n:
             return None
         s = self.settings
-        return execution_for(timeline, latency_s, s.lookahead_s, s.min_dwell_s)
+        return execution_for(timeline, latency_s, s.lead_s, s.min_dwell_s)
 
     def _set_costs(self, backend: Any, schedule: ClockSchedule) -> None:
         """Keep the planning model's prices of the step, for the report's delivered figures."""
@@ -610,7 +610,7 @@ class Clocked:
         use_nvml = nvml_present()
         self.controller = ClockController(
             self.schedule, self.timeline, device=device, control_clocks=s.control_clocks,
-            latency_s=self._latency_s(), lookahead_s=s.lookahead_s, min_dwell_s=s.min_dwell_s,
+            latency_s=self._latency_s(), lead_s=s.lead_s, min_dwell_s=s.min_dwell_s,
             read_back=s.read_back, worker=s.worker, nvml=use_nvml,
             anchor_every=None if s.anchor_every is None else int(s.anchor_every),
             time_all_steps=s.time_all_steps, follow_pace=s.follow_pace,
@@ -781,7 +781,7 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
             ``torch.distributed`` they are not broadcast: every rank passes its own.
         **options: Any field of :class:`~rlclock.deploy.settings.DeploySettings` — ``checkpoint`` (a policy
             checkpoint whose ``ClockPolicy`` builds the schedule), ``control`` (``"dry-run"`` by default, or
-            ``"on"``: set clocks, needs root), ``device``, ``latency_s``, ``lookahead_s``, ``min_dwell_s``,
+            ``"on"``: set clocks, needs root), ``device``, ``latency_s``, ``lead_s``, ``min_dwell_s``,
             ``warmup_steps``, ``profile_steps``, ``worker``, ``read_back``, ``anchor_every``, ``time_all_steps``,
             ``follow_pace``, ``search``, ``learn`` (choose every step's plan from the measured step times,
             ``budget``), ``report``, ``save``, ``verbose``; each documented there (and in

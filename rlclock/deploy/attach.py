@@ -123,11 +123,11 @@ class StepFinder:
         self.names: dict[int, str] = {}
         self.sizes: dict[int, int | None] = {}
         self.order: list[int] = []
-        self.lead: int | None = None
+        self.marker: int | None = None
         self.restarts = 0
         self._by_class: dict[str, int] = {}
-        self._lead_steps = 0
-        self._lead_steps_at: dict[int, int] = {}  # the marking optimizer's steps when this one last stepped
+        self._marker_steps = 0
+        self._marker_steps_at: dict[int, int] = {}  # the marking optimizer's steps when this one last stepped
         self._run: dict[int, int] = {}  # this one's steps since the marking optimizer last stepped
         self._longest_run: dict[int, int] = {}
         self._largest = 0
@@ -139,21 +139,21 @@ class StepFinder:
         self._by_class[name] = self._by_class.get(name, 0) + 1
         if key not in self.counts:
             self._follow(key, name, _parameter_count(optimizer))
-            if (self.lead is not None and self.restarts == 0 and self.counts[self.lead] <= 2 * DISCOVERY_STEPS
+            if (self.marker is not None and self.restarts == 0 and self.counts[self.marker] <= 2 * DISCOVERY_STEPS
                     and len(self._majors()) == 2 and self._choose() == key):
                 self._move_to(key)  # the first round's second optimizer, rarer: a generator beside its critic
         self.counts[key] += 1
-        if self.lead is None:
+        if self.marker is None:
             majors = self._majors()
             if len(majors) == 1 and self.counts[majors[0]] < DISCOVERY_STEPS:
                 return
-            self.lead = self._choose()
-        elif key != self.lead:
+            self.marker = self._choose()
+        elif key != self.marker:
             self._other(key)
-        if key == self.lead:
-            self._lead_steps += 1
+        if key == self.marker:
+            self._marker_steps += 1
             self._mark()
-        self._lead_steps_at[key] = self._lead_steps
+        self._marker_steps_at[key] = self._marker_steps
 
     def _other(self, key: int) -> None:
         """An optimizer that is not the marking one stepped. The marks move to it when it is a major one that steps
@@ -161,27 +161,27 @@ class StepFinder:
         its second step), or when it has stepped :data:`STALE_STEPS` times since the marking one last did (the
         training moved on to it). An optimizer that steps a few times now and then (an evaluation probe, a fresh
         one per batch) leaves them where they are."""
-        run = self._run[key] = (self._run.get(key, 0) + 1 if self._lead_steps_at.get(key) == self._lead_steps
+        run = self._run[key] = (self._run.get(key, 0) + 1 if self._marker_steps_at.get(key) == self._marker_steps
                                 else 1)
         self._longest_run[key] = max(self._longest_run.get(key, 0), run)
         if key not in self._majors():
             return
-        before = self._lead_steps_at.get(key)
-        rarer = before is not None and self._lead_steps - before >= 2 and self._longest_run[key] == 1
+        before = self._marker_steps_at.get(key)
+        rarer = before is not None and self._marker_steps - before >= 2 and self._longest_run[key] == 1
         if rarer or run >= STALE_STEPS:
             self._move_to(key)
 
     def _move_to(self, key: int) -> None:
-        self.lead = key
+        self.marker = key
         self.restarts += 1
         if self._restart is not None:
             self._restart()
 
     def _follow(self, key: int, name: str, size: int | None) -> None:
         if len(self.order) >= FOLLOWED:  # forget the optimizer that stepped longest ago (never the marking one)
-            old = min((k for k in self.order if k != self.lead), key=lambda k: self._lead_steps_at.get(k, -1))
+            old = min((k for k in self.order if k != self.marker), key=lambda k: self._marker_steps_at.get(k, -1))
             self.order.remove(old)
-            for table in (self.counts, self.names, self.sizes, self._lead_steps_at, self._run, self._longest_run):
+            for table in (self.counts, self.names, self.sizes, self._marker_steps_at, self._run, self._longest_run):
                 table.pop(old, None)  # type: ignore[attr-defined]
         self.counts[key] = 0
         self.names[key] = name
@@ -204,7 +204,7 @@ class StepFinder:
     @property
     def marking(self) -> str | None:
         """The class of the optimizer whose steps mark the training steps."""
-        return None if self.lead is None else self.names[self.lead]
+        return None if self.marker is None else self.names[self.marker]
 
     def steps_by_class(self) -> dict[str, int]:
         """Optimizer steps seen, by optimizer class (every optimizer, also those no longer followed)."""

@@ -11,7 +11,7 @@ The training loop marks each step; everything else happens elsewhere::
     print(ctl.report.text())
 
 * :func:`~rlclock.deploy.plan.plan_switches` collapses the schedule into the switches it implies, each issued
-  ``lookahead_s`` (>= the switching latency) before the kernels it serves; switches that cannot land in
+  ``lead_s`` (>= the switching latency) before the kernels it serves; switches that cannot land in
   time are left out (the rule is in :mod:`rlclock.deploy.plan`).
 * A switch worker — its own process by default (:mod:`rlclock.deploy.worker`) — issues them through
   :class:`~rlclock.gpu.clocks.ClockControl` (opt-in with ``control_clocks=True``, validated against the
@@ -149,9 +149,10 @@ class ClockController:
         device: NVML index of the GPU to control (the training process's GPU).
         control_clocks: Opt in to setting clocks; without it the controller is a dry run.
         allow_clock_control: Deprecated name of ``control_clocks``.
+        lookahead_s: Deprecated name of ``lead_s``.
         latency_s: The GPU's switching latency, seconds; default: its preset's (6 ms for an H200).
-        lookahead_s: How far ahead of its kernels a switch is issued, seconds (>= ``latency_s``; default
-            ``latency_s`` + 0.5 ms, :data:`~rlclock.deploy.plan.LOOKAHEAD_MARGIN_S`).
+        lead_s: How far ahead of its kernels a switch is issued, seconds (>= ``latency_s``; default
+            ``latency_s`` + 0.5 ms, :data:`~rlclock.deploy.plan.LEAD_MARGIN_S`).
         min_dwell_s: A switch must land at least this long before its segment ends, seconds.
         read_back: Read the clocks back one latency after each switch (in the worker).
         worker: ``"process"`` (default) or ``"thread"``.
@@ -168,7 +169,7 @@ class ClockController:
             ``pace``; :mod:`rlclock.deploy.worker`); default: time switches by the timeline as profiled (on the
             H200's real steps following the pace helped on some loops and hurt on others; docs/deploy.md).
         alternatives: Other schedules for the same step, plans 1.. (plan 0 is ``schedule``), each planned on the
-            same timeline with the same latency, lookahead and dwell; :meth:`set_pattern` chooses which plan each
+            same timeline with the same latency, lead and dwell; :meth:`set_pattern` chooses which plan each
             step runs (until then every step runs plan 0). They run under ``schedule``'s power limit: one that
             names another is refused.
         costs: The planning model's price of every kernel at every configuration the plans ask for
@@ -180,24 +181,28 @@ class ClockController:
     back with the clocks.
 
     Raises:
-        DeployError: Bad latency/lookahead/anchor_every, no NVML for a live run, unknown latency, worker failure,
+        DeployError: Bad latency/lead/anchor_every, no NVML for a live run, unknown latency, worker failure,
             an alternative under another power limit.
         ScheduleError: Schedule (or an alternative) and timeline lengths differ.
         ClockError: A configuration of the schedule or of an alternative is not supported by the GPU.
     """
 
     def __init__(self, schedule: ClockSchedule, timeline: StepTimeline, *, device: int = 0,
-                 control_clocks: bool = False, latency_s: float | None = None, lookahead_s: float | None = None,
+                 control_clocks: bool = False, latency_s: float | None = None, lead_s: float | None = None,
                  min_dwell_s: float = 0.0, read_back: bool = True, worker: str = "process", anchor: str = "auto",
                  nvml: bool | None = None, anchor_every: int | None = None, time_all_steps: bool = False,
                  follow_pace: bool = False, alternatives: Sequence[ClockSchedule] = (),
-                 costs: PlanningCosts | None = None, allow_clock_control: bool | None = None) -> None:
+                 costs: PlanningCosts | None = None, allow_clock_control: bool | None = None,
+                 lookahead_s: float | None = None) -> None:
         if anchor not in ANCHOR_SOURCES:
             raise DeployError(f"anchor source {anchor!r} is not known.", f"use one of {list(ANCHOR_SOURCES)}.")
         check_anchor_every(anchor_every)
         self.schedule = schedule
         self.timeline = timeline
         self.device = int(device)
+        if lookahead_s is not None:
+            renamed_keyword("Controller", "lookahead_s", "lead_s", "0.2.0")
+            lead_s = lookahead_s if lead_s is None else lead_s
         if allow_clock_control is not None:
             renamed_keyword("Controller", "allow_clock_control", "control_clocks", "0.2.0")
             control_clocks = control_clocks or allow_clock_control
@@ -208,7 +213,7 @@ class ClockController:
                                       "run on a GPU machine (rlclock doctor), or use the dry-run mode.")
         if latency_s is None:
             latency_s = default_latency_s(self._gpu_name() if self.use_nvml else None)
-        self.plan: SwitchPlan = plan_switches(schedule, timeline, float(latency_s), lookahead_s, min_dwell_s)
+        self.plan: SwitchPlan = plan_switches(schedule, timeline, float(latency_s), lead_s, min_dwell_s)
         self.alternatives: tuple[ClockSchedule, ...] = tuple(alternatives)
         """Plans 1.. as schedules (plan 0 is :attr:`schedule`)."""
         for i, alt in enumerate(self.alternatives, 1):
@@ -217,7 +222,7 @@ class ClockController:
                                   f"0 under {schedule.power_limit_w} W: the power limit is set once for the job.",
                                   "give every plan of one run the same power limit (or none).")
         self.plans: tuple[SwitchPlan, ...] = (self.plan, *(
-            _alternative_plan(i, alt, timeline, float(latency_s), lookahead_s, min_dwell_s)
+            _alternative_plan(i, alt, timeline, float(latency_s), lead_s, min_dwell_s)
             for i, alt in enumerate(self.alternatives, 1)))
         """Every plan a step can run: 0 from :attr:`schedule`, 1.. from :attr:`alternatives`."""
         self.pattern = PlanPattern(len(self.plans))
@@ -424,14 +429,14 @@ class ClockController:
 
 
 def _alternative_plan(index: int, schedule: ClockSchedule, timeline: StepTimeline, latency_s: float,
-                      lookahead_s: float | None, min_dwell_s: float) -> SwitchPlan:
-    """Plan ``index`` (an alternative schedule) on the controller's timeline, with the same latency, lookahead and
+                      lead_s: float | None, min_dwell_s: float) -> SwitchPlan:
+    """Plan ``index`` (an alternative schedule) on the controller's timeline, with the same latency, lead and
     dwell as plan 0."""
     if not isinstance(schedule, ClockSchedule):
         raise DeployError(f"alternative {index} is a {type(schedule).__name__}, not a ClockSchedule.",
                           "pass alternatives=[ClockSchedule, ...] (ClockSchedule.load(path) reads a schedule file).")
     timeline.check_length(len(schedule), f"alternative {index} ({schedule.name!r})")
-    return plan_switches(schedule, timeline, latency_s, lookahead_s, min_dwell_s)
+    return plan_switches(schedule, timeline, latency_s, lead_s, min_dwell_s)
 
 
 def check_anchor_every(anchor_every: int | None) -> None:

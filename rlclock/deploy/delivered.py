@@ -281,14 +281,14 @@ def deliver(plans: Sequence[SwitchPlan], costs: PlanningCosts, timeline_start_s:
     return out
 
 
-def execution_for(timeline: Any, latency_s: float, lookahead_s: float | None = None,
+def execution_for(timeline: Any, latency_s: float, lead_s: float | None = None,
                   min_dwell_s: float = 0.0, mode: str = "settled") -> Execution:
     """The clock a plan for ``timeline`` (a :class:`~rlclock.deploy.timeline.StepTimeline`) will run on: its kernels,
     the controller's rule, and the located steps' jitter (the planner judges plans by it)."""
     from rlclock.deploy.plan import rule_of
 
     return Execution(timeline.start_s, timeline.duration_s, timeline.period_s,
-                     rule_of(latency_s, lookahead_s, min_dwell_s), timeline.jitter_s, mode)
+                     rule_of(latency_s, lead_s, min_dwell_s), timeline.jitter_s, mode)
 
 
 def costs_of(backend: Any, source: str) -> PlanningCosts:

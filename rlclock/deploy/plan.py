@@ -9,7 +9,7 @@ is :mod:`rlclock.backends.executable`'s, written once there: the planner judges 
 switch at run time by the same test (:meth:`~rlclock.backends.executable.SwitchRule.worth_issuing`).
 
 These are the rules of :class:`~rlclock.backends.base.SwitchEngine` (one switch in flight, a latency before it
-lands), with the request moved ahead by the lookahead and hopeless switches left out.
+lands), with the request moved ahead by the lead and hopeless switches left out.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from rlclock.backends.executable import (
-    LOOKAHEAD_MARGIN_S,
+    LEAD_MARGIN_S,
     Executed,
     RuleError,
     Segments,
@@ -29,10 +29,11 @@ from rlclock.backends.executable import (
     in_effect_at,
 )
 from rlclock.deploy.timeline import StepTimeline
+from rlclock.deprecation import renamed
 from rlclock.errors import DeployError
 from rlclock.schedule import ClockConfig, ClockSchedule
 
-__all__ = ["LOOKAHEAD_MARGIN_S", "Segment", "SwitchEvent", "SwitchPlan", "plan_switches", "rule_of", "segments_of"]
+__all__ = ["LEAD_MARGIN_S", "Segment", "SwitchEvent", "SwitchPlan", "plan_switches", "rule_of", "segments_of"]
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class SwitchPlan:
         initial: Configuration in effect when a step starts (and ends): the one the plan's last landing before
             the anchor set, or the one held when the plan has no switch.
         latency_s: Switching latency planned with, seconds.
-        lookahead_s: How far ahead of a segment its switch is issued, seconds.
+        lead_s: How far ahead of a segment its switch is issued, seconds.
         min_dwell_s: A switch must land at least this long before its segment ends, seconds.
         period_s: Anchor-to-anchor time of back-to-back steps, seconds.
         span_s: From the anchor to the end of the last kernel, seconds.
@@ -123,7 +124,7 @@ class SwitchPlan:
     skipped: tuple[int, ...]
     initial: ClockConfig
     latency_s: float
-    lookahead_s: float
+    lead_s: float
     min_dwell_s: float
     period_s: float
     span_s: float
@@ -160,7 +161,7 @@ class SwitchPlan:
         return (f"{len(self.segments)} segments, {self.n_switches} switches per step "
                 f"({sum(e.pre_issued for e in self.events)} issued during the previous step), "
                 f"{len(self.skipped)} segments too short to switch for, latency {self.latency_s * 1e3:g} ms, "
-                f"lookahead {self.lookahead_s * 1e3:g} ms, step period {self.period_s * 1e3:.3f} ms, "
+                f"lead {self.lead_s * 1e3:g} ms, step period {self.period_s * 1e3:.3f} ms, "
                 f"{100 * self.on_plan_fraction:.1f} % of kernel time at the requested clocks")
 
     def to_dict(self) -> dict[str, Any]:
@@ -169,7 +170,7 @@ class SwitchPlan:
             "segments": [[s.first_kernel, s.stop_kernel, str(s.config), s.start_s, s.end_s] for s in self.segments],
             "events": [[e.segment, str(e.config), e.issue_s, e.land_s, e.start_s, e.end_s] for e in self.events],
             "skipped": list(self.skipped), "initial": str(self.initial), "latency_s": self.latency_s,
-            "lookahead_s": self.lookahead_s, "min_dwell_s": self.min_dwell_s, "period_s": self.period_s,
+            "lead_s": self.lead_s, "min_dwell_s": self.min_dwell_s, "period_s": self.period_s,
             "span_s": self.span_s, "on_plan_fraction": self.on_plan_fraction, "points_s": list(self.points_s),
         }
 
@@ -181,25 +182,27 @@ class SwitchPlan:
                          for i, (a, b, c, s, e) in enumerate(data["segments"]))
             events = tuple(SwitchEvent(int(j), ClockConfig.parse(c), float(i), float(land), float(s), float(e))
                            for j, c, i, land, s, e in data["events"])
+            lead = data["lead_s"] if "lead_s" in data else data["lookahead_s"]  # the key before 0.2.0
             return cls(segs, events, tuple(int(x) for x in data["skipped"]), ClockConfig.parse(data["initial"]),
-                       float(data["latency_s"]), float(data["lookahead_s"]), float(data["min_dwell_s"]),
+                       float(data["latency_s"]), float(lead), float(data["min_dwell_s"]),
                        float(data["period_s"]), float(data["span_s"]), float(data["on_plan_fraction"]),
                        tuple(float(x) for x in data.get("points_s", ())))
         except (KeyError, TypeError, ValueError) as exc:
             raise DeployError(f"malformed switch plan: {exc}.") from None
 
 
-def rule_of(latency_s: float, lookahead_s: float | None = None, min_dwell_s: float = 0.0) -> SwitchRule:
+def rule_of(latency_s: float, lead_s: float | None = None, min_dwell_s: float = 0.0) -> SwitchRule:
     """The switch rule of a controller (:class:`~rlclock.backends.executable.SwitchRule`), its errors worded for a
     deployment.
 
     Raises:
-        DeployError: Negative or non-finite latency or dwell, lookahead shorter than the latency.
+        DeployError: Negative or non-finite latency or dwell, lead shorter than the latency.
     """
     try:
-        return SwitchRule.of(float(latency_s), lookahead_s, float(min_dwell_s))
+        return SwitchRule.of(float(latency_s), lead_s, float(min_dwell_s))
     except RuleError as exc:
-        fix = "use a lookahead of at least the switching latency." if "lookahead" in str(exc) else None
+        fix = (f"use an issue lead (--lead) of at least {latency_s:g} s, or leave it out for the default "
+               f"({latency_s + LEAD_MARGIN_S:g} s).") if "lead" in str(exc) else None
         raise DeployError(str(exc), fix) from None
 
 
@@ -230,24 +233,24 @@ def plan_from(schedule: ClockSchedule, timeline: StepTimeline, rule: SwitchRule,
                                segs[int(j)].end_s)
                    for j, c, i, land in zip(executed.segment, executed.config, executed.issue_s, executed.land_s,
                                             strict=True))
-    return SwitchPlan(segs, events, executed.skipped, configs[executed.initial], rule.latency_s, rule.lookahead_s,
+    return SwitchPlan(segs, events, executed.skipped, configs[executed.initial], rule.latency_s, rule.lead_s,
                       rule.min_dwell_s, timeline.period_s, timeline.span_s, executed.on_plan_fraction,
                       tuple(float(x) for x in timeline.points_s))
 
 
-def check_lookahead(latency_s: float, lookahead_s: float | None = None) -> float:
-    """The lookahead a plan uses, seconds: ``lookahead_s``, or the latency + :data:`LOOKAHEAD_MARGIN_S` when it is
+def check_lead(latency_s: float, lead_s: float | None = None) -> float:
+    """The lead a plan uses, seconds: ``lead_s``, or the latency + :data:`LEAD_MARGIN_S` when it is
     ``None`` — :func:`rule_of`'s, which :func:`plan_switches` applies and ``rlclock apply`` checks before the command
     starts.
 
     Raises:
-        DeployError: Negative or non-finite latency, lookahead shorter than the latency.
+        DeployError: Negative or non-finite latency, lead shorter than the latency.
     """
-    return rule_of(latency_s, lookahead_s).lookahead_s
+    return rule_of(latency_s, lead_s).lead_s
 
 
 def plan_switches(schedule: ClockSchedule, timeline: StepTimeline, latency_s: float,
-                  lookahead_s: float | None = None, min_dwell_s: float = 0.0) -> SwitchPlan:
+                  lead_s: float | None = None, min_dwell_s: float = 0.0) -> SwitchPlan:
     """The switches that apply ``schedule`` on ``timeline``, step after step (the rule of
     :mod:`rlclock.backends.executable`).
 
@@ -256,18 +259,21 @@ def plan_switches(schedule: ClockSchedule, timeline: StepTimeline, latency_s: fl
         timeline: When each invocation starts and how long it runs, seconds from the step's anchor.
         latency_s: Time from issuing a switch to the new clocks being in effect, seconds (the GPU's
             switching latency, e.g. 6 ms for an H200).
-        lookahead_s: How far ahead of its segment a switch is issued, seconds (>= ``latency_s``; default
-            ``latency_s + LOOKAHEAD_MARGIN_S``).
+        lead_s: How far ahead of its segment a switch is issued, seconds (>= ``latency_s``; default
+            ``latency_s + LEAD_MARGIN_S``).
         min_dwell_s: A switch must land at least this long before its segment ends, seconds.
 
     Returns:
         The plan.
 
     Raises:
-        DeployError: Negative or non-finite latency, lookahead shorter than the latency.
+        DeployError: Negative or non-finite latency, lead shorter than the latency.
         ScheduleError: Schedule and timeline have different lengths.
     """
-    rule = rule_of(latency_s, lookahead_s, min_dwell_s)
+    rule = rule_of(latency_s, lead_s, min_dwell_s)
     timeline.check_length(len(schedule))
     executed = execute(_indices(schedule), timeline.start_s, timeline.duration_s, timeline.period_s, rule)
     return plan_from(schedule, timeline, rule, executed)
+
+
+__getattr__ = renamed(__name__, {"LOOKAHEAD_MARGIN_S": "LEAD_MARGIN_S", "check_lookahead": "check_lead"}, since="0.2.0")

@@ -5,7 +5,7 @@ Two errors are reported for every switch the worker issued:
 * **issue error** = issued − planned: how late the worker called the driver against its own plan
   (``anchor + issue_s``) — its timer, the anchor arriving late, or waiting for the previous switch.
 * **switch-time error** = issued − ideal, where ideal = (when the segment's first kernel actually started)
-  − lookahead. The actual start is placed from GPU timestamps at the step boundaries: the step's anchor plus
+  − lead. The actual start is placed from GPU timestamps at the step boundaries: the step's anchor plus
   the planned offset, stretched by the step's measured GPU duration over the planned one (to the end mark
   when the loop gives one, else to the next mark, per step). A switch is *late* when it would land
   (issued + latency) after its kernels started.
@@ -412,7 +412,7 @@ def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any]
             stretch = periods[i] / plan.period_s if math.isfinite(periods[i]) else 1.0
             rep.interpolated += 1
         kernel_start = start + segment_start_s * stretch
-        switch_err.append(issued - (kernel_start - plan.lookahead_s))
+        switch_err.append(issued - (kernel_start - plan.lead_s))
         by_plan[which][1].append(switch_err[-1])
         if issued + plan.latency_s > kernel_start:
             rep.late += 1

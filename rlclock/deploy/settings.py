@@ -29,7 +29,7 @@ from rlclock.validation import Float, Int, Settings, describe
 ENV_PREFIX = "RLCLOCK_DEPLOY_"
 ACTIVE_ENV = "RLCLOCK_DEPLOY"
 """Set to ``1`` by ``rlclock apply``: the settings in the environment are in force."""
-DEPRECATED = {"control": "control_clocks"}
+DEPRECATED = {"control": "control_clocks", "lookahead_s": "lead_s"}
 """Options renamed in 0.2.0: old name → new name (the old one still works, with a ``DeprecationWarning``)."""
 SOURCES = ("checkpoint", "schedule")
 """The fields that name where the schedule comes from (``rlclock apply`` takes at most one; with neither, the shipped
@@ -64,9 +64,9 @@ class DeploySettings(Settings):
                                                        json_schema_extra=_cli(metavar="INDEX"))
     latency_s: Seconds | None = Field(None, description="switching latency in seconds (default: the GPU preset's, "
                                       "e.g. 0.006 for an H200)", json_schema_extra=_cli("--latency", metavar="SECONDS"))
-    lookahead_s: Seconds | None = Field(None, description="issue each switch this long before its kernels, seconds "
-                                        "(>= latency; default latency + 0.5 ms)",
-                                        json_schema_extra=_cli("--lookahead", metavar="SECONDS"))
+    lead_s: Seconds | None = Field(None, description="the issue lead: issue each switch this long before its kernels, "
+                                   "seconds (>= latency; default latency + 0.5 ms; --lookahead before 0.2.0)",
+                                   json_schema_extra=_cli("--lead", metavar="SECONDS"))
     min_dwell_s: Seconds = Field(0.0, description="a switch must land at least this long before its segment ends, "
                                  "seconds", json_schema_extra=_cli("--min-dwell", metavar="SECONDS"))
     warmup_steps: Annotated[Int, Field(ge=0)] = Field(3, description="steps run untouched before profiling "
@@ -129,7 +129,11 @@ class DeploySettings(Settings):
     @model_validator(mode="before")
     @classmethod
     def _renamed(cls, data: Any) -> Any:
-        """Options under their names before 0.2.0 (``control_clocks=True``) still work, with a warning."""
+        """Options under their names before 0.2.0 (``control="on"``, ``lookahead_s``) still work, with a warning."""
+        if isinstance(data, dict) and "lookahead_s" in data:
+            data = dict(data)
+            renamed_keyword("clocked", "lookahead_s", "lead_s", "0.2.0")
+            data.setdefault("lead_s", data.pop("lookahead_s"))
         if isinstance(data, dict) and "control" in data:
             data = dict(data)
             value = data.pop("control")
@@ -140,7 +144,7 @@ class DeploySettings(Settings):
             data.setdefault("control_clocks", value in ("on", True))
         return data
 
-    @field_validator("latency_s", "lookahead_s", "min_dwell_s")
+    @field_validator("latency_s", "lead_s", "min_dwell_s")
     @classmethod
     def _finite(cls, value: float | None) -> float | None:
         if value is not None and not math.isfinite(value):
@@ -216,6 +220,7 @@ class DeploySettings(Settings):
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         """The ``rlclock apply`` flags, one per field (the schedule's source as a choice of at most one)."""
         source = parser.add_mutually_exclusive_group()
+        parser.add_argument("--lookahead", dest="lead_s", default=None, help=argparse.SUPPRESS)  # before 0.2.0
         for name, info in cls.model_fields.items():
             cli = _cli_of(name)
             flag = cli.get("flag") or "--" + name.replace("_", "-")

@@ -12,7 +12,7 @@ read the same time). For every step the worker then
   steps that were profiled (the host's share of a step changes from one phase of a run to the next). Once
   :data:`PACE_MIN_STEPS` anchor intervals are known, the segments' starts and ends are stretched by the pace,
   the estimated period over the plan's (within :data:`PACE_RANGE`), and each switch still goes out its own
-  lookahead before its segment's stretched start: ``anchor + pace * start_s - (start_s - issue_s)``;
+  lead before its segment's stretched start: ``anchor + pace * start_s - (start_s - issue_s)``;
 * issues the switches of the steps after it at ``anchor + n * period + issue_s`` for the step ``n`` ahead
   that they serve (those planned during an earlier step have a negative ``issue_s``), with the per-step
   period estimated from recent anchors, and re-times them whenever a newer anchor arrives. Not every step
@@ -33,7 +33,7 @@ read the same time). For every step the worker then
 * reads the clocks back one latency after each switch (``read_back``), to see whether it landed.
 
 **Several plans.** The worker may hold several plans for the same step (``alternatives``: plans 1.., made on the
-same timeline with the same latency and lookahead as plan 0) and a :class:`~rlclock.deploy.pattern.PlanPattern`
+same timeline with the same latency and lead as plan 0) and a :class:`~rlclock.deploy.pattern.PlanPattern`
 that says which plan each step runs (plan 0 until one is set). When it schedules the switches of a step it takes
 that step's plan's events. A new pattern (:meth:`SwitchWorker.set_pattern`) drops the switches already scheduled
 for the steps it covers under another plan (``replaced``), schedules those of the steps' own plans from the last
@@ -46,7 +46,7 @@ issued (``superseded``). Where two steps of different plans meet:
 * a plan whose initial configuration is what its previous step's last switch leaves
   (:attr:`~rlclock.deploy.plan.SwitchPlan.inherits_initial`: none of its switches lands before the step starts;
   e.g. a plan that holds one configuration) would start in whatever the other plan left. Such a step gets a
-  *boundary switch* to its plan's initial configuration, issued one lookahead before its first segment (so it
+  *boundary switch* to its plan's initial configuration, issued one lead before its first segment (so it
   lands as the step begins) and worth issuing until the plan's own first switch takes over; a plan that sets its
   own start needs none. A step for which another plan's switch was issued before a pattern took it away gets one
   too (the clocks may have moved);
@@ -54,7 +54,7 @@ issued (``superseded``). Where two steps of different plans meet:
   has issued a switch is not issued (``overtaken``), so the earlier plan cannot put its configuration into the
   later plan's step.
 
-So the clocks are always at a configuration the plan of the running step (or, one lookahead ahead of a step, of
+So the clocks are always at a configuration the plan of the running step (or, one lead ahead of a step, of
 the coming one) asks for, but for the time it takes to undo a switch issued before a pattern change. Every record
 carries the plan whose switch it was (:class:`~rlclock.deploy.report.SwitchRecord`).
 
@@ -192,7 +192,7 @@ class SwitchWorker:
         anchor_every: Steps between anchors the training process sends (the worker schedules that far ahead).
         follow_pace: Stretch the plan's timing to the running step period (module docstring); default: the
             profiled timeline as it is.
-        alternatives: Plans 1.. for the same step, made on the same timeline with the same latency and lookahead;
+        alternatives: Plans 1.. for the same step, made on the same timeline with the same latency and lead;
             which plan a step runs is set by :meth:`set_pattern` (until then every step runs plan 0).
 
     Raises:
@@ -205,10 +205,10 @@ class SwitchWorker:
         if anchor_every < 1:
             raise DeployError(f"anchor_every must be >= 1 step, found {anchor_every!r}.")
         for i, alt in enumerate(alternatives, 1):
-            if (alt.latency_s, alt.lookahead_s, alt.period_s) != (plan.latency_s, plan.lookahead_s, plan.period_s):
+            if (alt.latency_s, alt.lead_s, alt.period_s) != (plan.latency_s, plan.lead_s, plan.period_s):
                 raise DeployError(
-                    f"alternative plan {i} was made with latency {alt.latency_s:g} s, lookahead {alt.lookahead_s:g} s "
-                    f"and step period {alt.period_s:g} s, plan 0 with {plan.latency_s:g}, {plan.lookahead_s:g} and "
+                    f"alternative plan {i} was made with latency {alt.latency_s:g} s, lead {alt.lead_s:g} s "
+                    f"and step period {alt.period_s:g} s, plan 0 with {plan.latency_s:g}, {plan.lead_s:g} and "
                     f"{plan.period_s:g} s.", "plan every alternative on the same timeline with the same latency.")
         self.plan = plan
         self.plans: tuple[SwitchPlan, ...] = (plan, *alternatives)
@@ -270,13 +270,13 @@ class SwitchWorker:
 
     def issue_offset_s(self, event: int, pace: float | None = None, plan: int = 0) -> float:
         """When event ``event`` of plan ``plan`` is issued, seconds after the anchor of the step it serves, at
-        ``pace`` (default :attr:`pace`): its segment's start stretched, less the lookahead the plan gave it. Event
-        -1, a boundary switch to the plan's initial configuration, is issued one lookahead before the step's first
+        ``pace`` (default :attr:`pace`): its segment's start stretched, less the lead the plan gave it. Event
+        -1, a boundary switch to the plan's initial configuration, is issued one lead before the step's first
         segment."""
         p = self.plans[plan]
         pace = self.pace if pace is None else pace
         if event < 0:
-            return pace * p.segments[0].start_s - p.lookahead_s
+            return pace * p.segments[0].start_s - p.lead_s
         ev = p.events[event]
         return pace * ev.start_s - (ev.start_s - ev.issue_s)
 

@@ -169,7 +169,7 @@ def descend(costs: LandingCosts, lands: np.ndarray, configs: np.ndarray, grid_s:
 def runs_of(lands: np.ndarray, configs: np.ndarray, execution: Execution, hold: int) -> np.ndarray:
     """The configuration each kernel asks for so that :func:`~rlclock.backends.executable.execute` lands the
     switches at ``lands``: from the first kernel starting one lookahead margin after each landing."""
-    margin = execution.rule.lookahead_s - execution.rule.latency_s
+    margin = execution.rule.lead_s - execution.rule.latency_s
     start = np.asarray(execution.start_s, dtype=float)
     return in_effect_at(np.asarray(lands, dtype=float), np.asarray(configs, dtype=np.int64), hold, start - margin,
                         float(execution.period_s))

@@ -375,7 +375,7 @@ def _settle_from(budget: _Budget, start: Plan, prices: int) -> None:
     executed = ex.judge(start.runs, t, e, step.latency_s, runs=True).executed
     if not executed.land_s.size:
         return
-    grid = np.asarray(ex.start_s, dtype=float) - (ex.rule.lookahead_s - ex.rule.latency_s)
+    grid = np.asarray(ex.start_s, dtype=float) - (ex.rule.lead_s - ex.rule.latency_s)
     lo, hi = np.log(step.mean_power_w / 64.0), np.log(step.mean_power_w * 64.0)
     price = np.log(step.mean_power_w)
     for _ in range(prices):

@@ -98,7 +98,7 @@ def test_the_live_switch_plan_keeps_in_effect_what_the_backend_would(seed):
     latency = float(rng.integers(1, 3))
     schedule = ClockSchedule(CONFIGS, per_kernel)
     timeline = StepTimeline(np.arange(n, dtype=float), np.ones(n), float(n))
-    plan = plan_switches(schedule, timeline, latency, lookahead_s=latency)
+    plan = plan_switches(schedule, timeline, latency, lead_s=latency)
     if plan.initial != AUTO or any(ev.pre_issued for ev in plan.events):
         pytest.skip("this draw's plan starts from the previous step")
     requests = np.zeros(n, dtype=np.int64)

@@ -164,11 +164,11 @@ def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path)
     assert calls[-1][4] is False  # so is a plan of clocks only (rlclock apply --no-power-limit)
     clocks_only.close()
     timed = clocked(checkpoint=tmp_path, verbose=False, timeline=StepTimeline.from_durations(np.full(len(trace), 1e-3)),
-                    lookahead_s=0.007)
+                    lead_s=0.007)
     timed.start()
     timed._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
     execution = calls[-1][-1]  # with a timeline, plans are judged as the controller executes them on it
-    assert execution.rule.latency_s == 0.006 and execution.rule.lookahead_s == 0.007 and execution.n == len(trace)
+    assert execution.rule.latency_s == 0.006 and execution.rule.lead_s == 0.007 and execution.n == len(trace)
     timed.close()
 
 

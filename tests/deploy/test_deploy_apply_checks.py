@@ -1,5 +1,5 @@
 """``rlclock apply`` refuses, before the command starts, what its processes would refuse only after warm-up and
-profiling: outputs it cannot write, a lookahead shorter than the switching latency, a GPU index, policy or schedule
+profiling: outputs it cannot write, a lead shorter than the switching latency, a GPU index, policy or schedule
 clock the machine's GPU lacks. Each row is one class of bad input; the command would leave a file if it ran."""
 
 from __future__ import annotations
@@ -34,21 +34,21 @@ REFUSED_ON_ANY_MACHINE = [
     (["--report", "{d}/file/r.json"], "--report folder of '.*' is a file"),
     (["--report", "{d}"], "--report '.*' is a folder"),
     (["--save", "{d}/file"], "--save '.*' is a file"),
-    (["--checkpoint", "gpt3xl-h200", "--lookahead", "0.000001"], r"shorter than the switching latency \(0.006 s\)"),
-    (["--latency", "0.01", "--lookahead", "0.005"], r"lookahead \(0.005 s\) is shorter"),
+    (["--checkpoint", "gpt3xl-h200", "--lead", "0.000001"], r"shorter than the switching latency \(0.006 s\)"),
+    (["--latency", "0.01", "--lead", "0.005"], r"issue lead \(0.005 s\) is shorter"),
 ]
 
 REFUSED_ON_A_GPU = [
     (["--schedule", "SCHEDULE:auto,1234@5678"], "the schedule names 1234@5678, which the GPU cannot run"),
     (["--schedule", "SCHEDULE:1000@3201"], "core clock 1000 MHz is not supported"),
-    (["--lookahead", "0.002"], r"shorter than the switching latency \(0.006 s\)"),
+    (["--lead", "0.002"], r"shorter than the switching latency \(0.006 s\)"),
     (["--device", "3"], "--device 3: this machine has 1 NVIDIA GPU"),
     (["--checkpoint", "gpt3xl-rtx3080ti"], "trained for 'NVIDIA GeForce RTX 3080 Ti'.*is NVIDIA H200"),
 ]
 
 ACCEPTED_ON_A_GPU = [
     ["--schedule", "SCHEDULE:auto,1980@3201,1005@3201"],
-    ["--checkpoint", "gpt3xl-h200", "--lookahead", "0.006"],
+    ["--checkpoint", "gpt3xl-h200", "--lead", "0.006"],
     ["--device", "0", "--report", "{d}/new/r.json", "--save", "{d}/saved"],
 ]
 
@@ -83,13 +83,13 @@ def test_good_inputs_reach_the_command(fake_gpu, tmp_path, monkeypatch, capsys, 
     assert fake_gpu()["calls"] == []  # the checks change nothing on the GPU
 
 
-@pytest.mark.parametrize("lookahead_s", [0.006, 0.0065, 1.0])
-def test_the_lookahead_fix_works(lookahead_s):
-    """The fix of a too-short lookahead names the least one that plans, and the default: both plan."""
-    from rlclock.deploy.plan import LOOKAHEAD_MARGIN_S, check_lookahead
+@pytest.mark.parametrize("lead_s", [0.006, 0.0065, 1.0])
+def test_the_lead_fix_works(lead_s):
+    """The fix of a too-short lead names the least one that plans, and the default: both plan."""
+    from rlclock.deploy.plan import LEAD_MARGIN_S, check_lead
     from rlclock.errors import DeployError
 
     with pytest.raises(DeployError, match=r"at least 0.006 s.*default \(0.0065 s\)"):
-        check_lookahead(0.006, 0.001)
-    assert check_lookahead(0.006, lookahead_s) == lookahead_s
-    assert check_lookahead(0.006) == pytest.approx(0.006 + LOOKAHEAD_MARGIN_S)
+        check_lead(0.006, 0.001)
+    assert check_lead(0.006, lead_s) == lead_s
+    assert check_lead(0.006) == pytest.approx(0.006 + LEAD_MARGIN_S)

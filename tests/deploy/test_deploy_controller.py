@@ -324,7 +324,7 @@ def test_report_places_steps_between_anchors_at_an_even_pace(alternating):
     for k, gpu in ((0, 0.0), (4, 0.176), (8, 0.352), (12, 1.352)):
         log._append(k, gpu, 10.0 + gpu, 10.0 + gpu, True)
     assert np.allclose(log.periods_s()[:2], 0.044)
-    ideal = [10.0 + 0.044 * k + plan.events[2].start_s * 1.1 - plan.lookahead_s for k in range(12)]
+    ideal = [10.0 + 0.044 * k + plan.events[2].start_s * 1.1 - plan.lead_s for k in range(12)]
     records = [("switch", 2, 2, ideal[2], ideal[2], 0.0, True),         # between anchors: placed, on time
                ("switch", 5, 2, ideal[5], ideal[5] + 0.001, 0.0, True),  # 1 ms late
                ("switch", 9, 2, ideal[9], ideal[9], 0.0, True),          # in the interval with the pause: not placed

@@ -114,7 +114,7 @@ def test_nothing_to_judge_and_costs_of_another_step_are_said():
 
 
 def test_the_controller_reports_what_it_delivered_in_its_json_and_apply_says_it(tmp_path):
-    ctl = ClockController(SCHEDULE, TIMELINE, latency_s=0.006, lookahead_s=0.006, worker="thread", anchor="host",
+    ctl = ClockController(SCHEDULE, TIMELINE, latency_s=0.006, lead_s=0.006, worker="thread", anchor="host",
                           nvml=False, costs=COSTS)
     with ctl:
         for _ in range(8):
@@ -138,7 +138,7 @@ def test_save_draws_a_step_with_its_landings(tmp_path):
     from rlclock.deploy.api import clocked
     from rlclock.deploy.plot import chosen_step
 
-    clk = clocked(SCHEDULE, timeline=TIMELINE, latency_s=0.006, lookahead_s=0.006, worker="thread", verbose=False,
+    clk = clocked(SCHEDULE, timeline=TIMELINE, latency_s=0.006, lead_s=0.006, worker="thread", verbose=False,
                   save=str(tmp_path))
     clk.costs = COSTS
     with clk:

@@ -67,7 +67,7 @@ def test_executable_schedules_execute_without_skips_or_late_switches(seed):
 
 
 def test_settling_moves_no_landing():
-    # A x5, B x2, A x5 (1 ms kernels), latency = lookahead = 3 ms: the switch back into A waits and lands late;
+    # A x5, B x2, A x5 (1 ms kernels), latency = lead = 3 ms: the switch back into A waits and lands late;
     # settled, the kernels before it ask for B, and the landings are those that ran before
     start = np.arange(12) * 1e-3
     dur = np.full(12, 1e-3)
@@ -132,7 +132,7 @@ def test_a_cycle_is_seen_from_each_step_with_its_neighbours_landings():
 
 
 @pytest.mark.parametrize("case", [dict(latency_s=-1.0), dict(latency_s=float("nan")), dict(latency_s=0.006,
-                                  lookahead_s=0.005), dict(latency_s=0.006, min_dwell_s=-1.0)])
+                                  lead_s=0.005), dict(latency_s=0.006, min_dwell_s=-1.0)])
 def test_bad_rules_are_refused(case):
     with pytest.raises(RuleError):
         SwitchRule.of(**case)
@@ -162,7 +162,7 @@ def test_judging_a_deployed_schedule_is_pricing_what_the_controller_issues(seed)
     assert (again.planned_time_s, again.planned_energy_j) == (got.planned_time_s, got.planned_energy_j)
     schedule = ClockSchedule([AUTO, ClockConfig(1500, 3201), ClockConfig(1000, 3201)], got.runs)
     timeline = StepTimeline(start, dur, period)
-    plan = plan_switches(schedule, timeline, rule.latency_s, rule.lookahead_s)
+    plan = plan_switches(schedule, timeline, rule.latency_s, rule.lead_s)
     assert [e.land_s for e in plan.events] == got.executed.land_s.tolist()  # the controller's own switches
     each = [executed_cost(t, e, got.executed, p, dur) for p in ex.placements()]
     assert np.array_equal(ex.placements()[1:], start + jitter)  # in order already
@@ -206,7 +206,7 @@ def test_descending_never_costs_more_and_the_controller_lands_what_it_chose(seed
     if not executed.land_s.size:
         pytest.skip("this draw holds one configuration")
     costs = LandingCosts.of(t, e, 300.0, ex)
-    grid = start - (rule.lookahead_s - rule.latency_s)
+    grid = start - (rule.lead_s - rule.latency_s)
     order = np.argsort(executed.land_s)
     before = costs.total(executed.land_s[order], executed.config[order]).mean()
     lands, cfg, hold = descend(costs, executed.land_s, executed.config, grid, rule.latency_s, executed.initial)
@@ -273,7 +273,7 @@ def test_every_plan_keeps_the_rule(seed):
         assert np.all(gaps >= rule.latency_s - 1e-12)
     for j, c, issue, land in zip(ex.segment, ex.config, ex.issue_s, ex.land_s, strict=True):
         assert c == seg.config[j] and land < seg.end_s[j] - rule.min_dwell_s  # worth issuing
-        assert issue >= seg.start_s[j] - rule.lookahead_s - 1e-12  # never earlier than one lookahead ahead
+        assert issue >= seg.start_s[j] - rule.lead_s - 1e-12  # never earlier than one lead ahead
     assert not set(ex.skipped) & set(ex.segment.tolist())
     if ex.config.size > 1:  # no switch to what is already in effect
         assert np.all(ex.config != np.roll(ex.config, 1))
@@ -336,7 +336,7 @@ def test_a_rule_with_no_dwell_issues_until_the_last_moment():
 
 
 def test_a_cut_that_cannot_wait_stays_on_time_and_nothing_crowds_it():
-    # A A A C C C (1 ms kernels), a 6 ms step, 5 ms latency, 6 ms lookahead: two switches cannot both repeat every
+    # A A A C C C (1 ms kernels), a 6 ms step, 5 ms latency, 6 ms lead: two switches cannot both repeat every
     # 6 ms, so the plan holds one configuration and leaves the other segment's request unmet
     rule = SwitchRule.of(0.005, 0.006, 0.0005)
     ex = execute(np.array([0, 0, 0, 2, 2, 2]), np.arange(6) * 1e-3, np.full(6, 1e-3), 0.006, rule)

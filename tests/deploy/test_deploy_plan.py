@@ -1,11 +1,11 @@
-"""Timeline and switch plan: segments, lookahead, one switch at a time, the worth-issuing rule, steady state."""
+"""Timeline and switch plan: segments, lead, one switch at a time, the worth-issuing rule, steady state."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from rlclock.deploy.plan import LOOKAHEAD_MARGIN_S, SwitchPlan, plan_switches, segments_of
+from rlclock.deploy.plan import LEAD_MARGIN_S, SwitchPlan, plan_switches, segments_of
 from rlclock.deploy.timeline import StepTimeline
 from rlclock.errors import DeployError, ScheduleError
 from rlclock.schedule import ClockConfig, ClockSchedule
@@ -56,35 +56,35 @@ def test_segments_collapse_equal_neighbours():
 
 def test_switches_are_issued_one_lookahead_ahead_and_land_in_time(alternating):
     schedule, timeline = alternating
-    plan = plan_switches(schedule, timeline, latency_s=0.006, lookahead_s=0.006)
+    plan = plan_switches(schedule, timeline, latency_s=0.006, lead_s=0.006)
     assert plan.n_switches == 4 and not plan.skipped
     # the first segment's switch comes during the previous step; the others 6 ms before their segment
     assert [round(e.issue_s, 9) for e in plan.events] == [-0.006, 0.004, 0.014, 0.024]
     assert all(e.land_s == pytest.approx(e.start_s) for e in plan.events)
     assert plan.initial == A  # the switch into A, issued in the previous step, lands as the step starts
     assert plan.on_plan_fraction == pytest.approx(1.0)
-    assert plan_switches(schedule, timeline, 0.006).lookahead_s == pytest.approx(0.006 + LOOKAHEAD_MARGIN_S)
+    assert plan_switches(schedule, timeline, 0.006).lead_s == pytest.approx(0.006 + LEAD_MARGIN_S)
 
 
 def test_a_segment_whose_switch_cannot_land_before_it_ends_is_skipped():
-    # 1 ms kernels: A x5, B, A, B x5; latency = lookahead = 3 ms. The switch into the lone B is issued at 2 ms
+    # 1 ms kernels: A x5, B, A, B x5; latency = lead = 3 ms. The switch into the lone B is issued at 2 ms
     # and lands at 5 ms; the one into the lone A could only be issued at 5 ms (one switch at a time) and would
     # land at 8 ms, after that A (6-7 ms) is over: skipped, and the B after it needs no switch.
     tl = StepTimeline.from_durations([1e-3] * 12)
-    plan = plan_switches(sched("AAAAABABBBBB"), tl, latency_s=0.003, lookahead_s=0.003)
+    plan = plan_switches(sched("AAAAABABBBBB"), tl, latency_s=0.003, lead_s=0.003)
     assert plan.skipped == (2,) and plan.initial == A
     assert [(e.config, round(e.issue_s, 9), round(e.land_s, 9)) for e in plan.events] == [(A, -0.003, 0.0),
                                                                                            (B, 0.002, 0.005)]
     # with a 1 ms latency every segment is served
-    plan = plan_switches(sched("AAAAABABBBBB"), tl, latency_s=0.001, lookahead_s=0.001)
+    plan = plan_switches(sched("AAAAABABBBBB"), tl, latency_s=0.001, lead_s=0.001)
     assert plan.skipped == () and plan.n_switches == 4 and plan.on_plan_fraction == pytest.approx(1.0)
 
 
 def test_switches_wait_for_the_previous_one():
-    # A x5, B x2, A x5 (1 ms kernels), latency = lookahead = 3 ms: the switch into B goes at 2 ms; the one back
+    # A x5, B x2, A x5 (1 ms kernels), latency = lead = 3 ms: the switch into B goes at 2 ms; the one back
     # into A would go at 4 ms but must wait until 5 ms, one latency after it, and lands 1 ms into A
     tl = StepTimeline.from_durations([1e-3] * 12)
-    plan = plan_switches(sched("AAAAABBAAAAA"), tl, latency_s=0.003, lookahead_s=0.003)
+    plan = plan_switches(sched("AAAAABBAAAAA"), tl, latency_s=0.003, lead_s=0.003)
     assert plan.initial == A
     assert [(e.config, round(e.issue_s, 9), round(e.late_s, 9)) for e in plan.events] == [(B, 0.002, 0.0),
                                                                                            (A, 0.005, 0.001)]
@@ -99,7 +99,7 @@ def test_min_dwell_skips_switches_that_would_serve_too_little():
 
 
 def test_the_first_switch_waits_for_the_last_one_of_the_previous_step():
-    # A x9, B x3; latency = lookahead = 4 ms, step 12 ms: the switch into B goes at 5 ms, so the switch into
+    # A x9, B x3; latency = lead = 4 ms, step 12 ms: the switch into B goes at 5 ms, so the switch into
     # the next step's A cannot go at -4 ms (8 ms after B's, counted in this step) but at -3 ms, 1 ms late
     tl = StepTimeline.from_durations([1e-3] * 12)
     plan = plan_switches(sched("A" * 9 + "B" * 3), tl, 0.004, 0.004)
@@ -139,7 +139,7 @@ def test_a_step_shorter_than_the_latency_holds_one_configuration():
     assert plan.on_plan_fraction == pytest.approx(0.7)
 
 
-def test_lookahead_shorter_than_latency_and_bad_latency_are_refused(alternating):
+def test_lead_shorter_than_latency_and_bad_latency_are_refused(alternating):
     schedule, timeline = alternating
     with pytest.raises(DeployError, match="shorter than the switching latency"):
         plan_switches(schedule, timeline, 0.006, 0.005)
@@ -217,10 +217,10 @@ def test_segments_events_and_the_rule_say_what_they_hold(alternating):
     assert not on_anchor.pre_issued and on_anchor.late_s == 0.0  # issued at the anchor is in this step
     assert plan.in_effect(np.array([0.0005, 0.0105, 0.0395])) == [ClockConfig(1980, 3201), ClockConfig(1410, 3201),
                                                                   ClockConfig(1410, 3201)]
-    assert rule_of(0.006).min_dwell_s == 0.0 and rule_of(0.006).lookahead_s == pytest.approx(0.0065)
+    assert rule_of(0.006).min_dwell_s == 0.0 and rule_of(0.006).lead_s == pytest.approx(0.0065)
     with pytest.raises(DeployError) as short:
         rule_of(0.006, 0.005)
-    assert "lookahead of at least the switching latency" in str(short.value)
+    assert "issue lead (--lead) of at least 0.006 s" in str(short.value)
     with pytest.raises(DeployError) as negative:
         rule_of(-0.001)
     assert negative.value.fix is None and "latency" in str(negative.value)

@@ -29,8 +29,8 @@ HOLD_C = ClockSchedule.constant(C, 40)
 A_B_A = ClockSchedule([A, B], [0] * 10 + [1] * 20 + [0] * 10, "aba")
 
 
-def plans(*schedules, lookahead_s=0.006):
-    return [plan_switches(s, TIMELINE, latency_s=0.006, lookahead_s=lookahead_s) for s in schedules]
+def plans(*schedules, lead_s=0.006):
+    return [plan_switches(s, TIMELINE, latency_s=0.006, lead_s=lead_s) for s in schedules]
 
 
 def make(*schedules, anchor_every=1):
@@ -113,7 +113,7 @@ def test_the_worker_runs_each_steps_plan_and_switches_at_the_boundaries():
     assert got[:8] == [("resync", 0, 0, 0, 0.0), ("switch", 0, 1, 0, 6.0), ("switch", 0, 2, 0, 14.0),
                        ("switch", 0, 3, 0, 24.0), ("switch", 1, 0, 0, 34.0), ("switch", 1, 1, 0, 44.0),
                        ("switch", 1, 2, 0, 54.0), ("switch", 1, 3, 0, 64.0)]
-    # step 2 holds C: one boundary switch, one lookahead before the step starts; nothing of plan 0 for it
+    # step 2 holds C: one boundary switch, one lead before the step starts; nothing of plan 0 for it
     assert got[8] == ("boundary", 2, -1, 1, 74.0)
     # step 3 runs plan 0 again, which sets its own start: its switch into A, issued during step 2, is all it needs
     assert got[9:13] == [("switch", 3, 0, 0, 114.0), ("switch", 3, 1, 0, 124.0), ("switch", 3, 2, 0, 134.0),
@@ -197,7 +197,7 @@ def test_a_step_whose_clocks_a_superseded_switch_moved_gets_a_boundary_switch():
 
 
 def test_a_switch_of_the_previous_plan_after_the_next_plan_took_over_is_not_issued():
-    alternating, hold = plans(ALTERNATING, HOLD_C, lookahead_s=0.008)
+    alternating, hold = plans(ALTERNATING, HOLD_C, lead_s=0.008)
     # a plan whose last switch goes out late in its step, after the next step's plan has issued its first
     last = alternating.events[-1]
     late = dataclasses.replace(alternating, events=(*alternating.events[:-1], dataclasses.replace(
@@ -260,7 +260,7 @@ def test_the_report_counts_each_plans_steps_and_judges_its_switches_by_its_own_p
     def on_time(step, event, plan, late_s=0.0):
         p = (alternating, aba)[plan]
         start = p.events[event].start_s if event >= 0 else p.segments[0].start_s
-        t = anchors[step] + start - p.lookahead_s
+        t = anchors[step] + start - p.lead_s
         return SwitchRecord("boundary" if event < 0 else "switch", step, event, t, t + late_s, 1e-4, False, plan)
 
     records = [on_time(0, 1, 0), on_time(0, 2, 0, 0.001),
@@ -273,7 +273,7 @@ def test_the_report_counts_each_plans_steps_and_judges_its_switches_by_its_own_p
                        {"mode": "dry-run", "gpu_name": "X", "device": 0}, "process", steps=4,
                        plans=[alternating, aba], plan_of=lambda k: k % 2)
     assert rep.issued == 6 and rep.boundary == 1 and rep.superseded == 1 and rep.replaced == 1 and rep.noop == 1
-    assert rep.switch_error.n == 5 and rep.late == 2  # (at a lookahead of one latency, any delay is late)
+    assert rep.switch_error.n == 5 and rep.late == 2  # (at a lead of one latency, any delay is late)
     zero, one = rep.per_plan
     assert (zero.plan, zero.steps, zero.issued, zero.boundary, zero.late) == (0, 2, 3, 0, 1)
     assert (one.plan, one.steps, one.issued, one.boundary, one.late) == (1, 2, 2, 1, 1)

@@ -18,7 +18,7 @@ A, B = ClockConfig(1980, 3201), ClockConfig(1410, 3201)
 
 def make(alternating, read_back=False, follow_pace=False):
     schedule, timeline = alternating
-    plan = plan_switches(schedule, timeline, latency_s=0.006, lookahead_s=0.006)
+    plan = plan_switches(schedule, timeline, latency_s=0.006, lead_s=0.006)
     clock = Clock()
     control = Recording(clock)
     return plan, clock, control, SwitchWorker(plan, control, read_back=read_back, clock=clock,
@@ -138,7 +138,7 @@ def test_build_control_validates_the_plan_against_the_gpu(fake_gpu):
 
 def make_sparse(alternating, anchor_every):
     schedule, timeline = alternating
-    plan = plan_switches(schedule, timeline, latency_s=0.006, lookahead_s=0.006)
+    plan = plan_switches(schedule, timeline, latency_s=0.006, lead_s=0.006)
     clock = Clock()
     control = Recording(clock)
     return plan, clock, control, SwitchWorker(plan, control, read_back=False, clock=clock, anchor_every=anchor_every)
@@ -233,11 +233,11 @@ def test_the_worker_follows_the_running_steps_pace(alternating, period_s):
     run_steps(worker, clock, period_s, 6)
     pace = period_s / 0.04
     assert worker.pace == pytest.approx(pace) and worker.result()["pace"] == pytest.approx(pace)
-    # step 4: every segment's start stretched by the pace, each switch its 6 ms lookahead before it
+    # step 4: every segment's start stretched by the pace, each switch its 6 ms lead before it
     anchor = 100.0 + 4 * period_s
     got = dict(issued_in_step(worker, 4))
     assert sorted(got) == [0, 1, 2, 3]
-    # (the first segment starts at the anchor: its switch went out one lookahead before, during step 3)
+    # (the first segment starts at the anchor: its switch went out one lead before, during step 3)
     assert [got[e] for e in range(4)] == pytest.approx([anchor + pace * s - 0.006 for s in starts])
     assert "missed" not in [r[0] for r in worker.records]
 
@@ -264,7 +264,7 @@ def test_the_pace_waits_for_enough_steps_is_bounded_and_is_off_by_default(altern
 def make_with_points(points=(10, 20, 30)):
     timeline = StepTimeline(np.arange(40) * 1e-3, np.full(40, 1e-3), 0.04, points=points)
     schedule = ClockSchedule([A, B], [0] * 10 + [1] * 10 + [0] * 10 + [1] * 10)
-    plan = plan_switches(schedule, timeline, latency_s=0.006, lookahead_s=0.006)
+    plan = plan_switches(schedule, timeline, latency_s=0.006, lead_s=0.006)
     clock = Clock()
     control = Recording(clock)
     return plan, clock, control, SwitchWorker(plan, control, read_back=False, clock=clock)

@@ -121,7 +121,7 @@ def test_the_deployed_worker_refuses_a_plan_with_another_memory_clock(fake_nvml)
 
     plan = {"segments": [[0, 5, "auto", 0.0, 0.005], [5, 10, "1410@2201", 0.005, 0.01]],
             "events": [[1, "1410@2201", 0.0, 0.005, 0.005, 0.01]], "skipped": [], "initial": "auto",
-            "latency_s": 0.006, "lookahead_s": 0.0, "min_dwell_s": 0.0, "period_s": 0.01,
+            "latency_s": 0.006, "lead_s": 0.0, "min_dwell_s": 0.0, "period_s": 0.01,
             "span_s": 0.01, "on_plan_fraction": 1.0}
     assert ClockConfig(1410, 2201) in SwitchPlan.from_dict(plan).configs
     with pytest.raises(ClockError, match="cannot lock its memory clock"):
