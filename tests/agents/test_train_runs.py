@@ -217,6 +217,7 @@ def test_a_running_run_cannot_be_resumed_beside_itself(tmp_path):
         proc.communicate(timeout=120)
 
 
+@pytest.mark.realtime  # a signal at a set time after the start: run alone, not beside the parallel half
 @pytest.mark.parametrize("delay_s", [0.3, 1.0, 2.5])
 @pytest.mark.parametrize("ignored", [False, True])
 def test_ctrl_c_from_the_first_second_ends_the_run(tmp_path, delay_s, ignored):

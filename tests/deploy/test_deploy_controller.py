@@ -312,8 +312,10 @@ def test_cuda_anchors_take_events_from_a_pool_and_send_only_anchored_marks():
     log = anchors.close()
     assert sent == list(range(0, 40, 5)) and log.step == list(range(40)) and not log.errors
     assert anchors.created <= 6  # the events come back to the pool once read: none made per mark
-    assert np.all(np.isfinite(log.busy_s[:-1])) and np.nanmedian(log.busy_s) == pytest.approx(0.002, abs=0.0015)
-    assert np.nanmedian(log.periods_s()) == pytest.approx(0.004, abs=0.002)
+    # 2 ms busy in 4 ms steps, timed by host sleeps: a loaded machine stretches both, never shortens them
+    busy, period = float(np.nanmedian(log.busy_s)), float(np.nanmedian(log.periods_s()))
+    assert np.all(np.isfinite(log.busy_s[:-1])) and 0.0015 <= busy <= 0.012 and 0.003 <= period <= 0.025
+    assert busy < period
 
 
 def test_report_places_steps_between_anchors_at_an_even_pace(alternating):
