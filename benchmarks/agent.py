@@ -71,8 +71,9 @@ def judge_held_out(pol: ClockPolicy, specs, per: dict) -> str:
         line, took = [], []
         for s in specs:
             ev = evaluate_policy(pol, s, search=search)
-            per.setdefault((s.name, search), []).append((100 * ev.fraction_of_optimum,
-                                                         ev.slowdown_pct - 100 * s.reward.budget))
+            per.setdefault((s.name, search), []).append(
+                (100 * ev.fraction_of_optimum, ev.slowdown_pct - 100 * s.reward.budget)
+            )
             line.append(f"{100 * ev.fraction_of_optimum:.1f}")
             took.append(plan_seconds(pol, s, search))
         parts.append(f"planned {label} {' / '.join(line)} % (planning {min(took):.2f}-{max(took):.2f} s)")
@@ -100,8 +101,10 @@ def judge_own(pol: ClockPolicy, spec, rows: dict) -> str:
         if not parts:
             parts.append(f"(optimum's saving {100 * ev.optimum_saving:.2f} %)")
         rows.setdefault(search, []).append((100 * ev.fraction_of_optimum, ev.slowdown_pct))
-        parts.append(f"planned {label} {100 * ev.fraction_of_optimum:.1f} % (slowdown {ev.slowdown_pct:+.2f} %, "
-                     f"{ev.evaluation.switches} switches, planning {plan_seconds(pol, spec, search):.2f} s)")
+        parts.append(
+            f"planned {label} {100 * ev.fraction_of_optimum:.1f} % (slowdown {ev.slowdown_pct:+.2f} %, "
+            f"{ev.evaluation.switches} switches, planning {plan_seconds(pol, spec, search):.2f} s)"
+        )
     return parts[0] + " " + "; ".join(parts[1:])
 
 
@@ -109,16 +112,20 @@ def own_summary(name: str, budget_pct: float, rows: dict, extra: str = "") -> No
     for search, label in PLANNERS:
         fr, sd = [r[0] for r in rows[search]], [r[1] for r in rows[search]]
         ok = min(fr) >= 95 and max(sd) <= budget_pct + 0.2
-        print(f"   {name} over {len(fr)} policies planned {label}: {spread(fr)} % of the optimum's saving, slowdown "
-              f"{spread(sd)} %{extra} -> target (>= 95 %, <= +{budget_pct + 0.2:g} %): {'met' if ok else 'MISSED'}")
+        print(
+            f"   {name} over {len(fr)} policies planned {label}: {spread(fr)} % of the optimum's saving, slowdown "
+            f"{spread(sd)} %{extra} -> target (>= 95 %, <= +{budget_pct + 0.2:g} %): {'met' if ok else 'MISSED'}"
+        )
 
 
 def trained_spec(seeds: list[int], runs: str) -> ClockPolicy | None:
     spec = load_env_spec("gpt3xl-rtx3080ti")
     agent = load_agent_config("ppo")
-    print(f"1. Trained spec: {spec.name} (simulated RTX 3080 Ti, latency {1e3 * spec.latency_s:g} ms, budget "
-          f"{100 * spec.reward.budget:g} %), recipe agents/ppo.yaml ({agent.imitation.iterations} DAgger rounds + "
-          f"{agent.timesteps} PPO steps), seeds {seeds}")
+    print(
+        f"1. Trained spec: {spec.name} (simulated RTX 3080 Ti, latency {1e3 * spec.latency_s:g} ms, budget "
+        f"{100 * spec.reward.budget:g} %), recipe agents/ppo.yaml ({agent.imitation.iterations} DAgger rounds + "
+        f"{agent.timesteps} PPO steps), seeds {seeds}"
+    )
     rows: dict = {}
     wall = []
     last = None
@@ -139,10 +146,12 @@ def scratch(runs: str) -> None:
     res = train([spec], agent, runs_dir=runs, progress=False, name="gpt3xl-rtx3080ti-scratch")
     ev = res.evaluations[0]
     best = max(res.history, key=lambda r: r.get("energy/fraction_of_optimum", 0.0))
-    print(f"   PPO from scratch (agents/ppo-scratch.yaml, {agent.timesteps} steps, seed {agent.seed}): saving "
-          f"{ev.saving_pct:.2f} % = {100 * ev.fraction_of_optimum:.1f} % of the optimum, slowdown "
-          f"{ev.slowdown_pct:+.2f} %, {res.wall_s / 60:.1f} min (best evaluation during training: "
-          f"{100 * best.get('energy/fraction_of_optimum', 0.0):.1f} % at step {int(best['step'])})")
+    print(
+        f"   PPO from scratch (agents/ppo-scratch.yaml, {agent.timesteps} steps, seed {agent.seed}): saving "
+        f"{ev.saving_pct:.2f} % = {100 * ev.fraction_of_optimum:.1f} % of the optimum, slowdown "
+        f"{ev.slowdown_pct:+.2f} %, {res.wall_s / 60:.1f} min (best evaluation during training: "
+        f"{100 * best.get('energy/fraction_of_optimum', 0.0):.1f} % at step {int(best['step'])})"
+    )
 
 
 def generalisation(seeds: list[int], runs: str) -> None:
@@ -150,17 +159,26 @@ def generalisation(seeds: list[int], runs: str) -> None:
     test_specs = load_env_specs("heldout-rtx3080ti")
     agent = load_agent_config("ppo")
     print()
-    print(f"2. Generalisation: trained on {len(train_specs)} workloads (family-rtx3080ti + family-rtx3080ti-random), "
-          f"evaluated on {len(test_specs)} unseen ones (heldout-rtx3080ti)")
+    print(
+        f"2. Generalisation: trained on {len(train_specs)} workloads (family-rtx3080ti + family-rtx3080ti-random), "
+        f"evaluated on {len(test_specs)} unseen ones (heldout-rtx3080ti)"
+    )
     per: dict = {}
     wall = []
     for seed in seeds:
-        res = train(train_specs, agent.with_(seed=seed), runs_dir=runs, progress=False,
-                    eval_specs=load_env_specs("family-rtx3080ti"), name=f"family-rtx3080ti-s{seed}")
+        res = train(
+            train_specs,
+            agent.with_(seed=seed),
+            runs_dir=runs,
+            progress=False,
+            eval_specs=load_env_specs("family-rtx3080ti"),
+            name=f"family-rtx3080ti-s{seed}",
+        )
         wall.append(res.wall_s / 60)
         pol = ClockPolicy.load(res.checkpoint)
-        print(f"   seed {seed}: {judge_held_out(pol, test_specs, per)}, trained in {res.wall_s / 60:.1f} min",
-              flush=True)
+        print(
+            f"   seed {seed}: {judge_held_out(pol, test_specs, per)}, trained in {res.wall_s / 60:.1f} min", flush=True
+        )
     held_out_summary(test_specs, per, extra=f"training {spread(wall)} min per seed; ")
     expert_table(test_specs)
 
@@ -168,13 +186,17 @@ def generalisation(seeds: list[int], runs: str) -> None:
 def expert_table(specs) -> None:
     """The exact ``energy + p·time`` expert planned like the policy: over every configuration, and over the
     candidate slots only (the expert the policy imitates)."""
-    print("   the exact Lagrangian expert planned the same way (why the planner mixes two prices), over all "
-          "configurations | over the candidate slots:")
+    print(
+        "   the exact Lagrangian expert planned the same way (why the planner mixes two prices), over all "
+        "configurations | over the candidate slots:"
+    )
     for s in specs:
         one, mix = expert_planning(s, restricted=False)
         r_one, r_mix = expert_planning(s, restricted=True)
-        print(f"   {s.name:42s} one price {100 * one:5.1f} %, two-price mix {100 * mix:5.1f} % | one price "
-              f"{100 * r_one:5.1f} %, mix {100 * r_mix:5.1f} % of the optimum's saving")
+        print(
+            f"   {s.name:42s} one price {100 * one:5.1f} %, two-price mix {100 * mix:5.1f} % | one price "
+            f"{100 * r_one:5.1f} %, mix {100 * r_mix:5.1f} % of the optimum's saving"
+        )
 
 
 def expert_planning(spec, restricted: bool) -> tuple[float, float]:
@@ -254,28 +276,38 @@ def cost(policy: ClockPolicy | None, checkpoint: str | None) -> None:
         searched.append(time.perf_counter() - s)
     n_dec = len(per) // 30
     widths = [w.shape[0] for w, _ in policy.weights.hidden]
-    print(f"   decision (numpy MLP {widths}, {len(policy.configs)} configurations in "
-          f"{policy.meta['candidate_slots']} candidate slots + keep): "
-          f"median {1e6 * np.median(per):.1f} us (target <= 20 us), p99 {1e6 * np.percentile(per, 99):.1f} us (the "
-          "first decision holding a configuration in a block of 64 contexts fills the block's in-effect part)")
+    print(
+        f"   decision (numpy MLP {widths}, {len(policy.configs)} configurations in "
+        f"{policy.meta['candidate_slots']} candidate slots + keep): "
+        f"median {1e6 * np.median(per):.1f} us (target <= 20 us), p99 {1e6 * np.percentile(per, 99):.1f} us (the "
+        "first decision holding a configuration in a block of 64 contexts fills the block's in-effect part)"
+    )
     contexts = policy.prepare(step).look.n_contexts
-    print(f"   whole GPT-3 XL step ({backend.n_kernels} kernels in {contexts} look-ahead contexts, {n_dec} decisions "
-          f"of which {computed} computed, the others shared by repeated layers; none while a switch is "
-          "in flight): "
-          f"median {1e3 * np.median(whole):.2f} ms (target <= 5 ms); {1e3 * np.median(fresh):.2f} ms on a trace object "
-          "not indexed before")
-    print(f"   planning the step to the budget: {1e3 * np.median(cal):.1f} ms from the policy's first choices, "
-          f"{np.median(searched):.2f} s with the search over its second choices")
+    print(
+        f"   whole GPT-3 XL step ({backend.n_kernels} kernels in {contexts} look-ahead contexts, {n_dec} decisions "
+        f"of which {computed} computed, the others shared by repeated layers; none while a switch is "
+        "in flight): "
+        f"median {1e3 * np.median(whole):.2f} ms (target <= 5 ms); {1e3 * np.median(fresh):.2f} ms on a trace object "
+        "not indexed before"
+    )
+    print(
+        f"   planning the step to the budget: {1e3 * np.median(cal):.1f} ms from the policy's first choices, "
+        f"{np.median(searched):.2f} s with the search over its second choices"
+    )
     first, _ = backend.trace.unique_index
     types = len(first)
     per_meas_s = 0.5 + 3 * 2.0  # warm-up + three 2 s energy windows, rlclock measure's defaults
     n_conf = backend.n_configs
     print(f"   real-GPU measurements to schedule a new workload ({types} distinct kernels, {n_conf} configurations):")
-    print(f"     exhaustive search (the paper's method, or the exact optimum on measured tables): {types * n_conf} "
-          f"(kernel, clock) measurements = {types * n_conf * per_meas_s / 3600:.1f} h at {per_meas_s:g} s each "
-          f"(the paper: ~3 GPU-days with 30 s each)")
-    print(f"     the policy: {types} auto-clock measurements ({types * per_meas_s / 60:.1f} min) to anchor its "
-          f"planning model, or 0 from shapes alone plus one profile of the step")
+    print(
+        f"     exhaustive search (the paper's method, or the exact optimum on measured tables): {types * n_conf} "
+        f"(kernel, clock) measurements = {types * n_conf * per_meas_s / 3600:.1f} h at {per_meas_s:g} s each "
+        f"(the paper: ~3 GPU-days with 30 s each)"
+    )
+    print(
+        f"     the policy: {types} auto-clock measurements ({types * per_meas_s / 60:.1f} min) to anchor its "
+        f"planning model, or 0 from shapes alone plus one profile of the step"
+    )
 
 
 def reevaluate(folders: list[str]) -> None:
@@ -307,16 +339,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs-dir", default="runs/benchmark-agent")
     p.add_argument("--skip-generalisation", action="store_true")
     p.add_argument("--only-generalisation", action="store_true", help="only section 2")
-    p.add_argument("--generalisation-seeds", type=int, nargs="+", default=None,
-                   help="seeds of section 2 (default: --seeds)")
+    p.add_argument(
+        "--generalisation-seeds", type=int, nargs="+", default=None, help="seeds of section 2 (default: --seeds)"
+    )
     p.add_argument("--checkpoint", default=None, help="time this checkpoint instead of the last trained")
     p.add_argument("--scratch", action="store_true", help="also train PPO from scratch once, for comparison")
     p.add_argument("--only-scratch", action="store_true", help="only the from-scratch comparison")
     p.add_argument("--only-cost", action="store_true", help="only section 3, timing --checkpoint")
-    p.add_argument("--only-experts", action="store_true",
-                   help="only the exact expert planned like the policy, on the trained spec and the held-out ones")
-    p.add_argument("--reevaluate", nargs="+", metavar="RUN", default=None,
-                   help="judge these trained policies (run folders or checkpoints) instead of training")
+    p.add_argument(
+        "--only-experts",
+        action="store_true",
+        help="only the exact expert planned like the policy, on the trained spec and the held-out ones",
+    )
+    p.add_argument(
+        "--reevaluate",
+        nargs="+",
+        metavar="RUN",
+        default=None,
+        help="judge these trained policies (run folders or checkpoints) instead of training",
+    )
     args = p.parse_args(argv)
     if args.reevaluate:
         reevaluate(args.reevaluate)

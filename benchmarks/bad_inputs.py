@@ -63,15 +63,25 @@ class Case:
     timeout_s: float = TIMEOUT_S
 
 
-SMALL = {"name": "small", "gpu": "rtx3080ti",
-         "workload": {"generator": "llmc", "batch": 8, "seq": 512, "hidden": 1024, "heads": 16, "layers": 2},
-         "actions": {"core_step_mhz": 210, "core_min_mhz": 630, "mem_mhz": [5001, 9501], "auto": True},
-         "observation": {"lookahead": 4}, "reward": {"budget": 0.01, "time_price": "optimum", "price_spread": 0.5}}
-TINY = {"timesteps": 512, "n_envs": 2, "ppo": {"n_steps": 256, "batch_size": 256, "n_epochs": 1},
-        "eval": {"every_steps": 512}, "policy": {"net_arch": [16, 16]},
-        "imitation": {"iterations": 1, "epochs": 1, "min_updates": 5}}
+SMALL = {
+    "name": "small",
+    "gpu": "rtx3080ti",
+    "workload": {"generator": "llmc", "batch": 8, "seq": 512, "hidden": 1024, "heads": 16, "layers": 2},
+    "actions": {"core_step_mhz": 210, "core_min_mhz": 630, "mem_mhz": [5001, 9501], "auto": True},
+    "observation": {"lookahead": 4},
+    "reward": {"budget": 0.01, "time_price": "optimum", "price_spread": 0.5},
+}
+TINY = {
+    "timesteps": 512,
+    "n_envs": 2,
+    "ppo": {"n_steps": 256, "batch_size": 256, "n_epochs": 1},
+    "eval": {"every_steps": 512},
+    "policy": {"net_arch": [16, 16]},
+    "imitation": {"iterations": 1, "epochs": 1, "min_updates": 5},
+}
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")
+)
 FIXTURES = Path(tempfile.gettempdir()) / "rlclock-bad-inputs"
 
 
@@ -120,45 +130,92 @@ def broken_files() -> list[Case]:
     }
     out = []
     for what, (body, expect) in bodies.items():
-        out.append(Case("broken file", f"env spec: {what}", rl("simulate", "{d}/bad.yaml"), {"bad.yaml": body},
-                        expect))
-        out.append(Case("broken file", f"recipe: {what}", rl("train", "{d}/small.yaml", "--agent", "{d}/bad.yaml",
-                                                             "--runs-dir", "{d}/runs", "--no-progress"),
-                        {"small.yaml": _yaml(SMALL), "bad.yaml": body}, expect))
-        out.append(Case("broken file", f"GPU spec: {what}", rl("simulate", "{d}/env.yaml"),
-                        {"env.yaml": _yaml({**{k: v for k, v in SMALL.items() if k != "gpu"},
-                                            "gpu_file": "bad.yaml"}), "bad.yaml": body}, expect))
+        out.append(Case("broken file", f"env spec: {what}", rl("simulate", "{d}/bad.yaml"), {"bad.yaml": body}, expect))
+        out.append(
+            Case(
+                "broken file",
+                f"recipe: {what}",
+                rl("train", "{d}/small.yaml", "--agent", "{d}/bad.yaml", "--runs-dir", "{d}/runs", "--no-progress"),
+                {"small.yaml": _yaml(SMALL), "bad.yaml": body},
+                expect,
+            )
+        )
+        out.append(
+            Case(
+                "broken file",
+                f"GPU spec: {what}",
+                rl("simulate", "{d}/env.yaml"),
+                {
+                    "env.yaml": _yaml({**{k: v for k, v in SMALL.items() if k != "gpu"}, "gpu_file": "bad.yaml"}),
+                    "bad.yaml": body,
+                },
+                expect,
+            )
+        )
     out += [
-        Case("broken file", "env spec: a folder", rl("simulate", "{d}/folder.yaml"), {"folder.yaml/x": ""},
-             "not a regular file"),
+        Case(
+            "broken file",
+            "env spec: a folder",
+            rl("simulate", "{d}/folder.yaml"),
+            {"folder.yaml/x": ""},
+            "not a regular file",
+        ),
         Case("broken file", "env spec: a device", rl("simulate", "/dev/zero"), {}, "not a regular file"),
         Case("broken file", "env spec: missing", rl("simulate", "{d}/nowhere/spec.yaml"), {}, "not found|exist"),
-        Case("broken file", "family: alias bomb", rl("train", "{d}/fam.yaml", "--runs-dir", "{d}/runs"),
-             {"fam.yaml": "family: [small.yaml]\n" + ALIAS_BOMB, "small.yaml": _yaml(SMALL)}, "alias"),
-        Case("broken file", "run config: alias bomb", rl("train", "--resume", "{d}/run", "--no-progress"),
-             {"run/config.yaml": ALIAS_BOMB, "run/summary.json": json.dumps({"status": "interrupted"})}, "alias"),
+        Case(
+            "broken file",
+            "family: alias bomb",
+            rl("train", "{d}/fam.yaml", "--runs-dir", "{d}/runs"),
+            {"fam.yaml": "family: [small.yaml]\n" + ALIAS_BOMB, "small.yaml": _yaml(SMALL)},
+            "alias",
+        ),
+        Case(
+            "broken file",
+            "run config: alias bomb",
+            rl("train", "--resume", "{d}/run", "--no-progress"),
+            {"run/config.yaml": ALIAS_BOMB, "run/summary.json": json.dumps({"status": "interrupted"})},
+            "alias",
+        ),
     ]
     return out
 
 
 ENV_FIELDS: list[tuple[str, Any, str]] = [
-    ("gpu", 42, "gpu"), ("gpu", "rtx9999", "unknown GPU"), ("gpu", DELETE, "gpu"),
-    ("workload", DELETE, "workload"), ("workload", "llmc", "workload"),
-    ("workload.generator", "gpt5", "generator"), ("workload.layers", "many", "layers"),
-    ("workload.layers", -3, "layers"), ("workload.layers", 2.5, "layers"), ("workload.heads", 0, "heads"),
-    ("workload.hidden", 1000, "divisible"), ("workload.colour", "red", "colour"),
-    ("switch_latency_s", -0.01, "switch_latency_s"), ("switch_latency_s", ".nan", "switch_latency_s"),
-    ("switch_latency_s", "fast", "switch_latency_s"), ("switch_latency_s", 1e300, "switch_latency_s"),
-    ("actions.core_step_mhz", 0, "core_step_mhz"), ("actions.core_step_mhz", "x", "core_step_mhz"),
-    ("actions.mem_mhz", [1234], "memory|mem"), ("actions.mem_mhz", 9501, "mem_mhz"),
+    ("gpu", 42, "gpu"),
+    ("gpu", "rtx9999", "unknown GPU"),
+    ("gpu", DELETE, "gpu"),
+    ("workload", DELETE, "workload"),
+    ("workload", "llmc", "workload"),
+    ("workload.generator", "gpt5", "generator"),
+    ("workload.layers", "many", "layers"),
+    ("workload.layers", -3, "layers"),
+    ("workload.layers", 2.5, "layers"),
+    ("workload.heads", 0, "heads"),
+    ("workload.hidden", 1000, "divisible"),
+    ("workload.colour", "red", "colour"),
+    ("switch_latency_s", -0.01, "switch_latency_s"),
+    ("switch_latency_s", ".nan", "switch_latency_s"),
+    ("switch_latency_s", "fast", "switch_latency_s"),
+    ("switch_latency_s", 1e300, "switch_latency_s"),
+    ("actions.core_step_mhz", 0, "core_step_mhz"),
+    ("actions.core_step_mhz", "x", "core_step_mhz"),
+    ("actions.mem_mhz", [1234], "memory|mem"),
+    ("actions.mem_mhz", 9501, "mem_mhz"),
     ("actions.configs", ["fast@9"], "not understood|configuration"),
     ("actions.configs", ["99999@9501"], "not supported"),
-    ("observation.lookahead", 10**6, "lookahead"), ("observation.lookahead", -1, "lookahead"),
+    ("observation.lookahead", 10**6, "lookahead"),
+    ("observation.lookahead", -1, "lookahead"),
     ("observation.look_ahead", 4, "unknown field"),
-    ("reward.scale", 0, "scale"), ("reward.scale", ".inf", "scale"), ("reward.overrun_penalty", -1, "overrun"),
-    ("reward.time_price", "cheap", "time_price"), ("reward.price_spread", 99, "price_spread"),
-    ("backend.kind", "cloud", "backend"), ("backend.noise_std", -1, "noise_std"),
-    ("backend.noise_std", 1e9, "noise_std"), ("name", ["a"], "name"), ("max_episode_steps", 10, "unknown field"),
+    ("reward.scale", 0, "scale"),
+    ("reward.scale", ".inf", "scale"),
+    ("reward.overrun_penalty", -1, "overrun"),
+    ("reward.time_price", "cheap", "time_price"),
+    ("reward.price_spread", 99, "price_spread"),
+    ("backend.kind", "cloud", "backend"),
+    ("backend.noise_std", -1, "noise_std"),
+    ("backend.noise_std", 1e9, "noise_std"),
+    ("name", ["a"], "name"),
+    ("max_episode_steps", 10, "unknown field"),
 ]
 
 
@@ -169,38 +226,95 @@ def env_values() -> list[Case]:
         text = _yaml(_set(SMALL, path, value))
         if isinstance(value, str) and value.startswith("."):  # YAML's own NaN and infinity
             text = text.replace(f"'{value}'", value)
-        out.append(Case("env spec value", f"{path} = {value if value is not DELETE else '(missing)'}",
-                        rl("simulate", "{d}/bad.yaml"), {"bad.yaml": text}, expect))
+        out.append(
+            Case(
+                "env spec value",
+                f"{path} = {value if value is not DELETE else '(missing)'}",
+                rl("simulate", "{d}/bad.yaml"),
+                {"bad.yaml": text},
+                expect,
+            )
+        )
     return out
 
 
 def sizes() -> list[Case]:
     """Steps, dimensions, families and schedules past every limit (each must be refused before it is built)."""
-    big = [("workload.layers", 10**6), ("workload.layers", 10**12), ("workload.hidden", 10**9),
-           ("workload.batch", 10**9), ("workload.seq", 10**9), ("workload.vocab_padded", 10**12)]
-    out = [Case("size", f"llmc {p.split('.')[-1]} = {v:g}", rl("simulate", "{d}/big.yaml"),
-                {"big.yaml": _yaml(_set(SMALL, p, v))}, "more than rlclock|at most") for p, v in big]
+    big = [
+        ("workload.layers", 10**6),
+        ("workload.layers", 10**12),
+        ("workload.hidden", 10**9),
+        ("workload.batch", 10**9),
+        ("workload.seq", 10**9),
+        ("workload.vocab_padded", 10**12),
+    ]
+    out = [
+        Case(
+            "size",
+            f"llmc {p.split('.')[-1]} = {v:g}",
+            rl("simulate", "{d}/big.yaml"),
+            {"big.yaml": _yaml(_set(SMALL, p, v))},
+            "more than rlclock|at most",
+        )
+        for p, v in big
+    ]
     tr = {**SMALL, "workload": {"generator": "transformer", "hidden": 1024, "heads": 16, "layers": 2}}
-    for p, v in [("workload.layers", 10**7), ("workload.ffn", 10**10), ("workload.vocab", 10**12),
-                 ("workload.kv_heads", 10**8)]:
-        out.append(Case("size", f"transformer {p.split('.')[-1]} = {v:g}", rl("simulate", "{d}/big.yaml"),
-                        {"big.yaml": _yaml(_set(tr, p, v))}, "more than rlclock|at most|kv_heads"))
+    for p, v in [
+        ("workload.layers", 10**7),
+        ("workload.ffn", 10**10),
+        ("workload.vocab", 10**12),
+        ("workload.kv_heads", 10**8),
+    ]:
+        out.append(
+            Case(
+                "size",
+                f"transformer {p.split('.')[-1]} = {v:g}",
+                rl("simulate", "{d}/big.yaml"),
+                {"big.yaml": _yaml(_set(tr, p, v))},
+                "more than rlclock|at most|kv_heads",
+            )
+        )
     out += [
-        Case("size", "family of 10^6 random specs", rl("train", "{d}/fam.yaml", "--runs-dir", "{d}/runs"),
-             {"fam.yaml": _yaml({"family": {"random": 10**6, "base": "gpt3xl-rtx3080ti"}})}, "random"),
-        Case("size", "family of 2000 members", rl("train", "{d}/fam.yaml", "--runs-dir", "{d}/runs"),
-             {"fam.yaml": _yaml({"family": ["gpt3xl-rtx3080ti"] * 2000})}, "family of 2000"),
-        Case("size", "family of 40 latency scales", rl("train", "{d}/fam.yaml", "--runs-dir", "{d}/runs"),
-             {"fam.yaml": _yaml({"family": {"corpus": "corpus-h200", "latency_scales": [1 + k / 10 for k in
-                                                                                        range(40)]}})},
-             "latency_scales"),
+        Case(
+            "size",
+            "family of 10^6 random specs",
+            rl("train", "{d}/fam.yaml", "--runs-dir", "{d}/runs"),
+            {"fam.yaml": _yaml({"family": {"random": 10**6, "base": "gpt3xl-rtx3080ti"}})},
+            "random",
+        ),
+        Case(
+            "size",
+            "family of 2000 members",
+            rl("train", "{d}/fam.yaml", "--runs-dir", "{d}/runs"),
+            {"fam.yaml": _yaml({"family": ["gpt3xl-rtx3080ti"] * 2000})},
+            "family of 2000",
+        ),
+        Case(
+            "size",
+            "family of 40 latency scales",
+            rl("train", "{d}/fam.yaml", "--runs-dir", "{d}/runs"),
+            {
+                "fam.yaml": _yaml(
+                    {"family": {"corpus": "corpus-h200", "latency_scales": [1 + k / 10 for k in range(40)]}}
+                )
+            },
+            "latency_scales",
+        ),
     ]
     return out
 
 
 def _kernel(**kw: Any) -> dict[str, Any]:
-    return {"name": "k", "op": "op", "category": "gemm", "phase": "forward", "flops": 1e9, "dram_read_bytes": 1e6,
-            "dram_write_bytes": 1e6, **kw}
+    return {
+        "name": "k",
+        "op": "op",
+        "category": "gemm",
+        "phase": "forward",
+        "flops": 1e9,
+        "dram_read_bytes": 1e6,
+        "dram_write_bytes": 1e6,
+        **kw,
+    }
 
 
 def _trace(kernels: list[Any], **kw: Any) -> dict[str, Any]:
@@ -222,44 +336,97 @@ def traces() -> list[Case]:
         "a kernel is a list": (json.dumps(_trace([[1, 2]])), "object"),
         "wrong format": (json.dumps(_trace([_kernel()], format="other")), "format"),
         "version 9": (json.dumps(_trace([_kernel()], version=9)), "version 9"),
-        "measured 10^6 s at 0 J": (json.dumps(_trace([_kernel(measured=[{"gpu": "x", "time_s": 1e6,
-                                                                          "energy_j": 0.0}])])), "time_s"),
-        "measured 1 ms at 0 J": (json.dumps(_trace([_kernel(measured=[{"gpu": "x", "time_s": 1e-3,
-                                                                        "energy_j": 0.0}])])), "W"),
+        "measured 10^6 s at 0 J": (
+            json.dumps(_trace([_kernel(measured=[{"gpu": "x", "time_s": 1e6, "energy_j": 0.0}])])),
+            "time_s",
+        ),
+        "measured 1 ms at 0 J": (
+            json.dumps(_trace([_kernel(measured=[{"gpu": "x", "time_s": 1e-3, "energy_j": 0.0}])])),
+            "W",
+        ),
         "measured text time": (json.dumps(_trace([_kernel(measured=[{"gpu": "x", "time_s": "1ms"}])])), "time_s"),
-        "measured clock text": (json.dumps(_trace([_kernel(measured=[{"gpu": "x", "time_s": 1e-3,
-                                                                       "core_mhz": "max"}])])), "core_mhz"),
+        "measured clock text": (
+            json.dumps(_trace([_kernel(measured=[{"gpu": "x", "time_s": 1e-3, "core_mhz": "max"}])])),
+            "core_mhz",
+        ),
         "not JSON": ("<html>", "not a readable"),
         "extra data": (good + "{}", "extra data"),
-        "deep meta": (json.dumps(_trace([_kernel()], meta={})).replace('"meta": {}', '"meta": ' + "[" * 5000 +
-                                                                          "]" * 5000), "deep|nested|meta"),
+        "deep meta": (
+            json.dumps(_trace([_kernel()], meta={})).replace('"meta": {}', '"meta": ' + "[" * 5000 + "]" * 5000),
+            "deep|nested|meta",
+        ),
         "binary": (b"\x00\x01\x02\xff", "not a readable"),
     }
     out = []
     for what, (body, expect) in bodies.items():
-        out.append(Case("trace", what, rl("simulate", "{d}/env.yaml"),
-                        {"env.yaml": _yaml(_set(SMALL, "workload", {"trace": "t.json"})), "t.json": body}, expect))
-    out.append(Case("trace", "gzip truncated", rl("simulate", "{d}/env.yaml"),
-                    {"env.yaml": _yaml(_set(SMALL, "workload", {"trace": "t.json.gz"})),
-                     "t.json.gz": gzip.compress(good.encode())[:40]}, "not a readable"))
-    out.append(Case("trace", "a folder", rl("simulate", "{d}/env.yaml"),
-                    {"env.yaml": _yaml(_set(SMALL, "workload", {"trace": "t.json"})), "t.json/x": ""},
-                    "not a regular file"))
+        out.append(
+            Case(
+                "trace",
+                what,
+                rl("simulate", "{d}/env.yaml"),
+                {"env.yaml": _yaml(_set(SMALL, "workload", {"trace": "t.json"})), "t.json": body},
+                expect,
+            )
+        )
+    out.append(
+        Case(
+            "trace",
+            "gzip truncated",
+            rl("simulate", "{d}/env.yaml"),
+            {
+                "env.yaml": _yaml(_set(SMALL, "workload", {"trace": "t.json.gz"})),
+                "t.json.gz": gzip.compress(good.encode())[:40],
+            },
+            "not a readable",
+        )
+    )
+    out.append(
+        Case(
+            "trace",
+            "a folder",
+            rl("simulate", "{d}/env.yaml"),
+            {"env.yaml": _yaml(_set(SMALL, "workload", {"trace": "t.json"})), "t.json/x": ""},
+            "not a regular file",
+        )
+    )
     return out
 
 
 def _row(**kw: Any) -> dict[str, Any]:
-    return {"kernel": 0, "op": "op", "name": "k", "config": "auto", "time_s": 1e-3, "energy_j": 0.3, "power_w": 300.0,
-            "sm_clock_mhz": 1500.0, "mem_clock_mhz": 9501.0, **kw}
+    return {
+        "kernel": 0,
+        "op": "op",
+        "name": "k",
+        "config": "auto",
+        "time_s": 1e-3,
+        "energy_j": 0.3,
+        "power_w": 300.0,
+        "sm_clock_mhz": 1500.0,
+        "mem_clock_mhz": 9501.0,
+        **kw,
+    }
 
 
 def tables() -> list[Case]:
     """Measurement tables replayed by a recorded backend: text, NaN, clocks the GPU lacks, impossible powers."""
+
     def table(*rows: dict[str, Any], **kw: Any) -> str:
-        return json.dumps({"format": "rlclock.measurements", "version": 1, "meta": {"gpu": "NVIDIA GeForce RTX 3080 "
-                                                                                    "Ti"}, "rows": list(rows), **kw})
-    spec = {**SMALL, "workload": {"trace": "t.json"}, "backend": {"kind": "recorded", "table": "m.json"},
-            "actions": {"configs": ["auto"]}}
+        return json.dumps(
+            {
+                "format": "rlclock.measurements",
+                "version": 1,
+                "meta": {"gpu": "NVIDIA GeForce RTX 3080 Ti"},
+                "rows": list(rows),
+                **kw,
+            }
+        )
+
+    spec = {
+        **SMALL,
+        "workload": {"trace": "t.json"},
+        "backend": {"kind": "recorded", "table": "m.json"},
+        "actions": {"configs": ["auto"]},
+    }
     trace = json.dumps(_trace([_kernel()]))
     bodies = {
         "text time": (table(_row(time_s="fast")), "time_s"),
@@ -275,9 +442,16 @@ def tables() -> list[Case]:
         "windows 0": (table(_row(windows=0)), "windows"),
         "wrong format": (table(_row(), format="csv"), "not an rlclock measurement table"),
     }
-    return [Case("measurements", what, rl("simulate", "{d}/env.yaml"),
-                 {"env.yaml": _yaml(spec), "t.json": trace, "m.json": body}, expect)
-            for what, (body, expect) in bodies.items()]
+    return [
+        Case(
+            "measurements",
+            what,
+            rl("simulate", "{d}/env.yaml"),
+            {"env.yaml": _yaml(spec), "t.json": trace, "m.json": body},
+            expect,
+        )
+        for what, (body, expect) in bodies.items()
+    ]
 
 
 def schedules() -> list[Case]:
@@ -285,8 +459,10 @@ def schedules() -> list[Case]:
     trace = json.dumps(_trace([_kernel(), _kernel()]))
 
     def sched(**kw: Any) -> str:
-        return json.dumps({"format": "rlclock.schedule", "version": 1, "name": "s", "configs": ["auto"],
-                           "runs": [[0, 2]], **kw})
+        return json.dumps(
+            {"format": "rlclock.schedule", "version": 1, "name": "s", "configs": ["auto"], "runs": [[0, 2]], **kw}
+        )
+
     bodies = {
         "a run of 10^12 kernels": (sched(runs=[[0, 10**12]]), "more than"),
         "a negative run": (sched(runs=[[0, -5]]), "whole number"),
@@ -298,10 +474,26 @@ def schedules() -> list[Case]:
         "bad clock": (sched(configs=["warp@9"]), "not understood"),
         "wrong length": (sched(runs=[[0, 5]]), "entries"),
     }
-    out = [Case("schedule", f"measure: {what}", rl("measure", "{d}/t.json", "--schedule", "{d}/s.json"),
-                {"t.json": trace, "s.json": body}, expect) for what, (body, expect) in bodies.items()]
-    out += [Case("schedule", f"apply: {what}", rl("apply", "--schedule", "{d}/s.json", "--", "true"),
-                 {"s.json": body}, expect) for what, (body, expect) in list(bodies.items())[:8]]
+    out = [
+        Case(
+            "schedule",
+            f"measure: {what}",
+            rl("measure", "{d}/t.json", "--schedule", "{d}/s.json"),
+            {"t.json": trace, "s.json": body},
+            expect,
+        )
+        for what, (body, expect) in bodies.items()
+    ]
+    out += [
+        Case(
+            "schedule",
+            f"apply: {what}",
+            rl("apply", "--schedule", "{d}/s.json", "--", "true"),
+            {"s.json": body},
+            expect,
+        )
+        for what, (body, expect) in list(bodies.items())[:8]
+    ]
     return out
 
 
@@ -315,6 +507,7 @@ def _tamper_meta(change: Callable[[dict], None]) -> Callable[[Path], None]:
         meta = json.loads((d / "ck" / "meta.json").read_text())
         change(meta)
         (d / "ck" / "meta.json").write_text(json.dumps(meta))
+
     return setup
 
 
@@ -323,6 +516,7 @@ def _tamper_text(old: str, new: str) -> Callable[[Path], None]:
         _checkpoint(d)
         p = d / "ck" / "meta.json"
         p.write_text(p.read_text().replace(old, new, 1))
+
     return setup
 
 
@@ -331,6 +525,7 @@ def _truncate(path: str) -> Callable[[Path], None]:
         _checkpoint(d)
         p = d / path
         p.write_bytes(p.read_bytes()[: max(1, p.stat().st_size // 3)])
+
     return setup
 
 
@@ -358,11 +553,26 @@ def checkpoints() -> list[Case]:
         "weights missing": (lambda d: (_checkpoint(d), (d / "ck/policy.safetensors").unlink()), "policy.safetensors"),
         "env_spec not a spec": (_tamper_meta(lambda m: m.update(env_spec={"gpu": 3})), "env_spec|gpu"),
         "training not a mapping": (_tamper_meta(lambda m: m.update(training="PPO")), "training"),
-        "a pickle beside it": (lambda d: (_checkpoint(d), _pickle_bomb(d / "ck" / "sb3_model.zip", d / "ran"),
-                                          (d / "ck" / "meta.json").write_text("{")), "cannot read"),
+        "a pickle beside it": (
+            lambda d: (
+                _checkpoint(d),
+                _pickle_bomb(d / "ck" / "sb3_model.zip", d / "ran"),
+                (d / "ck" / "meta.json").write_text("{"),
+            ),
+            "cannot read",
+        ),
     }
-    return [Case("checkpoint", what, rl("evaluate", "{d}/ck", "--out", "{d}/out", "--time-limit", "5"), {}, expect,
-                 setup=setup) for what, (setup, expect) in changes.items()]
+    return [
+        Case(
+            "checkpoint",
+            what,
+            rl("evaluate", "{d}/ck", "--out", "{d}/out", "--time-limit", "5"),
+            {},
+            expect,
+            setup=setup,
+        )
+        for what, (setup, expect) in changes.items()
+    ]
 
 
 def _run(d: Path) -> None:
@@ -376,6 +586,7 @@ def _state(change: Callable[[dict], None]) -> Callable[[Path], None]:
         data = json.loads(p.read_text())
         change(data)
         p.write_text(json.dumps(data))
+
     return setup
 
 
@@ -388,14 +599,19 @@ def _pickle_bomb(path: Path, marker: Path) -> None:
         def __reduce__(self):
             return os.system, (f"touch {marker}",)
 
-    data = {"policy_class": {":type:": "<class 'abc.ABCMeta'>",
-                             ":serialized:": base64.b64encode(pickle.dumps(Payload())).decode()}}
+    data = {
+        "policy_class": {
+            ":type:": "<class 'abc.ABCMeta'>",
+            ":serialized:": base64.b64encode(pickle.dumps(Payload())).decode(),
+        }
+    }
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("data", json.dumps(data))
 
 
 def run_folders() -> list[Case]:
     """Run folders given to --resume: tampered states, truncated tensors, the wrong folder, old pickle-only ones."""
+
     def truncated(d: Path) -> None:
         _run(d)
         state = json.loads((d / "run" / "state.json").read_text())
@@ -424,27 +640,62 @@ def run_folders() -> list[Case]:
         "a checkpoint, not a run": (_checkpoint, "no config.yaml"),
         "config is a list": (lambda d: (_run(d), (d / "run/config.yaml").write_text("- 1\n")), "config"),
     }
-    out = [Case("run folder", what, rl("train", "--resume", "{d}/" + ("x" if what == "not a folder" else
-                                                                     "ck" if "checkpoint" in what else "run"),
-                                       "--no-progress"), {}, expect, setup=setup)
-           for what, (setup, expect) in changes.items()]
-    out.append(Case("run folder", "a truncated sb3_model.zip (never read)", rl(
-        "train", "--resume", "{d}/run", "--no-progress", "--timesteps", "1024"), {}, good=True, setup=truncated_zip,
-        timeout_s=300))
+    out = [
+        Case(
+            "run folder",
+            what,
+            rl(
+                "train",
+                "--resume",
+                "{d}/" + ("x" if what == "not a folder" else "ck" if "checkpoint" in what else "run"),
+                "--no-progress",
+            ),
+            {},
+            expect,
+            setup=setup,
+        )
+        for what, (setup, expect) in changes.items()
+    ]
+    out.append(
+        Case(
+            "run folder",
+            "a truncated sb3_model.zip (never read)",
+            rl("train", "--resume", "{d}/run", "--no-progress", "--timesteps", "1024"),
+            {},
+            good=True,
+            setup=truncated_zip,
+            timeout_s=300,
+        )
+    )
     return out
 
 
 RECIPE_FIELDS: list[tuple[str, Any, str]] = [
-    ("ppo.learning_rate", ".inf", "learning_rate"), ("ppo.learning_rate", 1e30, "learning_rate"),
-    ("ppo.learning_rate", 0, "learning_rate"), ("ppo.learning_rate", ".nan", "learning_rate"),
-    ("policy.net_arch", [100_000] * 4, "net_arch"), ("policy.net_arch", [4096] * 16, "net_arch"),
-    ("policy.net_arch", [], "net_arch"), ("policy.net_arch", [-1], "net_arch"),
-    ("n_envs", 10**6, "n_envs"), ("ppo.n_steps", 10**9, "n_steps"), ("ppo.n_steps", 65536, "rollout|n_steps"),
-    ("timesteps", 10**15, "timesteps"), ("timesteps", -5, "timesteps"), ("timesteps", "lots", "timesteps"),
-    ("ppo.batch_size", 7, "batch_size"), ("ppo.gamma", 1.5, "gamma"), ("ppo.clip_range", 1e9, "clip_range"),
-    ("imitation.iterations", 10**9, "iterations"), ("imitation.learning_rate", 10.0, "learning_rate"),
-    ("eval.every_steps", 0, "every_steps"), ("seed", -1, "seed"), ("seed", 2**40, "seed"),
-    ("checkpoint_every", 0, "checkpoint_every"), ("algorithm", "dqn", "algorithm"), ("ppo.learning_rte", 1, "unknown"),
+    ("ppo.learning_rate", ".inf", "learning_rate"),
+    ("ppo.learning_rate", 1e30, "learning_rate"),
+    ("ppo.learning_rate", 0, "learning_rate"),
+    ("ppo.learning_rate", ".nan", "learning_rate"),
+    ("policy.net_arch", [100_000] * 4, "net_arch"),
+    ("policy.net_arch", [4096] * 16, "net_arch"),
+    ("policy.net_arch", [], "net_arch"),
+    ("policy.net_arch", [-1], "net_arch"),
+    ("n_envs", 10**6, "n_envs"),
+    ("ppo.n_steps", 10**9, "n_steps"),
+    ("ppo.n_steps", 65536, "rollout|n_steps"),
+    ("timesteps", 10**15, "timesteps"),
+    ("timesteps", -5, "timesteps"),
+    ("timesteps", "lots", "timesteps"),
+    ("ppo.batch_size", 7, "batch_size"),
+    ("ppo.gamma", 1.5, "gamma"),
+    ("ppo.clip_range", 1e9, "clip_range"),
+    ("imitation.iterations", 10**9, "iterations"),
+    ("imitation.learning_rate", 10.0, "learning_rate"),
+    ("eval.every_steps", 0, "every_steps"),
+    ("seed", -1, "seed"),
+    ("seed", 2**40, "seed"),
+    ("checkpoint_every", 0, "checkpoint_every"),
+    ("algorithm", "dqn", "algorithm"),
+    ("ppo.learning_rte", 1, "unknown"),
     ("policy.activation", "gelu", "activation"),
 ]
 
@@ -456,9 +707,15 @@ def recipes() -> list[Case]:
         text = _yaml(_set(TINY, path, value))
         if isinstance(value, str) and value.startswith("."):
             text = text.replace(f"'{value}'", value)
-        out.append(Case("recipe", f"{path} = {value}", rl("train", "{d}/small.yaml", "--agent", "{d}/agent.yaml",
-                                                           "--runs-dir", "{d}/runs", "--no-progress"),
-                        {"small.yaml": _yaml(SMALL), "agent.yaml": text}, expect))
+        out.append(
+            Case(
+                "recipe",
+                f"{path} = {value}",
+                rl("train", "{d}/small.yaml", "--agent", "{d}/agent.yaml", "--runs-dir", "{d}/runs", "--no-progress"),
+                {"small.yaml": _yaml(SMALL), "agent.yaml": text},
+                expect,
+            )
+        )
     return out
 
 
@@ -467,65 +724,187 @@ def budgets() -> list[Case]:
     out = []
     for value in ("5", "-0.01", "nan", "lots"):
         out += [
-            Case("budget", f"simulate --budget {value}", rl("simulate", "gpt3xl-rtx3080ti", "--budget", value), {},
-                 "budget|number"),
-            Case("budget", f"baselines --budget {value}", rl("baselines", "gpt3xl-rtx3080ti", "--budget", value),
-                 {}, "budget|number"),
-            Case("budget", f"baselines --frontier {value}", rl("baselines", "gpt3xl-rtx3080ti", "--frontier",
-                                                               f"0,{value}"), {}, "budget|fraction"),
-            Case("budget", f"env spec reward.budget {value}", rl("simulate", "{d}/b.yaml"),
-                 {"b.yaml": _yaml(_set(SMALL, "reward.budget", float(value) if value != "lots" else value))},
-                 "budget"),
-            Case("budget", f"apply --learn --budget {value}", rl("apply", "--checkpoint", "gpt3xl-h200", "--learn",
-                                                                 "--budget", value, "--", "true"), {}, "budget"),
+            Case(
+                "budget",
+                f"simulate --budget {value}",
+                rl("simulate", "gpt3xl-rtx3080ti", "--budget", value),
+                {},
+                "budget|number",
+            ),
+            Case(
+                "budget",
+                f"baselines --budget {value}",
+                rl("baselines", "gpt3xl-rtx3080ti", "--budget", value),
+                {},
+                "budget|number",
+            ),
+            Case(
+                "budget",
+                f"baselines --frontier {value}",
+                rl("baselines", "gpt3xl-rtx3080ti", "--frontier", f"0,{value}"),
+                {},
+                "budget|fraction",
+            ),
+            Case(
+                "budget",
+                f"env spec reward.budget {value}",
+                rl("simulate", "{d}/b.yaml"),
+                {"b.yaml": _yaml(_set(SMALL, "reward.budget", float(value) if value != "lots" else value))},
+                "budget",
+            ),
+            Case(
+                "budget",
+                f"apply --learn --budget {value}",
+                rl("apply", "--checkpoint", "gpt3xl-h200", "--learn", "--budget", value, "--", "true"),
+                {},
+                "budget",
+            ),
         ]
-    out.append(Case("budget", "checkpoint budget 5 (evaluate)", rl("evaluate", "{d}/ck", "--out", "{d}/o"), {},
-                    "budget", setup=_tamper_meta(lambda m: m.update(budget=5.0))))
-    out.append(Case("budget", "simulate --budget 0.5 (the top of the range)",
-                    rl("simulate", "{d}/small.yaml", "--budget", "0.5"), {"small.yaml": _yaml(SMALL)}, good=True))
+    out.append(
+        Case(
+            "budget",
+            "checkpoint budget 5 (evaluate)",
+            rl("evaluate", "{d}/ck", "--out", "{d}/o"),
+            {},
+            "budget",
+            setup=_tamper_meta(lambda m: m.update(budget=5.0)),
+        )
+    )
+    out.append(
+        Case(
+            "budget",
+            "simulate --budget 0.5 (the top of the range)",
+            rl("simulate", "{d}/small.yaml", "--budget", "0.5"),
+            {"small.yaml": _yaml(SMALL)},
+            good=True,
+        )
+    )
     return out
 
 
 def outputs() -> list[Case]:
     """Outputs that cannot be written: a file where a folder belongs, a path under a file, a folder where a file
     belongs, a read-only folder — refused before the work (the cases give work that would take a while)."""
+
     def ro(d: Path) -> None:
         (d / "ro").mkdir()
         os.chmod(d / "ro", 0o555)
+
     unwritable = "/sys/rlclock-bad-inputs/sub" if os.geteuid() == 0 else "{d}/ro/sub"  # root writes anywhere else
-    places = {"a file": ("{d}/file", "file"), "under a file": ("{d}/file/sub", "file"),
-              "read-only": (unwritable, "write|create|denied|read-only|not permitted")}
+    places = {
+        "a file": ("{d}/file", "file"),
+        "under a file": ("{d}/file/sub", "file"),
+        "read-only": (unwritable, "write|create|denied|read-only|not permitted"),
+    }
     out = []
     for what, (path, expect) in places.items():
         files = {"file": "", "small.yaml": _yaml(SMALL), "agent.yaml": _yaml(TINY)}
         setup = ro if what == "read-only" else None
         out += [
-            Case("output", f"baselines --out {what}", rl("baselines", "gpt3xl-rtx3080ti", "--out", path), files,
-                 expect, setup=setup),
-            Case("output", f"evaluate --out {what}", rl("evaluate", "gpt3xl-rtx3080ti", "--out", path), files, expect,
-                 setup=setup),
-            Case("output", f"train --save-checkpoint {what}", rl("train", "{d}/small.yaml", "--agent",
-                                                                  "{d}/agent.yaml", "--runs-dir", "{d}/runs",
-                                                                  "--save-checkpoint", path), files, expect,
-                 setup=setup),
-            Case("output", f"train --runs-dir {what}", rl("train", "{d}/small.yaml", "--agent", "{d}/agent.yaml",
-                                                           "--runs-dir", path), files, expect, setup=setup),
-            Case("output", f"measure --out {what}", rl("measure", "{d}/t.json", "--out", path + "/m.json"),
-                 {**files, "t.json": json.dumps(_trace([_kernel()]))}, expect, setup=setup),
-            Case("output", f"profile --out {what}", rl("profile", "--out", path + "/t.json"), files, expect,
-                 setup=setup),
-            Case("output", f"doctor --spec-out {what}", rl("doctor", "--spec-out", path + "/g.yaml"), files, expect,
-                 setup=setup),
-            Case("output", f"calibrate --table-out {what}", rl("calibrate", "--simulated", "1", "--table-out",
-                                                                path + "/s.csv"), files, expect, setup=setup),
-            Case("output", f"calibrate --out {what}", rl("calibrate", "--simulated", "1", "--out", path + "/g.yaml"),
-                 files, expect, setup=setup),
-            Case("output", f"apply --report {what}", rl("apply", "--checkpoint", "gpt3xl-h200", "--report",
-                                                         path + "/r.json", "--", sys.executable, "-c", "pass"),
-                 files, expect, setup=setup),
+            Case(
+                "output",
+                f"baselines --out {what}",
+                rl("baselines", "gpt3xl-rtx3080ti", "--out", path),
+                files,
+                expect,
+                setup=setup,
+            ),
+            Case(
+                "output",
+                f"evaluate --out {what}",
+                rl("evaluate", "gpt3xl-rtx3080ti", "--out", path),
+                files,
+                expect,
+                setup=setup,
+            ),
+            Case(
+                "output",
+                f"train --save-checkpoint {what}",
+                rl(
+                    "train",
+                    "{d}/small.yaml",
+                    "--agent",
+                    "{d}/agent.yaml",
+                    "--runs-dir",
+                    "{d}/runs",
+                    "--save-checkpoint",
+                    path,
+                ),
+                files,
+                expect,
+                setup=setup,
+            ),
+            Case(
+                "output",
+                f"train --runs-dir {what}",
+                rl("train", "{d}/small.yaml", "--agent", "{d}/agent.yaml", "--runs-dir", path),
+                files,
+                expect,
+                setup=setup,
+            ),
+            Case(
+                "output",
+                f"measure --out {what}",
+                rl("measure", "{d}/t.json", "--out", path + "/m.json"),
+                {**files, "t.json": json.dumps(_trace([_kernel()]))},
+                expect,
+                setup=setup,
+            ),
+            Case(
+                "output", f"profile --out {what}", rl("profile", "--out", path + "/t.json"), files, expect, setup=setup
+            ),
+            Case(
+                "output",
+                f"doctor --spec-out {what}",
+                rl("doctor", "--spec-out", path + "/g.yaml"),
+                files,
+                expect,
+                setup=setup,
+            ),
+            Case(
+                "output",
+                f"calibrate --table-out {what}",
+                rl("calibrate", "--simulated", "1", "--table-out", path + "/s.csv"),
+                files,
+                expect,
+                setup=setup,
+            ),
+            Case(
+                "output",
+                f"calibrate --out {what}",
+                rl("calibrate", "--simulated", "1", "--out", path + "/g.yaml"),
+                files,
+                expect,
+                setup=setup,
+            ),
+            Case(
+                "output",
+                f"apply --report {what}",
+                rl(
+                    "apply",
+                    "--checkpoint",
+                    "gpt3xl-h200",
+                    "--report",
+                    path + "/r.json",
+                    "--",
+                    sys.executable,
+                    "-c",
+                    "pass",
+                ),
+                files,
+                expect,
+                setup=setup,
+            ),
         ]
-    out.append(Case("output", "baselines --out a folder that is a file of the same name",
-                    rl("baselines", "gpt3xl-rtx3080ti", "--out", "{d}"), {"gpt3xl-rtx3080ti": ""}, "file"))
+    out.append(
+        Case(
+            "output",
+            "baselines --out a folder that is a file of the same name",
+            rl("baselines", "gpt3xl-rtx3080ti", "--out", "{d}"),
+            {"gpt3xl-rtx3080ti": ""},
+            "file",
+        )
+    )
     return out
 
 
@@ -557,25 +936,41 @@ def command_lines() -> list[Case]:
         (["calibrate", "--simulated", "1", "--noise", "9"], "noise"),
         (["frobnicate"], "invalid choice"),
     ]
-    return [Case("command line", " ".join(a), rl(*a), {"t.json": json.dumps(_trace([_kernel()]))}, e)
-            for a, e in cases]
+    return [Case("command line", " ".join(a), rl(*a), {"t.json": json.dumps(_trace([_kernel()]))}, e) for a, e in cases]
 
 
 def environment() -> list[Case]:
     """Environment variables the commands read."""
     return [
-        Case("environment", f"WANDB_MODE={mode!r} with --track", rl("train", "{d}/small.yaml", "--agent",
-                                                                     "{d}/agent.yaml", "--runs-dir", "{d}/runs",
-                                                                     "--track", "--no-progress"),
-             {"small.yaml": _yaml(SMALL), "agent.yaml": _yaml(TINY)}, "WANDB_MODE", env={"WANDB_MODE": mode})
+        Case(
+            "environment",
+            f"WANDB_MODE={mode!r} with --track",
+            rl(
+                "train",
+                "{d}/small.yaml",
+                "--agent",
+                "{d}/agent.yaml",
+                "--runs-dir",
+                "{d}/runs",
+                "--track",
+                "--no-progress",
+            ),
+            {"small.yaml": _yaml(SMALL), "agent.yaml": _yaml(TINY)},
+            "WANDB_MODE",
+            env={"WANDB_MODE": mode},
+        )
         for mode in ("garbage", "on", "0")
     ]
 
 
-APPLY_SCRIPT = ("import rlclock.deploy as d\nwith d.clocked() as c:\n    for _ in range(40):\n        c.step()\n")
+APPLY_SCRIPT = "import rlclock.deploy as d\nwith d.clocked() as c:\n    for _ in range(40):\n        c.step()\n"
 GPU_TESTS = Path(__file__).resolve().parents[1] / "tests" / "gpu"
-FAKE_GPU_ENV = {"RLCLOCK_NVML_MODULE": "fake_pynvml", "FAKE_NVML_STATE": "{d}/nvml.json", "PYTHONPATH": str(GPU_TESTS),
-                "RLCLOCK_LOCK_DIR": "{d}/locks"}
+FAKE_GPU_ENV = {
+    "RLCLOCK_NVML_MODULE": "fake_pynvml",
+    "FAKE_NVML_STATE": "{d}/nvml.json",
+    "PYTHONPATH": str(GPU_TESTS),
+    "RLCLOCK_LOCK_DIR": "{d}/locks",
+}
 """The environment of a case run on the tests' fake NVML: one H200 at its driver defaults, nothing set for real."""
 
 
@@ -588,9 +983,12 @@ def _fake_gpu(d: Path) -> None:
 
 def deploy() -> list[Case]:
     """``rlclock apply``, without a GPU and on the fake H200 of the tests: refused before the command starts."""
+
     def sched(**kw: Any) -> str:
-        return json.dumps({"format": "rlclock.schedule", "version": 1, "name": "s", "configs": ["auto"],
-                           "runs": [[0, 2]], **kw})
+        return json.dumps(
+            {"format": "rlclock.schedule", "version": 1, "name": "s", "configs": ["auto"], "runs": [[0, 2]], **kw}
+        )
+
     anywhere = [
         (["--checkpoint", "gpt3xl-h200", "--lead", "0.000001"], {}, "issue lead"),
         (["--latency", "0.01", "--lead", "0.005"], {}, "issue lead"),
@@ -608,14 +1006,39 @@ def deploy() -> list[Case]:
         (["--device", "7"], {}, "device"),
         (["--checkpoint", "gpt3xl-rtx3080ti"], {}, "trained for"),
     ]
-    cases = [Case("apply (deploy)", " ".join(a), rl("apply", *a, "--", sys.executable, "{d}/train.py"),
-                  {**f, "train.py": APPLY_SCRIPT}, e) for a, f, e in anywhere]
-    cases += [Case("apply (deploy)", "fake H200: " + " ".join(a),
-                   rl("apply", *a, "--", sys.executable, "{d}/train.py"), {**f, "train.py": APPLY_SCRIPT}, e,
-                   env=FAKE_GPU_ENV, setup=_fake_gpu) for a, f, e in on_gpu + anywhere]
-    cases.append(Case("apply (deploy)", "fake H200: a schedule of clocks it has", rl(
-        "apply", "--schedule", "{d}/s.json", "--", sys.executable, "-c", "pass"),
-        {"s.json": sched(configs=["auto", "1980@3201", "1005@3201"])}, env=FAKE_GPU_ENV, setup=_fake_gpu, good=True))
+    cases = [
+        Case(
+            "apply (deploy)",
+            " ".join(a),
+            rl("apply", *a, "--", sys.executable, "{d}/train.py"),
+            {**f, "train.py": APPLY_SCRIPT},
+            e,
+        )
+        for a, f, e in anywhere
+    ]
+    cases += [
+        Case(
+            "apply (deploy)",
+            "fake H200: " + " ".join(a),
+            rl("apply", *a, "--", sys.executable, "{d}/train.py"),
+            {**f, "train.py": APPLY_SCRIPT},
+            e,
+            env=FAKE_GPU_ENV,
+            setup=_fake_gpu,
+        )
+        for a, f, e in on_gpu + anywhere
+    ]
+    cases.append(
+        Case(
+            "apply (deploy)",
+            "fake H200: a schedule of clocks it has",
+            rl("apply", "--schedule", "{d}/s.json", "--", sys.executable, "-c", "pass"),
+            {"s.json": sched(configs=["auto", "1980@3201", "1005@3201"])},
+            env=FAKE_GPU_ENV,
+            setup=_fake_gpu,
+            good=True,
+        )
+    )
     return cases
 
 
@@ -630,44 +1053,103 @@ def _sweep(change: Callable[[list[dict[str, str]]], None]) -> Callable[[Path], N
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
+
     return setup
 
 
 def calibration_tables() -> list[Case]:
     """``rlclock calibrate --table``: values no GPU produced, refused by the table's reader before any fit."""
     changes: dict[str, tuple[Callable[[list[dict[str, str]]], None], str]] = {
-        "conflicting duplicate rows": (lambda r: r.append({**r[0], "time_s": str(3 * float(r[0]["time_s"]))}),
-                                       "twice|duplicate|conflict"),
+        "conflicting duplicate rows": (
+            lambda r: r.append({**r[0], "time_s": str(3 * float(r[0]["time_s"]))}),
+            "twice|duplicate|conflict",
+        ),
         "time 10^300": (lambda r: r[0].update(time_s="1e300"), "time_s"),
         "energy as text": (lambda r: r[0].update(energy_j="lots"), "energy_j"),
         "negative flops": (lambda r: r[0].update(flops="-5"), "flops"),
         "a clock the GPU lacks": (lambda r: r[0].update(core_mhz="1234"), "1234|clock"),
         "0 J": (lambda r: r[0].update(energy_j="0"), "energy_j"),
     }
-    return [Case("calibration table", what, rl("calibrate", "--table", "{d}/sweep.csv", "--gpu", "rtx3080ti"), {},
-                 expect, setup=_sweep(change)) for what, (change, expect) in changes.items()]
+    return [
+        Case(
+            "calibration table",
+            what,
+            rl("calibrate", "--table", "{d}/sweep.csv", "--gpu", "rtx3080ti"),
+            {},
+            expect,
+            setup=_sweep(change),
+        )
+        for what, (change, expect) in changes.items()
+    ]
 
 
 def good_inputs() -> list[Case]:
     """Inputs a careless check would refuse (refusing them is misleading)."""
     return [
-        Case("good input", "evaluate a run folder", rl("evaluate", "{d}/run", "--out", "{d}/o", "--time-limit", "5"),
-             {}, good=True, setup=_run, timeout_s=300),
-        Case("good input", "evaluate a run folder's policy/", rl("evaluate", "{d}/run/policy", "--out", "{d}/o",
-                                                                 "--time-limit", "5"), {}, good=True, setup=_run,
-             timeout_s=300),
-        Case("good input", "a YAML anchor without an alias", rl("simulate", "{d}/a.yaml"),
-             {"a.yaml": _yaml(SMALL).replace("gpu: rtx3080ti", "gpu: &g rtx3080ti")}, good=True),
-        Case("good input", "a gzip trace", rl("simulate", "{d}/env.yaml"),
-             {"env.yaml": _yaml(_set(SMALL, "workload", {"trace": "t.json.gz"})),
-              "t.json.gz": gzip.compress(json.dumps(_trace([_kernel()])).encode())}, good=True),
-        Case("good input", "a 25 000-layer step (under the kernel limit)", rl("simulate", "{d}/big.yaml"),
-             {"big.yaml": _yaml(_set(SMALL, "workload.layers", 25_000))}, good=True, timeout_s=300),
+        Case(
+            "good input",
+            "evaluate a run folder",
+            rl("evaluate", "{d}/run", "--out", "{d}/o", "--time-limit", "5"),
+            {},
+            good=True,
+            setup=_run,
+            timeout_s=300,
+        ),
+        Case(
+            "good input",
+            "evaluate a run folder's policy/",
+            rl("evaluate", "{d}/run/policy", "--out", "{d}/o", "--time-limit", "5"),
+            {},
+            good=True,
+            setup=_run,
+            timeout_s=300,
+        ),
+        Case(
+            "good input",
+            "a YAML anchor without an alias",
+            rl("simulate", "{d}/a.yaml"),
+            {"a.yaml": _yaml(SMALL).replace("gpu: rtx3080ti", "gpu: &g rtx3080ti")},
+            good=True,
+        ),
+        Case(
+            "good input",
+            "a gzip trace",
+            rl("simulate", "{d}/env.yaml"),
+            {
+                "env.yaml": _yaml(_set(SMALL, "workload", {"trace": "t.json.gz"})),
+                "t.json.gz": gzip.compress(json.dumps(_trace([_kernel()])).encode()),
+            },
+            good=True,
+        ),
+        Case(
+            "good input",
+            "a 25 000-layer step (under the kernel limit)",
+            rl("simulate", "{d}/big.yaml"),
+            {"big.yaml": _yaml(_set(SMALL, "workload.layers", 25_000))},
+            good=True,
+            timeout_s=300,
+        ),
     ]
 
 
-CLASSES = [broken_files, env_values, sizes, traces, tables, schedules, checkpoints, run_folders, recipes, budgets,
-           outputs, command_lines, environment, good_inputs, deploy, calibration_tables]
+CLASSES = [
+    broken_files,
+    env_values,
+    sizes,
+    traces,
+    tables,
+    schedules,
+    checkpoints,
+    run_folders,
+    recipes,
+    budgets,
+    outputs,
+    command_lines,
+    environment,
+    good_inputs,
+    deploy,
+    calibration_tables,
+]
 
 
 # -- running and judging ---------------------------------------------------------------------------------------
@@ -675,19 +1157,38 @@ CLASSES = [broken_files, env_values, sizes, traces, tables, schedules, checkpoin
 
 def prepare_fixtures() -> None:
     """A small trained run folder (with its checkpoint) and a plausible sweep table, made once."""
-    if (FIXTURES / "run" / "state.json").is_file() and (FIXTURES / "run" / "policy" / "meta.json").is_file() \
-            and (FIXTURES / "sweep.csv").is_file():
+    if (
+        (FIXTURES / "run" / "state.json").is_file()
+        and (FIXTURES / "run" / "policy" / "meta.json").is_file()
+        and (FIXTURES / "sweep.csv").is_file()
+    ):
         return
     shutil.rmtree(FIXTURES, ignore_errors=True)
     FIXTURES.mkdir(parents=True)
     (FIXTURES / "small.yaml").write_text(_yaml(SMALL))
     (FIXTURES / "agent.yaml").write_text(_yaml(TINY))
-    subprocess.run(rl("train", str(FIXTURES / "small.yaml"), "--agent", str(FIXTURES / "agent.yaml"), "--runs-dir",
-                      str(FIXTURES / "runs"), "--no-progress"), check=True, capture_output=True, timeout=900)
+    subprocess.run(
+        rl(
+            "train",
+            str(FIXTURES / "small.yaml"),
+            "--agent",
+            str(FIXTURES / "agent.yaml"),
+            "--runs-dir",
+            str(FIXTURES / "runs"),
+            "--no-progress",
+        ),
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
     run = next((FIXTURES / "runs").glob("*"))
     shutil.copytree(run, FIXTURES / "run")
-    subprocess.run(rl("calibrate", "--suite", "--gpu", "rtx3080ti", "--table-out", str(FIXTURES / "suite.csv")),
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        rl("calibrate", "--suite", "--gpu", "rtx3080ti", "--table-out", str(FIXTURES / "suite.csv")),
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     text = (FIXTURES / "suite.csv").read_text().splitlines()
     head = text[0].split(",")
     rows = []
@@ -710,8 +1211,12 @@ def run_case(case: Case, root: Path) -> dict[str, Any]:
     if case.setup is not None:
         case.setup(d)
     argv = [a.replace("{d}", str(d)) for a in case.argv]
-    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONWARNINGS": "ignore",
-           **{k: v.replace("{d}", str(d)) for k, v in case.env.items()}}
+    env = {
+        **os.environ,
+        "WANDB_MODE": "disabled",
+        "PYTHONWARNINGS": "ignore",
+        **{k: v.replace("{d}", str(d)) for k, v in case.env.items()},
+    }
     start = time.perf_counter()
     try:
         p = subprocess.run(argv, cwd=d, capture_output=True, text=True, timeout=case.timeout_s, env=env)
@@ -757,8 +1262,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{c.klass:16s} {c.name}")
         print(f"{len(cases)} cases")
         return 0
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-          f"{len(cases)} cases, {args.jobs} at a time, timeout {TIMEOUT_S:g} s each (a few 300 s)")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+        f"{len(cases)} cases, {args.jobs} at a time, timeout {TIMEOUT_S:g} s each (a few 300 s)"
+    )
     prepare_fixtures()
     root = Path(tempfile.mkdtemp(prefix="rlclock-bad-"))
     results: list[tuple[Case, dict[str, Any]]] = []
@@ -784,8 +1291,10 @@ def main(argv: list[str] | None = None) -> int:
     elsewhere = [r for c, r in results if "apply" in c.argv or "--table" in c.argv]
     here = Counter(r["outcome"] for c, r in results if not ("apply" in c.argv or "--table" in c.argv))
     print(f"{'without apply and calibrate --table':36s} " + ", ".join(f"{here[o]} {o}" for o in outcomes))
-    print(f"{'apply and calibrate --table':36s} " + ", ".join(
-        f"{sum(r['outcome'] == o for r in elsewhere)} {o}" for o in outcomes))
+    print(
+        f"{'apply and calibrate --table':36s} "
+        + ", ".join(f"{sum(r['outcome'] == o for r in elsewhere)} {o}" for o in outcomes)
+    )
     shutil.rmtree(root, ignore_errors=True)
     return 0 if total["clear"] == sum(total.values()) else 1
 

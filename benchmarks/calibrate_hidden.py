@@ -48,10 +48,13 @@ def _summary(key: str, per: list[tuple[float, float, float, float, bool, bool, b
     """One line per preset: how many of its hidden GPUs met each target, and the worst figures."""
     t, e, share, regret, ok_t, ok_e, ok_o, ok_tied = (np.array(c) for c in zip(*per, strict=True))
     n = len(per)
-    print(f"# {key}: time within 5 % on {ok_t.sum()}/{n} (worst {100 * t.max():.2f} %), energy within 8 % on "
-          f"{ok_e.sum()}/{n} (worst {100 * e.max():.2f} %), every optimum within two steps on {ok_o.sum()}/{n} "
-          f"(lowest share {100 * share.min():.1f} %, largest regret {100 * regret.max():.2f} %); within two steps of "
-          f"an optimum tied within {100 * TIE:g} % on {ok_tied.sum()}/{n}", flush=True)
+    print(
+        f"# {key}: time within 5 % on {ok_t.sum()}/{n} (worst {100 * t.max():.2f} %), energy within 8 % on "
+        f"{ok_e.sum()}/{n} (worst {100 * e.max():.2f} %), every optimum within two steps on {ok_o.sum()}/{n} "
+        f"(lowest share {100 * share.min():.1f} %, largest regret {100 * regret.max():.2f} %); within two steps of "
+        f"an optimum tied within {100 * TIE:g} % on {ok_tied.sum()}/{n}",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,18 +64,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--noise", type=float, default=0.01)
     p.add_argument("--corpus", type=Path, default=ROOT / "data" / "corpus-h200")
     p.add_argument("--models", nargs="*", default=None, help="corpus steps to judge on (default: all)")
-    p.add_argument("--per-memory", type=int, default=10,
-                   help="core clocks swept per lockable memory clock (default 10, as rlclock calibrate)")
-    p.add_argument("--clock-power", type=float, default=None, metavar="W_PER_GHZ",
-                   help="a diagnostic: give every hidden GPU this clock-tree power (c_clock_w, W per GHz at 1 V) "
-                        "instead of its draw around the preset's (the H200 fit's is 0, so its hidden GPUs' energy "
-                        "is flat below the voltage knee)")
+    p.add_argument(
+        "--per-memory",
+        type=int,
+        default=10,
+        help="core clocks swept per lockable memory clock (default 10, as rlclock calibrate)",
+    )
+    p.add_argument(
+        "--clock-power",
+        type=float,
+        default=None,
+        metavar="W_PER_GHZ",
+        help="a diagnostic: give every hidden GPU this clock-tree power (c_clock_w, W per GHz at 1 V) "
+        "instead of its draw around the preset's (the H200 fit's is 0, so its hidden GPUs' energy "
+        "is flat below the voltage knee)",
+    )
     a = p.parse_args(argv)
     kernels = corpus_kernels(a.corpus, a.models)
-    print(f"# {len(kernels)} distinct corpus kernels ({a.corpus.name}: {', '.join(a.models or ['all'])}); "
-          f"noise {a.noise:g} per reading, median of 4")
-    print(f"{'preset':16s} {'seed':>4s} {'rows':>5s} {'fit s':>6s} {'t p95':>6s} {'t max':>6s} {'E p95':>6s} "
-          f"{'E max':>6s} {'opt<=2':>7s} {'tied':>7s} {'regret':>7s}   (base preset: t max, E max, opt<=2)   targets")
+    print(
+        f"# {len(kernels)} distinct corpus kernels ({a.corpus.name}: {', '.join(a.models or ['all'])}); "
+        f"noise {a.noise:g} per reading, median of 4"
+    )
+    print(
+        f"{'preset':16s} {'seed':>4s} {'rows':>5s} {'fit s':>6s} {'t p95':>6s} {'t max':>6s} {'E p95':>6s} "
+        f"{'E max':>6s} {'opt<=2':>7s} {'tied':>7s} {'regret':>7s}   (base preset: t max, E max, opt<=2)   targets"
+    )
     met_all = 0
     total = 0
     for key in a.presets:
@@ -93,22 +109,37 @@ def main(argv: list[str] | None = None) -> int:
             met = ok_t and ok_e and ok_o
             met_all += met
             total += 1
-            per.append((got.time_err.max(), got.energy_err.max(), float(np.mean(got.optimum_steps <= 2)),
-                        got.optimum_regret.max(), ok_t, ok_e, ok_o, ok_tied))
-            print(f"{key:16s} {seed:4d} {len(rows):5d} {fit_s:6.1f} {100 * np.quantile(got.time_err, 0.95):5.2f}% "
-                  f"{100 * got.time_err.max():5.2f}% {100 * np.quantile(got.energy_err, 0.95):5.2f}% "
-                  f"{100 * got.energy_err.max():5.2f}% {100 * np.mean(got.optimum_steps <= 2):6.1f}% "
-                  f"{100 * np.mean(got.optimum_steps_tied <= 2):6.1f}% "
-                  f"{100 * got.optimum_regret.max():6.2f}%   ({100 * was.time_err.max():5.1f}%, "
-                  f"{100 * was.energy_err.max():5.1f}%, {100 * np.mean(was.optimum_steps <= 2):5.1f}%)   "
-                  f"{'time ' + ('ok' if ok_t else 'MISS')}, {'energy ' + ('ok' if ok_e else 'MISS')}, "
-                  f"{'optimum ' + ('ok' if ok_o else 'MISS')}", flush=True)
+            per.append(
+                (
+                    got.time_err.max(),
+                    got.energy_err.max(),
+                    float(np.mean(got.optimum_steps <= 2)),
+                    got.optimum_regret.max(),
+                    ok_t,
+                    ok_e,
+                    ok_o,
+                    ok_tied,
+                )
+            )
+            print(
+                f"{key:16s} {seed:4d} {len(rows):5d} {fit_s:6.1f} {100 * np.quantile(got.time_err, 0.95):5.2f}% "
+                f"{100 * got.time_err.max():5.2f}% {100 * np.quantile(got.energy_err, 0.95):5.2f}% "
+                f"{100 * got.energy_err.max():5.2f}% {100 * np.mean(got.optimum_steps <= 2):6.1f}% "
+                f"{100 * np.mean(got.optimum_steps_tied <= 2):6.1f}% "
+                f"{100 * got.optimum_regret.max():6.2f}%   ({100 * was.time_err.max():5.1f}%, "
+                f"{100 * was.energy_err.max():5.1f}%, {100 * np.mean(was.optimum_steps <= 2):5.1f}%)   "
+                f"{'time ' + ('ok' if ok_t else 'MISS')}, {'energy ' + ('ok' if ok_e else 'MISS')}, "
+                f"{'optimum ' + ('ok' if ok_o else 'MISS')}",
+                flush=True,
+            )
         _summary(key, per)
-    print(f"# all three targets met on {met_all} of {total} hidden GPUs (t/E: |fitted/true - 1| over every kernel "
-          "and clock pair; opt<=2: share of (kernel, memory clock) whose energy-optimal core clock is within two "
-          "supported steps; tied: within two steps of a core clock within "
-          f"{100 * TIE:g} % of the least energy (not a target); regret: the largest extra energy that choice costs "
-          "on the true GPU)")
+    print(
+        f"# all three targets met on {met_all} of {total} hidden GPUs (t/E: |fitted/true - 1| over every kernel "
+        "and clock pair; opt<=2: share of (kernel, memory clock) whose energy-optimal core clock is within two "
+        "supported steps; tied: within two steps of a core clock within "
+        f"{100 * TIE:g} % of the least energy (not a target); regret: the largest extra energy that choice costs "
+        "on the true GPU)"
+    )
     return 0
 
 

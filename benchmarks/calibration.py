@@ -27,8 +27,10 @@ def rtx3080ti() -> int:
     _, mult = paper_kernel_types()
     table = paper_table()
     print("Simulated RTX 3080 Ti (rtx3080ti preset), predicted from shapes alone, vs Spaan et al. (auto clocks)")
-    print(f"{'#':>2}  {'kernel':34s} {'t sim ms':>9} {'t paper':>9} {'err':>7}   {'E sim J':>8} {'E paper':>8} "
-          f"{'err':>7}  {'P W':>4} {'MHz':>5}")
+    print(
+        f"{'#':>2}  {'kernel':34s} {'t sim ms':>9} {'t paper':>9} {'err':>7}   {'E sim J':>8} {'E paper':>8} "
+        f"{'err':>7}  {'P W':>4} {'MHz':>5}"
+    )
     worst_t = worst_e = 0.0
     for i, r in enumerate(table):
         et = m.time_s[i] / r.t_auto_s - 1
@@ -36,33 +38,43 @@ def rtx3080ti() -> int:
         flag = "" if r.t_auto_s >= 1e-4 else "  (< 0.1 ms)"
         if r.t_auto_s >= 1e-4:
             worst_t, worst_e = max(worst_t, abs(et)), max(worst_e, abs(ee))
-        print(f"{i:2d}  {r.call[:34]:34s} {m.time_s[i] * 1e3:9.3f} {r.t_auto_s * 1e3:9.3f} {100 * et:+6.1f}%   "
-              f"{m.energy_j[i]:8.3f} {r.e_auto_j:8.3f} {100 * ee:+6.1f}%  {m.energy_j[i] / m.time_s[i]:4.0f} "
-              f"{m.core_mhz[i]:5.0f}{flag}")
+        print(
+            f"{i:2d}  {r.call[:34]:34s} {m.time_s[i] * 1e3:9.3f} {r.t_auto_s * 1e3:9.3f} {100 * et:+6.1f}%   "
+            f"{m.energy_j[i]:8.3f} {r.e_auto_j:8.3f} {100 * ee:+6.1f}%  {m.energy_j[i] / m.time_s[i]:4.0f} "
+            f"{m.core_mhz[i]:5.0f}{flag}"
+        )
     t_ref = float((mult * np.array([r.t_auto_s for r in table])).sum())
     e_ref = float((mult * np.array([r.e_auto_j for r in table])).sum())
     print()
     dt, de = 100 * (m.step_time_s / t_ref - 1), 100 * (m.step_energy_j / e_ref - 1)
     print(f"step time   {m.step_time_s:7.3f} s  vs paper {t_ref:7.3f} s  ({dt:+.2f} %, target within 5 %)")
     print(f"step energy {m.step_energy_j:7.1f} J  vs paper {e_ref:7.1f} J  ({de:+.2f} %, target within 5 %)")
-    print(f"largest per-kernel error (kernels >= 0.1 ms): time {100 * worst_t:.1f} %, energy {100 * worst_e:.1f} % "
-          "(target within 20 %)")
+    print(
+        f"largest per-kernel error (kernels >= 0.1 ms): time {100 * worst_t:.1f} %, energy {100 * worst_e:.1f} % "
+        "(target within 20 %)"
+    )
     print()
     print("physics (paper grid: core 210-2100 step 210 x memory 405/810/5001/9251/9501; LP relaxation for the optima)")
     sp, sv = m.gemm_mem5001
-    print(f"  large GEMMs, best point at memory 5001 MHz: {sp:+.1f} % time, {-sv:+.1f} % energy   "
-          f"(paper: {-paper.GEMM_MEM5001_SPEEDUP_PCT[1]:+.0f}..{-paper.GEMM_MEM5001_SPEEDUP_PCT[0]:+.0f} % time, "
-          f"-{paper.GEMM_MEM5001_SAVING_PCT[0]:.0f}..-{paper.GEMM_MEM5001_SAVING_PCT[1]:.0f} % energy)")
+    print(
+        f"  large GEMMs, best point at memory 5001 MHz: {sp:+.1f} % time, {-sv:+.1f} % energy   "
+        f"(paper: {-paper.GEMM_MEM5001_SPEEDUP_PCT[1]:+.0f}..{-paper.GEMM_MEM5001_SPEEDUP_PCT[0]:+.0f} % time, "
+        f"-{paper.GEMM_MEM5001_SAVING_PCT[0]:.0f}..-{paper.GEMM_MEM5001_SAVING_PCT[1]:.0f} % energy)"
+    )
     at, ae = m.gemm_auto5001
     print(f"  large GEMMs, memory 5001 MHz, core auto:   {at:+.1f} % time, {-ae:+.1f} % energy")
     mb = m.membound_saving_pct
     lo, hi = paper.MEMBOUND_SAVING_PCT
-    print(f"  memory-bound kernels, best saving within +{paper.MEMBOUND_MAX_SLOWDOWN_PCT} %: "
-          f"{mb.min():.1f}-{mb.max():.1f} % (paper: {lo:.0f}-{hi:.0f} %)")
+    print(
+        f"  memory-bound kernels, best saving within +{paper.MEMBOUND_MAX_SLOWDOWN_PCT} %: "
+        f"{mb.min():.1f}-{mb.max():.1f} % (paper: {lo:.0f}-{hi:.0f} %)"
+    )
     f_lo, f_hi = paper.MEMBOUND_CORE_MHZ
     knee = m.membound_knee_mhz
-    print(f"  memory-bound kernels, lowest core clock within +{paper.MEMBOUND_MAX_SLOWDOWN_PCT} % (memory 9501 MHz): "
-          f"{knee.min()}-{knee.max()} MHz (paper: roughly {f_lo}-{f_hi} MHz)")
+    print(
+        f"  memory-bound kernels, lowest core clock within +{paper.MEMBOUND_MAX_SLOWDOWN_PCT} % (memory 9501 MHz): "
+        f"{knee.min()}-{knee.max()} MHz (paper: roughly {f_lo}-{f_hi} MHz)"
+    )
     s_lo = m.membound_slowdown_pct[f_lo]
     print(f"  memory-bound kernels' slowdown at core {f_lo} MHz: {s_lo.min():.1f}-{s_lo.max():.1f} %")
     print(f"  large GEMMs' auto core clock: {m.gemm_auto_core_mhz:.0f} MHz (power-capped)")
@@ -72,8 +84,10 @@ def rtx3080ti() -> int:
         ("pass-level local", m.pass_local_pct, paper.TABLE2["pass-local"]),
         ("lowest energy at any slowdown", m.min_energy_pct, paper.TABLE2["kernel-min-energy"]),
     ]
-    rows += [(f"kernel-level global, +{100 * b:.0f} % budget", (100 * b, v), (100 * b, paper.RELAXED[b]))
-             for b, v in m.relaxed_pct.items()]
+    rows += [
+        (f"kernel-level global, +{100 * b:.0f} % budget", (100 * b, v), (100 * b, paper.RELAXED[b]))
+        for b, v in m.relaxed_pct.items()
+    ]
     print(f"  {'':34s} {'sim time':>9} {'sim energy':>11}   {'paper time':>10} {'paper energy':>12}")
     for name, (st, se), (pt, pe) in rows:
         print(f"  {name:34s} {st:+8.2f}% {se:+10.2f}%   {pt:+9.2f}% {pe:+11.2f}%")

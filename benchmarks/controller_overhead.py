@@ -48,8 +48,9 @@ from rlclock.deploy.rules import class_windows_builder  # noqa: E402
 from rlclock.schedule import ClockConfig, ClockSchedule  # noqa: E402
 from rlclock.workload.transformer import TransformerConfig  # noqa: E402
 
-GPT3XL_LAYER = TransformerConfig(hidden=2048, heads=16, seq=2048, batch=4, layers=1, head=False, style="gpt",
-                                 dtype="bf16")
+GPT3XL_LAYER = TransformerConfig(
+    hidden=2048, heads=16, seq=2048, batch=4, layers=1, head=False, style="gpt", dtype="bf16"
+)
 TENSOR_CONFIG = ClockConfig()
 """Tensor-core kernels: the driver's clocks. (The committed run used ``auto@2201``, memory lowered as the paper does
 for power-capped GEMMs; an H200 cannot switch its memory clock while running, so a dry run now refuses it. The
@@ -70,9 +71,16 @@ CONDITIONS = ("off", "on", "start-only")
 """Without marks (the controller idle); ``with clk.step():`` (start and end marks); ``clk.step()`` only."""
 
 
-def run_case(name: str, step_fn: Callable[[], None], sync: Callable[[], None], clk: Any, steps: int,
-             blocks: int, gpu_timer: Callable[[], Any] | None = None,
-             conditions: tuple[str, ...] = CONDITIONS) -> dict[str, Any]:
+def run_case(
+    name: str,
+    step_fn: Callable[[], None],
+    sync: Callable[[], None],
+    clk: Any,
+    steps: int,
+    blocks: int,
+    gpu_timer: Callable[[], Any] | None = None,
+    conditions: tuple[str, ...] = CONDITIONS,
+) -> dict[str, Any]:
     """Warm up / profile through ``clk`` until it controls, then time interleaved blocks of each condition.
 
     Args:
@@ -101,8 +109,8 @@ def run_case(name: str, step_fn: Callable[[], None], sync: Callable[[], None], c
     per_block: dict[str, list[float]] = {c: [] for c in conditions}
     n = len(conditions)
     for b in range(blocks):
-        order = list(conditions[b % n:] + conditions[:b % n])
-        for cond in (order if b % 2 == 0 else order[::-1]):
+        order = list(conditions[b % n :] + conditions[: b % n])
+        for cond in order if b % 2 == 0 else order[::-1]:
             block = []
             for _ in range(steps):
                 g0 = gpu_timer() if gpu_timer else None
@@ -148,8 +156,11 @@ def run_case(name: str, step_fn: Callable[[], None], sync: Callable[[], None], c
         return statistics.median(v) if v else None
 
     out: dict[str, Any] = {
-        "case": name, "anchor_every": anchor_every, "conditions": list(conditions),
-        "steps_per_condition": len(wall[conditions[0]]), "blocks": blocks,
+        "case": name,
+        "anchor_every": anchor_every,
+        "conditions": list(conditions),
+        "steps_per_condition": len(wall[conditions[0]]),
+        "blocks": blocks,
         "wall": {c: pct(wall[c]) for c in conditions},
         "device": {c: pct(device[c]) for c in conditions if device[c]},
         "mark_cost_s": {c: statistics.median(mark[c]) for c in conditions if c != "off"},
@@ -164,11 +175,16 @@ def run_case(name: str, step_fn: Callable[[], None], sync: Callable[[], None], c
     if "off" in conditions and "on" in conditions:
         off_even = statistics.median(per_block["off"][0::2])
         off_odd = statistics.median(per_block["off"][1::2]) if blocks > 1 else off_even
-        out.update(step_off_s=med["off"], step_on_s=med["on"], overhead_pct=100 * (med["on"] / med["off"] - 1),
-                   noise_pct=100 * abs(off_even - off_odd) / med["off"])
+        out.update(
+            step_off_s=med["off"],
+            step_on_s=med["on"],
+            overhead_pct=100 * (med["on"] / med["off"] - 1),
+            noise_pct=100 * abs(off_even - off_odd) / med["off"],
+        )
         if "start-only" in conditions:
-            out.update(step_start_only_s=med["start-only"],
-                       overhead_start_only_pct=100 * (med["start-only"] / med["off"] - 1))
+            out.update(
+                step_start_only_s=med["start-only"], overhead_start_only_pct=100 * (med["start-only"] / med["off"] - 1)
+            )
     elif "on" in conditions:
         out.update(step_on_s=med["on"])
     return out
@@ -177,8 +193,15 @@ def run_case(name: str, step_fn: Callable[[], None], sync: Callable[[], None], c
 class Cases:
     """Runs the cases of one machine, profiling once per latency and reusing that schedule and timeline."""
 
-    def __init__(self, builder: Any, step_fn: Callable[[int], Callable[[], None]], sync: Callable[[], None],
-                 gpu_timer: Callable[[], Any] | None, worker: str = "process", given: tuple[Any, Any] | None = None):
+    def __init__(
+        self,
+        builder: Any,
+        step_fn: Callable[[int], Callable[[], None]],
+        sync: Callable[[], None],
+        gpu_timer: Callable[[], Any] | None,
+        worker: str = "process",
+        given: tuple[Any, Any] | None = None,
+    ):
         self.builder = builder
         self.step_fn = step_fn
         self.sync = sync
@@ -188,14 +211,29 @@ class Cases:
         self.cache: dict[tuple[int, float], tuple[Any, Any, dict[str, Any]]] = {}
         self.results: list[dict[str, Any]] = []
 
-    def run(self, name: str, layers: int, latency: float, steps: int, blocks: int, anchor_every: int | None,
-            conditions: tuple[str, ...] = CONDITIONS, time_all_steps: bool = False) -> dict[str, Any]:
-        print(f"\n=== {name}: {layers} GPT-3 XL layer step(s) per training step, latency {latency * 1e3:g} ms, "
-              f"anchor every {anchor_every or 'default'}{', every step timed' if time_all_steps else ''} ===",
-              flush=True)
+    def run(
+        self,
+        name: str,
+        layers: int,
+        latency: float,
+        steps: int,
+        blocks: int,
+        anchor_every: int | None,
+        conditions: tuple[str, ...] = CONDITIONS,
+        time_all_steps: bool = False,
+    ) -> dict[str, Any]:
+        print(
+            f"\n=== {name}: {layers} GPT-3 XL layer step(s) per training step, latency {latency * 1e3:g} ms, "
+            f"anchor every {anchor_every or 'default'}{', every step timed' if time_all_steps else ''} ===",
+            flush=True,
+        )
         key = (layers, latency)
-        common = {"latency_s": latency, "worker": self.worker, "anchor_every": anchor_every,
-                  "time_all_steps": time_all_steps}
+        common = {
+            "latency_s": latency,
+            "worker": self.worker,
+            "anchor_every": anchor_every,
+            "time_all_steps": time_all_steps,
+        }
         if self.given is not None:
             clk = clocked(self.given[0], timeline=self.given[1], verbose=False, **common)
             info: dict[str, Any] = {}
@@ -231,8 +269,16 @@ def plan_cases(cases: Cases, args: argparse.Namespace, layer_steps: int, stack_s
         cases.run(f"layer-every{k}", 1, args.latency, layer_steps, args.sweep_blocks, k)
     if args.stress_latency > 0:
         for k in args.timing_sweep:
-            cases.run(f"stress-timed-every{k if k else 'default'}", 1, args.stress_latency, args.timing_steps, 1,
-                      k or None, ("on",), time_all_steps=True)
+            cases.run(
+                f"stress-timed-every{k if k else 'default'}",
+                1,
+                args.stress_latency,
+                args.timing_steps,
+                1,
+                k or None,
+                ("on",),
+                time_all_steps=True,
+            )
 
 
 def gpu_cases(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -254,8 +300,12 @@ def gpu_cases(args: argparse.Namespace) -> list[dict[str, Any]]:
         layers(1)()
     torch.cuda.synchronize()
     low = memory_bound_config()
-    cases = Cases(class_windows_builder(TENSOR_CONFIG, low), layers, torch.cuda.synchronize,
-                  lambda: torch.cuda.Event(enable_timing=True))
+    cases = Cases(
+        class_windows_builder(TENSOR_CONFIG, low),
+        layers,
+        torch.cuda.synchronize,
+        lambda: torch.cuda.Event(enable_timing=True),
+    )
     plan_cases(cases, args, args.steps, max(10, args.steps // args.stack))
     for res in cases.results:
         res.update(configs=[str(TENSOR_CONFIG), str(low)])
@@ -280,8 +330,12 @@ def cpu_smoke(args: argparse.Namespace) -> list[dict[str, Any]]:
         return fn
 
     cases = Cases(None, layers, lambda: None, None, given=(schedule, timeline))
-    plan_cases(cases, argparse.Namespace(**{**vars(args), "timing_steps": min(args.timing_steps, 60)}),
-               max(5, args.steps // 10), 5)
+    plan_cases(
+        cases,
+        argparse.Namespace(**{**vars(args), "timing_steps": min(args.timing_steps, 60)}),
+        max(5, args.steps // 10),
+        5,
+    )
     for res in cases.results:
         res.update(configs=[str(c) for c in schedule.configs])
     return cases.results
@@ -289,9 +343,24 @@ def cpu_smoke(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def table(results: list[dict[str, Any]]) -> str:
     """One line per case: overhead, mark costs, switch timing."""
-    head = ("case", "every", "off ms", "on ms", "overhead %", "start-only %", "noise %", "GPU off/on ms",
-            "mark us anch/other", "sw/step", "issued", "late", "issue err p95 ms", "switch err med/p95 ms",
-            "interp", "anchor delay med ms")
+    head = (
+        "case",
+        "every",
+        "off ms",
+        "on ms",
+        "overhead %",
+        "start-only %",
+        "noise %",
+        "GPU off/on ms",
+        "mark us anch/other",
+        "sw/step",
+        "issued",
+        "late",
+        "issue err p95 ms",
+        "switch err med/p95 ms",
+        "interp",
+        "anchor delay med ms",
+    )
     rows = []
 
     def ms(x: Any) -> str:
@@ -308,20 +377,36 @@ def table(results: list[dict[str, Any]]) -> str:
         plan = rep.get("plan", {})
         ie, se, ad = rep.get("issue_error", {}), rep.get("switch_error", {}), rep.get("anchor_delay", {})
         dev = r.get("device", {})
-        gpu = (f"{ms(dev['off']['median_s'])}/{ms(dev['on']['median_s'])}" if "off" in dev and "on" in dev else "-")
-        marks = (f"{us(r.get('mark_cost_marked_s', {}).get('on'))}/{us(r.get('mark_cost_unmarked_s', {}).get('on'))}")
+        gpu = f"{ms(dev['off']['median_s'])}/{ms(dev['on']['median_s'])}" if "off" in dev and "on" in dev else "-"
+        marks = f"{us(r.get('mark_cost_marked_s', {}).get('on'))}/{us(r.get('mark_cost_unmarked_s', {}).get('on'))}"
         every = f"{r.get('anchor_every', '-')}{'*' if r.get('time_all_steps') else ''}"
-        rows.append((r["case"], every, ms(r.get("step_off_s")), ms(r.get("step_on_s")), pct(r.get("overhead_pct")),
-                     pct(r.get("overhead_start_only_pct")), pct(r.get("noise_pct"), ""), gpu, marks,
-                     str(len(plan.get("events", []))), str(rep.get("issued", "-")),
-                     f"{rep.get('late', '-')}/{se.get('n', '-')}", ms(ie.get("p95_abs_s")),
-                     f"{ms(se.get('median_s'))}/{ms(se.get('p95_abs_s'))}", str(rep.get("interpolated", "-")),
-                     ms(ad.get("median_s"))))
+        rows.append(
+            (
+                r["case"],
+                every,
+                ms(r.get("step_off_s")),
+                ms(r.get("step_on_s")),
+                pct(r.get("overhead_pct")),
+                pct(r.get("overhead_start_only_pct")),
+                pct(r.get("noise_pct"), ""),
+                gpu,
+                marks,
+                str(len(plan.get("events", []))),
+                str(rep.get("issued", "-")),
+                f"{rep.get('late', '-')}/{se.get('n', '-')}",
+                ms(ie.get("p95_abs_s")),
+                f"{ms(se.get('median_s'))}/{ms(se.get('p95_abs_s'))}",
+                str(rep.get("interpolated", "-")),
+                ms(ad.get("median_s")),
+            )
+        )
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     lines = ["  ".join(str(v).rjust(w) for v, w in zip(row, widths)) for row in (head, *rows)]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    lines.append("every: steps between anchors (* every step timed on the GPU for the report, only the anchors sent; "
-                 "its overhead is not that of the setting); interp: judged switches of steps placed between anchors")
+    lines.append(
+        "every: steps between anchors (* every step timed on the GPU for the report, only the anchors sent; "
+        "its overhead is not that of the setting); interp: judged switches of steps placed between anchors"
+    )
     return "\n".join(lines)
 
 
@@ -336,16 +421,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--blocks", type=int, default=10, help="rounds; each runs every condition once")
     p.add_argument("--latency", type=float, default=0.006, help="switching latency planned with, seconds")
     p.add_argument("--stack", type=int, default=8, help="layer steps per training step in the stacked case")
-    p.add_argument("--stress-latency", type=float, default=0.0005,
-                   help="also run the layer step at this (hypothetical) latency: many switches per step; 0: skip")
-    p.add_argument("--anchor-every", type=int, default=None,
-                   help="steps between anchors for the main cases (default: the controller's default)")
-    p.add_argument("--sweep", type=_ints, default=[1, 2, 3, 4], metavar="K,K,...",
-                   help="also run the layer step (overhead) with these anchor spacings")
+    p.add_argument(
+        "--stress-latency",
+        type=float,
+        default=0.0005,
+        help="also run the layer step at this (hypothetical) latency: many switches per step; 0: skip",
+    )
+    p.add_argument(
+        "--anchor-every",
+        type=int,
+        default=None,
+        help="steps between anchors for the main cases (default: the controller's default)",
+    )
+    p.add_argument(
+        "--sweep",
+        type=_ints,
+        default=[1, 2, 3, 4],
+        metavar="K,K,...",
+        help="also run the layer step (overhead) with these anchor spacings",
+    )
     p.add_argument("--sweep-blocks", type=int, default=6, help="rounds of each --sweep case")
-    p.add_argument("--timing-sweep", type=_ints, default=[1, 2, 3, 4, 7], metavar="K,K,...",
-                   help="also run the stress latency with every step timed for the report, at these anchor "
-                        "spacings (0: the default), 'on' condition only")
+    p.add_argument(
+        "--timing-sweep",
+        type=_ints,
+        default=[1, 2, 3, 4, 7],
+        metavar="K,K,...",
+        help="also run the stress latency with every step timed for the report, at these anchor "
+        "spacings (0: the default), 'on' condition only",
+    )
     p.add_argument("--timing-steps", type=int, default=600, help="steps of each --timing-sweep case")
     p.add_argument("--cpu-smoke", action="store_true", help="check the script on a CPU (no figures)")
     args = p.parse_args(argv)
@@ -361,8 +464,12 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         results = gpu_cases(args)
         machine = torch.cuda.get_device_name()
-    summary = {"machine": machine, "command": " ".join(sys.argv), "wall_s": round(time.time() - t0, 1),
-               "results": results}
+    summary = {
+        "machine": machine,
+        "command": " ".join(sys.argv),
+        "wall_s": round(time.time() - t0, 1),
+        "results": results,
+    }
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "controller_overhead.json").write_text(json.dumps(summary, indent=1, default=str))

@@ -153,22 +153,37 @@ def cases(folder: Path, npz: Any) -> list[dict[str, Any]]:
             tl = np.maximum.accumulate(np.median(starts[:LOCATED], axis=0))
             tail = timeline.period_s - timeline.span_s
             period = float(np.max(tl + dur)) + max(tail, 0.0)
-            out.append({"jitter": "measured", "start": tl, "dur": dur, "period": period,
-                        "located": starts[:LOCATED] - tl, "replay": starts[LOCATED:]})
+            out.append(
+                {
+                    "jitter": "measured",
+                    "start": tl,
+                    "dur": dur,
+                    "period": period,
+                    "located": starts[:LOCATED] - tl,
+                    "replay": starts[LOCATED:],
+                }
+            )
     report_path = folder / "switch_report.json"
     if report_path.exists():
         rng = np.random.default_rng(zlib.crc32(name.encode()))
         centre, scale = fit_stretch(json.loads(report_path.read_text()), rng)
         start = np.asarray(timeline.start_s, dtype=float)
-        out.append({"jitter": f"stretched (δ {100 * centre:+.1f} % ± {100 * scale:.1f} %)", "start": start,
-                    "dur": np.asarray(timeline.duration_s, dtype=float), "period": timeline.period_s,
-                    "located": stretched(start, centre, scale, LOCATED, rng) - start,
-                    "replay": stretched(start, centre, scale, REPLAYED, rng)})
+        out.append(
+            {
+                "jitter": f"stretched (δ {100 * centre:+.1f} % ± {100 * scale:.1f} %)",
+                "start": start,
+                "dur": np.asarray(timeline.duration_s, dtype=float),
+                "period": timeline.period_s,
+                "located": stretched(start, centre, scale, LOCATED, rng) - start,
+                "replay": stretched(start, centre, scale, REPLAYED, rng),
+            }
+        )
     return out
 
 
-def replayed(t: np.ndarray, e: np.ndarray, executed: Any, replay: np.ndarray, dur: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray, float]:
+def replayed(
+    t: np.ndarray, e: np.ndarray, executed: Any, replay: np.ndarray, dur: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Each replayed step's seconds and joules, and the share of switches landing after their segment's first kernel
     started in it."""
     from rlclock.backends.executable import executed_cost
@@ -179,8 +194,15 @@ def replayed(t: np.ndarray, e: np.ndarray, executed: Any, replay: np.ndarray, du
     return costs[:, 0], costs[:, 1], float(np.mean(late)) if len(late) else 0.0
 
 
-def cpu_model(folder: Path, npz: Any, modes: tuple[str, ...], optimum_s: float, policy: Any = None,
-              label: str = "", only_cases: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def cpu_model(
+    folder: Path,
+    npz: Any,
+    modes: tuple[str, ...],
+    optimum_s: float,
+    policy: Any = None,
+    label: str = "",
+    only_cases: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """Every replay case of one corpus model (or ``only_cases``), every mode (planned by ``policy``, default the
     shipped one for the model's GPU; ``label`` is added to each mode's name)."""
     from rlclock.backends.executable import Execution, SwitchRule
@@ -206,16 +228,20 @@ def cpu_model(folder: Path, npz: Any, modes: tuple[str, ...], optimum_s: float, 
     opt_s = time.perf_counter() - t0
     rule = SwitchRule.of(latency)
     rows = []
-    for case in (only_cases if only_cases is not None else cases(folder, npz)):
+    for case in only_cases if only_cases is not None else cases(folder, npz):
         blind_ex = None
         for mode in modes:
-            ex = None if mode == "requests" else Execution(case["start"], case["dur"], case["period"], rule,
-                                                           case["located"], mode)
+            ex = (
+                None
+                if mode == "requests"
+                else Execution(case["start"], case["dur"], case["period"], rule, case["located"], mode)
+            )
             t0 = time.perf_counter()
             sched = policy.schedule(trace, backend=backend, budget=BUDGET, search=True, execution=ex)
             plan_s = time.perf_counter() - t0
-            got = Execution(case["start"], case["dur"], case["period"], rule).judge(sched.index, t, e, latency,
-                                                                                    runs=True)
+            got = Execution(case["start"], case["dur"], case["period"], rule).judge(
+                sched.index, t, e, latency, runs=True
+            )
             executed = got.executed
             tt, ee, late = replayed(t, e, executed, case["replay"], case["dur"])
             timeline = StepTimeline(case["start"], case["dur"], case["period"])
@@ -227,16 +253,30 @@ def cpu_model(folder: Path, npz: Any, modes: tuple[str, ...], optimum_s: float, 
             if mode == "requests":  # what the planner's own figure said
                 own = evaluate(sched, backend)
                 judged_by = [float(own.saving), float(own.slowdown)]
-            rows.append({
-                "model": folder.name, "corpus": folder.parent.name, "jitter": case["jitter"], "mode": mode + label,
-                "plan": sched.name, "planned_saving": 1 - got.planned_energy_j / auto_e,
-                "planned_slowdown": got.planned_time_s / auto_t - 1, "saving": 1 - float(ee.mean()) / auto_e,
-                "slowdown": float(tt.mean()) / auto_t - 1, "worst_slowdown": float(tt.max()) / auto_t - 1,
-                "switches": int(executed.land_s.size), "skipped": skipped, "late": late,
-                "jitter_p95_ms": 1e3 * float(np.percentile(located, 95)),
-                "changed": changed(blind_ex, executed) if mode != "blind" and blind_ex is not None else "",
-                "optimum_saving": float(opt.saving), "optimum_s": opt_s, "plan_s": plan_s, "planner_said": judged_by,
-                "replayed": len(case["replay"])})
+            rows.append(
+                {
+                    "model": folder.name,
+                    "corpus": folder.parent.name,
+                    "jitter": case["jitter"],
+                    "mode": mode + label,
+                    "plan": sched.name,
+                    "planned_saving": 1 - got.planned_energy_j / auto_e,
+                    "planned_slowdown": got.planned_time_s / auto_t - 1,
+                    "saving": 1 - float(ee.mean()) / auto_e,
+                    "slowdown": float(tt.mean()) / auto_t - 1,
+                    "worst_slowdown": float(tt.max()) / auto_t - 1,
+                    "switches": int(executed.land_s.size),
+                    "skipped": skipped,
+                    "late": late,
+                    "jitter_p95_ms": 1e3 * float(np.percentile(located, 95)),
+                    "changed": changed(blind_ex, executed) if mode != "blind" and blind_ex is not None else "",
+                    "optimum_saving": float(opt.saving),
+                    "optimum_s": opt_s,
+                    "plan_s": plan_s,
+                    "planner_said": judged_by,
+                    "replayed": len(case["replay"]),
+                }
+            )
     return rows
 
 
@@ -256,8 +296,10 @@ def cpu(corpora: list[Path], only: str, modes: tuple[str, ...], optimum_s: float
     npz_path = ROOT / "data" / "corpus-h200" / "step-jitter.npz"
     npz = np.load(npz_path) if npz_path.exists() else None
     rows: list[dict[str, Any]] = []
-    print(f"# CPU replay, budget {100 * BUDGET:g} %, the GPU's default latency; planning model's figures against auto",
-          flush=True)
+    print(
+        f"# CPU replay, budget {100 * BUDGET:g} %, the GPU's default latency; planning model's figures against auto",
+        flush=True,
+    )
     for corpus in corpora:
         for folder in sorted(p for p in corpus.iterdir() if p.is_dir()):
             if only and not any(part in folder.name for part in only.split(",")):
@@ -284,19 +326,22 @@ def line(r: dict[str, Any]) -> str:
     of_opt = r["saving"] / r["optimum_saving"] if r["optimum_saving"] > 0 else math.nan
     said = r.get("planner_said")
     note = f" (the planner said {100 * said[0]:.2f}% {100 * said[1]:+.2f}%)" if said else ""
-    return (f"{r['corpus'][7:]:15s} {r['model']:31s} {r['jitter'][:9]:9s} {r['mode']:8s} "
-            f"{100 * r['planned_saving']:5.2f}% {100 * r['planned_slowdown']:+5.2f}% | "
-            f"{100 * r['saving']:5.2f}% {100 * r['slowdown']:+5.2f}% {100 * r['worst_slowdown']:+5.2f}% | "
-            f"opt {100 * r['optimum_saving']:4.2f}% {of_opt:4.0%} "
-            f"sw {r['switches']:2d} skip {r['skipped']} late {100 * r['late']:3.0f}% jit {r['jitter_p95_ms']:5.1f}ms "
-            f"{'ok ' if ok else 'MISS'} {r['changed']}{note}")
+    return (
+        f"{r['corpus'][7:]:15s} {r['model']:31s} {r['jitter'][:9]:9s} {r['mode']:8s} "
+        f"{100 * r['planned_saving']:5.2f}% {100 * r['planned_slowdown']:+5.2f}% | "
+        f"{100 * r['saving']:5.2f}% {100 * r['slowdown']:+5.2f}% {100 * r['worst_slowdown']:+5.2f}% | "
+        f"opt {100 * r['optimum_saving']:4.2f}% {of_opt:4.0%} "
+        f"sw {r['switches']:2d} skip {r['skipped']} late {100 * r['late']:3.0f}% jit {r['jitter_p95_ms']:5.1f}ms "
+        f"{'ok ' if ok else 'MISS'} {r['changed']}{note}"
+    )
 
 
 LINE = re.compile(
     r"^(?P<corpus>\S+)\s+(?P<model>\S+)\s+(?P<jitter>\S+)\s+(?P<mode>\S+)\s+(?P<planned_saving>-?[\d.]+)% "
     r"(?P<planned_slowdown>[-+][\d.]+)% \|\s+(?P<saving>-?[\d.]+)% (?P<slowdown>[-+][\d.]+)% "
     r"(?P<worst_slowdown>[-+][\d.]+)% \| opt (?P<optimum_saving>-?[\d.]+)%\s+\S+ sw\s+(?P<switches>\d+) "
-    r"skip (?P<skipped>\d+) late\s+(?P<late>\d+)% jit\s+(?P<jitter_p95_ms>[\d.]+)ms (?:ok |MISS) ?(?P<changed>.*)$")
+    r"skip (?P<skipped>\d+) late\s+(?P<late>\d+)% jit\s+(?P<jitter_p95_ms>[\d.]+)ms (?:ok |MISS) ?(?P<changed>.*)$"
+)
 """A line of :func:`line`, read back (:func:`parse_line`)."""
 
 
@@ -307,10 +352,17 @@ def parse_line(text: str) -> dict[str, Any] | None:
     if m is None:
         return None
     g = m.groupdict()
-    row: dict[str, Any] = {"corpus": "corpus-" + g["corpus"], "model": g["model"], "jitter": g["jitter"],
-                           "mode": g["mode"], "changed": g["changed"].split(" (the planner said")[0],
-                           "switches": int(g["switches"]), "skipped": int(g["skipped"]),
-                           "jitter_p95_ms": float(g["jitter_p95_ms"]), "late": float(g["late"]) / 100}
+    row: dict[str, Any] = {
+        "corpus": "corpus-" + g["corpus"],
+        "model": g["model"],
+        "jitter": g["jitter"],
+        "mode": g["mode"],
+        "changed": g["changed"].split(" (the planner said")[0],
+        "switches": int(g["switches"]),
+        "skipped": int(g["skipped"]),
+        "jitter_p95_ms": float(g["jitter_p95_ms"]),
+        "late": float(g["late"]) / 100,
+    }
     for k in ("planned_saving", "planned_slowdown", "saving", "slowdown", "worst_slowdown", "optimum_saving"):
         row[k] = float(g[k]) / 100
     return row
@@ -329,30 +381,36 @@ def _summary_line(label: str, sel: list[dict[str, Any]]) -> str:
     save = sum(r["saving"] >= 0.8 * r["optimum_saving"] for r in sel)
     both = sum(r["slowdown"] <= BUDGET + 0.002 and r["saving"] >= 0.8 * r["optimum_saving"] for r in sel)
     share = np.mean([r["saving"] / r["optimum_saving"] for r in sel if r["optimum_saving"] > 0])
-    mean = {k: 100 * float(np.mean([r[k] for r in sel]))
-            for k in ("planned_saving", "planned_slowdown", "saving", "slowdown", "optimum_saving")}
-    return (f"{label} models {len(sel):2d}: slowdown target {slow:2d}, saving target {save:2d}, both {both:2d}; "
-            f"mean planned {mean['planned_saving']:.2f} % at {mean['planned_slowdown']:+.2f} %, delivered "
-            f"{mean['saving']:.2f} % at {mean['slowdown']:+.2f} % (optimum {mean['optimum_saving']:.2f} %); "
-            f"delivered saving {100 * share:5.1f} % of the optimum's; worst slowdown "
-            f"{100 * max(r['slowdown'] for r in sel):+.2f} %; skipped segments {sum(r['skipped'] for r in sel)}")
+    mean = {
+        k: 100 * float(np.mean([r[k] for r in sel]))
+        for k in ("planned_saving", "planned_slowdown", "saving", "slowdown", "optimum_saving")
+    }
+    return (
+        f"{label} models {len(sel):2d}: slowdown target {slow:2d}, saving target {save:2d}, both {both:2d}; "
+        f"mean planned {mean['planned_saving']:.2f} % at {mean['planned_slowdown']:+.2f} %, delivered "
+        f"{mean['saving']:.2f} % at {mean['slowdown']:+.2f} % (optimum {mean['optimum_saving']:.2f} %); "
+        f"delivered saving {100 * share:5.1f} % of the optimum's; worst slowdown "
+        f"{100 * max(r['slowdown'] for r in sel):+.2f} %; skipped segments {sum(r['skipped'] for r in sel)}"
+    )
 
 
 def table(rows: list[dict[str, Any]]) -> None:
     """Per jitter source and mode, then per corpus, jitter source and mode: models meeting each target (delivered
     slowdown <= budget + 0.2 pp; delivered saving >= 80 % of the jitter-free optimum's), and the means (%)."""
+
     def order(k: tuple[str, ...]) -> tuple[Any, ...]:
         return (*k[:-1], MODES.index(k[-1].split("+")[0]), k[-1])
 
-    print("== per mode: models within budget + 0.2 pp delivered; models at >= 80 % of the optimum's saving delivered; "
-          "mean planned and delivered saving and slowdown; mean delivered saving over the optimum's; worst delivered "
-          "slowdown")
+    print(
+        "== per mode: models within budget + 0.2 pp delivered; models at >= 80 % of the optimum's saving delivered; "
+        "mean planned and delivered saving and slowdown; mean delivered saving over the optimum's; worst delivered "
+        "slowdown"
+    )
     for source, mode in sorted({(r["jitter"].split(" ")[0], r["mode"]) for r in rows}, key=order):
         sel = [r for r in rows if r["jitter"].startswith(source) and r["mode"] == mode]
         print(_summary_line(f"{source:9s} {mode:8s}", sel))
     print("\n== per corpus and mode")
-    for corpus, source, mode in sorted({(r["corpus"], r["jitter"].split(" ")[0], r["mode"]) for r in rows},
-                                       key=order):
+    for corpus, source, mode in sorted({(r["corpus"], r["jitter"].split(" ")[0], r["mode"]) for r in rows}, key=order):
         sel = [r for r in rows if r["corpus"] == corpus and r["jitter"].startswith(source) and r["mode"] == mode]
         print(_summary_line(f"{corpus[7:]:15s} {source:9s} {mode:8s}", sel))
 
@@ -401,8 +459,11 @@ def ppo(out: Path, timesteps: int, seed: int, modes: tuple[str, ...], optimum_s:
         switching.SwitchEngine.step = staticmethod(plain)  # type: ignore[method-assign]
     train_s = time.perf_counter() - t0
     policy = ClockPolicy.load(result.checkpoint)
-    print(f"# trained in {train_s:.0f} s ({timesteps} PPO timesteps, seed {seed}) with landings jittered as measured "
-          f"(p95 {1e3 * float(np.percentile(np.abs(deltas), 95)):.1f} ms)", flush=True)
+    print(
+        f"# trained in {train_s:.0f} s ({timesteps} PPO timesteps, seed {seed}) with landings jittered as measured "
+        f"(p95 {1e3 * float(np.percentile(np.abs(deltas), 95)):.1f} ms)",
+        flush=True,
+    )
     rows = []
     for folder in sorted(p for p in (ROOT / "data" / "corpus-h200").iterdir() if p.is_dir()):
         got = cpu_model(folder, npz, modes, optimum_s, policy, "+ppo")
@@ -428,6 +489,7 @@ def gpu_entries() -> list[tuple[str, Any]]:
         def make() -> Any:
             model, batch, task = build(name, config, shape)
             return model, batch, None, task, config, shape
+
         return make
 
     def small() -> Any:
@@ -449,8 +511,13 @@ def controlled_run(step: Any, model: Any, checkpoint: str, scratch: Path, steps:
     """The deployment as rlclock apply runs it (dry run), every step timed: returns the Clocked."""
     import rlclock.deploy
 
-    with rlclock.deploy.clocked(checkpoint=checkpoint, save=str(scratch),
-                                report=str(scratch / "report.json"), time_all_steps=True, verbose=False) as clk:
+    with rlclock.deploy.clocked(
+        checkpoint=checkpoint,
+        save=str(scratch),
+        report=str(scratch / "report.json"),
+        time_all_steps=True,
+        verbose=False,
+    ) as clk:
         total = 3 + 5 + 8 + steps
         for _ in range(total):
             with clk.step():
@@ -468,8 +535,7 @@ def located_run(step: Any, schedule: Any, timeline: Any, steps: int) -> tuple[An
     from rlclock.workload.torch_profile import export_chrome
 
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
-    with rlclock.deploy.clocked(schedule, timeline=timeline, time_all_steps=True,
-                                verbose=False) as clk:
+    with rlclock.deploy.clocked(schedule, timeline=timeline, time_all_steps=True, verbose=False) as clk:
         prof.__enter__()
         for _ in range(steps):
             with clk.step():
@@ -491,9 +557,11 @@ def located_delivered(clk: Any, costs: Any, starts: list[Any], timeline: Any) ->
     plan = ctl.plan
     log = ctl.anchor_log
     anchors = dict(zip(log.step, log.final_anchors_s(), strict=True))
-    lands = sorted((r[4] + plan.latency_s, ctl.plans[getattr(r, "plan", 0)].events[r[2]].config if r[2] >= 0
-                    else plan.initial) for r in ctl.worker_result.get("records", [])
-                   if r[0] in ("switch", "boundary", "resync") and math.isfinite(r[4]))
+    lands = sorted(
+        (r[4] + plan.latency_s, ctl.plans[getattr(r, "plan", 0)].events[r[2]].config if r[2] >= 0 else plan.initial)
+        for r in ctl.worker_result.get("records", [])
+        if r[0] in ("switch", "boundary", "resync") and math.isfinite(r[4])
+    )
     land_abs = np.array([x[0] for x in lands])
     rows = []
     for k, got in enumerate(starts):
@@ -508,9 +576,12 @@ def located_delivered(clk: Any, costs: Any, starts: list[Any], timeline: Any) ->
     if not rows:
         return {"steps": 0}
     arr = np.array(rows)
-    return {"steps": len(rows), "saving": 1 - float(arr[:, 1].mean()) / costs.auto_energy_j,
-            "slowdown": float(arr[:, 0].mean()) / costs.auto_time_s - 1,
-            "worst_slowdown": float(arr[:, 0].max()) / costs.auto_time_s - 1}
+    return {
+        "steps": len(rows),
+        "saving": 1 - float(arr[:, 1].mean()) / costs.auto_energy_j,
+        "slowdown": float(arr[:, 0].mean()) / costs.auto_time_s - 1,
+        "worst_slowdown": float(arr[:, 0].max()) / costs.auto_time_s - 1,
+    }
 
 
 def overhead(step: Any, schedule: Any, timeline: Any, rounds: int, block: int) -> dict[str, Any]:
@@ -523,7 +594,7 @@ def overhead(step: Any, schedule: Any, timeline: Any, rounds: int, block: int) -
     walls: dict[str, list[float]] = {"bare": [], "controlled": []}
     with rlclock.deploy.clocked(schedule, timeline=timeline, verbose=False) as clk:
         for r in range(rounds):
-            for kind in (("bare", "controlled") if r % 2 == 0 else ("controlled", "bare")):
+            for kind in ("bare", "controlled") if r % 2 == 0 else ("controlled", "bare"):
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 for _ in range(block):
@@ -560,9 +631,17 @@ def needed_s(name: str, model_s: float) -> float:
     return model_s * (2.0 if "+" in name else 1.0)
 
 
-def run_models(out: Path, entries: list[tuple[str, Any]], measure: Any, budget_s: float, model_s: float,
-               grace_s: float = 20.0, only: str = "", header: dict[str, Any] | None = None,
-               started: float | None = None) -> dict[str, Any]:
+def run_models(
+    out: Path,
+    entries: list[tuple[str, Any]],
+    measure: Any,
+    budget_s: float,
+    model_s: float,
+    grace_s: float = 20.0,
+    only: str = "",
+    header: dict[str, Any] | None = None,
+    started: float | None = None,
+) -> dict[str, Any]:
     """Run ``measure(name, make, folder, left_s) -> summary`` on each entry in order, writing as it goes:
     ``out/<model>/summary.json`` and ``out/summary.json`` after every model, so a run stopped from outside still
     leaves every finished model's results. A model starts only with :func:`needed_s` of ``budget_s`` (seconds from
@@ -609,8 +688,15 @@ def run_models(out: Path, entries: list[tuple[str, Any]], measure: Any, budget_s
                         signal.setitimer(signal.ITIMER_REAL, 0.0)
                 _write_json(folder / "summary.json", s)
             summaries[name] = s
-            _write_json(out / "summary.json", {**(header or {}), "elapsed_s": time.perf_counter() - started,
-                                               "budget_s": budget_s, "models": summaries})
+            _write_json(
+                out / "summary.json",
+                {
+                    **(header or {}),
+                    "elapsed_s": time.perf_counter() - started,
+                    "budget_s": budget_s,
+                    "models": summaries,
+                },
+            )
     finally:
         if alarm:
             signal.setitimer(signal.ITIMER_REAL, 0.0)
@@ -618,8 +704,9 @@ def run_models(out: Path, entries: list[tuple[str, Any]], measure: Any, budget_s
     return summaries
 
 
-def gpu(out: Path, only: str, steps: int, located: int, rounds: int, block: int, budget_s: float,
-        model_s: float) -> int:
+def gpu(
+    out: Path, only: str, steps: int, located: int, rounds: int, block: int, budget_s: float, model_s: float
+) -> int:
     """The GPU mode: every model of :func:`gpu_entries` measured by :func:`measure_on_gpu` within ``budget_s``
     seconds (see :func:`run_models`); prints the summary table last."""
     import torch
@@ -629,27 +716,43 @@ def gpu(out: Path, only: str, steps: int, located: int, rounds: int, block: int,
     gpu_name = torch.cuda.get_device_name()
     checkpoint = policy_name(gpu_name)
     located_arrays: dict[str, np.ndarray] = {}
-    print(f"# {gpu_name}, policy {checkpoint}, dry run (nothing is set), budget "
-          f"{100 * BUDGET:g} %, time budget {budget_s:.0f} s", flush=True)
+    print(
+        f"# {gpu_name}, policy {checkpoint}, dry run (nothing is set), budget "
+        f"{100 * BUDGET:g} %, time budget {budget_s:.0f} s",
+        flush=True,
+    )
 
     def measure(name: str, make: Any, folder: Path, left_s: float) -> dict[str, Any]:
-        s = measure_on_gpu(name, make, folder, left_s, gpu_name, checkpoint, steps, located, rounds, block,
-                           located_arrays)
+        s = measure_on_gpu(
+            name, make, folder, left_s, gpu_name, checkpoint, steps, located, rounds, block, located_arrays
+        )
         np.savez_compressed(out / "located.npz", **located_arrays)
         return s
 
     header = {"gpu": gpu_name, "policy": checkpoint, "budget": BUDGET}
-    summaries = run_models(out, gpu_entries(), measure, budget_s, model_s, only=only, header=header,
-                           started=STARTED)
+    summaries = run_models(out, gpu_entries(), measure, budget_s, model_s, only=only, header=header, started=STARTED)
     np.savez_compressed(out / "located.npz", **located_arrays)
-    print(f"\n# {len([s for s in summaries.values() if 'saving' in s])} models in "
-          f"{time.perf_counter() - STARTED:.0f} s; planning model's figures against auto, dry run: would deliver")
+    print(
+        f"\n# {len([s for s in summaries.values() if 'saving' in s])} models in "
+        f"{time.perf_counter() - STARTED:.0f} s; planning model's figures against auto, dry run: would deliver"
+    )
     print(gpu_table(summaries))
     return 0 if all("error" not in s for s in summaries.values()) else 1
 
 
-def measure_on_gpu(name: str, make: Any, folder: Path, left_s: float, gpu_name: str, checkpoint: str, steps: int,
-                   located: int, rounds: int, block: int, located_arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+def measure_on_gpu(
+    name: str,
+    make: Any,
+    folder: Path,
+    left_s: float,
+    gpu_name: str,
+    checkpoint: str,
+    steps: int,
+    located: int,
+    rounds: int,
+    block: int,
+    located_arrays: dict[str, np.ndarray],
+) -> dict[str, Any]:
     """One model on the GPU: built, the deployment run (dry run), its located steps and its overhead while
     ``left_s`` (seconds of the run's budget) allows, then freed. Returns its summary; writes its files to
     ``folder``."""
@@ -710,13 +813,26 @@ def summary_of(clk: Any, name: str, gpu_name: str, policy: str) -> dict[str, Any
         raise RuntimeError("the report has no delivered figures (no planning costs)")
     plan = clk.controller.plan
     jitter = clk.timeline.jitter_s
-    return {"model": name, "gpu": gpu_name, "policy": policy, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-            "planned_saving": d.planned_saving, "planned_slowdown": d.planned_slowdown, "saving": d.saving,
-            "slowdown": d.slowdown, "worst_slowdown": d.worst_slowdown, "delivered_steps": d.steps,
-            "switches": plan.n_switches, "skipped": len(plan.skipped), "missed": rep.missed,
-            "late_fraction": rep.late_fraction, "schedule": clk.schedule.name,
-            "jitter_p95_ms": None if jitter is None else 1e3 * float(np.percentile(np.abs(jitter), 95)),
-            "switch_error_p95_ms": 1e3 * rep.switch_error.p95_abs_s, "step_time_s": rep.step_time_s}
+    return {
+        "model": name,
+        "gpu": gpu_name,
+        "policy": policy,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "planned_saving": d.planned_saving,
+        "planned_slowdown": d.planned_slowdown,
+        "saving": d.saving,
+        "slowdown": d.slowdown,
+        "worst_slowdown": d.worst_slowdown,
+        "delivered_steps": d.steps,
+        "switches": plan.n_switches,
+        "skipped": len(plan.skipped),
+        "missed": rep.missed,
+        "late_fraction": rep.late_fraction,
+        "schedule": clk.schedule.name,
+        "jitter_p95_ms": None if jitter is None else 1e3 * float(np.percentile(np.abs(jitter), 95)),
+        "switch_error_p95_ms": 1e3 * rep.switch_error.p95_abs_s,
+        "step_time_s": rep.step_time_s,
+    }
 
 
 def gpu_table(summaries: dict[str, Any]) -> str:
@@ -724,23 +840,27 @@ def gpu_table(summaries: dict[str, Any]) -> str:
     return "\n".join([GPU_HEAD, *(gpu_line(s) for s in summaries.values())])
 
 
-GPU_HEAD = (f"{'model':31s} {'planned':>15s} | {'would deliver':>15s} {'worst':>7s} | {'kernels located':>15s} | "
-            f"sw skip miss late  jit p95 | overhead")
+GPU_HEAD = (
+    f"{'model':31s} {'planned':>15s} | {'would deliver':>15s} {'worst':>7s} | {'kernels located':>15s} | "
+    f"sw skip miss late  jit p95 | overhead"
+)
 
 
 def gpu_line(s: dict[str, Any]) -> str:
     if "saving" not in s:
         return f"{s['model']:31s} {s.get('error') or s.get('skipped')}"
     loc = s.get("located") or {}
-    located = (f"{100 * loc['saving']:6.2f}% {100 * loc['slowdown']:+6.2f}%" if loc.get("steps") else f"{'-':>15s}")
+    located = f"{100 * loc['saving']:6.2f}% {100 * loc['slowdown']:+6.2f}%" if loc.get("steps") else f"{'-':>15s}"
     over = s.get("overhead")
     jit = s.get("jitter_p95_ms")
-    return (f"{s['model']:31s} {100 * s['planned_saving']:6.2f}% {100 * s['planned_slowdown']:+6.2f}% | "
-            f"{100 * s['saving']:6.2f}% {100 * s['slowdown']:+6.2f}% {100 * s['worst_slowdown']:+6.2f}% | "
-            f"{located} | {s['switches']:2d} {s['skipped']:4d} {s['missed']:4d} "
-            f"{100 * (s['late_fraction'] or 0):3.0f}% "
-            f"{'     -  ' if jit is None else format(jit, '6.2f') + 'ms'} | "
-            f"{'-' if over is None else format(100 * over['overhead'], '+.2f') + ' %'}")
+    return (
+        f"{s['model']:31s} {100 * s['planned_saving']:6.2f}% {100 * s['planned_slowdown']:+6.2f}% | "
+        f"{100 * s['saving']:6.2f}% {100 * s['slowdown']:+6.2f}% {100 * s['worst_slowdown']:+6.2f}% | "
+        f"{located} | {s['switches']:2d} {s['skipped']:4d} {s['missed']:4d} "
+        f"{100 * (s['late_fraction'] or 0):3.0f}% "
+        f"{'     -  ' if jit is None else format(jit, '6.2f') + 'ms'} | "
+        f"{'-' if over is None else format(100 * over['overhead'], '+.2f') + ' %'}"
+    )
 
 
 def gpu_slug(gpu_name: str) -> str:
@@ -780,14 +900,18 @@ def gpu_targets(summaries: dict[str, Any]) -> str:
     save = sum(s["saving"] >= 0.8 * s["optimum_saving"] for s in with_opt)
     overheads = [s["overhead"]["overhead"] for s in done if s.get("overhead")]
     worst = max(done, key=lambda s: s["slowdown"])
-    lines = [f"models finished {len(done)} of {len(summaries)}; delivered slowdown <= budget + 0.2 pp on {slow} of "
-             f"{len(done)}; delivered saving >= 80 % of the optimum's on {save} of {len(with_opt)}; worst delivered "
-             f"slowdown {100 * worst['slowdown']:+.2f} % ({worst['model']}); mean planned saving "
-             f"{100 * float(np.mean([s['planned_saving'] for s in done])):.2f} %, delivered "
-             f"{100 * float(np.mean([s['saving'] for s in done])):.2f} %"]
+    lines = [
+        f"models finished {len(done)} of {len(summaries)}; delivered slowdown <= budget + 0.2 pp on {slow} of "
+        f"{len(done)}; delivered saving >= 80 % of the optimum's on {save} of {len(with_opt)}; worst delivered "
+        f"slowdown {100 * worst['slowdown']:+.2f} % ({worst['model']}); mean planned saving "
+        f"{100 * float(np.mean([s['planned_saving'] for s in done])):.2f} %, delivered "
+        f"{100 * float(np.mean([s['saving'] for s in done])):.2f} %"
+    ]
     if overheads:
-        lines.append(f"overhead on the step: largest {100 * max(overheads):+.2f} %, within 1 % on "
-                     f"{sum(o <= 0.01 for o in overheads)} of {len(overheads)}")
+        lines.append(
+            f"overhead on the step: largest {100 * max(overheads):+.2f} %, within 1 % on "
+            f"{sum(o <= 0.01 for o in overheads)} of {len(overheads)}"
+        )
     met = slow == len(done) and save == len(with_opt) == len(done)
     lines.append(f"targets (every model finished): {'met' if met else 'MISSED'}")
     return "\n".join(lines)
@@ -810,11 +934,13 @@ def from_gpu_run(folder: Path, root: Path = ROOT, optimum_s: float = 10.0, rende
                 s["optimum_error"] = f"{type(exc).__name__}: {exc}"
     text = root / "docs" / "results" / f"delivered_{slug}.txt"
     text.parent.mkdir(parents=True, exist_ok=True)
-    text.write_text(f"# python benchmarks/delivered.py --gpu --out DIR; python benchmarks/delivered.py --from DIR\n"
-                    f"# {gpu_name}, policy {data.get('policy', '?')}, dry run (nothing is set), budget "
-                    f"{100 * BUDGET:g} %, {float(data.get('elapsed_s', math.nan)):.0f} s of "
-                    f"{float(data.get('budget_s', math.nan)):.0f} s; planning model's figures against auto\n"
-                    f"{gpu_table(summaries)}\n\n{gpu_targets(summaries)}\n")
+    text.write_text(
+        f"# python benchmarks/delivered.py --gpu --out DIR; python benchmarks/delivered.py --from DIR\n"
+        f"# {gpu_name}, policy {data.get('policy', '?')}, dry run (nothing is set), budget "
+        f"{100 * BUDGET:g} %, {float(data.get('elapsed_s', math.nan)):.0f} s of "
+        f"{float(data.get('budget_s', math.nan)):.0f} s; planning model's figures against auto\n"
+        f"{gpu_table(summaries)}\n\n{gpu_targets(summaries)}\n"
+    )
     kept = root / "rlclock" / "data" / "measurements" / f"delivered-{slug}"
     kept.mkdir(parents=True, exist_ok=True)
     _write_json(kept / "summary.json", {**data, "models": summaries})
@@ -845,18 +971,20 @@ def gpu_claim(gpu_name: str, output: str) -> dict[str, Any]:
     """The claim ``--from`` adds to docs/results.yaml (its last section, the delivered figures) for a GPU's text."""
     return {
         "claim": f"Deployment dry run on the {gpu_name}, every model: planned, and would deliver with the switches "
-                 "landing where the step's kernels ran",
+        "landing where the step's kernels ran",
         "target": "delivered slowdown ≤ 1.2 %, delivered saving ≥ 80 % of the optimum's, on every model",
         "kind": "planned",
         "machine": f"real {gpu_name}, dry run (dry run), priced on the planning model",
         "command": "python benchmarks/delivered.py --gpu --out DIR; python benchmarks/delivered.py --from DIR",
         "output": output,
-        "read": {"regex": r"delivered slowdown <= budget \+ 0.2 pp on (?P<slow>\d+) of (?P<done>\d+); delivered "
-                          r"saving >= 80 % of the optimum.s on (?P<save>\d+) of \d+; worst delivered slowdown "
-                          r"(?P<worst>[-+][\d.]+) %.*mean planned saving (?P<planned>[\d.]+) %, delivered "
-                          r"(?P<delivered>[\d.]+) %"},
+        "read": {
+            "regex": r"delivered slowdown <= budget \+ 0.2 pp on (?P<slow>\d+) of (?P<done>\d+); delivered "
+            r"saving >= 80 % of the optimum.s on (?P<save>\d+) of \d+; worst delivered slowdown "
+            r"(?P<worst>[-+][\d.]+) %.*mean planned saving (?P<planned>[\d.]+) %, delivered "
+            r"(?P<delivered>[\d.]+) %"
+        },
         "show": "planned {planned} %, would deliver {delivered} %; slowdown target on {slow} of {done}, saving "
-                "target on {save}; worst {worst} %",
+        "target on {save}; worst {worst} %",
         "verdict": {"regex": r"targets \(every model finished\): (\w+)"},
     }
 
@@ -872,9 +1000,14 @@ def replay(folder: Path, modes: tuple[str, ...], optimum_s: float) -> int:
         timeline = StepTimeline.load(folder / name / "step.timeline.json.gz")
         if timeline.jitter_s is None:
             continue
-        case = {"jitter": "measured", "start": np.asarray(timeline.start_s), "dur": np.asarray(timeline.duration_s),
-                "period": timeline.period_s, "located": np.asarray(timeline.jitter_s),
-                "replay": data[name].astype(float) * 1e-6}
+        case = {
+            "jitter": "measured",
+            "start": np.asarray(timeline.start_s),
+            "dur": np.asarray(timeline.duration_s),
+            "period": timeline.period_s,
+            "located": np.asarray(timeline.jitter_s),
+            "replay": data[name].astype(float) * 1e-6,
+        }
         rows += cpu_model(folder / name, None, modes, optimum_s, only_cases=[case])
     for r in rows:
         print(line(r))
@@ -887,8 +1020,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", action="store_true", help="run on this machine's GPU (dry run, dry run)")
     parser.add_argument("--out", type=Path, help="GPU mode: the folder to write to; CPU mode: a JSON of the rows")
     parser.add_argument("--replay", type=Path, help="CPU: replay a GPU run's folder")
-    parser.add_argument("--ppo", type=int, metavar="TIMESTEPS", help="CPU: train the corpus recipe with PPO on "
-                        "landings jittered as measured for this many timesteps, then replay its plans (--out DIR)")
+    parser.add_argument(
+        "--ppo",
+        type=int,
+        metavar="TIMESTEPS",
+        help="CPU: train the corpus recipe with PPO on "
+        "landings jittered as measured for this many timesteps, then replay its plans (--out DIR)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="--ppo: the seed")
     parser.add_argument("--corpus", type=Path, action="append", help="CPU: a corpus folder (default: all four)")
     parser.add_argument("--only", default="", help="models whose name contains this (or one of these, comma-separated)")
@@ -898,18 +1036,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--located", type=int, default=10, help="GPU: controlled steps located (default 10)")
     parser.add_argument("--rounds", type=int, default=3, help="GPU: overhead rounds (default 3)")
     parser.add_argument("--block", type=int, default=8, help="GPU: steps per overhead block (default 8)")
-    parser.add_argument("--budget-s", type=float, default=420.0,
-                        help="GPU: the run's time budget from the script's start, seconds; no model starts after it, "
-                             "one still running 20 s later is stopped (default 420)")
-    parser.add_argument("--model-seconds", type=float, default=45.0,
-                        help="GPU: start a model only with this much of the budget left, twice it for a compiled one "
-                             "(default 45 s)")
-    parser.add_argument("--from", dest="from_dir", type=Path, metavar="DIR",
-                        help="turn a GPU run's folder into committed results (docs/results/delivered_<gpu>.txt, "
-                             "rlclock/data/measurements/delivered-<gpu>/, a claim in docs/results.yaml, "
-                             "docs/results.md rendered again)")
-    parser.add_argument("--rows", type=Path, nargs="+", metavar="FILE", help="CPU: print the lines and tables of "
-                        "saved --out JSONs, or of the printed lines of replays (stopped or not), again (no planning)")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=420.0,
+        help="GPU: the run's time budget from the script's start, seconds; no model starts after it, "
+        "one still running 20 s later is stopped (default 420)",
+    )
+    parser.add_argument(
+        "--model-seconds",
+        type=float,
+        default=45.0,
+        help="GPU: start a model only with this much of the budget left, twice it for a compiled one (default 45 s)",
+    )
+    parser.add_argument(
+        "--from",
+        dest="from_dir",
+        type=Path,
+        metavar="DIR",
+        help="turn a GPU run's folder into committed results (docs/results/delivered_<gpu>.txt, "
+        "rlclock/data/measurements/delivered-<gpu>/, a claim in docs/results.yaml, "
+        "docs/results.md rendered again)",
+    )
+    parser.add_argument(
+        "--rows",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="CPU: print the lines and tables of "
+        "saved --out JSONs, or of the printed lines of replays (stopped or not), again (no planning)",
+    )
     args = parser.parse_args(argv)
     modes = tuple(m for m in args.modes.split(",") if m)
     if set(modes) - set(MODES):
@@ -917,21 +1073,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu:
         if args.out is None:
             parser.error("--gpu needs --out DIR")
-        return gpu(args.out, args.only, args.steps, args.located, args.rounds, args.block, args.budget_s,
-                   args.model_seconds)
+        return gpu(
+            args.out, args.only, args.steps, args.located, args.rounds, args.block, args.budget_s, args.model_seconds
+        )
     if args.from_dir is not None:
         for path in from_gpu_run(args.from_dir, optimum_s=args.optimum_seconds):
             print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
         return 0
     if args.rows:  # a model replayed in several files: the last file's rows; --modes' modes only
-        kept = {(r["corpus"], r["model"], r["jitter"].split(" ")[0], r["mode"]): r for path in args.rows
-                for r in read_rows(path) if r["mode"].split("+")[0] in modes}
+        kept = {
+            (r["corpus"], r["model"], r["jitter"].split(" ")[0], r["mode"]): r
+            for path in args.rows
+            for r in read_rows(path)
+            if r["mode"].split("+")[0] in modes
+        }
         rows = list(kept.values())
-        print(f"# CPU replay, budget {100 * BUDGET:g} %, the GPU's default latency; planning model's figures against "
-              "auto")
+        print(
+            f"# CPU replay, budget {100 * BUDGET:g} %, the GPU's default latency; planning model's figures against auto"
+        )
         models = {(r["corpus"], r["model"]) for r in rows}
-        print(f"# {len(models)} models in {len({c for c, _ in models})} corpora, modes "
-              f"{', '.join(sorted({r['mode'] for r in rows}, key=lambda m: MODES.index(m.split('+')[0])))}")
+        print(
+            f"# {len(models)} models in {len({c for c, _ in models})} corpora, modes "
+            f"{', '.join(sorted({r['mode'] for r in rows}, key=lambda m: MODES.index(m.split('+')[0])))}"
+        )
         for r in rows:
             print(line(r))
         print()

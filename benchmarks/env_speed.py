@@ -52,13 +52,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--num-envs", type=int, default=16)
     args = p.parse_args(argv)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()}; env {args.env}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}; env {args.env}"
+    )
     a = plain(args.env, args.seconds)
     b = vectorised(args.env, args.seconds, args.num_envs)
     print(f"plain KernelClockEnv:              {a:9.0f} steps/s  (target >= 5000)  {'ok' if a >= 5000 else 'MISSED'}")
-    print(f"KernelClockSB3VecEnv ({args.num_envs:2d} envs):      {b:9.0f} steps/s  (target >= 20000) "
-          f"{'ok' if b >= 20000 else 'MISSED'}")
+    print(
+        f"KernelClockSB3VecEnv ({args.num_envs:2d} envs):      {b:9.0f} steps/s  (target >= 20000) "
+        f"{'ok' if b >= 20000 else 'MISSED'}"
+    )
     return 0
 
 

@@ -102,7 +102,8 @@ class NvmlSampler:
         while not self._stop:
             if self.on:
                 self.samples.setdefault(self.phase, []).append(
-                    (float(self.device.sm_clock_mhz()), self.device.power_w()))
+                    (float(self.device.sm_clock_mhz()), self.device.power_w())
+                )
             time.sleep(self.period_s)
 
     def close(self) -> None:
@@ -115,8 +116,9 @@ def _profile(torch: Any, name: str, fn: Callable[[], Any]) -> dict[str, Any]:
     from rlclock.deploy.capture import STEP_RANGE, profile_from_chrome
     from rlclock.workload.torch_profile import export_chrome
 
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                            torch.profiler.ProfilerActivity.CUDA], record_shapes=True) as prof:
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA], record_shapes=True
+    ) as prof:
         for _ in range(4):
             with torch.profiler.record_function(STEP_RANGE):
                 fn()
@@ -173,11 +175,17 @@ def measure(out: Path, reps: int, burst_gemms: int) -> None:
     t0 = gauge_cost_s()
     print(f"gauge: fixed cost {t0 * 1e6:.2f} us per kernel between events", flush=True)
     result: dict[str, Any] = {
-        "gpu": dev.name, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "power_limit_w": dev.power_limit_w(), "reps": reps, "burst_gemms": burst_gemms,
-        "gauge_cycles": GAUGE_CYCLES, "gauge_cost_s": t0,
-        "torch": torch.__version__, "method": __doc__.split("Method")[1].split("Each probe is")[0].strip(),
-        "probes": {}}
+        "gpu": dev.name,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "power_limit_w": dev.power_limit_w(),
+        "reps": reps,
+        "burst_gemms": burst_gemms,
+        "gauge_cycles": GAUGE_CYCLES,
+        "gauge_cost_s": t0,
+        "torch": torch.__version__,
+        "method": __doc__.split("Method")[1].split("Each probe is")[0].strip(),
+        "probes": {},
+    }
     for fn in table.values():  # warm every probe (and its allocator blocks) before timing
         fn()
     torch.cuda.synchronize()
@@ -208,14 +216,20 @@ def measure(out: Path, reps: int, burst_gemms: int) -> None:
             sampler.on = False
             ms = [(a.elapsed_time(b), b.elapsed_time(c), c.elapsed_time(d)) for a, b, c, d in marks]
             s = sampler.samples.get(f"{name}/{phase}", [])
-            entry[phase] = {"time_s": [t * 1e-3 for _, t, _ in ms],
-                            "clock_mhz": [GAUGE_CYCLES / ((g0 + g1) / 2 * 1e-3 - t0) / 1e6 for g0, _, g1 in ms],
-                            "nvml_sm_clock_mhz": [c for c, _ in s], "nvml_power_w": [p for _, p in s]}
+            entry[phase] = {
+                "time_s": [t * 1e-3 for _, t, _ in ms],
+                "clock_mhz": [GAUGE_CYCLES / ((g0 + g1) / 2 * 1e-3 - t0) / 1e6 for g0, _, g1 in ms],
+                "nvml_sm_clock_mhz": [c for c, _ in s],
+                "nvml_power_w": [p for _, p in s],
+            }
         result["probes"][name] = entry
         b, c = (statistics.median(entry[p]["time_s"]) for p in ("boost", "capped"))
         fb, fc = (statistics.median(entry[p]["clock_mhz"]) for p in ("boost", "capped"))
-        print(f"{name:16s} boost {b * 1e6:9.1f} us at {fb:6.0f} MHz  capped {c * 1e6:9.1f} us at {fc:6.0f} MHz  "
-              f"time x{c / b:.3f} for clock x{fc / fb:.3f}", flush=True)
+        print(
+            f"{name:16s} boost {b * 1e6:9.1f} us at {fb:6.0f} MHz  capped {c * 1e6:9.1f} us at {fc:6.0f} MHz  "
+            f"time x{c / b:.3f} for clock x{fc / fb:.3f}",
+            flush=True,
+        )
     result["transitions"] = transitions(torch, burst, event, gauge, t0)
     sampler.close()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -223,8 +237,14 @@ def measure(out: Path, reps: int, burst_gemms: int) -> None:
     print(f"wrote {out}")
 
 
-def transitions(torch: Any, burst: Callable[..., None], event: Callable[[], Any], gauge: Callable[[], None],
-                t0: float, n: int = 1500) -> dict[str, Any]:
+def transitions(
+    torch: Any,
+    burst: Callable[..., None],
+    event: Callable[[], Any],
+    gauge: Callable[[], None],
+    t0: float,
+    n: int = 1500,
+) -> dict[str, Any]:
     """The firmware's own clock transitions: clock gauges back to back (clock against time, from CUDA events)."""
     out: dict[str, Any] = {}
     for label, before in (("from_idle", lambda: time.sleep(1.5)), ("after_bursts", lambda: burst(48))):
@@ -236,8 +256,10 @@ def transitions(torch: Any, burst: Callable[..., None], event: Callable[[], Any]
             evs.append(event())
         torch.cuda.synchronize()
         dts = [evs[i].elapsed_time(evs[i + 1]) * 1e-3 for i in range(n)]
-        out[label] = {"t_s": list(itertools.accumulate(dts)),
-                      "clock_mhz": [GAUGE_CYCLES / (dt - t0) / 1e6 for dt in dts]}
+        out[label] = {
+            "t_s": list(itertools.accumulate(dts)),
+            "clock_mhz": [GAUGE_CYCLES / (dt - t0) / 1e6 for dt in dts],
+        }
     return out
 
 
@@ -252,10 +274,14 @@ def compare(path: Path, gpu: str) -> int:
     data = json.loads(path.read_text())
     spec = get_spec(gpu)
     mem = spec.default_mem_mhz
-    print(f"# {data['gpu']} ({data['date']}, power limit {data['power_limit_w']:.0f} W), preset {spec.key}; "
-          f"medians of {data['reps']} timings per phase; model at the SM clocks the gauges measured, memory {mem} MHz")
-    print(f"{'kernel class':16s} {'boost us':>9s} {'capped us':>9s} {'SM MHz':>11s} {'clock x':>7s} "
-          f"{'measured x':>10s} {'shapes x':>9s} {'anchored x':>10s} {'|err| pp':>8s}  within {TOLERANCE_PP:g} pp")
+    print(
+        f"# {data['gpu']} ({data['date']}, power limit {data['power_limit_w']:.0f} W), preset {spec.key}; "
+        f"medians of {data['reps']} timings per phase; model at the SM clocks the gauges measured, memory {mem} MHz"
+    )
+    print(
+        f"{'kernel class':16s} {'boost us':>9s} {'capped us':>9s} {'SM MHz':>11s} {'clock x':>7s} "
+        f"{'measured x':>10s} {'shapes x':>9s} {'anchored x':>10s} {'|err| pp':>8s}  within {TOLERANCE_PP:g} pp"
+    )
     worst, misses = 0.0, 0
     for name, e in data["probes"].items():
         tb, tc = (statistics.median(e[p]["time_s"]) for p in ("boost", "capped"))
@@ -272,11 +298,15 @@ def compare(path: Path, gpu: str) -> int:
         err = 100 * abs(anch[1] / anch[0] - meas)
         worst = max(worst, err)
         misses += err > TOLERANCE_PP
-        print(f"{name:16s} {tb * 1e6:9.1f} {tc * 1e6:9.1f} {fb:5.0f}/{fc:5.0f} {fc / fb:7.3f} {meas:10.3f} "
-              f"{shapes[1] / shapes[0]:9.3f} {anch[1] / anch[0]:10.3f} {err:8.1f}  "
-              f"{'yes' if err <= TOLERANCE_PP else 'NO'}")
-    print(f"# {len(data['probes']) - misses} of {len(data['probes'])} kernel classes within {TOLERANCE_PP:g} pp "
-          f"(anchored); worst {worst:.1f} pp")
+        print(
+            f"{name:16s} {tb * 1e6:9.1f} {tc * 1e6:9.1f} {fb:5.0f}/{fc:5.0f} {fc / fb:7.3f} {meas:10.3f} "
+            f"{shapes[1] / shapes[0]:9.3f} {anch[1] / anch[0]:10.3f} {err:8.1f}  "
+            f"{'yes' if err <= TOLERANCE_PP else 'NO'}"
+        )
+    print(
+        f"# {len(data['probes']) - misses} of {len(data['probes'])} kernel classes within {TOLERANCE_PP:g} pp "
+        f"(anchored); worst {worst:.1f} pp"
+    )
     tr = data.get("transitions")
     if tr:
         for label, key in (("from 1.5 s idle", "from_idle"), ("after 48 power-capped bursts", "after_bursts")):
@@ -284,14 +314,15 @@ def compare(path: Path, gpu: str) -> int:
             settled = float(np.median(f[-100:]))
             steps = []
             for level in np.linspace(f[0], settled, 6)[1:]:  # when a rolling median of 9 gauges first reaches it
-                rolled = np.array([np.median(f[max(0, i - 4):i + 5]) for i in range(len(f))])
+                rolled = np.array([np.median(f[max(0, i - 4) : i + 5]) for i in range(len(f))])
                 up = level >= f[0]
                 hit = np.nonzero(rolled >= level * 0.995 if up else rolled <= level * 1.005)[0]
                 if hit.size:
                     steps.append(f"{level:.0f} MHz at {t[hit[0]]:.1f} ms")
-            print(f"# transition {label}: first gauge {f[0]:.0f} MHz (ends {t[0]:.2f} ms), settled "
-                  f"{settled:.0f} MHz (median of the last 100 of {len(f)} gauges, {t[-1]:.0f} ms); "
-                  + "; ".join(steps))
+            print(
+                f"# transition {label}: first gauge {f[0]:.0f} MHz (ends {t[0]:.2f} ms), settled "
+                f"{settled:.0f} MHz (median of the last 100 of {len(f)} gauges, {t[-1]:.0f} ms); " + "; ".join(steps)
+            )
     return 0
 
 

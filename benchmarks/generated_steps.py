@@ -38,14 +38,28 @@ from rlclock.workload.trace import KernelTrace  # noqa: E402
 from rlclock.workload.transformer import TransformerConfig, transformer_step  # noqa: E402
 
 CORPORA = {"h200-sxm": "corpus-h200", "h100-sxm": "corpus-h100"}
-EXPRESSIBLE = {"train-small-gpt": dict(style="gpt", hidden=768, heads=12, seq=512, batch=16, layers=8, vocab=256,
-                                       tied_head=True, optimizer=True)}
+EXPRESSIBLE = {
+    "train-small-gpt": dict(
+        style="gpt", hidden=768, heads=12, seq=512, batch=16, layers=8, vocab=256, tied_head=True, optimizer=True
+    )
+}
 """Corpus models the generator expresses, as its configuration (``examples/train_small_gpt.py``'s defaults)."""
 NEAREST = {
-    "gpt2-medium": dict(style="gpt", hidden=1024, heads=16, seq=1024, batch=8, layers=24, vocab=50257, tied_head=True,
-                        optimizer=True),
-    "llama-1b-gqa": dict(style="llama", hidden=2048, heads=32, kv_heads=8, ffn=8192, seq=2048, batch=4, layers=16,
-                         vocab=128256, optimizer=True),
+    "gpt2-medium": dict(
+        style="gpt", hidden=1024, heads=16, seq=1024, batch=8, layers=24, vocab=50257, tied_head=True, optimizer=True
+    ),
+    "llama-1b-gqa": dict(
+        style="llama",
+        hidden=2048,
+        heads=32,
+        kv_heads=8,
+        ffn=8192,
+        seq=2048,
+        batch=4,
+        layers=16,
+        vocab=128256,
+        optimizer=True,
+    ),
     "mistral-1b": None,
 }
 """Hugging Face corpus models with the generator's nearest configuration (reference only; ``None``: not listed)."""
@@ -71,14 +85,18 @@ def measured_sum(trace: KernelTrace) -> float:
 
 
 def main() -> int:
-    print("# generated (autocast: true / false) against the profiled step, both from shapes alone on the simulated GPU "
-          "at auto clocks; kernel time ms, energy J, kernels")
+    print(
+        "# generated (autocast: true / false) against the profiled step, both from shapes alone on the simulated GPU "
+        "at auto clocks; kernel time ms, energy J, kernels"
+    )
     for key, corpus in CORPORA.items():
         spec = get_spec(key)
         summary = json.loads(resources.measurement(f"{corpus}/corpus.json").read_text())
         print(f"\n## {spec.name} ({key}), corpus {corpus}")
-        print(f"{'model':16s} {'profiled (sim)':>24s} {'generated, autocast':>34s} {'generated, pure bf16':>34s}"
-              f" {'measured kernel sum':>20s}")
+        print(
+            f"{'model':16s} {'profiled (sim)':>24s} {'generated, autocast':>34s} {'generated, pure bf16':>34s}"
+            f" {'measured kernel sum':>20s}"
+        )
         for name, cfg in {**EXPRESSIBLE, **{k: v for k, v in NEAREST.items() if v}}.items():
             if not (ROOT / "rlclock" / "data" / "measurements" / corpus / name).exists():
                 continue
@@ -87,29 +105,40 @@ def main() -> int:
             cells = []
             for autocast in (True, False):
                 tg, eg, n_g = at_auto(transformer_step(TransformerConfig(**cfg, autocast=autocast)), spec)
-                cells.append(f"{1e3 * tg:8.2f} {100 * (tg / tp - 1):+6.1f}% {eg:7.2f} {100 * (eg / ep - 1):+6.1f}% "
-                             f"{n_g:5d}")
+                cells.append(
+                    f"{1e3 * tg:8.2f} {100 * (tg / tp - 1):+6.1f}% {eg:7.2f} {100 * (eg / ep - 1):+6.1f}% {n_g:5d}"
+                )
             judged = name in EXPRESSIBLE
             tg, eg, _ = at_auto(transformer_step(TransformerConfig(**cfg, autocast=True)), spec)
             ok = abs(tg / tp - 1) <= TIME_TARGET and abs(eg / ep - 1) <= ENERGY_TARGET
             verdict = ("met" if ok else "MISSED") if judged else "reference only (not expressible)"
-            entry = next((e for e in summary if isinstance(e, dict) and e.get("model") == name), None) \
-                if isinstance(summary, list) else summary.get(name)
+            entry = (
+                next((e for e in summary if isinstance(e, dict) and e.get("model") == name), None)
+                if isinstance(summary, list)
+                else summary.get(name)
+            )
             bare = ""
             if isinstance(entry, dict) and isinstance(entry.get("bare"), dict):
-                bare = f" (bare step {1e3 * entry['bare']['step_time_s_median']:.1f} ms, " \
-                       f"{entry['bare']['energy_j_per_step']:.1f} J)"
-            print(f"{name:16s} {1e3 * tp:9.2f} {ep:7.2f} {n_p:5d}  {cells[0]}  {cells[1]}  "
-                  f"{1e3 * measured_sum(prof):9.2f} ms{bare}  {verdict}")
-    print("\n## The GPT-3 XL layer (width 2048, 16 heads, sequence 2048, batch 4), forward and backward, "
-          "simulated H200")
+                bare = (
+                    f" (bare step {1e3 * entry['bare']['step_time_s_median']:.1f} ms, "
+                    f"{entry['bare']['energy_j_per_step']:.1f} J)"
+                )
+            print(
+                f"{name:16s} {1e3 * tp:9.2f} {ep:7.2f} {n_p:5d}  {cells[0]}  {cells[1]}  "
+                f"{1e3 * measured_sum(prof):9.2f} ms{bare}  {verdict}"
+            )
+    print(
+        "\n## The GPT-3 XL layer (width 2048, 16 heads, sequence 2048, batch 4), forward and backward, simulated H200"
+    )
     h200 = get_spec("h200-sxm")
     t_meas, e_meas = LAYER_MEASURED
     for autocast in (True, False):
         t, e, n = at_auto(transformer_step(TransformerConfig(**LAYER, autocast=autocast)), h200)
-        print(f"generated, autocast {str(autocast).lower():5s}: {1e3 * t:6.2f} ms, {e:5.2f} J, {n} kernels — against "
-              f"the real H200 under autocast ({1e3 * t_meas:.2f} ms, {e_meas:.1f} J, 79 kernels): time "
-              f"{100 * (t / t_meas - 1):+.1f} %, energy {100 * (e / e_meas - 1):+.1f} %")
+        print(
+            f"generated, autocast {str(autocast).lower():5s}: {1e3 * t:6.2f} ms, {e:5.2f} J, {n} kernels — against "
+            f"the real H200 under autocast ({1e3 * t_meas:.2f} ms, {e_meas:.1f} J, 79 kernels): time "
+            f"{100 * (t / t_meas - 1):+.1f} %, energy {100 * (e / e_meas - 1):+.1f} %"
+        )
     return 0
 
 

@@ -37,8 +37,9 @@ sys.path.insert(0, str(ROOT))
 from rlclock.gpu.meter import MeasureSettings  # noqa: E402
 from rlclock.workload.transformer import TransformerConfig  # noqa: E402
 
-GPT3XL_LAYER = TransformerConfig(hidden=2048, heads=16, seq=2048, batch=4, layers=1, head=False, style="gpt",
-                                 dtype="bf16")
+GPT3XL_LAYER = TransformerConfig(
+    hidden=2048, heads=16, seq=2048, batch=4, layers=1, head=False, style="gpt", dtype="bf16"
+)
 SUMMARY: dict[str, Any] = {}
 OUT = Path(".")
 
@@ -56,12 +57,17 @@ def stage(name: str):
                 return out
             except Exception as exc:
                 traceback.print_exc()
-                SUMMARY.setdefault("stages", {})[name] = {"ok": False, "s": round(time.time() - t0, 1),
-                                                          "error": f"{type(exc).__name__}: {exc}"}
+                SUMMARY.setdefault("stages", {})[name] = {
+                    "ok": False,
+                    "s": round(time.time() - t0, 1),
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
                 return None
             finally:
                 (OUT / "summary.json").write_text(json.dumps(SUMMARY, indent=1, default=str))
+
         return run
+
     return deco
 
 
@@ -84,19 +90,31 @@ def profile(replays: int):
     res = profile_layer(GPT3XL_LAYER, replays=replays, name="gpt3xl-h200-layer")
     tr = res.trace
     tr.save(OUT / "trace.json")  # the in-sequence trace, replaced by the measured one later
-    print(f"graph nodes {res.graph_counts}; entries {len(tr)}; eager-matched {res.eager_matched}; "
-          f"name mismatches {res.name_mismatches}; notes {res.notes}")
+    print(
+        f"graph nodes {res.graph_counts}; entries {len(tr)}; eager-matched {res.eager_matched}; "
+        f"name mismatches {res.name_mismatches}; notes {res.notes}"
+    )
     print(f"mapping {res.mapping.as_dict()}")
-    print(f"in-sequence kernel sum {res.in_sequence_kernel_s * 1e3:.3f} ms, memsets {res.memset_s * 1e6:.1f} us, "
-          f"step (events) {res.step_event_s * 1e3:.3f} ms")
+    print(
+        f"in-sequence kernel sum {res.in_sequence_kernel_s * 1e3:.3f} ms, memsets {res.memset_s * 1e6:.1f} us, "
+        f"step (events) {res.step_event_s * 1e3:.3f} ms"
+    )
     for i, k in enumerate(tr):
         m = k.measured[0]
-        print(f"  {i:3d} {k.phase[:3]} {k.category:11s} {k.op:28s} {m.time_s * 1e6:9.1f} us  "
-              f"grid {k.launch_grid} {short_name(k.name, 70)}")
-    SUMMARY["profile"] = {"entries": len(tr), "graph_nodes": res.graph_counts, "mapping": res.mapping.as_dict(),
-                          "in_sequence_kernel_s": res.in_sequence_kernel_s, "memset_s": res.memset_s,
-                          "step_event_s": res.step_event_s, "eager_matched": res.eager_matched,
-                          "name_mismatches": res.name_mismatches}
+        print(
+            f"  {i:3d} {k.phase[:3]} {k.category:11s} {k.op:28s} {m.time_s * 1e6:9.1f} us  "
+            f"grid {k.launch_grid} {short_name(k.name, 70)}"
+        )
+    SUMMARY["profile"] = {
+        "entries": len(tr),
+        "graph_nodes": res.graph_counts,
+        "mapping": res.mapping.as_dict(),
+        "in_sequence_kernel_s": res.in_sequence_kernel_s,
+        "memset_s": res.memset_s,
+        "step_event_s": res.step_event_s,
+        "eager_matched": res.eager_matched,
+        "name_mismatches": res.name_mismatches,
+    }
     return res
 
 
@@ -107,16 +125,28 @@ def isolation(out: Path, res) -> list:
     checks = check_isolation(res.captured, res.trace)
     with (out / "isolation.csv").open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["index", "name", "category", "in_sequence_us", "isolated_us", "ratio", "memsets", "copies",
-                    "note"])
+        w.writerow(["index", "name", "category", "in_sequence_us", "isolated_us", "ratio", "memsets", "copies", "note"])
         for c in checks:
-            w.writerow([c.index, c.name, c.category, f"{c.in_sequence_s * 1e6:.2f}", f"{c.isolated_s * 1e6:.2f}",
-                        f"{c.ratio:.3f}", c.memsets, c.copies, c.note])
+            w.writerow(
+                [
+                    c.index,
+                    c.name,
+                    c.category,
+                    f"{c.in_sequence_s * 1e6:.2f}",
+                    f"{c.isolated_s * 1e6:.2f}",
+                    f"{c.ratio:.3f}",
+                    c.memsets,
+                    c.copies,
+                    c.note,
+                ]
+            )
     s = summarize(checks)
     for c in checks:
         flag = " *" if c.note else ""
-        print(f"  {c.index:3d} {c.category:11s} seq {c.in_sequence_s * 1e6:9.1f} iso {c.isolated_s * 1e6:9.1f} us "
-              f"ratio {c.ratio:5.2f} memsets {c.memsets} x{c.copies}{flag} {c.note}")
+        print(
+            f"  {c.index:3d} {c.category:11s} seq {c.in_sequence_s * 1e6:9.1f} iso {c.isolated_s * 1e6:9.1f} us "
+            f"ratio {c.ratio:5.2f} memsets {c.memsets} x{c.copies}{flag} {c.note}"
+        )
     print(f"summary {s}")
     SUMMARY["isolation"] = s
     return checks
@@ -133,20 +163,25 @@ def measure_kernels(out: Path, res, settings: MeasureSettings, limit: int | None
     indices = list(range(len(tr)))
     if limit is not None:  # the longest kernels and a few short ones
         by_time = sorted(indices, key=lambda i: -tr[i].measured[0].time_s)
-        indices = sorted(set(by_time[: limit // 2] + by_time[-(limit - limit // 2):]))
+        indices = sorted(set(by_time[: limit // 2] + by_time[-(limit - limit // 2) :]))
     table = MeasurementTable(table_meta(dev, tr, settings, "observe"))
     m = KernelMeasurer(res.captured, tr, dev, None, settings)
     t0 = time.time()
     try:
+
         def progress(r) -> None:
             seq = tr[r.kernel].measured[0].time_s
-            print(f"  {r.kernel:3d} {r.time_s * 1e6:9.2f} us (seq {seq * 1e6:8.2f}) {r.energy_j * 1e3:9.4f} mJ "
-                  f"{r.power_w:6.1f} W SM {r.sm_clock_mhz:6.0f} MHz cv t {r.time_cv * 100:4.2f}% "
-                  f"E {r.energy_cv * 100:4.2f}% {'/'.join(r.reasons)} back {r.extra.get('kernels_back')} "
-                  f"valid {r.extra.get('valid')} [{time.time() - t0:5.1f} s]", flush=True)
+            print(
+                f"  {r.kernel:3d} {r.time_s * 1e6:9.2f} us (seq {seq * 1e6:8.2f}) {r.energy_j * 1e3:9.4f} mJ "
+                f"{r.power_w:6.1f} W SM {r.sm_clock_mhz:6.0f} MHz cv t {r.time_cv * 100:4.2f}% "
+                f"E {r.energy_cv * 100:4.2f}% {'/'.join(r.reasons)} back {r.extra.get('kernels_back')} "
+                f"valid {r.extra.get('valid')} [{time.time() - t0:5.1f} s]",
+                flush=True,
+            )
 
-        measure_trace(m, tr, indices=indices, table=table, progress=progress,
-                      save=lambda t: t.save(out / "measurements.json"))
+        measure_trace(
+            m, tr, indices=indices, table=table, progress=progress, save=lambda t: t.save(out / "measurements.json")
+        )
     finally:
         m.close()
     table.save(out / "measurements.json")
@@ -176,9 +211,17 @@ def step(res, settings: MeasureSettings):
     from rlclock.gpu.nvml import NvmlDevice
 
     s = measure_step(res.captured, NvmlDevice(0), settings)
-    SUMMARY["step"] = {"time_s": s.time_s, "energy_j": s.energy_j, "power_w": s.power_w, "sm_clock_mhz": s.sm_clock_mhz,
-                       "mem_clock_mhz": s.mem_clock_mhz, "reasons": list(s.reasons), "time_cv": s.time_cv,
-                       "energy_cv": s.energy_cv, "busy_fraction": s.busy_fraction}
+    SUMMARY["step"] = {
+        "time_s": s.time_s,
+        "energy_j": s.energy_j,
+        "power_w": s.power_w,
+        "sm_clock_mhz": s.sm_clock_mhz,
+        "mem_clock_mhz": s.mem_clock_mhz,
+        "reasons": list(s.reasons),
+        "time_cv": s.time_cv,
+        "energy_cv": s.energy_cv,
+        "busy_fraction": s.busy_fraction,
+    }
     print(SUMMARY["step"])
     return s
 
@@ -197,10 +240,18 @@ def schedule(res, settings: MeasureSettings):
         assert control.dry_run
         rep = replay_schedule(res.captured, sched, control, NvmlDevice(0), settings)
         applied = sum(1 for r in control.history if r.applied)
-    SUMMARY["schedule"] = {"name": rep.name, "segments": rep.segments, "switches_per_step": rep.switches_per_step,
-                           "time_s": rep.stats.time_s, "energy_j": rep.stats.energy_j, "power_w": rep.stats.power_w,
-                           "time_cv": rep.stats.time_cv, "dry_run": rep.dry_run, "applied_changes": applied,
-                           "first_records": rep.records[:3]}
+    SUMMARY["schedule"] = {
+        "name": rep.name,
+        "segments": rep.segments,
+        "switches_per_step": rep.switches_per_step,
+        "time_s": rep.stats.time_s,
+        "energy_j": rep.stats.energy_j,
+        "power_w": rep.stats.power_w,
+        "time_cv": rep.stats.time_cv,
+        "dry_run": rep.dry_run,
+        "applied_changes": applied,
+        "first_records": rep.records[:3],
+    }
     print(SUMMARY["schedule"])
 
 
@@ -253,27 +304,37 @@ def main() -> int:
         print(f"{name:10s} {'ok ' if st['ok'] else 'FAILED'} {st['s']:6.1f} s  {st.get('error', '')}")
     if "profile" in SUMMARY:
         pr = SUMMARY["profile"]
-        print(f"profile   {pr['entries']} entries, nodes {pr['graph_nodes']}, "
-              f"in-seq {pr['in_sequence_kernel_s'] * 1e3:.3f} ms, step {pr['step_event_s'] * 1e3:.3f} ms, "
-              f"mapped {pr['mapping']['mapped']}")
+        print(
+            f"profile   {pr['entries']} entries, nodes {pr['graph_nodes']}, "
+            f"in-seq {pr['in_sequence_kernel_s'] * 1e3:.3f} ms, step {pr['step_event_s'] * 1e3:.3f} ms, "
+            f"mapped {pr['mapping']['mapped']}"
+        )
     if "isolation" in SUMMARY:
         s = SUMMARY["isolation"]
-        print(f"isolation ratio of sums {s['ratio_of_sums']:.3f}, median ratio {s['median_ratio']:.3f}, "
-              f"outliers {s['outliers']}/{s['kernels']}")
+        print(
+            f"isolation ratio of sums {s['ratio_of_sums']:.3f}, median ratio {s['median_ratio']:.3f}, "
+            f"outliers {s['outliers']}/{s['kernels']}"
+        )
     if "measure" in SUMMARY:
         s = SUMMARY["measure"]
-        print(f"measure   {s['kernels']} kernels, >=20us: {s['kernels_ge_20us']}, max cv t "
-              f"{(s['max_time_cv_ge_20us'] or 0) * 100:.2f}% E {(s['max_energy_cv_ge_20us'] or 0) * 100:.2f}%, "
-              f"over 2%: {s['over_2pct_ge_20us']}")
+        print(
+            f"measure   {s['kernels']} kernels, >=20us: {s['kernels_ge_20us']}, max cv t "
+            f"{(s['max_time_cv_ge_20us'] or 0) * 100:.2f}% E {(s['max_energy_cv_ge_20us'] or 0) * 100:.2f}%, "
+            f"over 2%: {s['over_2pct_ge_20us']}"
+        )
     if "step" in SUMMARY:
         s = SUMMARY["step"]
-        print(f"step      {s['time_s'] * 1e3:.3f} ms {s['energy_j']:.3f} J {s['power_w']:.0f} W SM "
-              f"{s['sm_clock_mhz']:.0f} MHz {s['reasons']} cv t {s['time_cv'] * 100:.2f}% "
-              f"E {s['energy_cv'] * 100:.2f}%")
+        print(
+            f"step      {s['time_s'] * 1e3:.3f} ms {s['energy_j']:.3f} J {s['power_w']:.0f} W SM "
+            f"{s['sm_clock_mhz']:.0f} MHz {s['reasons']} cv t {s['time_cv'] * 100:.2f}% "
+            f"E {s['energy_cv'] * 100:.2f}%"
+        )
     if "schedule" in SUMMARY:
         s = SUMMARY["schedule"]
-        print(f"schedule  {s['segments']} segments, {s['switches_per_step']} changes/step recorded (applied "
-              f"{s['applied_changes']}), {s['time_s'] * 1e3:.3f} ms {s['energy_j']:.3f} J")
+        print(
+            f"schedule  {s['segments']} segments, {s['switches_per_step']} changes/step recorded (applied "
+            f"{s['applied_changes']}), {s['time_s'] * 1e3:.3f} ms {s['energy_j']:.3f} J"
+        )
     if "pytest" in SUMMARY:
         print(f"pytest    {SUMMARY['pytest']['result']}")
     print(f"wall      {SUMMARY['wall_s']} s")

@@ -100,16 +100,30 @@ def measure(out: Path, reps: int) -> None:
                     b.synchronize()
                     times[case].append(a.elapsed_time(b) * 1e-3)
                 clocks.append(dev.sm_clock_mhz())
-            results[key] = {"kernel": name, "input_mib": mib, "time_s": times,
-                            "sm_clock_mhz_median": statistics.median(clocks),
-                            "trace": _profile(torch, key, fn)}
-            print(f"{key:40s} " + " ".join(f"{c} {1e6 * statistics.median(times[c]):8.1f} us" for c in CASES)
-                  + f"  SM {statistics.median(clocks):.0f} MHz", flush=True)
+            results[key] = {
+                "kernel": name,
+                "input_mib": mib,
+                "time_s": times,
+                "sm_clock_mhz_median": statistics.median(clocks),
+                "trace": _profile(torch, key, fn),
+            }
+            print(
+                f"{key:40s} "
+                + " ".join(f"{c} {1e6 * statistics.median(times[c]):8.1f} us" for c in CASES)
+                + f"  SM {statistics.median(clocks):.0f} MHz",
+                flush=True,
+            )
             del inp, fn
         torch.cuda.empty_cache()
-    data = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(), "reps": reps, "power_limit_w": dev.power_limit_w(),
-            "method": __doc__, "cases": results}
+    data = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "reps": reps,
+        "power_limit_w": dev.power_limit_w(),
+        "method": __doc__,
+        "cases": results,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1))
     print(f"wrote {out}")
@@ -124,10 +138,14 @@ def compare(path: Path, gpu: str) -> int:
 
     data = json.loads(path.read_text())
     spec = get_spec(gpu)
-    print(f"# {data['gpu']} ({data['date']}), preset {spec.key}: medians of {data['reps']}; GB/s = the kernel's "
-          "bytes (op_costs) over its time; model: shapes alone at auto clocks")
-    print(f"{'kernel':40s} {'MB moved':>8s} {'cold us':>8s} {'hot us':>8s} {'replay us':>9s} {'cold GB/s':>9s} "
-          f"{'hot GB/s':>8s} {'model us':>8s} {'model/cold':>10s} {'model/hot':>9s}")
+    print(
+        f"# {data['gpu']} ({data['date']}), preset {spec.key}: medians of {data['reps']}; GB/s = the kernel's "
+        "bytes (op_costs) over its time; model: shapes alone at auto clocks"
+    )
+    print(
+        f"{'kernel':40s} {'MB moved':>8s} {'cold us':>8s} {'hot us':>8s} {'replay us':>9s} {'cold GB/s':>9s} "
+        f"{'hot GB/s':>8s} {'model us':>8s} {'model/cold':>10s} {'model/hot':>9s}"
+    )
     for key, e in data["cases"].items():
         trace = refresh_costs(KernelTrace.from_dict(e["trace"]))  # FLOPs and bytes by the current rules
         ks = [k for k in trace if k.dram_read_bytes + k.dram_write_bytes > 0]
@@ -135,9 +153,11 @@ def compare(path: Path, gpu: str) -> int:
         ka = model.kernel_arrays(ks, spec)
         pred = float(model.predict(ka, spec, [AUTO]).time_s.sum()) if ks else float("nan")
         t = {c: statistics.median(e["time_s"][c]) for c in CASES}
-        print(f"{key:40s} {moved / 1e6:8.1f} {1e6 * t['cold']:8.1f} {1e6 * t['hot']:8.1f} {1e6 * t['replay']:9.1f} "
-              f"{moved / t['cold'] / 1e9:9.0f} {moved / t['hot'] / 1e9:8.0f} {1e6 * pred:8.1f} "
-              f"{pred / t['cold']:10.2f} {pred / t['hot']:9.2f}")
+        print(
+            f"{key:40s} {moved / 1e6:8.1f} {1e6 * t['cold']:8.1f} {1e6 * t['hot']:8.1f} {1e6 * t['replay']:9.1f} "
+            f"{moved / t['cold'] / 1e9:9.0f} {moved / t['hot'] / 1e9:8.0f} {1e6 * pred:8.1f} "
+            f"{pred / t['cold']:10.2f} {pred / t['hot']:9.2f}"
+        )
     return 0
 
 
@@ -173,23 +193,38 @@ def refit(path: Path, weight: float, gpu: str) -> int:
     kernels, t, e, f = fitted_to.isolated_points(fitted_to.measured_trace(spec), spec)
 
     def l2_times(s: Any) -> np.ndarray:
-        return np.array([float(model.predict(model.kernel_arrays([k], c := s.with_model(
-            l2_hit_fraction=s.model.l2_hit_fraction * share)), c, [AUTO]).time_s[0, 0]) for k, _, share in cases])
+        return np.array(
+            [
+                float(
+                    model.predict(
+                        model.kernel_arrays([k], c := s.with_model(l2_hit_fraction=s.model.l2_hit_fraction * share)),
+                        c,
+                        [AUTO],
+                    ).time_s[0, 0]
+                )
+                for k, _, share in cases
+            ]
+        )
 
     def residuals(s: Any) -> np.ndarray:
-        return np.concatenate([fitted_to._residuals(s, kernels, t, e, f),
-                               weight * 2 * np.log(l2_times(s) / measured_t)])
+        return np.concatenate(
+            [fitted_to._residuals(s, kernels, t, e, f), weight * 2 * np.log(l2_times(s) / measured_t)]
+        )
 
     def show(s: Any, label: str) -> None:
         p = fitted_to.predict_auto(s, kernels)
         et, ee = np.abs(p.time_s[:, 0] / t - 1), np.abs(p.energy_j[:, 0] / e - 1)
         big = t >= 20e-6
         l2 = np.abs(l2_times(s) / measured_t - 1)
-        print(f"{label}: GPT-3 XL layer (isolated, kernels >= 20 us) largest error time {100 * et[big].max():.1f} %, "
-              f"energy {100 * ee[big].max():.1f} % (its target 20 %); these kernels' time error median "
-              f"{100 * np.median(l2):.0f} %, p90 {100 * np.percentile(l2, 90):.0f} %")
-        print("  corpus kernels >= 20 us within 25 %: " + ", ".join(
-            f"{name} {100 * share:.0f} %" for name, share in kernel_accuracy(s)))
+        print(
+            f"{label}: GPT-3 XL layer (isolated, kernels >= 20 us) largest error time {100 * et[big].max():.1f} %, "
+            f"energy {100 * ee[big].max():.1f} % (its target 20 %); these kernels' time error median "
+            f"{100 * np.median(l2):.0f} %, p90 {100 * np.percentile(l2, 90):.0f} %"
+        )
+        print(
+            "  corpus kernels >= 20 us within 25 %: "
+            + ", ".join(f"{name} {100 * share:.0f} %" for name, share in kernel_accuracy(s))
+        )
 
     show(spec, "preset")
     new, _cost = fit(spec, residuals, fitted_to.FIT_NAMES, max_nfev=300, bounds=fitted_to._BOUNDS)

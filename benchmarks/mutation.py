@@ -58,22 +58,46 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = ("rlclock/backends/switching.py", "rlclock/backends/base.py", "rlclock/schedule.py",
-           "rlclock/solve/evaluation.py")
-TESTS = ("tests/backends/test_accounting_exact.py", "tests/backends/test_accounting_mutants.py",
-         "tests/backends/test_backend.py", "tests/backends/test_switching_rule.py", "tests/env/test_env_exact.py")
+TARGETS = (
+    "rlclock/backends/switching.py",
+    "rlclock/backends/base.py",
+    "rlclock/schedule.py",
+    "rlclock/solve/evaluation.py",
+)
+TESTS = (
+    "tests/backends/test_accounting_exact.py",
+    "tests/backends/test_accounting_mutants.py",
+    "tests/backends/test_backend.py",
+    "tests/backends/test_switching_rule.py",
+    "tests/env/test_env_exact.py",
+)
 EQUIVALENT = ROOT / "benchmarks" / "mutation_equivalent.yaml"
 SENTINEL = "\nraise ImportError('mutation sentinel: this mutated copy is what the tests import')\n"
 
 # -- mutation operators ---------------------------------------------------------------------------------------
 
 CMP_SWAP: dict[type[ast.cmpop], type[ast.cmpop]] = {
-    ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
-    ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In,
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
 }
 BIN_SWAP: dict[type[ast.operator], type[ast.operator]] = {
-    ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div,
-    ast.Mod: ast.Mult, ast.Pow: ast.Mult, ast.BitAnd: ast.BitOr, ast.BitOr: ast.BitAnd,
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
+    ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Div,
+    ast.Mod: ast.Mult,
+    ast.Pow: ast.Mult,
+    ast.BitAnd: ast.BitOr,
+    ast.BitOr: ast.BitAnd,
 }
 UNARY_DROP = (ast.Not, ast.USub, ast.Invert)
 
@@ -105,7 +129,8 @@ def _left_alone(node: ast.AST) -> bool:
 def _is_type_checking(node: ast.AST) -> bool:
     test = node.test if isinstance(node, ast.If) else None
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _skipped_fields(node: ast.AST) -> set[str]:
@@ -163,8 +188,11 @@ def mutations(node: ast.AST) -> list[int]:
     if isinstance(node, ast.Constant):
         return [0] if isinstance(node.value, (bool, int, float)) else []
     if isinstance(node, ast.Return):
-        return [0] if node.value is not None and not (isinstance(node.value, ast.Constant)
-                                                      and node.value.value is None) else []
+        return (
+            [0]
+            if node.value is not None and not (isinstance(node.value, ast.Constant) and node.value.value is None)
+            else []
+        )
     if isinstance(node, ast.Lambda):
         return [] if isinstance(node.body, ast.Constant) and node.body.value is None else [0]
     if isinstance(node, (ast.Break, ast.Continue)):
@@ -268,8 +296,9 @@ def _child(args: list[str], log: str, modules_to: str | None) -> None:
 
         rc = int(pytest.main(args))
         if modules_to is not None:
-            Path(modules_to).write_text(json.dumps([name for name, mod in list(sys.modules.items())
-                                                    if mod is not None and _third_party(mod)]))
+            Path(modules_to).write_text(
+                json.dumps([name for name, mod in list(sys.modules.items()) if mod is not None and _third_party(mod)])
+            )
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
@@ -321,8 +350,11 @@ def serve(tests: list[str]) -> int:
         for name in names:
             with contextlib.suppress(Exception):  # a module that only imports in its own context is not preloaded
                 __import__(name)
-    leaked = [n for n, mod in sys.modules.items()
-              if mod is not None and not _third_party(mod) and getattr(mod, "__name__", "") != "__main__"]
+    leaked = [
+        n
+        for n, mod in sys.modules.items()
+        if mod is not None and not _third_party(mod) and getattr(mod, "__name__", "") != "__main__"
+    ]
     if leaked:
         result = f"leak {leaked[0]}"
     print(f"ready {result.replace(' ', '=')} {secs:.3f}", flush=True)
@@ -351,8 +383,9 @@ class Worker:
             self.write(f, ast.unparse(ast.parse(text)))
         if self.runner == "fork":
             command = [sys.executable, str(Path(__file__).resolve()), "--serve", "--tests", *self.tests]
-            self.server = subprocess.Popen(command, cwd=self.dir, env=self.env, stdin=subprocess.PIPE,
-                                           stdout=subprocess.PIPE, text=True, bufsize=1)
+            self.server = subprocess.Popen(
+                command, cwd=self.dir, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+            )
             assert self.server.stdout is not None
             _, result, secs = self.server.stdout.readline().split()
         else:
@@ -366,8 +399,15 @@ class Worker:
     def _subprocess(self, timeout: float) -> tuple[str, float]:
         start = time.perf_counter()
         with (self.dir / "pytest.log").open("w") as log:
-            p = subprocess.Popen([sys.executable, "-m", "pytest", *pytest_args(self.tests)], cwd=self.dir, env=self.env,
-                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            p = subprocess.Popen(
+                [sys.executable, "-m", "pytest", *pytest_args(self.tests)],
+                cwd=self.dir,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             try:
                 rc = p.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -412,8 +452,9 @@ class Outcome:
     seconds: float
 
 
-def run_all(jobs: list[tuple[Mutant, str]], workers: list[Worker], timeout: float,
-            progress: bool = True) -> list[Outcome]:
+def run_all(
+    jobs: list[tuple[Mutant, str]], workers: list[Worker], timeout: float, progress: bool = True
+) -> list[Outcome]:
     """Run ``(mutant, mutated source)`` pairs on the workers in parallel, with a progress line on stderr."""
     todo: queue.Queue[tuple[Mutant, str]] = queue.Queue()
     for job in jobs:
@@ -432,11 +473,14 @@ def run_all(jobs: list[tuple[Mutant, str]], workers: list[Worker], timeout: floa
         n = len(results)
         c = Counter(r.status for r in results)
         el = time.perf_counter() - start
-        line = (f"[{n:4d}/{len(jobs)}] killed {c['killed']}  timeout {c['timeout']}  survived {c['survived']}  "
-                f"{el:5.0f} s, ~{el / n * (len(jobs) - n):4.0f} s left")
+        line = (
+            f"[{n:4d}/{len(jobs)}] killed {c['killed']}  timeout {c['timeout']}  survived {c['survived']}  "
+            f"{el:5.0f} s, ~{el / n * (len(jobs) - n):4.0f} s left"
+        )
         if o.status == "survived":
-            print(("\r" if tty else "") + f"survived: {o.mutant.id}  (line {o.mutant.line})" + " " * 20,
-                  file=sys.stderr)
+            print(
+                ("\r" if tty else "") + f"survived: {o.mutant.id}  (line {o.mutant.line})" + " " * 20, file=sys.stderr
+            )
         if tty:
             print("\r" + line, end="", file=sys.stderr, flush=True)
         elif n % every == 0 or n == len(jobs):
@@ -481,12 +525,15 @@ def load_equivalent(path: Path) -> dict[str, str]:
     return data
 
 
-def report(outcomes: list[Outcome], files: list[str], equivalent: dict[str, str], stale: list[str],
-           min_score: float) -> tuple[str, float]:
+def report(
+    outcomes: list[Outcome], files: list[str], equivalent: dict[str, str], stale: list[str], min_score: float
+) -> tuple[str, float]:
     """The text report and the score."""
     eq = {o.mutant.id for o in outcomes if o.status == "survived" and o.mutant.id in equivalent}
-    lines = [f"{'file':36s} {'mutants':>8s} {'killed':>7s} {'timeout':>8s} {'survived':>9s} {'equivalent':>11s} "
-             f"{'score':>7s}"]
+    lines = [
+        f"{'file':36s} {'mutants':>8s} {'killed':>7s} {'timeout':>8s} {'survived':>9s} {'equivalent':>11s} "
+        f"{'score':>7s}"
+    ]
     totals = Counter[str]()
     for f in [*files, "total"]:
         mine = [o for o in outcomes if f in (o.mutant.file, "total")]
@@ -496,16 +543,23 @@ def report(outcomes: list[Outcome], files: list[str], equivalent: dict[str, str]
         score = (c["killed"] + c["timeout"]) / (n - n_eq) if n > n_eq else 1.0
         if f != "total":
             totals.update(c)
-        lines.append(f"{f:36s} {n:8d} {c['killed']:7d} {c['timeout']:8d} {c['survived'] - n_eq:9d} {n_eq:11d} "
-                     f"{100 * score:6.1f}%")
+        lines.append(
+            f"{f:36s} {n:8d} {c['killed']:7d} {c['timeout']:8d} {c['survived'] - n_eq:9d} {n_eq:11d} "
+            f"{100 * score:6.1f}%"
+        )
     n_all, n_eq = len(outcomes), len(eq)
     dead = totals["killed"] + totals["timeout"]
     score = dead / (n_all - n_eq) if n_all > n_eq else 1.0
     verdict = "ok" if score >= min_score else "BELOW THE MINIMUM"
-    lines += ["", f"score: killed (timeouts included) / (mutants - equivalent) = {dead} / ({n_all} - {n_eq}) = "
-              f"{100 * score:.1f} %  (minimum {100 * min_score:.1f} %): {verdict}"]
-    alive = sorted((o.mutant for o in outcomes if o.status == "survived" and o.mutant.id not in eq),
-                   key=lambda m: (m.file, m.line, m.id))
+    lines += [
+        "",
+        f"score: killed (timeouts included) / (mutants - equivalent) = {dead} / ({n_all} - {n_eq}) = "
+        f"{100 * score:.1f} %  (minimum {100 * min_score:.1f} %): {verdict}",
+    ]
+    alive = sorted(
+        (o.mutant for o in outcomes if o.status == "survived" and o.mutant.id not in eq),
+        key=lambda m: (m.file, m.line, m.id),
+    )
     lines += ["", f"surviving mutants not listed as equivalent ({len(alive)}):"]
     lines += [f"  {m.id}  (line {m.line})" for m in alive] or ["  none"]
     slow = [o.mutant for o in outcomes if o.status == "timeout"]
@@ -532,13 +586,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--targets", nargs="+", default=list(TARGETS), help="files to mutate (repository-relative)")
     p.add_argument("--tests", nargs="+", default=list(TESTS), help="test files run against every mutant")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel workers (default: all cores)")
-    p.add_argument("--only", metavar="PATTERN", action="append",
-                   help="only mutants whose id contains PATTERN or matches it as a glob (repeatable)")
+    p.add_argument(
+        "--only",
+        metavar="PATTERN",
+        action="append",
+        help="only mutants whose id contains PATTERN or matches it as a glob (repeatable)",
+    )
     p.add_argument("--list", action="store_true", help="list the mutants (line, id) without running them")
     p.add_argument("--diff", action="store_true", help="with --list: show each mutant's change as a diff")
     p.add_argument("--min-score", type=float, default=0.95, help="exit 1 below this score (default 0.95)")
-    p.add_argument("--runner", choices=("fork", "subprocess"), default="fork" if hasattr(os, "fork") else "subprocess",
-                   help="fork (default): pytest in a forked child of a preloaded server; subprocess: python -m pytest")
+    p.add_argument(
+        "--runner",
+        choices=("fork", "subprocess"),
+        default="fork" if hasattr(os, "fork") else "subprocess",
+        help="fork (default): pytest in a forked child of a preloaded server; subprocess: python -m pytest",
+    )
     p.add_argument("--timeout", type=float, help="seconds per mutant (default: max(10, 5 x the baseline run))")
     p.add_argument("--equivalent", type=Path, default=EQUIVALENT, help="the {id: reason} file of equivalent mutants")
     p.add_argument("--output", type=Path, help="also write the report here, the command line on top")
@@ -571,9 +633,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     start = time.perf_counter()
-    header = [f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
-              f"{platform.python_version()}; runner {args.runner}, {args.jobs} jobs",
-              f"targets: {' '.join(args.targets)}", f"tests:   {' '.join(args.tests)}"]
+    header = [
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}; runner {args.runner}, {args.jobs} jobs",
+        f"targets: {' '.join(args.targets)}",
+        f"tests:   {' '.join(args.tests)}",
+    ]
     print("\n".join(header), flush=True)
     workers = [Worker(args.runner, args.tests, texts) for _ in range(max(1, min(args.jobs, len(mutants) or 1)))]
     try:
@@ -599,11 +664,16 @@ def main(argv: list[str] | None = None) -> int:
         sentinels = [(Mutant(f, "<sentinel>", "", "", 0, 0, -1, 0), texts[f] + SENTINEL) for f in args.targets]
         missed = [o.mutant.file for o in run_all(sentinels, workers, timeout, progress=False) if o.status != "killed"]
         if missed:
-            print(f"setup failed: a copy that raises on import was not killed for {missed}: the tests do not import "
-                  "the mutated copy", file=sys.stderr)
+            print(
+                f"setup failed: a copy that raises on import was not killed for {missed}: the tests do not import "
+                "the mutated copy",
+                file=sys.stderr,
+            )
             return 2
-        header.append(f"baseline: the tests pass on the unparsed targets ({baseline:.1f} s); a copy of each target "
-                      f"that raises on import is killed; timeout {timeout:.0f} s per mutant")
+        header.append(
+            f"baseline: the tests pass on the unparsed targets ({baseline:.1f} s); a copy of each target "
+            f"that raises on import is killed; timeout {timeout:.0f} s per mutant"
+        )
         print(header[-1], flush=True)
         outcomes = run_all([(m, mutant_source(texts[m.file], m)) for m in mutants], workers, timeout)
     finally:
@@ -613,8 +683,10 @@ def main(argv: list[str] | None = None) -> int:
     outcomes.sort(key=lambda o: order[o.mutant.id])
     text, score = report(outcomes, args.targets, equivalent, stale, args.min_score)
     busy = sum(o.seconds for o in outcomes) / max(1, len(outcomes))
-    wall = (f"{len(mutants)} mutants in {_duration(time.perf_counter() - start)} ({busy:.1f} s per mutant and worker)"
-            + (f", only {', '.join(map(repr, args.only))}" if args.only else ""))
+    wall = (
+        f"{len(mutants)} mutants in {_duration(time.perf_counter() - start)} ({busy:.1f} s per mutant and worker)"
+        + (f", only {', '.join(map(repr, args.only))}" if args.only else "")
+    )
     print(wall + "\n\n" + text)
     if args.output:
         command = shlex.join(["python", "benchmarks/mutation.py", *(argv if argv is not None else sys.argv[1:])])

@@ -17,6 +17,7 @@ misses it, the share the learner beats it on.
     python benchmarks/online.py                       # 20 GPUs x 3 workloads
     python benchmarks/online.py --gpus 4 --workloads train-small-gpt --learners nominal tracker
 """
+
 from __future__ import annotations
 
 import argparse
@@ -92,8 +93,9 @@ def planning_model(workload: str) -> SimulatedGpu:
     env = load_env_spec(ENV_SPEC)
     gpu = env.gpu
     trace = refresh_costs(KernelTrace.load(ROOT / "data" / "corpus-h200" / workload / "step.trace.json.gz"))
-    trace = trace.with_kernels([replace(k, measured=(Measurement(gpu=gpu.key, time_s=k.measured[0].time_s,
-                                                                 source="profile"),)) for k in trace])
+    trace = trace.with_kernels(
+        [replace(k, measured=(Measurement(gpu=gpu.key, time_s=k.measured[0].time_s, source="profile"),)) for k in trace]
+    )
     return SimulatedGpu(gpu, trace, env.configs(), env.latency_s, anchor=True)
 
 
@@ -104,8 +106,17 @@ def true_gpus(model: SimulatedGpu, gpus: int) -> Iterator[tuple[int, TrueGpuDraw
         yield seed, draw, TrueGpu(draw, model.trace, model.configs, model.latency_s)
 
 
-def run_one(name: str, job: MeasuredJob, budget: float, steps: int, nominal_arm: int, model_slowdown: list[float],
-            parts: np.ndarray, model_saving: list[float], seed: int):
+def run_one(
+    name: str,
+    job: MeasuredJob,
+    budget: float,
+    steps: int,
+    nominal_arm: int,
+    model_slowdown: list[float],
+    parts: np.ndarray,
+    model_saving: list[float],
+    seed: int,
+):
     """One learner's trajectory on ``job``."""
     if name == "nominal":
         return run_nominal(job, nominal_arm, steps)
@@ -122,32 +133,49 @@ def run_one(name: str, job: MeasuredJob, budget: float, steps: int, nominal_arm:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gpus", type=int, default=20, help="true GPUs per workload (default 20)")
-    p.add_argument("--workloads", nargs="+", default=["train-small-gpt", "vit-base", "bert-base"],
-                   help="models of data/corpus-h200")
+    p.add_argument(
+        "--workloads",
+        nargs="+",
+        default=["train-small-gpt", "vit-base", "bert-base"],
+        help="models of data/corpus-h200",
+    )
     p.add_argument("--budget", type=float, default=0.01, help="slowdown budget, a fraction (default 0.01)")
     p.add_argument("--learners", nargs="+", default=["nominal", "tracker", "bandit", "ppo"], choices=LEARNERS)
-    p.add_argument("--noise", default="replay", choices=("replay", "ar1"),
-                   help="step-time noise: the measured series replayed (default) or a drawn correlated series")
+    p.add_argument(
+        "--noise",
+        default="replay",
+        choices=("replay", "ar1"),
+        help="step-time noise: the measured series replayed (default) or a drawn correlated series",
+    )
     a = p.parse_args(argv)
     nominal_arm = 1 + PLAN_BUDGETS.index(a.budget) if a.budget in PLAN_BUDGETS else 1 + len(PLAN_BUDGETS) // 2
     learners = list(a.learners)
     steps = max(CHECKPOINTS)
-    print(f"# budget {100 * a.budget:g} %; arms: auto + the planning model's exact optima at planning budgets "
-          f"{[100 * b for b in PLAN_BUDGETS]} %, then at {[100 * b for b in LATENCY_BUDGETS]} % for latency x "
-          f"{list(LATENCY_SCALES)}; nominal = arm {nominal_arm}; step noise: {a.noise}")
-    print(f"{'workload':16s} {'gpu':>3s} {'noise':>15s} {'best':>6s}  " + "  ".join(
-        f"{name + ' @' + str(n):>24s}" for name in learners for n in CHECKPOINTS) + "   worst 100-step slowdown")
+    print(
+        f"# budget {100 * a.budget:g} %; arms: auto + the planning model's exact optima at planning budgets "
+        f"{[100 * b for b in PLAN_BUDGETS]} %, then at {[100 * b for b in LATENCY_BUDGETS]} % for latency x "
+        f"{list(LATENCY_SCALES)}; nominal = arm {nominal_arm}; step noise: {a.noise}"
+    )
+    print(
+        f"{'workload':16s} {'gpu':>3s} {'noise':>15s} {'best':>6s}  "
+        + "  ".join(f"{name + ' @' + str(n):>24s}" for name in learners for n in CHECKPOINTS)
+        + "   worst 100-step slowdown"
+    )
     summary: dict[str, list[tuple[float, float, float, float, float]]] = {
-        f"{x}@{n}": [] for x in learners for n in CHECKPOINTS}
+        f"{x}@{n}": [] for x in learners for n in CHECKPOINTS
+    }
     for wl in a.workloads:
         nominal = planning_model(wl)
         t0 = time.perf_counter()
         cand = candidate_plans(nominal)
         plans, model_saving, model_slowdown, parts = cand.plans, list(cand.saving), list(cand.slowdown), cand.parts
         step_s = nominal.auto_run().time_s
-        print(f"# {wl}: {len(nominal.trace)} kernels, {1e3 * step_s:.1f} ms per step on the planning model "
-              f"(N = 500 / 2 000 / 10 000 steps = {500 * step_s / 60:.1f} / {2000 * step_s / 60:.1f} / "
-              f"{10000 * step_s / 60:.1f} min of the job); plans in {time.perf_counter() - t0:.0f} s", flush=True)
+        print(
+            f"# {wl}: {len(nominal.trace)} kernels, {1e3 * step_s:.1f} ms per step on the planning model "
+            f"(N = 500 / 2 000 / 10 000 steps = {500 * step_s / 60:.1f} / {2000 * step_s / 60:.1f} / "
+            f"{10000 * step_s / 60:.1f} min of the job); plans in {time.perf_counter() - t0:.0f} s",
+            flush=True,
+        )
         for seed, draw, truth in true_gpus(nominal, a.gpus):
             best = true_best(truth, a.budget, plans)
             cells, worst, nominal_true = [], [], None
@@ -164,14 +192,20 @@ def main(argv: list[str] | None = None) -> int:
                     slow = job.true_slowdown(mix)
                     summary[f"{name}@{n}"].append((share, slow, worst[-1], *nominal_true))
                     cells.append(f"{100 * share:5.0f}% {100 * slow:+5.2f}% {mix.label():>9s}")
-            print(f"{wl:16s} {seed:3d} {draw.noise_series if a.noise == 'replay' else 'ar1':>15s} {100 * best:5.2f}%  "
-                  + "  ".join(f"{c:>24s}" for c in cells) + "   " + " ".join(f"{100 * w:+.2f}%" for w in worst),
-                  flush=True)
+            print(
+                f"{wl:16s} {seed:3d} {draw.noise_series if a.noise == 'replay' else 'ar1':>15s} {100 * best:5.2f}%  "
+                + "  ".join(f"{c:>24s}" for c in cells)
+                + "   "
+                + " ".join(f"{100 * w:+.2f}%" for w in worst),
+                flush=True,
+            )
     line = a.budget + 0.002
-    print("# per learner and N: goal = >= 90 % of the best within budget + 0.2 pp; median share of the best; median "
-          "true slowdown; over budget + 0.2 pp; worst 100 steps over budget + 0.5 pp (while learning); where the "
-          "nominal plan misses the goal, the share of those cases the learner beats it on (more saving within "
-          "budget + 0.2 pp, or back within it)")
+    print(
+        "# per learner and N: goal = >= 90 % of the best within budget + 0.2 pp; median share of the best; median "
+        "true slowdown; over budget + 0.2 pp; worst 100 steps over budget + 0.5 pp (while learning); where the "
+        "nominal plan misses the goal, the share of those cases the learner beats it on (more saving within "
+        "budget + 0.2 pp, or back within it)"
+    )
     for key, vals in summary.items():
         share = np.array([v[0] for v in vals])
         slow = np.array([v[1] for v in vals])
@@ -181,9 +215,11 @@ def main(argv: list[str] | None = None) -> int:
         nominal_miss = ~((nshare >= 0.9) & (nslow <= line))
         beats = np.where(nslow > line, slow <= line, (slow <= line) & (share > nshare))
         beat = f"{100 * beats[nominal_miss].mean():5.1f} % of {int(nominal_miss.sum())}" if nominal_miss.any() else "-"
-        print(f"  {key:16s} goal {100 * goal.mean():5.1f} %   median {100 * np.nanmedian(share):5.1f} % of best   "
-              f"median slowdown {100 * np.median(slow):+5.2f} %   over {100 * np.mean(slow > line):5.1f} %   "
-              f"unsafe {100 * np.mean(worst > a.budget + 0.005):5.1f} %   beats nominal where it misses {beat}")
+        print(
+            f"  {key:16s} goal {100 * goal.mean():5.1f} %   median {100 * np.nanmedian(share):5.1f} % of best   "
+            f"median slowdown {100 * np.median(slow):+5.2f} %   over {100 * np.mean(slow > line):5.1f} %   "
+            f"unsafe {100 * np.mean(worst > a.budget + 0.005):5.1f} %   beats nominal where it misses {beat}"
+        )
     return 0
 
 

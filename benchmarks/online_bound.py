@@ -41,6 +41,7 @@ workloads differ in their cases: where the 90 % point lies, and the window lengt
     python benchmarks/online_bound.py --gpus 4 --workloads bert-base  # a subsample
     python benchmarks/online_bound.py --no-cases                       # part 1 only (no planning: seconds)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,8 +70,9 @@ PLAN_SLOWDOWN = 0.01
 matters little)."""
 
 
-def paired_run(noise: np.ndarray, rng: np.random.Generator,
-               steps: tuple[int, ...] = STEPS) -> list[tuple[float, float]]:
+def paired_run(
+    noise: np.ndarray, rng: np.random.Generator, steps: tuple[int, ...] = STEPS
+) -> list[tuple[float, float]]:
     """The plan measured paired over the deviations ``noise`` (module docstring): at each of ``steps``, its
     estimated log slowdown and the standard error the estimator reports."""
     paired = PairedSlowdown([0.0, PLAN_SLOWDOWN])
@@ -96,7 +98,7 @@ def window_run(noise: np.ndarray, window_steps: int, steps: tuple[int, ...] = ST
         while (int(est.count.sum()) + 1) * window_steps <= n:
             arm = 1 - int(est.count.sum()) % 2
             w0 = int(est.count.sum()) * window_steps
-            t = (1.0 + PLAN_SLOWDOWN * arm) * (1.0 + noise[w0:w0 + window_steps])
+            t = (1.0 + PLAN_SLOWDOWN * arm) * (1.0 + noise[w0 : w0 + window_steps])
             est.add(arm, float(t.mean()), 0.0)
         slow, se = est.slowdown()
         out.append((math.log1p(float(slow[1])), float(se[1]) / (1.0 + float(slow[1]))))
@@ -148,8 +150,12 @@ def goal_chance(s90: float, cap: float, error_sd: float, line: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gpus", type=int, default=20, help="true GPUs per workload (default 20)")
-    p.add_argument("--workloads", nargs="+", default=["train-small-gpt", "vit-base", "bert-base"],
-                   help="models of data/corpus-h200")
+    p.add_argument(
+        "--workloads",
+        nargs="+",
+        default=["train-small-gpt", "vit-base", "bert-base"],
+        help="models of data/corpus-h200",
+    )
     p.add_argument("--budget", type=float, default=0.01, help="slowdown budget, a fraction (default 0.01)")
     p.add_argument("--replays", type=int, default=200, help="replays of the noise per series (default 200)")
     p.add_argument("--no-cases", action="store_true", help="part 1 only")
@@ -161,12 +167,18 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     models = {wl: planning_model(wl) for wl in a.workloads}
     first = {wl: next(true_gpus(m, 1)) for wl, m in models.items()}
-    windows = {wl: MeasuredJob(truth, [np.zeros(len(m.trace), dtype=np.int64)]).window_steps
-               for (wl, m), (_, _, truth) in zip(models.items(), first.values(), strict=True)}
-    print(f"# commit rule (PairedTracker): estimate within the budget and estimate + {z:g} s.e. within budget + "
-          f"{100 * tol:g} pp; a mix at the budget needs s.e. <= {100 * target:.2f} pp")
-    print(f"# part 1: {a.replays} replays per measured series of a plan {100 * PLAN_SLOWDOWN:g} % slower than auto; "
-          f"N = {list(STEPS)} steps, half of them the plan's; s.e. and bias in pp of slowdown")
+    windows = {
+        wl: MeasuredJob(truth, [np.zeros(len(m.trace), dtype=np.int64)]).window_steps
+        for (wl, m), (_, _, truth) in zip(models.items(), first.values(), strict=True)
+    }
+    print(
+        f"# commit rule (PairedTracker): estimate within the budget and estimate + {z:g} s.e. within budget + "
+        f"{100 * tol:g} pp; a mix at the budget needs s.e. <= {100 * target:.2f} pp"
+    )
+    print(
+        f"# part 1: {a.replays} replays per measured series of a plan {100 * PLAN_SLOWDOWN:g} % slower than auto; "
+        f"N = {list(STEPS)} steps, half of them the plan's; s.e. and bias in pp of slowdown"
+    )
     base = first[a.workloads[0]][1]
     se_paired: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for name in sorted(measured_noise()):
@@ -181,22 +193,32 @@ def main(argv: list[str] | None = None) -> int:
         true_se, rep_se, bias = spread(runs)
         se_paired[name] = (rep_se, true_se)
         cells = lambda v: " ".join(f"{100 * x:6.3f}" for x in v)  # noqa: E731
-        print(f"{name:16s} {'paired':20s} true s.e. {cells(true_se)}   reported {cells(rep_se)}   "
-              f"bias {cells(bias)}   s.e. {100 * target:.2f} pp at ~{steps_to(true_se, target):,.0f} steps "
-              f"(reported: ~{steps_to(rep_se, target):,.0f})")
+        print(
+            f"{name:16s} {'paired':20s} true s.e. {cells(true_se)}   reported {cells(rep_se)}   "
+            f"bias {cells(bias)}   s.e. {100 * target:.2f} pp at ~{steps_to(true_se, target):,.0f} steps "
+            f"(reported: ~{steps_to(rep_se, target):,.0f})"
+        )
         for wl in a.workloads:
             wt, wr, wb = spread(wruns[wl])
-            print(f"{name:16s} {f'windows of {windows[wl]}':20s} true s.e. {cells(wt)}   reported {cells(wr)}   "
-                  f"bias {cells(wb)}   s.e. {100 * target:.2f} pp at ~{steps_to(wt, target):,.0f} steps "
-                  f"({wl}'s 1 s windows)", flush=True)
+            print(
+                f"{name:16s} {f'windows of {windows[wl]}':20s} true s.e. {cells(wt)}   reported {cells(wr)}   "
+                f"bias {cells(wb)}   s.e. {100 * target:.2f} pp at ~{steps_to(wt, target):,.0f} steps "
+                f"({wl}'s 1 s windows)",
+                flush=True,
+            )
     print(f"# part 1 in {time.perf_counter() - t0:.0f} s")
     if a.no_cases:
         return 0
-    print(f"# part 2: the oracle on the cases of benchmarks/online.py (budget {100 * a.budget:g} %): share of the "
-          f"true best of the most saving mix it can certify at N = {list(STEPS)} (s.e. as reported / as true)")
-    print(f"{'workload':16s} {'gpu':>3s} {'noise':>15s} {'best':>6s} {'arms@budget':>11s}  "
-          + "  ".join(f"{'@' + str(n):>11s}" for n in STEPS) + "   the least slowdown of 90 % of the best: steps to "
-          "certify it")
+    print(
+        f"# part 2: the oracle on the cases of benchmarks/online.py (budget {100 * a.budget:g} %): share of the "
+        f"true best of the most saving mix it can certify at N = {list(STEPS)} (s.e. as reported / as true)"
+    )
+    print(
+        f"{'workload':16s} {'gpu':>3s} {'noise':>15s} {'best':>6s} {'arms@budget':>11s}  "
+        + "  ".join(f"{'@' + str(n):>11s}" for n in STEPS)
+        + "   the least slowdown of 90 % of the best: steps to "
+        "certify it"
+    )
     goals: dict[str, dict[int, list[tuple[float, float, float]]]] = {}
     needs: dict[str, list[list[float]]] = {wl: [] for wl in models}
     for wl, model in models.items():
@@ -215,34 +237,52 @@ def main(argv: list[str] | None = None) -> int:
                     line = min(a.budget, a.budget + tol - z * float(np.expm1(se[i])))
                     shares.append(hull_at(points, line) / best if best > 0 and line >= 0 else float("nan"))
                 rep_se, true_se = (float(np.expm1(se[i])) for se in se_paired[draw.noise_series])
-                goals[wl][n].append((shares[0] >= 0.9, shares[1] >= 0.9,
-                                     goal_chance(s90, min(a.budget, a.budget + tol - z * rep_se), true_se,
-                                                 a.budget + tol)))
+                goals[wl][n].append(
+                    (
+                        shares[0] >= 0.9,
+                        shares[1] >= 0.9,
+                        goal_chance(s90, min(a.budget, a.budget + tol - z * rep_se), true_se, a.budget + tol),
+                    )
+                )
                 cells.append(f"{100 * shares[0]:4.0f}/{100 * shares[1]:4.0f}%")
-            need = [steps_to(se, (a.budget + tol - s90) / z) if math.isfinite(s90) else math.inf
-                    for se in se_paired[draw.noise_series]]
+            need = [
+                steps_to(se, (a.budget + tol - s90) / z) if math.isfinite(s90) else math.inf
+                for se in se_paired[draw.noise_series]
+            ]
             needs[wl].append(need)
-            print(f"{wl:16s} {seed:3d} {draw.noise_series:>15s} {100 * best:5.2f}% {100 * arms:10.0f}%  "
-                  + "  ".join(f"{c:>11s}" for c in cells)
-                  + f"   90 % at {100 * s90:+.2f} %: {need[0]:7,.0f} / {need[1]:7,.0f} steps", flush=True)
-    print("# the oracle's goal rate (>= 90 % of the true best, certified within budget + 0.2 pp), per workload and "
-          "all: its estimate exact, s.e. as reported / as true; and (in brackets) the expected rate with its "
-          "estimate's error")
+            print(
+                f"{wl:16s} {seed:3d} {draw.noise_series:>15s} {100 * best:5.2f}% {100 * arms:10.0f}%  "
+                + "  ".join(f"{c:>11s}" for c in cells)
+                + f"   90 % at {100 * s90:+.2f} %: {need[0]:7,.0f} / {need[1]:7,.0f} steps",
+                flush=True,
+            )
+    print(
+        "# the oracle's goal rate (>= 90 % of the true best, certified within budget + 0.2 pp), per workload and "
+        "all: its estimate exact, s.e. as reported / as true; and (in brackets) the expected rate with its "
+        "estimate's error"
+    )
     for n in STEPS:
         per = [np.array(goals[wl][n]) for wl in a.workloads]
         both = np.concatenate(per)
         cell = lambda g: f"{100 * g[:, 0].mean():3.0f} / {100 * g[:, 1].mean():3.0f} % ({100 * g[:, 2].mean():3.0f} %)"  # noqa: E731
-        print(f"  @{n:<6d} " + "   ".join(f"{wl} {cell(g)}" for wl, g in zip(a.workloads, per, strict=True))
-              + f"   all {cell(both)} of {len(both)}")
-    print("# steps the oracle needs to certify a mix of 90 % of the true best (quartiles and max over the cases that "
-          "have one; s.e. as reported / as true)")
+        print(
+            f"  @{n:<6d} "
+            + "   ".join(f"{wl} {cell(g)}" for wl, g in zip(a.workloads, per, strict=True))
+            + f"   all {cell(both)} of {len(both)}"
+        )
+    print(
+        "# steps the oracle needs to certify a mix of 90 % of the true best (quartiles and max over the cases that "
+        "have one; s.e. as reported / as true)"
+    )
     for wl in a.workloads:
         need = np.array(needs[wl])
         fin = np.isfinite(need[:, 0])
         q = lambda v: " / ".join(f"{x:,.0f}" for x in np.percentile(v, [25, 50, 75, 100]))  # noqa: E731
-        print(f"  {wl:16s} {q(need[fin, 0]) if fin.any() else '-'}   ({q(need[fin, 1]) if fin.any() else '-'})   "
-              f"{int((~fin).sum())} of {len(need)} without "
-              "such a mix among the candidates")
+        print(
+            f"  {wl:16s} {q(need[fin, 0]) if fin.any() else '-'}   ({q(need[fin, 1]) if fin.any() else '-'})   "
+            f"{int((~fin).sum())} of {len(need)} without "
+            "such a mix among the candidates"
+        )
     print(f"# in {time.perf_counter() - t0:.0f} s")
     return 0
 

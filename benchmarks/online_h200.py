@@ -43,8 +43,6 @@ LAG_STEPS = 2
 """Steps after which a step's CUDA events are read (done by then in any loop that keeps the GPU busy)."""
 
 
-
-
 def candidate_schedules(trace_path: Path) -> tuple[Any, list[Any]]:
     """The candidate plans for the profiled step and their schedules (plan 0 is auto)."""
     import numpy as np
@@ -60,12 +58,18 @@ def candidate_schedules(trace_path: Path) -> tuple[Any, list[Any]]:
     env = load_env_spec("gpt3xl-h200")
     gpu, configs = env.gpu, env.configs()
     trace = refresh_costs(KernelTrace.load(trace_path))
-    trace = trace.with_kernels([replace(k, measured=(Measurement(gpu=gpu.key, time_s=k.measured[0].time_s,
-                                                                 source="profile"),)) for k in trace])
-    cand = candidate_plans(SimulatedGpu(gpu, trace, configs, env.latency_s, anchor=True), budgets=LEARN_BUDGETS,
-                           time_limit_s=PLAN_TIME_LIMIT_S)
-    schedules = [ClockSchedule(configs, np.asarray(p, dtype=np.int64).tolist(), name=label)
-                 for p, label in zip(cand.plans, cand.labels, strict=True)]
+    trace = trace.with_kernels(
+        [replace(k, measured=(Measurement(gpu=gpu.key, time_s=k.measured[0].time_s, source="profile"),)) for k in trace]
+    )
+    cand = candidate_plans(
+        SimulatedGpu(gpu, trace, configs, env.latency_s, anchor=True),
+        budgets=LEARN_BUDGETS,
+        time_limit_s=PLAN_TIME_LIMIT_S,
+    )
+    schedules = [
+        ClockSchedule(configs, np.asarray(p, dtype=np.int64).tolist(), name=label)
+        for p, label in zip(cand.plans, cand.labels, strict=True)
+    ]
     return cand, schedules
 
 
@@ -117,13 +121,17 @@ def step_overhead(name: str, seconds: float) -> dict[str, Any]:
         arm = 0
         tracker = PairedTracker(BUDGET, list(cand.slowdown), list(cand.saving), cand.parts)
         top = len(schedules) - 1
-        ctx = (contextlib.nullcontext() if mode.startswith("bare") else
-               rlclock.deploy.clocked(schedules[0], timeline=timeline, alternatives=schedules[1:],
-                                      verbose=False, time_all_steps=True))
+        ctx = (
+            contextlib.nullcontext()
+            if mode.startswith("bare")
+            else rlclock.deploy.clocked(
+                schedules[0], timeline=timeline, alternatives=schedules[1:], verbose=False, time_all_steps=True
+            )
+        )
         with ctx as clk:
             t_end, k = time.perf_counter() + seconds, 0
             while time.perf_counter() < t_end:
-                with (clk.step() if clk is not None else contextlib.nullcontext()):
+                with clk.step() if clk is not None else contextlib.nullcontext():
                     ev = torch.cuda.Event(enable_timing=True)
                     ev.record()
                     step()
@@ -136,8 +144,9 @@ def step_overhead(name: str, seconds: float) -> dict[str, Any]:
                     clk.set_pattern([arm], from_step=k + 1)
                     if len(events) > LAG_STEPS:
                         events[-LAG_STEPS].synchronize()
-                        tracker.observe(ran[-LAG_STEPS - 1],
-                                        events[-LAG_STEPS - 1].elapsed_time(events[-LAG_STEPS]) * 1e-3)
+                        tracker.observe(
+                            ran[-LAG_STEPS - 1], events[-LAG_STEPS - 1].elapsed_time(events[-LAG_STEPS]) * 1e-3
+                        )
                 k += 1
             torch.cuda.synchronize()
         times = [a.elapsed_time(b) * 1e-3 for a, b in itertools.pairwise(events)]
@@ -176,8 +185,14 @@ def run_model(name: str, seconds: float, control: bool, null: bool = False) -> d
     read_s: list[float] = []
     committed: list[tuple[int, int, int, float]] = []
     control_mode = "clocks" if control else "dry-run"
-    with rlclock.deploy.clocked(schedules[0], timeline=timeline, alternatives=schedules[1:], control=control_mode,
-                                verbose=False, time_all_steps=True) as clk:
+    with rlclock.deploy.clocked(
+        schedules[0],
+        timeline=timeline,
+        alternatives=schedules[1:],
+        control=control_mode,
+        verbose=False,
+        time_all_steps=True,
+    ) as clk:
         arm = tracker.next_arm()  # auto: plan 0, what a step runs before any pattern is set
         t_end = time.perf_counter() + seconds
         k = 0
@@ -206,14 +221,40 @@ def run_model(name: str, seconds: float, control: bool, null: bool = False) -> d
     mu, cov = tracker.guard.paired.posterior()
     del model
     torch.cuda.empty_cache()
-    return {"steps": len(arms), "profile_s": profile_s, "plan_s": plan_s, "plans": list(cand.labels),
-            "model_slowdown": [float(x) for x in cand.slowdown], "model_saving": [float(x) for x in cand.saving],
-            "arms": arms, "step_time_s": times_s, "energy_counter_j": energy_j, "read_s": read_s,
-            "committed": committed, "readings": [list(map(float, r)) for r in tracker.guard.paired.readings],
-            "posterior_log_slowdown": [float(x) for x in mu], "posterior_sd": [float(x) for x in np.sqrt(np.diag(cov))],
-            "report": {k: report.get(k) for k in ("steps", "mode", "issued", "late", "boundary", "superseded",
-                                                   "replaced", "overtaken", "missed", "switch_error", "per_plan",
-                                                   "energy_j", "step_time_s")}}
+    return {
+        "steps": len(arms),
+        "profile_s": profile_s,
+        "plan_s": plan_s,
+        "plans": list(cand.labels),
+        "model_slowdown": [float(x) for x in cand.slowdown],
+        "model_saving": [float(x) for x in cand.saving],
+        "arms": arms,
+        "step_time_s": times_s,
+        "energy_counter_j": energy_j,
+        "read_s": read_s,
+        "committed": committed,
+        "readings": [list(map(float, r)) for r in tracker.guard.paired.readings],
+        "posterior_log_slowdown": [float(x) for x in mu],
+        "posterior_sd": [float(x) for x in np.sqrt(np.diag(cov))],
+        "report": {
+            k: report.get(k)
+            for k in (
+                "steps",
+                "mode",
+                "issued",
+                "late",
+                "boundary",
+                "superseded",
+                "replaced",
+                "overtaken",
+                "missed",
+                "switch_error",
+                "per_plan",
+                "energy_j",
+                "step_time_s",
+            )
+        },
+    }
 
 
 def summarise(name: str, r: dict[str, Any]) -> None:
@@ -238,21 +279,28 @@ def summarise(name: str, r: dict[str, Any]) -> None:
             windows.append(f"{w}: {100 * per.std() / per.mean():.1f} %")
     pooled = np.concatenate([np.asarray(x) for x in readings[1:] if len(x) >= 2] or [np.zeros(0)])
     rep = r["report"]
-    print(f"{name:16s} {r['steps']:5d} steps (profile {r['profile_s']:.0f} s, {len(r['plans'])} plans in "
-          f"{r['plan_s']:.0f} s); step {1e3 * np.median(t):.2f} ms (CV {100 * t.std() / t.mean():.1f} %); "
-          f"auto on {100 * used[0] / used.sum():.0f} % of steps; paired readings {pooled.size} "
-          f"(mean {100 * pooled.mean():+.2f} %, spread {100 * pooled.std():.2f} %), "
-          f"per plan z = reading / its s.e.: mean {np.mean(z):+.2f}, "
-          f"|z| <= 2 on {100 * np.mean(np.abs(z) <= 2):.0f} % of {len(z)} plans; energy per step over windows of "
-          + ", ".join(windows) + f"; controller ({rep.get('mode')}): {rep.get('issued')} switches requested, "
-          f"{rep.get('boundary')} of them at plan boundaries, {rep.get('late')} late")
+    print(
+        f"{name:16s} {r['steps']:5d} steps (profile {r['profile_s']:.0f} s, {len(r['plans'])} plans in "
+        f"{r['plan_s']:.0f} s); step {1e3 * np.median(t):.2f} ms (CV {100 * t.std() / t.mean():.1f} %); "
+        f"auto on {100 * used[0] / used.sum():.0f} % of steps; paired readings {pooled.size} "
+        f"(mean {100 * pooled.mean():+.2f} %, spread {100 * pooled.std():.2f} %), "
+        f"per plan z = reading / its s.e.: mean {np.mean(z):+.2f}, "
+        f"|z| <= 2 on {100 * np.mean(np.abs(z) <= 2):.0f} % of {len(z)} plans; energy per step over windows of "
+        + ", ".join(windows)
+        + f"; controller ({rep.get('mode')}): {rep.get('issued')} switches requested, "
+        f"{rep.get('boundary')} of them at plan boundaries, {rep.get('late')} late"
+    )
 
 
 def print_overhead(name: str, r: dict[str, Any]) -> None:
     base = r["bare"]["median_s"]
-    print(f"{name:16s} median step: " + ", ".join(
-        f"{mode} {1e3 * v['median_s']:.2f} ms ({100 * (v['median_s'] / base - 1):+.1f} %, {v['steps']} steps)"
-        for mode, v in r.items()))
+    print(
+        f"{name:16s} median step: "
+        + ", ".join(
+            f"{mode} {1e3 * v['median_s']:.2f} ms ({100 * (v['median_s'] / base - 1):+.1f} %, {v['steps']} steps)"
+            for mode, v in r.items()
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,18 +309,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", type=Path, help="print the table of a file written by --out")
     p.add_argument("--seconds", type=float, default=45.0, help="seconds of training per model (default 45)")
     p.add_argument("--models", nargs="+", default=list(MODELS))
-    p.add_argument("--overhead", action="store_true",
-                   help="also time the loop bare, under the controller, with a pattern per step and with the tracker")
-    p.add_argument("--null-plans", action="store_true",
-                   help="run every plan as auto under its own name (the null check of the readings)")
-    p.add_argument("--control-clocks", action="store_true",
-                   help="set the clocks the plans ask for (a GPU you may set clocks on; needs the permission)")
+    p.add_argument(
+        "--overhead",
+        action="store_true",
+        help="also time the loop bare, under the controller, with a pattern per step and with the tracker",
+    )
+    p.add_argument(
+        "--null-plans",
+        action="store_true",
+        help="run every plan as auto under its own name (the null check of the readings)",
+    )
+    p.add_argument(
+        "--control-clocks",
+        action="store_true",
+        help="set the clocks the plans ask for (a GPU you may set clocks on; needs the permission)",
+    )
     a = p.parse_args(argv)
     if a.report:
         data = json.loads(a.report.read_text())
-        print(f"# {data['gpu']}, {data['date']}, {data['seconds']:.0f} s per model, "
-              f"{'clocks set' if data['control_clocks'] else 'dry run (dry run: nothing set)'}"
-              + ("; every plan run as auto (null check)" if data.get("null_plans") else ""))
+        print(
+            f"# {data['gpu']}, {data['date']}, {data['seconds']:.0f} s per model, "
+            f"{'clocks set' if data['control_clocks'] else 'dry run (dry run: nothing set)'}"
+            + ("; every plan run as auto (null check)" if data.get("null_plans") else "")
+        )
         for name, r in data["models"].items():
             summarise(name, r)
         for name, r in data.get("overhead", {}).items():
@@ -291,10 +350,17 @@ def main(argv: list[str] | None = None) -> int:
         if a.overhead:
             overhead[name] = step_overhead(name, min(a.seconds, 20.0))
             print_overhead(name, overhead[name])
-    data = {"gpu": NvmlDevice(torch.cuda.current_device()).name, "torch": torch.__version__,
-            "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "seconds": a.seconds,
-            "control_clocks": a.control_clocks, "null_plans": a.null_plans, "budget": BUDGET, "models": models,
-            "overhead": overhead}
+    data = {
+        "gpu": NvmlDevice(torch.cuda.current_device()).name,
+        "torch": torch.__version__,
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "seconds": a.seconds,
+        "control_clocks": a.control_clocks,
+        "null_plans": a.null_plans,
+        "budget": BUDGET,
+        "models": models,
+        "overhead": overhead,
+    }
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(data))
     return 0

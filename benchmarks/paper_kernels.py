@@ -48,11 +48,28 @@ from rlclock.schedule import ClockConfig  # noqa: E402
 from rlclock.solve.optimum import knapsack_optimum  # noqa: E402
 
 BEFORE_REFIT = dict(
-    v_min_v=0.71, v_max_v=1.08, f_ridge_mhz=1458.07, p_const_w=8.63442, k_leak_w_per_v=40.0195, c_clock_w=35.4832,
-    c_tensor_w=67.8944, c_simt_w=24.4381, e_xbar_j_per_byte=1.36707e-11, p_mem_bg_w=131.362,
-    e_dram_j_per_byte=3.78765e-11, eta_gemm=0.999121, eta_attention=0.6, eta_stream=0.960271, eta_gather=0.571678,
-    eta_reduce=0.616972, simt_ops_per_byte=24.3094, lat_core_cycles=50.0366, lat_mem_cycles=4346.88,
-    smooth_p=11.8081, launch_s=6.69603e-07)
+    v_min_v=0.71,
+    v_max_v=1.08,
+    f_ridge_mhz=1458.07,
+    p_const_w=8.63442,
+    k_leak_w_per_v=40.0195,
+    c_clock_w=35.4832,
+    c_tensor_w=67.8944,
+    c_simt_w=24.4381,
+    e_xbar_j_per_byte=1.36707e-11,
+    p_mem_bg_w=131.362,
+    e_dram_j_per_byte=3.78765e-11,
+    eta_gemm=0.999121,
+    eta_attention=0.6,
+    eta_stream=0.960271,
+    eta_gather=0.571678,
+    eta_reduce=0.616972,
+    simt_ops_per_byte=24.3094,
+    lat_core_cycles=50.0366,
+    lat_mem_cycles=4346.88,
+    smooth_p=11.8081,
+    launch_s=6.69603e-07,
+)
 """The RTX 3080 Ti preset's model before the boost-ceiling refit (``git show 864f1a1^:rlclock/dvfs/presets/
 rtx3080ti.yaml``; the terms added since default to off)."""
 
@@ -80,8 +97,13 @@ def kernel_class(i: int, k) -> str:
     """The paper's class of kernel type ``i``: ``large GEMM``, ``memory-bound``, ``attention GEMM`` or ``unplaced``
     (a GEMM the findings do not place)."""
     if k.uses_tensor_cores:
-        return "large GEMM" if i in _BIG_GEMMS else "attention GEMM" if k.category == "attention" or ".attn" in \
-            f".{k.op}" else "unplaced"
+        return (
+            "large GEMM"
+            if i in _BIG_GEMMS
+            else "attention GEMM"
+            if k.category == "attention" or ".attn" in f".{k.op}"
+            else "unplaced"
+        )
     return "memory-bound"
 
 
@@ -106,8 +128,11 @@ def judge(cls: str, config: ClockConfig, kind: str, time_pct: float, saving_pct:
         f_lo, f_hi = paper.MEMBOUND_CORE_MHZ
         lo, hi = paper.MEMBOUND_SAVING_PCT
         core = config.core_mhz or 0
-        return True, (f_lo <= core <= f_hi and time_pct <= paper.MEMBOUND_MAX_SLOWDOWN_PCT + 1e-9
-                      and lo - MARGIN_PP <= saving_pct <= hi + MARGIN_PP)
+        return True, (
+            f_lo <= core <= f_hi
+            and time_pct <= paper.MEMBOUND_MAX_SLOWDOWN_PCT + 1e-9
+            and lo - MARGIN_PP <= saving_pct <= hi + MARGIN_PP
+        )
     return True, True
 
 
@@ -141,14 +166,16 @@ def score(spec: GpuSpec, label: str, detail: bool) -> None:
     share = np.array([mult[i] * m.time_s[i] for i in range(len(types))])
     share /= share.sum()
     print(f"\n## {label}")
-    print(f"Table 2 on this model (LP relaxation, as the fit reads it): kernel-level global "
-          f"{m.kernel_global_pct:+.2f} % (paper {paper.TABLE2['kernel-global'][1]:+.2f}), local "
-          f"{m.kernel_local_pct[1]:+.2f} % at "
-          f"{m.kernel_local_pct[0]:+.2f} % time (paper {paper.TABLE2['kernel-local'][1]:+.2f} / "
-          f"{paper.TABLE2['kernel-local'][0]:+.2f}), pass-level {m.pass_local_pct[1]:+.2f} % (paper "
-          f"{paper.TABLE2['pass-local'][1]:+.2f}), lowest energy {m.min_energy_pct[1]:+.2f} % at "
-          f"{m.min_energy_pct[0]:+.1f} % time (paper {paper.TABLE2['kernel-min-energy'][1]:+.1f} / "
-          f"{paper.TABLE2['kernel-min-energy'][0]:+.0f})")
+    print(
+        f"Table 2 on this model (LP relaxation, as the fit reads it): kernel-level global "
+        f"{m.kernel_global_pct:+.2f} % (paper {paper.TABLE2['kernel-global'][1]:+.2f}), local "
+        f"{m.kernel_local_pct[1]:+.2f} % at "
+        f"{m.kernel_local_pct[0]:+.2f} % time (paper {paper.TABLE2['kernel-local'][1]:+.2f} / "
+        f"{paper.TABLE2['kernel-local'][0]:+.2f}), pass-level {m.pass_local_pct[1]:+.2f} % (paper "
+        f"{paper.TABLE2['pass-local'][1]:+.2f}), lowest energy {m.min_energy_pct[1]:+.2f} % at "
+        f"{m.min_energy_pct[0]:+.1f} % time (paper {paper.TABLE2['kernel-min-energy'][1]:+.1f} / "
+        f"{paper.TABLE2['kernel-min-energy'][0]:+.0f})"
+    )
     classes = [kernel_class(i, k) for i, k in enumerate(types)]
     scored = [c != "unplaced" for c in classes]
     for which in ("local", "global"):
@@ -158,20 +185,27 @@ def score(spec: GpuSpec, label: str, detail: bool) -> None:
         tw_kind = float(sum(s for s, c in zip(share[scored], ch) if c.agrees_kind) / share[scored].sum())
         both = sum(c.kind == "both" for c in ch)
         kept = [x for x in classes if x != "unplaced"]
-        per = "; ".join(f"{cls} {sum(c.agrees_kind for c, x in zip(ch, kept) if x == cls)}/"
-                        f"{sum(x == cls for x in kept)} in kind, "
-                        f"{sum(c.agrees_amount for c, x in zip(ch, kept) if x == cls)} in amount"
-                        for cls in ("large GEMM", "memory-bound", "attention GEMM"))
-        print(f"{which:6s}: agrees in kind on {kind}/{len(ch)} kernel types ({100 * tw_kind:.0f} % of the step's "
-              f"time), in amount on {amount}/{len(ch)}; both domains lowered on {both} ({per})")
+        per = "; ".join(
+            f"{cls} {sum(c.agrees_kind for c, x in zip(ch, kept) if x == cls)}/"
+            f"{sum(x == cls for x in kept)} in kind, "
+            f"{sum(c.agrees_amount for c, x in zip(ch, kept) if x == cls)} in amount"
+            for cls in ("large GEMM", "memory-bound", "attention GEMM")
+        )
+        print(
+            f"{which:6s}: agrees in kind on {kind}/{len(ch)} kernel types ({100 * tw_kind:.0f} % of the step's "
+            f"time), in amount on {amount}/{len(ch)}; both domains lowered on {both} ({per})"
+        )
     if detail:
-        print(f"{'#':>3s} {'kernel':26s} {'class':12s} {'local choice':>14s} {'time':>7s} {'save':>6s} {'kind':7s} "
-              f"{'global choice':>14s} {'time':>7s} {'save':>6s} {'kind':7s}")
+        print(
+            f"{'#':>3s} {'kernel':26s} {'class':12s} {'local choice':>14s} {'time':>7s} {'save':>6s} {'kind':7s} "
+            f"{'global choice':>14s} {'time':>7s} {'save':>6s} {'kind':7s}"
+        )
         for i, k in enumerate(types):
             cells = []
             for c in (got["local"][i], got["global"][i]):
-                mark = ("-" if classes[i] == "unplaced" else "ok" if c.agrees_amount else "kind" if c.agrees_kind
-                        else "NO")
+                mark = (
+                    "-" if classes[i] == "unplaced" else "ok" if c.agrees_amount else "kind" if c.agrees_kind else "NO"
+                )
                 cells.append(f"{c.config!s:>14s} {c.time_pct:+6.1f}% {c.saving_pct:5.1f}% {c.kind:4s} {mark:4s}")
             print(f"{i:3d} {k.op[:26]:26s} {classes[i]:12s} {cells[0]} {cells[1]}")
 

@@ -35,8 +35,10 @@ def table2(noise_runs: int) -> None:
     spec = load_env_spec("gpt3xl-rtx3080ti-paper")
     backend = spec.build_backend()
     auto = backend.auto_run()
-    print(f"1. Table 2 — simulated RTX 3080 Ti (rtx3080ti preset, predicted from shapes alone), the paper's "
-          f"grid ({backend.n_configs} configurations), latency 0, strict budget")
+    print(
+        f"1. Table 2 — simulated RTX 3080 Ti (rtx3080ti preset, predicted from shapes alone), the paper's "
+        f"grid ({backend.n_configs} configurations), latency 0, strict budget"
+    )
     print(f"   auto: {auto.time_s:.3f} s, {auto.energy_j:.0f} J per step ({backend.n_kernels} kernel invocations)")
     res = {r.name: r.evaluation for r in run_baselines(backend, 0.0)}
     t, e = backend.tables
@@ -56,10 +58,13 @@ def table2(noise_runs: int) -> None:
         ("pass-level, local", res["pass-local"].slowdown, -res["pass-local"].saving, "pass-local"),
         ("pass-level, global", res["pass-global"].slowdown, -res["pass-global"].saving, "pass-global"),
         ("kernel-level, local", res["kernel-local"].slowdown, -res["kernel-local"].saving, "kernel-local"),
-        ("kernel-level, global (exact)", res["kernel-global"].slowdown, -res["kernel-global"].saving,
-         "kernel-global"),
-        (f"kernel-level, global, searched on noisy tables, validated (mean of {noise_runs})",
-         float(np.mean(noisy_t)), float(np.mean(noisy_e)), "kernel-global-validated"),
+        ("kernel-level, global (exact)", res["kernel-global"].slowdown, -res["kernel-global"].saving, "kernel-global"),
+        (
+            f"kernel-level, global, searched on noisy tables, validated (mean of {noise_runs})",
+            float(np.mean(noisy_t)),
+            float(np.mean(noisy_e)),
+            "kernel-global-validated",
+        ),
         ("kernel-level, energy-delay product optimum", edp.slowdown, -edp.saving, "kernel-edp"),
         ("kernel-level, lowest energy at any slowdown", min_t, min_e, "kernel-min-energy"),
     ]
@@ -69,28 +74,38 @@ def table2(noise_runs: int) -> None:
         pt, pe = paper.TABLE2[key]
         print(f"   {name:72s} {pct(100 * tt)} {pct(100 * ee)}   {pct(pt)} {pct(pe)}")
     if noise_runs > 1:
-        print(f"   (noisy search spread: energy {100 * np.min(noisy_e):+.2f} .. {100 * np.max(noisy_e):+.2f} %, "
-              f"time {100 * np.min(noisy_t):+.2f} .. {100 * np.max(noisy_t):+.2f} %)")
+        print(
+            f"   (noisy search spread: energy {100 * np.min(noisy_e):+.2f} .. {100 * np.max(noisy_e):+.2f} %, "
+            f"time {100 * np.min(noisy_t):+.2f} .. {100 * np.max(noisy_t):+.2f} %)"
+        )
     for b, pe in paper.RELAXED.items():
         o = knapsack_optimum(t, e, auto.time_s * (1 + b))
-        print(f"   {f'kernel-level, global, relaxed budget +{100 * b:.0f} %':72s} "
-              f"{pct(100 * (o.time_s / auto.time_s - 1))} {pct(100 * (o.energy_j / auto.energy_j - 1))}   "
-              f"{pct(100 * b)} {pct(pe)}")
+        print(
+            f"   {f'kernel-level, global, relaxed budget +{100 * b:.0f} %':72s} "
+            f"{pct(100 * (o.time_s / auto.time_s - 1))} {pct(100 * (o.energy_j / auto.energy_j - 1))}   "
+            f"{pct(100 * b)} {pct(pe)}"
+        )
     kg = -100 * res["kernel-global"].saving
     pl = -100 * res["pass-local"].saving
     kg_ok = abs(kg - paper.TABLE2["kernel-global"][1]) <= 2 and res["kernel-global"].slowdown <= 0.006
-    print(f"   targets: kernel-global within 2 pp of {paper.TABLE2['kernel-global'][1]} % at <= +0.6 % time: "
-          f"{'met' if kg_ok else 'MISSED'}; "
-          f"pass-level within 1.5 pp of -2 %: {'met' if abs(pl + 2.0) <= 1.5 else 'MISSED'}; local below global: "
-          f"{'met' if res['kernel-local'].saving < res['kernel-global'].saving else 'MISSED'}")
+    print(
+        f"   targets: kernel-global within 2 pp of {paper.TABLE2['kernel-global'][1]} % at <= +0.6 % time: "
+        f"{'met' if kg_ok else 'MISSED'}; "
+        f"pass-level within 1.5 pp of -2 %: {'met' if abs(pl + 2.0) <= 1.5 else 'MISSED'}; local below global: "
+        f"{'met' if res['kernel-local'].saving < res['kernel-global'].saving else 'MISSED'}"
+    )
 
 
 def latency(budgets: list[float]) -> None:
     print()
-    print("2. With switching latency: the latency-blind optimum (the paper's method) as planned, the same schedule "
-          "run with latency, and the exact latency-aware optimum")
-    print(f"   {'env':22s} {'latency':>8s} {'budget':>7s}   {'blind, planned':>19s}   {'blind, with latency':>27s}   "
-          f"{'latency-aware (exact)':>27s}")
+    print(
+        "2. With switching latency: the latency-blind optimum (the paper's method) as planned, the same schedule "
+        "run with latency, and the exact latency-aware optimum"
+    )
+    print(
+        f"   {'env':22s} {'latency':>8s} {'budget':>7s}   {'blind, planned':>19s}   {'blind, with latency':>27s}   "
+        f"{'latency-aware (exact)':>27s}"
+    )
     for env in ("gpt3xl-rtx3080ti", "gpt3xl-h200"):
         backend = load_env_spec(env).build_backend()
         t, e = backend.tables
@@ -103,24 +118,33 @@ def latency(budgets: list[float]) -> None:
             la_run = backend.run_indices(la.requests)
             planned = 1 - k.energy_j / auto.energy_j
             survive = (1 - run.energy_j / auto.energy_j) / planned if planned > 1e-4 else None
-            print(f"   {env:22s} {1e3 * backend.latency_s:6.0f}ms {100 * b:6.1f}%   "
-                  f"{pct(100 * (k.time_s / auto.time_s - 1))} {pct(100 * (k.energy_j / auto.energy_j - 1))}   "
-                  f"{pct(100 * (run.time_s / auto.time_s - 1))} {pct(100 * (run.energy_j / auto.energy_j - 1))} "
-                  f"{run.switches:4d} sw   "
-                  f"{pct(100 * (la_run.time_s / auto.time_s - 1))} {pct(100 * (la_run.energy_j / auto.energy_j - 1))} "
-                  f"{la_run.switches:4d} sw")
-            kept = ("has no planned saving to keep" if survive is None
-                    else f"keeps {100 * survive:.0f} % of its planned saving")
-            print(f"   {'':40s} the blind plan {kept} but runs "
-                  f"{100 * (run.time_s / auto.time_s - 1):+.1f} % over auto (budget {100 * b:+.1f} %); "
-                  f"latency-aware: {100 * (1 - la.energy_j / auto.energy_j):.2f} % within budget"
-                  f"{'' if la.exact else ' (not proven optimal)'}")
+            print(
+                f"   {env:22s} {1e3 * backend.latency_s:6.0f}ms {100 * b:6.1f}%   "
+                f"{pct(100 * (k.time_s / auto.time_s - 1))} {pct(100 * (k.energy_j / auto.energy_j - 1))}   "
+                f"{pct(100 * (run.time_s / auto.time_s - 1))} {pct(100 * (run.energy_j / auto.energy_j - 1))} "
+                f"{run.switches:4d} sw   "
+                f"{pct(100 * (la_run.time_s / auto.time_s - 1))} {pct(100 * (la_run.energy_j / auto.energy_j - 1))} "
+                f"{la_run.switches:4d} sw"
+            )
+            kept = (
+                "has no planned saving to keep"
+                if survive is None
+                else f"keeps {100 * survive:.0f} % of its planned saving"
+            )
+            print(
+                f"   {'':40s} the blind plan {kept} but runs "
+                f"{100 * (run.time_s / auto.time_s - 1):+.1f} % over auto (budget {100 * b:+.1f} %); "
+                f"latency-aware: {100 * (1 - la.energy_j / auto.energy_j):.2f} % within budget"
+                f"{'' if la.exact else ' (not proven optimal)'}"
+            )
 
 
 def speed() -> None:
     print()
-    print(f"3. Solver speed on this machine ({platform.machine()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()})")
+    print(
+        f"3. Solver speed on this machine ({platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()})"
+    )
     for env in ("gpt3xl-rtx3080ti", "gpt3xl-h200"):
         backend = load_env_spec(env).build_backend()
         t, e = backend.tables
@@ -131,8 +155,10 @@ def speed() -> None:
         s = time.perf_counter()
         la = latency_aware_optimum(t, e, backend.latency_s, limit)
         lt = time.perf_counter() - s
-        print(f"   {env:22s} {backend.n_kernels} kernels x {backend.n_configs} configurations: latency-blind "
-              f"{kt:.2f} s (target < 1 s), latency-aware {lt:.1f} s (target < 60 s), exact={la.exact}")
+        print(
+            f"   {env:22s} {backend.n_kernels} kernels x {backend.n_configs} configurations: latency-blind "
+            f"{kt:.2f} s (target < 1 s), latency-aware {lt:.1f} s (target < 60 s), exact={la.exact}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

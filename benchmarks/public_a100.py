@@ -37,10 +37,12 @@ def measured(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Clocks (MHz, descending) and the stage's forward + backward time (s) and energy (J) at each."""
     rows = list(csv.DictReader(path.open()))
     clocks = sorted({int(r["frequency"]) for r in rows if r["stage"] == "0"}, reverse=True)
-    t = np.array([sum(float(r["time"]) for r in rows if r["stage"] == "0" and int(r["frequency"]) == f)
-                  for f in clocks])
-    e = np.array([sum(float(r["energy"]) for r in rows if r["stage"] == "0" and int(r["frequency"]) == f)
-                  for f in clocks])
+    t = np.array(
+        [sum(float(r["time"]) for r in rows if r["stage"] == "0" and int(r["frequency"]) == f) for f in clocks]
+    )
+    e = np.array(
+        [sum(float(r["energy"]) for r in rows if r["stage"] == "0" and int(r["frequency"]) == f) for f in clocks]
+    )
     return np.array(clocks, dtype=float), t, e
 
 
@@ -66,14 +68,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     f, t, e = measured(args.data)
     pt, pe = predicted(args.gpu, f)
-    print(f"# {args.data.name}: GPT-3 175B stage 0, forward + backward, A100-80GB SXM (Perseus artifact); preset "
-          f"{args.gpu} over one GPT-3 175B layer; relative to 1410 MHz")
-    print(f"{'SM MHz':>6s} {'time meas':>9s} {'time model':>10s} {'energy meas':>11s} {'energy model':>12s} "
-          f"{'power meas W':>12s}")
+    print(
+        f"# {args.data.name}: GPT-3 175B stage 0, forward + backward, A100-80GB SXM (Perseus artifact); preset "
+        f"{args.gpu} over one GPT-3 175B layer; relative to 1410 MHz"
+    )
+    print(
+        f"{'SM MHz':>6s} {'time meas':>9s} {'time model':>10s} {'energy meas':>11s} {'energy model':>12s} "
+        f"{'power meas W':>12s}"
+    )
     for mhz in SHOWN_MHZ:
         i = int(np.nonzero(f == mhz)[0][0])
-        print(f"{mhz:6.0f} {t[i] / t[0]:9.3f} {pt[i] / pt[0]:10.3f} {e[i] / e[0]:11.3f} {pe[i] / pe[0]:12.3f} "
-              f"{e[i] / t[i]:12.0f}")
+        print(
+            f"{mhz:6.0f} {t[i] / t[0]:9.3f} {pt[i] / pt[0]:10.3f} {e[i] / e[0]:11.3f} {pe[i] / pe[0]:12.3f} "
+            f"{e[i] / t[i]:12.0f}"
+        )
     print(shape_summary(f, t, e, pt, pe))
     return 0
 
@@ -84,11 +92,13 @@ def shape_summary(f: np.ndarray, t: np.ndarray, e: np.ndarray, pt: np.ndarray, p
     im, ip = int(np.argmin(e)), int(np.argmin(pe))
     err_t = np.max(np.abs(pt / pt[0] - t / t[0]))
     err_e = np.max(np.abs(pe / pe[0] - e / e[0]))
-    return (f"energy-optimal clock: measured {f[im]:.0f} MHz (1410 MHz takes {100 * (e[0] / e[im] - 1):.0f} % more), "
-            f"model {f[ip]:.0f} MHz (1410 MHz takes {100 * (pe[0] / pe[ip] - 1):.0f} % more); energy at 855 MHz over "
-            f"the minimum: measured {100 * (e[-1] / e[im] - 1):.0f} %, model {100 * (pe[-1] / pe[ip] - 1):.0f} %\n"
-            f"largest error over the {f.size} clocks: relative time {100 * err_t:.1f} pp, relative energy "
-            f"{100 * err_e:.1f} pp")
+    return (
+        f"energy-optimal clock: measured {f[im]:.0f} MHz (1410 MHz takes {100 * (e[0] / e[im] - 1):.0f} % more), "
+        f"model {f[ip]:.0f} MHz (1410 MHz takes {100 * (pe[0] / pe[ip] - 1):.0f} % more); energy at 855 MHz over "
+        f"the minimum: measured {100 * (e[-1] / e[im] - 1):.0f} %, model {100 * (pe[-1] / pe[ip] - 1):.0f} %\n"
+        f"largest error over the {f.size} clocks: relative time {100 * err_t:.1f} pp, relative energy "
+        f"{100 * err_e:.1f} pp"
+    )
 
 
 if __name__ == "__main__":

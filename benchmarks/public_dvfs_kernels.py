@@ -48,13 +48,32 @@ from rlclock.dvfs.derive import DeviceFacts, spec_from_facts  # noqa: E402
 from rlclock.dvfs.spec import GpuSpec  # noqa: E402
 
 FACTS = {
-    "v100": DeviceFacts(name="Tesla V100-PCIE", architecture="Volta", compute_capability=(7, 0), cuda_cores=5120,
-                        sm_count=80, threads_per_sm=2048, l2_bytes=6 * 2 ** 20, mem_bus_bits=4096,
-                        clocks={877: tuple(int(135 + 7.5 * i) for i in range(167))}, default_mem_mhz=877,
-                        power_limit_w=250.0),
-    "rtx8000": DeviceFacts(name="Quadro RTX 8000", architecture="Turing", compute_capability=(7, 5), cuda_cores=4608,
-                           sm_count=72, threads_per_sm=1024, l2_bytes=6 * 2 ** 20, mem_bus_bits=384,
-                           clocks={6500: tuple(range(300, 2101, 15))}, default_mem_mhz=6500, power_limit_w=260.0),
+    "v100": DeviceFacts(
+        name="Tesla V100-PCIE",
+        architecture="Volta",
+        compute_capability=(7, 0),
+        cuda_cores=5120,
+        sm_count=80,
+        threads_per_sm=2048,
+        l2_bytes=6 * 2**20,
+        mem_bus_bits=4096,
+        clocks={877: tuple(int(135 + 7.5 * i) for i in range(167))},
+        default_mem_mhz=877,
+        power_limit_w=250.0,
+    ),
+    "rtx8000": DeviceFacts(
+        name="Quadro RTX 8000",
+        architecture="Turing",
+        compute_capability=(7, 5),
+        cuda_cores=4608,
+        sm_count=72,
+        threads_per_sm=1024,
+        l2_bytes=6 * 2**20,
+        mem_bus_bits=384,
+        clocks={6500: tuple(range(300, 2101, 15))},
+        default_mem_mhz=6500,
+        power_limit_w=260.0,
+    ),
 }
 """What each board reports (datasheets; the V100's clock table is NVML's 135-1380 MHz in 7.5 MHz steps, which holds
 the sweep's clocks; the RTX 8000's is taken as 300-2100 MHz in 15 MHz steps, Turing's usual table, which holds its)."""
@@ -74,9 +93,13 @@ def judge(spec: GpuSpec, rows: list[SweepRow], anchored: bool) -> dict[str, obje
         tm = np.array([rows[i].time_s for i in keep])
         em = np.array([rows[i].energy_j for i in keep])
         e_all, em_all = np.array([e[i] for i in idx]), np.array([rows[i].energy_j for i in idx])
-        out[name] = (float(np.abs(t[keep] / tm - 1).max()), float(np.abs(e[keep] / em - 1).max()),
-                     abs(int(np.argmin(e_all)) - int(np.argmin(em_all))), clocks[int(np.argmin(em_all))],
-                     clocks[int(np.argmin(e_all))])
+        out[name] = (
+            float(np.abs(t[keep] / tm - 1).max()),
+            float(np.abs(e[keep] / em - 1).max()),
+            abs(int(np.argmin(e_all)) - int(np.argmin(em_all))),
+            clocks[int(np.argmin(em_all))],
+            clocks[int(np.argmin(e_all))],
+        )
     return out
 
 
@@ -89,9 +112,11 @@ def summary(label: str, got: dict[str, object]) -> str:
     opt = sum(v[2] <= STEPS for v in vals)  # type: ignore[index]
     med_t = 100 * float(np.median([v[0] for v in vals]))  # type: ignore[index]
     med_e = 100 * float(np.median([v[1] for v in vals]))  # type: ignore[index]
-    return (f"{label:34s} time within 10 % at every clock {t_ok:2d}/{n}, energy within 15 % {e_ok:2d}/{n}, both "
-            f"{both:2d}/{n}; energy-optimal clock within two steps {opt:2d}/{n}; median of the largest errors: time "
-            f"{med_t:.1f} %, energy {med_e:.1f} %")
+    return (
+        f"{label:34s} time within 10 % at every clock {t_ok:2d}/{n}, energy within 15 % {e_ok:2d}/{n}, both "
+        f"{both:2d}/{n}; energy-optimal clock within two steps {opt:2d}/{n}; median of the largest errors: time "
+        f"{med_t:.1f} %, energy {med_e:.1f} %"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,31 +131,42 @@ def main(argv: list[str] | None = None) -> int:
     for gpu, facts in FACTS.items():
         built = spec_from_facts(facts)
         micro, apps = tables[f"nv-dvfs-{gpu}-microbenchmark"], tables[f"nv-dvfs-{gpu}-real"]
-        print(f"\n## {facts.name}: fitted on {len({r.kernel for r in micro})} microbenchmarks ({len(micro)} readings), "
-              f"judged on {len({r.kernel for r in apps})} applications ({len(apps)} readings)")
+        print(
+            f"\n## {facts.name}: fitted on {len({r.kernel for r in micro})} microbenchmarks ({len(micro)} readings), "
+            f"judged on {len({r.kernel for r in apps})} applications ({len(apps)} readings)"
+        )
         started = time.perf_counter()
         result = calibrate(built, micro, folds=args.folds, max_nfev=args.max_nfev, anchored=True)
         fitted = result.spec
         fig = result.figures
-        print(f"fit: {time.perf_counter() - started:.0f} s; in sample time error median "
-              f"{100 * fig['time_median_after']:.1f} %, energy {100 * fig['energy_median_after']:.1f} %")
+        print(
+            f"fit: {time.perf_counter() - started:.0f} s; in sample time error median "
+            f"{100 * fig['time_median_after']:.1f} %, energy {100 * fig['energy_median_after']:.1f} %"
+        )
         if result.held_out is not None:
             print(result.held_out.summary())
         for w in result.warnings:
             print(f"warning: {w}")
         m = fitted.model
-        print(f"fitted: V {m.v_min_v:.3f} V flat to {m.f_ridge_mhz:.0f} MHz, {m.v_max_v:.3f} V at the top; floor "
-              f"{m.p_const_w:.1f} W + {m.k_leak_w_per_v:.1f} W/V; clock {m.c_clock_w:.1f}, SIMT {m.c_simt_w:.1f} W/GHz "
-              f"at 1 V; crossbar {m.e_xbar_j_per_byte * 1e12:.1f} pJ/B at 1 V, DRAM {m.e_dram_j_per_byte * 1e12:.1f} "
-              f"pJ/B; memory background {m.p_mem_bg_w:.1f} W; DRAM stream at {100 * m.eta_stream:.0f} % of peak; "
-              f"latency {m.lat_core_cycles:.0f} core + {m.lat_mem_cycles:.0f} memory cycles; core-clock ceiling on "
-              f"DRAM traffic {m.xbar_bytes_per_cycle:.1f} B/cycle per SM (0: none)")
-        runs = {"built, anchored": judge(built, apps, True), "fitted on microbenchmarks, anchored":
-                judge(fitted, apps, True), "fitted, counter shapes alone": judge(fitted, apps, False)}
+        print(
+            f"fitted: V {m.v_min_v:.3f} V flat to {m.f_ridge_mhz:.0f} MHz, {m.v_max_v:.3f} V at the top; floor "
+            f"{m.p_const_w:.1f} W + {m.k_leak_w_per_v:.1f} W/V; clock {m.c_clock_w:.1f}, SIMT {m.c_simt_w:.1f} W/GHz "
+            f"at 1 V; crossbar {m.e_xbar_j_per_byte * 1e12:.1f} pJ/B at 1 V, DRAM {m.e_dram_j_per_byte * 1e12:.1f} "
+            f"pJ/B; memory background {m.p_mem_bg_w:.1f} W; DRAM stream at {100 * m.eta_stream:.0f} % of peak; "
+            f"latency {m.lat_core_cycles:.0f} core + {m.lat_mem_cycles:.0f} memory cycles; core-clock ceiling on "
+            f"DRAM traffic {m.xbar_bytes_per_cycle:.1f} B/cycle per SM (0: none)"
+        )
+        runs = {
+            "built, anchored": judge(built, apps, True),
+            "fitted on microbenchmarks, anchored": judge(fitted, apps, True),
+            "fitted, counter shapes alone": judge(fitted, apps, False),
+        }
         for label, got in runs.items():
             print(summary(label, got))
-        print("per application (fitted, anchored): largest |error| over its other nine clocks, time / energy; "
-              "energy-optimal clock measured -> predicted (MHz)")
+        print(
+            "per application (fitted, anchored): largest |error| over its other nine clocks, time / energy; "
+            "energy-optimal clock measured -> predicted (MHz)"
+        )
         for name, v in runs["fitted on microbenchmarks, anchored"].items():
             flag = "" if v[0] <= TIME_TARGET and v[1] <= ENERGY_TARGET else "  miss"  # type: ignore[index]
             print(f"  {name[:48]:48s} {100 * v[0]:5.1f} / {100 * v[1]:5.1f} %  {v[3]:5d} -> {v[4]:5d}{flag}")  # type: ignore[index]

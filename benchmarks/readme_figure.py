@@ -40,8 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     results = run_baselines(backend, budget)
     policy = ClockPolicy.load(args.checkpoint)
     planned = policy.schedule(backend.trace, backend=backend, budget=budget, search=True)
-    points = {r.name: (100 * r.evaluation.slowdown, -100 * r.evaluation.saving) for r in results
-              if r.name not in ("auto", "max")}
+    points = {
+        r.name: (100 * r.evaluation.slowdown, -100 * r.evaluation.saving)
+        for r in results
+        if r.name not in ("auto", "max")
+    }
     ev = evaluate(planned, backend)
     points["RL policy (shipped)"] = (100 * ev.slowdown, -100 * ev.saving)
     curves: dict[str, list[tuple[float, float]]] = {}
@@ -49,9 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, pts in frontier(backend, [b]).items():
             curves.setdefault(name, []).extend(pts)
         print(f"frontier {i}/{len(BUDGETS)} ({100 * b:g} %) after {time.perf_counter() - t0:.0f} s", flush=True)
-    renamed = {"kernel-global (planned)": "optimum ignoring switch time, as planned",
-               "kernel-global (with latency)": "the same plans, switches taking their time",
-               "latency-aware": "optimum planned around switch time"}
+    renamed = {
+        "kernel-global (planned)": "optimum ignoring switch time, as planned",
+        "kernel-global (with latency)": "the same plans, switches taking their time",
+        "latency-aware": "optimum planned around switch time",
+    }
     curves = {renamed.get(k, k): v for k, v in curves.items()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     title = f"{spec.name}: simulated {backend.spec.name}, {1e3 * backend.latency_s:g} ms switches (planned)"

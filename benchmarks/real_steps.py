@@ -61,12 +61,16 @@ def costs(corpus: Path, gpu: str) -> None:
 
     spec = get_spec(gpu)
     gap_w = gap_power_w(spec, spec.abs_max_core_mhz, spec.max_mem_mhz)
-    print(f"== costs: shapes-only predictions of the simulated {spec.name} ({spec.key}) against {corpus.name}; "
-          f"idle time inside the bare step (bare step - measured kernel sum) is host time, taken as measured, "
-          f"at the model's gap power {gap_w:.0f} W")
-    print(f"{'model':31s} {'kernels':>7s} {'kernel ms':>9s} {'predicted':>9s} {'err':>6s} {'bare ms':>8s} "
-          f"{'idle ms':>7s} {'step err':>8s} {'J/step':>7s} {'predicted':>9s} {'err':>6s} {'>=20us within 25 %':>19s} "
-          f"{'timed':>6s}")
+    print(
+        f"== costs: shapes-only predictions of the simulated {spec.name} ({spec.key}) against {corpus.name}; "
+        f"idle time inside the bare step (bare step - measured kernel sum) is host time, taken as measured, "
+        f"at the model's gap power {gap_w:.0f} W"
+    )
+    print(
+        f"{'model':31s} {'kernels':>7s} {'kernel ms':>9s} {'predicted':>9s} {'err':>6s} {'bare ms':>8s} "
+        f"{'idle ms':>7s} {'step err':>8s} {'J/step':>7s} {'predicted':>9s} {'err':>6s} {'>=20us within 25 %':>19s} "
+        f"{'timed':>6s}"
+    )
     met = 0
     models = _models(corpus)
     for folder in models:
@@ -83,13 +87,17 @@ def costs(corpus: Path, gpu: str) -> None:
         within = int((np.abs(t[big] / measured[big] - 1) <= 0.25).sum())
         ok = abs(step_err) <= 0.10 and abs(energy_err) <= 0.15 and within >= 0.85 * big.sum()
         met += ok
-        print(f"{folder.name:31s} {len(trace):7d} {1e3 * kernel_s:9.1f} {1e3 * predicted_s:9.1f} "
-              f"{100 * (predicted_s / kernel_s - 1):+5.0f}% {1e3 * bare_s:8.1f} {1e3 * idle_s:7.1f} "
-              f"{100 * step_err:+7.0f}% {bare_j:7.1f} {energy:9.1f} {100 * energy_err:+5.0f}% "
-              f"{within:>8d}/{int(big.sum()):<5d} ({100 * within / max(big.sum(), 1):.0f} %) {100 * timed:5.1f}%")
-    print(f"targets met on {met} of {len(models)} models (step time within 10 %, energy within 15 %, >= 85 % of "
-          "the kernels of 20 us or more within 25 %); timed: the share of the kernel time no cost rule knew, planned "
-          "(and here predicted) from its measured time\n")
+        print(
+            f"{folder.name:31s} {len(trace):7d} {1e3 * kernel_s:9.1f} {1e3 * predicted_s:9.1f} "
+            f"{100 * (predicted_s / kernel_s - 1):+5.0f}% {1e3 * bare_s:8.1f} {1e3 * idle_s:7.1f} "
+            f"{100 * step_err:+7.0f}% {bare_j:7.1f} {energy:9.1f} {100 * energy_err:+5.0f}% "
+            f"{within:>8d}/{int(big.sum()):<5d} ({100 * within / max(big.sum(), 1):.0f} %) {100 * timed:5.1f}%"
+        )
+    print(
+        f"targets met on {met} of {len(models)} models (step time within 10 %, energy within 15 %, >= 85 % of "
+        "the kernels of 20 us or more within 25 %); timed: the share of the kernel time no cost rule knew, planned "
+        "(and here predicted) from its measured time\n"
+    )
 
 
 def shapes_only(spec: Any, folder: Path) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
@@ -118,10 +126,14 @@ def kernel_accuracy(spec: Any, corpus: Path = ROOT / "data" / "corpus-h200") -> 
 
 
 def timing(corpus: Path) -> None:
-    print("== timing: the planned timeline against the running step, and a switch test in the running loop "
-          "(dry run; a switch every 12 ms of the timeline, 30 steps, every step timed on the GPU)")
-    print(f"{'model':31s} {'profiled':>8s} {'timeline':>8s} {'running':>8s} {'period err':>10s} {'issued':>6s} "
-          f"{'issue p95':>9s} {'switch p95':>10s} {'late':>6s} {'overhead':>8s}")
+    print(
+        "== timing: the planned timeline against the running step, and a switch test in the running loop "
+        "(dry run; a switch every 12 ms of the timeline, 30 steps, every step timed on the GPU)"
+    )
+    print(
+        f"{'model':31s} {'profiled':>8s} {'timeline':>8s} {'running':>8s} {'period err':>10s} {'issued':>6s} "
+        f"{'issue p95':>9s} {'switch p95':>10s} {'late':>6s} {'overhead':>8s}"
+    )
     met = 0
     models = _models(corpus)
     for folder in models:
@@ -135,22 +147,41 @@ def timing(corpus: Path) -> None:
         overhead = sw["step_time_s"] / (unrolled or running) - 1
         ok = abs(period_err) <= 0.03 and issue_p95 <= 1e-3 and switch_p95 <= 1e-3 and overhead <= 0.01
         met += ok
-        print(f"{folder.name:31s} {1e3 * s['profiled_period_s']:7.1f}ms {1e3 * s['timeline_period_s']:7.1f}ms "
-              f"{1e3 * running:7.1f}ms {100 * period_err:+9.1f}% {sw['issued']:6d} {1e3 * issue_p95:7.2f}ms "
-              f"{1e3 * switch_p95:8.2f}ms {100 * (sw['late_fraction'] or 0):5.0f}% {100 * overhead:+7.1f}%")
-    print(f"targets met on {met} of {len(models)} models (timeline period within 3 % of the running step, issue "
-          "and switch-time error p95 <= 1 ms, overhead <= 1 %; running: the all-auto controlled run's median "
-          "step; overhead: the switch test's median step against the timed steps', without a controller)\n")
-    for name, what in (("timing.json", "a later profile of each model, then both switch tests one after the "
-                                       "other"),
-                       ("timing_kernels.json", "another run, both switch tests under a CUDA-activity profile; "
-                                               "kernels: each switch judged against its segment's first kernel's "
-                                               "own GPU start")):
+        print(
+            f"{folder.name:31s} {1e3 * s['profiled_period_s']:7.1f}ms {1e3 * s['timeline_period_s']:7.1f}ms "
+            f"{1e3 * running:7.1f}ms {100 * period_err:+9.1f}% {sw['issued']:6d} {1e3 * issue_p95:7.2f}ms "
+            f"{1e3 * switch_p95:8.2f}ms {100 * (sw['late_fraction'] or 0):5.0f}% {100 * overhead:+7.1f}%"
+        )
+    print(
+        f"targets met on {met} of {len(models)} models (timeline period within 3 % of the running step, issue "
+        "and switch-time error p95 <= 1 ms, overhead <= 1 %; running: the all-auto controlled run's median "
+        "step; overhead: the switch test's median step against the timed steps', without a controller)\n"
+    )
+    for name, what in (
+        ("timing.json", "a later profile of each model, then both switch tests one after the other"),
+        (
+            "timing_kernels.json",
+            "another run, both switch tests under a CUDA-activity profile; "
+            "kernels: each switch judged against its segment's first kernel's "
+            "own GPU start",
+        ),
+    ):
         paced_table(models, name, what)
-    paced_table(models, "timing_points.json", "a third run, the timeline located with points at every layer "
-                "(clk.watch); both switch tests under a CUDA-activity profile", "points", " --watch")
-    paced_table(models, "timing_points_every4.json", "as the third run, with points at every fourth layer only",
-                "points", " --watch --every 4")
+    paced_table(
+        models,
+        "timing_points.json",
+        "a third run, the timeline located with points at every layer "
+        "(clk.watch); both switch tests under a CUDA-activity profile",
+        "points",
+        " --watch",
+    )
+    paced_table(
+        models,
+        "timing_points_every4.json",
+        "as the third run, with points at every fourth layer only",
+        "points",
+        " --watch --every 4",
+    )
 
 
 def paced_table(models: list[Path], name: str, what: str, second: str = "paced", flags: str = "") -> None:
@@ -161,12 +192,16 @@ def paced_table(models: list[Path], name: str, what: str, second: str = "paced",
         return
     kernels = any(t["switch_test"]["profiled"].get("kernel_judged") for _, t in paced)
     right = "stretched to the running pace" if second == "paced" else "re-timed from points inside the step"
-    print(f"== timing, the switch test on the timeline as profiled and {right} "
-          f"(benchmarks/corpus_gpu.py --timing-only{' --kernel-times' if kernels else ''}{flags}: {what})")
+    print(
+        f"== timing, the switch test on the timeline as profiled and {right} "
+        f"(benchmarks/corpus_gpu.py --timing-only{' --kernel-times' if kernels else ''}{flags}: {what})"
+    )
     extra = f" {'kernels p95':>11s} {'late':>5s}" if kernels else ""
     mid = "pace" if second == "paced" else "points"
-    print(f"{'model':31s} {'timeline':>8s} {'running':>8s} | {'step':>7s} {'issue p95':>9s} {'switch p95':>10s} "
-          f"{'late':>5s}{extra} | {'step':>7s} {mid:>6s} {'issue p95':>9s} {'switch p95':>10s} {'late':>5s}{extra}")
+    print(
+        f"{'model':31s} {'timeline':>8s} {'running':>8s} | {'step':>7s} {'issue p95':>9s} {'switch p95':>10s} "
+        f"{'late':>5s}{extra} | {'step':>7s} {mid:>6s} {'issue p95':>9s} {'switch p95':>10s} {'late':>5s}{extra}"
+    )
     better = 0
 
     def judged(sw: dict) -> str:
@@ -181,20 +216,29 @@ def paced_table(models: list[Path], name: str, what: str, second: str = "paced",
         a, b = t["switch_test"]["profiled"], t["switch_test"][second]
         key = "kernel_judged" if kernels else "switch_error"
         better += b[key]["p95_abs_s"] < a[key]["p95_abs_s"]
-        print(f"{folder.name:31s} {1e3 * t['timeline_period_s']:7.1f}ms {1e3 * t['running_step_s']:7.1f}ms | "
-              f"{1e3 * a['step_time_s']:6.1f}ms {1e3 * a['issue_error']['p95_abs_s']:7.2f}ms "
-              f"{1e3 * a['switch_error']['p95_abs_s']:8.2f}ms {100 * a['late_fraction']:4.0f}%{judged(a)} | "
-              f"{1e3 * b['step_time_s']:6.1f}ms {_middle(b, second)} {1e3 * b['issue_error']['p95_abs_s']:7.2f}ms "
-              f"{1e3 * b['switch_error']['p95_abs_s']:8.2f}ms {100 * b['late_fraction']:4.0f}%{judged(b)}")
+        print(
+            f"{folder.name:31s} {1e3 * t['timeline_period_s']:7.1f}ms {1e3 * t['running_step_s']:7.1f}ms | "
+            f"{1e3 * a['step_time_s']:6.1f}ms {1e3 * a['issue_error']['p95_abs_s']:7.2f}ms "
+            f"{1e3 * a['switch_error']['p95_abs_s']:8.2f}ms {100 * a['late_fraction']:4.0f}%{judged(a)} | "
+            f"{1e3 * b['step_time_s']:6.1f}ms {_middle(b, second)} {1e3 * b['issue_error']['p95_abs_s']:7.2f}ms "
+            f"{1e3 * b['switch_error']['p95_abs_s']:8.2f}ms {100 * b['late_fraction']:4.0f}%{judged(b)}"
+        )
     judge = "judged on the kernels" if kernels else "the report's"
     how = ("following the pace", "stretched by the pace the worker estimated, at the end of the run")
     if second != "paced":
-        how = ("re-timing from points", "re-timed from the points at the watched layers, forward and backward; "
-               "points: how many of them re-timed a switch")
-    met = sum(t["switch_test"][second][("kernel_judged" if kernels else "switch_error")]["p95_abs_s"] <= 1e-3
-              for _, t in paced)
-    print(f"{how[0]} lowered the switch-time error p95 ({judge}) on {better} of {len(paced)} models; p95 <= 1 ms on "
-          f"{met} (left: the timeline as profiled; right: {how[1]})\n")
+        how = (
+            "re-timing from points",
+            "re-timed from the points at the watched layers, forward and backward; "
+            "points: how many of them re-timed a switch",
+        )
+    met = sum(
+        t["switch_test"][second][("kernel_judged" if kernels else "switch_error")]["p95_abs_s"] <= 1e-3
+        for _, t in paced
+    )
+    print(
+        f"{how[0]} lowered the switch-time error p95 ({judge}) on {better} of {len(paced)} models; p95 <= 1 ms on "
+        f"{met} (left: the timeline as profiled; right: {how[1]})\n"
+    )
 
 
 def _middle(sw: dict, second: str) -> str:
@@ -210,12 +254,16 @@ def policy(corpus: Path, checkpoint: str, budget: float, time_limit_s: float) ->
     pol = ClockPolicy.load(checkpoint)
     latency_s = pol.gpu.switch_latency_s  # the GPU's default
     anchored = None
-    print(f"== policy: {checkpoint} ({pol.gpu.name}) on each real step's planning model, latency "
-          f"{latency_s * 1e3:g} ms, budget {100 * budget:g} %; savings against auto")
+    print(
+        f"== policy: {checkpoint} ({pol.gpu.name}) on each real step's planning model, latency "
+        f"{latency_s * 1e3:g} ms, budget {100 * budget:g} %; savings against auto"
+    )
     print(f"{'':16s} {'':8s} {'first choices':^30s} {'with the search':^30s} {'deployed (+ whole-job stage)':^47s}")
     cell = f"{'policy':>7s} {'of opt':>6s} {'slowdown':>8s} {'plan s':>6s}"
-    print(f"{'model':31s} {'optimum':>8s} {cell} {cell} {cell} {'plan':>16s} {'static':>7s} {'power limit':>16s} "
-          f"{'model s':>7s} solve")
+    print(
+        f"{'model':31s} {'optimum':>8s} {cell} {cell} {cell} {'plan':>16s} {'static':>7s} {'power limit':>16s} "
+        f"{'model s':>7s} solve"
+    )
     for folder in _models(corpus):
         trace = refresh_costs(KernelTrace.load(folder / "step.trace.json.gz"))
         # anchored on the measured kernel times where they were measured on the policy's GPU; from shapes alone
@@ -237,23 +285,35 @@ def policy(corpus: Path, checkpoint: str, budget: float, time_limit_s: float) ->
         else:
             bound = best + o.gap_j / opt.evaluation.auto_energy_j
             solve = f"best found, {o.solve_s:.0f} s; optimum <= {100 * bound:.2f}%"
-        cells = " ".join(f"{100 * ev.saving:6.2f}% {100 * ev.saving / best if best > 0 else float('nan'):5.0f}% "
-                         f"{100 * ev.slowdown:+7.2f}% {plan_s:6.2f}" for ev, plan_s in [*planned, deployed])
-        print(f"{folder.name:31s} {100 * best:7.2f}% {cells} {deployed[0].name[:16]:>16s} {100 * st.saving:6.2f}% "
-              f"{100 * pl.saving:6.2f}% ({pl.name.split(' ', 1)[1]:>6s}) {model_s:7.2f} {solve}")
-    print("of opt: the policy's saving over the optimum's (the best schedule the solver found within its time "
-          "limit, with the bound it proved on the true optimum's saving); deployed: the schedule rlclock apply "
-          "plans by default, with the search (the policy's, or the whole-job plan named under plan where that saves "
-          "more); plan s: "
-          "ClockPolicy.schedule and its "
-          "evaluation on the planning model; model s: building the planning model (the simulated GPU's tables "
-          "for the step, once for both plans, the solver and the baselines); planning model "
-          + ("anchored on the measured kernel times" if anchored else
-             "from shapes alone (the steps were measured on another GPU)") + "\n")
+        cells = " ".join(
+            f"{100 * ev.saving:6.2f}% {100 * ev.saving / best if best > 0 else float('nan'):5.0f}% "
+            f"{100 * ev.slowdown:+7.2f}% {plan_s:6.2f}"
+            for ev, plan_s in [*planned, deployed]
+        )
+        print(
+            f"{folder.name:31s} {100 * best:7.2f}% {cells} {deployed[0].name[:16]:>16s} {100 * st.saving:6.2f}% "
+            f"{100 * pl.saving:6.2f}% ({pl.name.split(' ', 1)[1]:>6s}) {model_s:7.2f} {solve}"
+        )
+    print(
+        "of opt: the policy's saving over the optimum's (the best schedule the solver found within its time "
+        "limit, with the bound it proved on the true optimum's saving); deployed: the schedule rlclock apply "
+        "plans by default, with the search (the policy's, or the whole-job plan named under plan where that saves "
+        "more); plan s: "
+        "ClockPolicy.schedule and its "
+        "evaluation on the planning model; model s: building the planning model (the simulated GPU's tables "
+        "for the step, once for both plans, the solver and the baselines); planning model "
+        + (
+            "anchored on the measured kernel times"
+            if anchored
+            else "from shapes alone (the steps were measured on another GPU)"
+        )
+        + "\n"
+    )
 
 
-def planned_on(pol: Any, backend: Any, budget: float, search: bool, ranks: int | None = None,
-               whole_job: bool = False) -> tuple[Any, float]:
+def planned_on(
+    pol: Any, backend: Any, budget: float, search: bool, ranks: int | None = None, whole_job: bool = False
+) -> tuple[Any, float]:
     """``pol``'s schedule for ``backend``'s step at ``budget`` (from its first choices, or with the search over its
     ``ranks`` best choices, default the planner's; the policy's own plan, or with ``whole_job`` the plan a
     deployment applies), evaluated on ``backend``, and the seconds planning and evaluating took."""
@@ -283,8 +343,17 @@ _FOLDS: dict[str, Any] = {}
 """What every fold of ``lomo`` shares (set before the worker processes fork, so they inherit its tables)."""
 
 
-def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, runs: Path,
-         compare: str | None, latency_scales: tuple[float, ...] = (1.0,), ranks: tuple[int, ...] = ()) -> None:
+def lomo(
+    corpus: Path,
+    base: str,
+    agent_name: str,
+    budget: float,
+    jobs: int,
+    runs: Path,
+    compare: str | None,
+    latency_scales: tuple[float, ...] = (1.0,),
+    ranks: tuple[int, ...] = (),
+) -> None:
     """Leave one model out: per corpus model, a policy trained on the other models' real steps (``base``'s GPU
     and action set, ``agent_name``'s recipe), judged on the model it never saw, beside the exact latency-aware
     optimum, the best static pair, the best whole-job power limit and (``compare``) a shipped checkpoint."""
@@ -298,16 +367,19 @@ def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, run
 
     specs = corpus_specs(corpus, base, budget)
     gpu = specs[0].gpu
-    for spec in tqdm(at_latency_scales(specs, latency_scales), desc="planning models and optima", unit="step",
-                     file=sys.stderr):
+    for spec in tqdm(
+        at_latency_scales(specs, latency_scales), desc="planning models and optima", unit="step", file=sys.stderr
+    ):
         episode_tables(spec)  # built once here; the folds inherit them
-    _FOLDS.update(specs=specs, agent=load_agent_config(agent_name), runs=runs, compare=compare,
-                  scales=latency_scales, ranks=ranks)
+    _FOLDS.update(
+        specs=specs, agent=load_agent_config(agent_name), runs=runs, compare=compare, scales=latency_scales, ranks=ranks
+    )
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(max(1, min(jobs, len(specs)))) as pool:
         rows = []
-        for row in tqdm(pool.imap_unordered(_fold, range(len(specs))), total=len(specs), desc="folds",
-                        unit="fold", file=sys.stderr):
+        for row in tqdm(
+            pool.imap_unordered(_fold, range(len(specs))), total=len(specs), desc="folds", unit="fold", file=sys.stderr
+        ):
             rows.append(row)  # each fold as it ends, so a run cut short still says what it found
             tqdm.write(f"{row['model']}: trained in {row['train_s']:.0f} s ({row['checkpoint']})", file=sys.stderr)
     rows.sort(key=lambda r: r["model"])
@@ -315,45 +387,69 @@ def lomo(corpus: Path, base: str, agent_name: str, budget: float, jobs: int, run
     # not those of a process sharing the cores with other folds' training
     for r in tqdm(rows, desc="planning the left-out steps", unit="step", file=sys.stderr):
         _judge(r)
-        tqdm.write(f"{r['model']}: " + " / ".join(f"{100 * sv:.2f}% at {100 * sd:+.2f}%" for sv, sd, _ in r["plans"])
-                   + f" (optimum {100 * r['optimum']:.2f}%)", file=sys.stderr)
+        tqdm.write(
+            f"{r['model']}: "
+            + " / ".join(f"{100 * sv:.2f}% at {100 * sd:+.2f}%" for sv, sd, _ in r["plans"])
+            + f" (optimum {100 * r['optimum']:.2f}%)",
+            file=sys.stderr,
+        )
     latency_s = episode_tables(specs[0]).backend.latency_s
     others = [f"x{x:g}" for x in latency_scales if x != 1.0]
     scaled = f", each also at {' and '.join(others)} the latency" if others else ""
-    print(f"== leave one model out: {gpu.name} ({gpu.key}), policies trained ({agent_name} recipe) on the other "
-          f"{len(specs) - 1} real steps{scaled}, judged on the one left out; latency {1e3 * latency_s:g} ms, budget "
-          f"{100 * budget:g} %; savings against auto")
+    print(
+        f"== leave one model out: {gpu.name} ({gpu.key}), policies trained ({agent_name} recipe) on the other "
+        f"{len(specs) - 1} real steps{scaled}, judged on the one left out; latency {1e3 * latency_s:g} ms, budget "
+        f"{100 * budget:g} %; savings against auto"
+    )
     head = f"{'policy':>7s} {'of opt':>6s} {'slowdown':>8s} {'plan s':>6s}"
-    print(f"{'':16s} {'':8s} {'left out, first choices':^30s} {'left out, with the search':^30s}"
-          + (f" {compare + ', with the search':^30s}" if compare else "") + f" {'left out, deployed':^47s}")
-    print(f"{'model':31s} {'optimum':>8s} {head} {head}" + (f" {head}" if compare else "")
-          + f" {head} {'plan':>16s} {'static':>7s} {'power limit':>16s} {'train s':>7s}")
+    print(
+        f"{'':16s} {'':8s} {'left out, first choices':^30s} {'left out, with the search':^30s}"
+        + (f" {compare + ', with the search':^30s}" if compare else "")
+        + f" {'left out, deployed':^47s}"
+    )
+    print(
+        f"{'model':31s} {'optimum':>8s} {head} {head}"
+        + (f" {head}" if compare else "")
+        + f" {head} {'plan':>16s} {'static':>7s} {'power limit':>16s} {'train s':>7s}"
+    )
     met = 0
     for r in rows:
         best = r["optimum"]
-        cells = " ".join(f"{100 * sv:6.2f}% {100 * sv / best if best > 0 else float('nan'):5.0f}% "
-                         f"{100 * sd:+7.2f}% {ps:6.2f}" for sv, sd, ps in [*r["plans"], r["deployed"][:3]])
+        cells = " ".join(
+            f"{100 * sv:6.2f}% {100 * sv / best if best > 0 else float('nan'):5.0f}% {100 * sd:+7.2f}% {ps:6.2f}"
+            for sv, sd, ps in [*r["plans"], r["deployed"][:3]]
+        )
         floor = max(r["static"], r["power_limit"])
         sv, sd, ps, name = r["deployed"]
         met += sv >= 0.9 * best and sd <= budget + 0.002 + 1e-9 and sv >= floor - 1e-9 and ps <= 1.0
-        print(f"{r['model']:31s} {100 * best:7.2f}% {cells} {name[:16]:>16s} {100 * r['static']:6.2f}% "
-              f"{100 * r['power_limit']:6.2f}% ({r['power_limit_name']:>6s}) {r['train_s']:7.0f}")
-    print(f"targets met by the deployed plan on {met} of {len(rows)} models (>= 90 % of the optimum's saving, "
-          "slowdown within budget + 0.2 pp, never below the best static pair or power limit, planning <= 1 s); "
-          "deployed: with the search and the planner's whole-job stage, what rlclock apply applies by default "
-          "(the policy's plan, or the whole-job plan named under plan); optimum: the exact latency-aware optimum "
-          "on the step's planning model ("
-          + ("anchored on the measured kernel times" if any(r["anchored"] for r in rows) else
-             "from shapes alone: the steps were measured on another GPU") + "); plan s: planning and evaluating "
-          "one step, one at a time after every fold has trained; train s: the fold's training wall time\n")
+        print(
+            f"{r['model']:31s} {100 * best:7.2f}% {cells} {name[:16]:>16s} {100 * r['static']:6.2f}% "
+            f"{100 * r['power_limit']:6.2f}% ({r['power_limit_name']:>6s}) {r['train_s']:7.0f}"
+        )
+    print(
+        f"targets met by the deployed plan on {met} of {len(rows)} models (>= 90 % of the optimum's saving, "
+        "slowdown within budget + 0.2 pp, never below the best static pair or power limit, planning <= 1 s); "
+        "deployed: with the search and the planner's whole-job stage, what rlclock apply applies by default "
+        "(the policy's plan, or the whole-job plan named under plan); optimum: the exact latency-aware optimum "
+        "on the step's planning model ("
+        + (
+            "anchored on the measured kernel times"
+            if any(r["anchored"] for r in rows)
+            else "from shapes alone: the steps were measured on another GPU"
+        )
+        + "); plan s: planning and evaluating "
+        "one step, one at a time after every fold has trained; train s: the fold's training wall time\n"
+    )
     if ranks:
         _ranks_table(rows, ranks, budget)
 
 
 def _ranks_table(rows: list[dict[str, Any]], ranks: tuple[int, ...], budget: float) -> None:
     """The left-out steps planned with the search over each number of the policy's best choices in ``ranks``."""
-    print("== the same folds, planned with the search over the policy's k best choices (k = --ranks): share of the "
-          "optimum's saving, slowdown, planning s")
+    print(
+        "== the same folds, planned with the search over the policy's k best choices (k = --ranks): share of the "
+        "optimum's saving, slowdown, planning s"
+    )
     print(f"{'model':31s} " + " ".join(f"{f'k = {k}':>24s}" for k in ranks))
     met = dict.fromkeys(ranks, 0)
     for r in rows:
@@ -363,8 +459,11 @@ def _ranks_table(rows: list[dict[str, Any]], ranks: tuple[int, ...], budget: flo
             met[k] += sv >= 0.9 * best and sd <= budget + 0.002 + 1e-9 and sv >= floor - 1e-9
             cells.append(f"{100 * sv / best if best > 0 else float('nan'):5.0f}% {100 * sd:+7.2f}% {ps:7.2f} s")
         print(f"{r['model']:31s} " + " ".join(f"{c:>24s}" for c in cells))
-    print("at >= 90 % of the optimum's saving, within budget + 0.2 pp and above static and power limit: "
-          + ", ".join(f"k = {k}: {met[k]} of {len(rows)}" for k in ranks) + "\n")
+    print(
+        "at >= 90 % of the optimum's saving, within budget + 0.2 pp and above static and power limit: "
+        + ", ".join(f"k = {k}: {met[k]} of {len(rows)}" for k in ranks)
+        + "\n"
+    )
 
 
 def _fold(i: int) -> dict[str, Any]:
@@ -377,21 +476,33 @@ def _fold(i: int) -> dict[str, Any]:
     from rlclock.solve.evaluation import optimum_for
 
     specs, agent, runs = _FOLDS["specs"], _FOLDS["agent"], _FOLDS["runs"]
-    held, rest = specs[i], specs[:i] + specs[i + 1:]
+    held, rest = specs[i], specs[:i] + specs[i + 1 :]
     rest = at_latency_scales(rest, _FOLDS["scales"])  # as a corpus family's latency_scales
     t0 = time.perf_counter()
-    res = train(rest, agent, runs_dir=runs, name=f"lomo-{held.gpu.key}-{held.name}", progress=False,
-                command=f"benchmarks/real_steps.py --part lomo (left out: {held.name})")
+    res = train(
+        rest,
+        agent,
+        runs_dir=runs,
+        name=f"lomo-{held.gpu.key}-{held.name}",
+        progress=False,
+        command=f"benchmarks/real_steps.py --part lomo (left out: {held.name})",
+    )
     train_s = time.perf_counter() - t0
     backend = episode_tables(held).backend
     budget = held.reward.budget
     auto_j = backend.auto_run().energy_j
     pl = power_limit(backend, budget).evaluation
-    return {"fold": i, "model": held.name, "checkpoint": str(res.checkpoint),
-            "optimum": 1.0 - optimum_for(backend, budget).energy_j / auto_j,
-            "static": static(backend, budget).evaluation.saving, "power_limit": pl.saving,
-            "power_limit_name": pl.name.split(" ", 1)[1], "train_s": train_s,
-            "anchored": bool(backend.anchored_kernels())}
+    return {
+        "fold": i,
+        "model": held.name,
+        "checkpoint": str(res.checkpoint),
+        "optimum": 1.0 - optimum_for(backend, budget).energy_j / auto_j,
+        "static": static(backend, budget).evaluation.saving,
+        "power_limit": pl.saving,
+        "power_limit_name": pl.name.split(" ", 1)[1],
+        "train_s": train_s,
+        "anchored": bool(backend.anchored_kernels()),
+    }
 
 
 def _judge(row: dict[str, Any]) -> None:
@@ -426,25 +537,46 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, default=ROOT / "data" / "corpus-h200")
     parser.add_argument("--gpu", default="h200-sxm", help="GPU preset that predicts (default h200-sxm)")
-    parser.add_argument("--part", choices=["costs", "timing", "policy", "lomo", "all"], default="all",
-                        help="which part (default all: costs, timing, policy; lomo only when named)")
+    parser.add_argument(
+        "--part",
+        choices=["costs", "timing", "policy", "lomo", "all"],
+        default="all",
+        help="which part (default all: costs, timing, policy; lomo only when named)",
+    )
     parser.add_argument("--checkpoint", default="gpt3xl-h200", help="policy for the policy part")
     parser.add_argument("--budget", type=float, default=0.01, help="slowdown budget (default 0.01)")
     parser.add_argument("--time-limit", type=float, default=120.0, help="solver time limit per step, s")
-    parser.add_argument("--base", default=None,
-                        help="lomo: the shipped env spec whose GPU, action set and latency the folds use "
-                             "(default gpt3xl-<GPU of --checkpoint>, e.g. gpt3xl-h200)")
+    parser.add_argument(
+        "--base",
+        default=None,
+        help="lomo: the shipped env spec whose GPU, action set and latency the folds use "
+        "(default gpt3xl-<GPU of --checkpoint>, e.g. gpt3xl-h200)",
+    )
     parser.add_argument("--agent", default="real-steps", help="lomo: training recipe (default real-steps)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="lomo: folds trained at once")
-    parser.add_argument("--latency-scales", type=float, nargs="+", default=[1.0],
-                        help="lomo: each training step at the GPU's latency times each of these (default 1: the "
-                             "steps alone; 1 0.5 2: each also at half and twice it, a corpus family's "
-                             "latency_scales)")
-    parser.add_argument("--ranks", type=int, nargs="+", default=[],
-                        help="lomo: also plan each left-out step with the search over the policy's k best choices, "
-                             "for each k given (2 to 8; the planner's default: 6), in a table of their own")
-    parser.add_argument("--runs", type=Path, default=Path("runs") / "real-steps-lomo",
-                        help="lomo: where the folds' run folders go (default runs/real-steps-lomo)")
+    parser.add_argument(
+        "--latency-scales",
+        type=float,
+        nargs="+",
+        default=[1.0],
+        help="lomo: each training step at the GPU's latency times each of these (default 1: the "
+        "steps alone; 1 0.5 2: each also at half and twice it, a corpus family's "
+        "latency_scales)",
+    )
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        nargs="+",
+        default=[],
+        help="lomo: also plan each left-out step with the search over the policy's k best choices, "
+        "for each k given (2 to 8; the planner's default: 6), in a table of their own",
+    )
+    parser.add_argument(
+        "--runs",
+        type=Path,
+        default=Path("runs") / "real-steps-lomo",
+        help="lomo: where the folds' run folders go (default runs/real-steps-lomo)",
+    )
     args = parser.parse_args(argv)
     if min(args.latency_scales) <= 0 or len(set(args.latency_scales)) < len(args.latency_scales):
         parser.error(f"--latency-scales takes distinct positive factors, found {args.latency_scales}")
@@ -460,8 +592,17 @@ def main(argv: list[str] | None = None) -> int:
         policy(args.corpus, args.checkpoint, args.budget, args.time_limit)
     if args.part == "lomo":
         base = args.base or args.checkpoint.replace("family-", "gpt3xl-")
-        lomo(args.corpus, base, args.agent, args.budget, args.jobs, args.runs, args.checkpoint,
-             tuple(args.latency_scales), tuple(args.ranks))
+        lomo(
+            args.corpus,
+            base,
+            args.agent,
+            args.budget,
+            args.jobs,
+            args.runs,
+            args.checkpoint,
+            tuple(args.latency_scales),
+            tuple(args.ranks),
+        )
     return 0
 
 

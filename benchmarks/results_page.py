@@ -60,8 +60,10 @@ class Figures:
     def add(self, name: str, text: str, where: str) -> None:
         match = NUMBER.search(text)
         if match is None:
-            raise ResultsPageError(f"{where}: field {name!r} read {text!r}, which holds no number.",
-                                   "point the reader at a number (a regex group, a table column).")
+            raise ResultsPageError(
+                f"{where}: field {name!r} read {text!r}, which holds no number.",
+                "point the reader at a number (a regex group, a table column).",
+            )
         number_text = match.group(0)
         number = float(number_text.replace(",", ""))
         if number == 0.0:
@@ -70,8 +72,10 @@ class Figures:
 
     def get(self, name: str, where: str) -> list[Value]:
         if name not in self.values:
-            raise ResultsPageError(f"{where}: no field {name!r} was read (fields: {sorted(self.values)}).",
-                                   "name a regex group, a column or a json field so.")
+            raise ResultsPageError(
+                f"{where}: no field {name!r} was read (fields: {sorted(self.values)}).",
+                "name a regex group, a column or a json field so.",
+            )
         return self.values[name]
 
 
@@ -87,15 +91,17 @@ def scoped(text: str, how: Mapping[str, Any], where: str) -> str:
     matches = list(re.finditer(start, text, flags=re.M))
     occurrence = int(how.get("occurrence", 1))
     if not matches or abs(occurrence) > len(matches) or occurrence == 0:
-        raise ResultsPageError(f"{where}: section {start!r} (occurrence {occurrence}) is not in the file "
-                               f"({len(matches)} found).", "rerun the benchmark, or point section at its heading.")
+        raise ResultsPageError(
+            f"{where}: section {start!r} (occurrence {occurrence}) is not in the file ({len(matches)} found).",
+            "rerun the benchmark, or point section at its heading.",
+        )
     chosen = matches[occurrence - 1 if occurrence > 0 else occurrence]
-    body = text[chosen.start():]
+    body = text[chosen.start() :]
     end = how.get("end")
     if end is not None:
-        stop = re.search(end, body[len(chosen.group(0)):], flags=re.M)
+        stop = re.search(end, body[len(chosen.group(0)) :], flags=re.M)
         if stop is not None:
-            body = body[:len(chosen.group(0)) + stop.start()]
+            body = body[: len(chosen.group(0)) + stop.start()]
     return body
 
 
@@ -105,13 +111,17 @@ def read_regex(text: str, how: Mapping[str, Any], figures: Figures, where: str) 
     pattern = re.compile(how["regex"], flags=re.M)
     matches = list(pattern.finditer(text))
     if not matches:
-        raise ResultsPageError(f"{where}: pattern {how['regex']!r} is not in the file.",
-                               "rerun the benchmark, or fix the pattern to what its output prints now.")
+        raise ResultsPageError(
+            f"{where}: pattern {how['regex']!r} is not in the file.",
+            "rerun the benchmark, or fix the pattern to what its output prints now.",
+        )
     if not pattern.groupindex:
-        raise ResultsPageError(f"{where}: pattern {how['regex']!r} names no group.",
-                               "name the figures: (?P<name>...).")
-    chosen = matches if how.get("all") else [matches[int(how.get("pick", 1)) - 1 if int(how.get("pick", 1)) > 0
-                                                      else int(how["pick"])]]
+        raise ResultsPageError(f"{where}: pattern {how['regex']!r} names no group.", "name the figures: (?P<name>...).")
+    chosen = (
+        matches
+        if how.get("all")
+        else [matches[int(how.get("pick", 1)) - 1 if int(how.get("pick", 1)) > 0 else int(how["pick"])]]
+    )
     for match in chosen:
         for name, value in match.groupdict().items():
             if value is not None:
@@ -125,8 +135,9 @@ def read_columns(text: str, how: Mapping[str, Any], figures: Figures, where: str
     lines = text.splitlines()
     first = next((i for i, line in enumerate(lines) if row.search(line)), None)
     if first is None:
-        raise ResultsPageError(f"{where}: no table row ({row.pattern!r}) in the section.",
-                               "point section at the line above the table.")
+        raise ResultsPageError(
+            f"{where}: no table row ({row.pattern!r}) in the section.", "point section at the line above the table."
+        )
     rows = []
     for line in lines[first:]:
         if not row.search(line):
@@ -135,8 +146,10 @@ def read_columns(text: str, how: Mapping[str, Any], figures: Figures, where: str
     for name, index in how["columns"].items():
         for cells in rows:
             if not -len(cells) <= int(index) < len(cells):
-                raise ResultsPageError(f"{where}: column {index} ({name}) is past the end of row {' '.join(cells)!r}.",
-                                       "count the columns again (from 0, split on spaces).")
+                raise ResultsPageError(
+                    f"{where}: column {index} ({name}) is past the end of row {' '.join(cells)!r}.",
+                    "count the columns again (from 0, split on spaces).",
+                )
             figures.add(name, cells[int(index)], where)
 
 
@@ -155,17 +168,21 @@ def read_json(path: Path, how: Mapping[str, Any], figures: Figures, where: str) 
         node: Any = data
         for key in keys:
             if isinstance(key, Mapping):
-                (k, v), = key.items()
+                ((k, v),) = key.items()
                 items = [item for item in node if isinstance(item, Mapping) and item.get(k) == v]
                 if len(items) != 1:
-                    raise ResultsPageError(f"{where}: {len(items)} items with {k} = {v!r} on the path to {name}.",
-                                           "pick one item: name a field that is unique.")
+                    raise ResultsPageError(
+                        f"{where}: {len(items)} items with {k} = {v!r} on the path to {name}.",
+                        "pick one item: name a field that is unique.",
+                    )
                 node = items[0]
             elif _holds(node, key):
                 node = node[key]
             else:
-                raise ResultsPageError(f"{where}: key {key!r} on the path to {name} is not in the file.",
-                                       "rerun the benchmark, or fix the path.")
+                raise ResultsPageError(
+                    f"{where}: key {key!r} on the path to {name} is not in the file.",
+                    "rerun the benchmark, or fix the path.",
+                )
         if isinstance(node, bool) or not isinstance(node, (int, float)):
             raise ResultsPageError(f"{where}: {name} is {node!r}, not a number.", "point the path at a number.")
         figures.add(name, repr(node), where)
@@ -176,8 +193,10 @@ def read_figures(claim: Mapping[str, Any], root: Path) -> Figures:
     where = f"claim {claim['claim']!r} ({claim['output']})"
     path = root / claim["output"]
     if not path.is_file():
-        raise ResultsPageError(f"{where}: the output file is missing.",
-                               f"run `{claim['command']}` and commit its output as {claim['output']}.")
+        raise ResultsPageError(
+            f"{where}: the output file is missing.",
+            f"run `{claim['command']}` and commit its output as {claim['output']}.",
+        )
     readers = claim["read"] if isinstance(claim["read"], list) else [claim["read"]]
     figures = Figures()
     for how in readers:
@@ -190,8 +209,10 @@ def read_figures(claim: Mapping[str, Any], root: Path) -> Figures:
         elif "columns" in how:
             read_columns(text, how, figures, where)
         else:
-            raise ResultsPageError(f"{where}: a reader needs regex, columns or json; got {sorted(how)}.",
-                                   "see the comment at the top of docs/results.yaml.")
+            raise ResultsPageError(
+                f"{where}: a reader needs regex, columns or json; got {sorted(how)}.",
+                "see the comment at the top of docs/results.yaml.",
+            )
     return figures
 
 
@@ -207,8 +228,9 @@ def _number_text(values: Sequence[Value], spec: str) -> list[str]:
 AGGREGATES: dict[str, Callable[[Sequence[Value], str], str]] = {
     "min": lambda vs, spec: _number_text([min(vs, key=lambda v: v.number)], spec)[0],
     "max": lambda vs, spec: _number_text([max(vs, key=lambda v: v.number)], spec)[0],
-    "range": lambda vs, spec: "–".join(dict.fromkeys(_number_text(
-        [min(vs, key=lambda v: v.number), max(vs, key=lambda v: v.number)], spec))),
+    "range": lambda vs, spec: "–".join(
+        dict.fromkeys(_number_text([min(vs, key=lambda v: v.number), max(vs, key=lambda v: v.number)], spec))
+    ),
     "list": lambda vs, spec: " / ".join(_number_text(vs, spec)),
     "mean": lambda vs, spec: format(sum(v.number for v in vs) / len(vs), spec or "g"),
     "n": lambda vs, spec: str(len(vs)),
@@ -225,8 +247,10 @@ def show(template: str, figures: Figures, where: str) -> str:
         values = figures.get(name, where)
         if aggregate is None:
             if len(values) != 1:
-                raise ResultsPageError(f"{where}: {{{name}}} has {len(values)} values.",
-                                       f"show them with {{{name}|range}}, |list, |min or |max.")
+                raise ResultsPageError(
+                    f"{where}: {{{name}}} has {len(values)} values.",
+                    f"show them with {{{name}|range}}, |list, |min or |max.",
+                )
             return _number_text(values, spec)[0]
         if aggregate not in AGGREGATES:
             raise ResultsPageError(f"{where}: unknown aggregate |{aggregate}.", f"use one of {sorted(AGGREGATES)}.")
@@ -236,7 +260,12 @@ def show(template: str, figures: Figures, where: str) -> str:
 
 
 COMPARE: dict[str, Callable[[float, float], bool]] = {
-    "<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt, "==": operator.eq}
+    "<=": operator.le,
+    ">=": operator.ge,
+    "<": operator.lt,
+    ">": operator.gt,
+    "==": operator.eq,
+}
 RULE = re.compile(r"^\s*(abs\s+)?(<=|>=|<|>|==)\s*(\S+)\s*$")
 
 
@@ -247,8 +276,9 @@ def meets(check: Mapping[str, str], figures: Figures, where: str) -> bool:
     for name, rule in check.items():
         parsed = RULE.match(str(rule))
         if parsed is None:
-            raise ResultsPageError(f"{where}: check {name}: {rule!r} is not a rule.",
-                                   'write e.g. "<= 5", "abs <= 5" or ">= n".')
+            raise ResultsPageError(
+                f"{where}: check {name}: {rule!r} is not a rule.", 'write e.g. "<= 5", "abs <= 5" or ">= n".'
+            )
         magnitude, op, bound_text = parsed.groups()
         try:
             bound = float(bound_text)
@@ -265,7 +295,7 @@ VERDICTS = {"met": True, "ok": True, "yes": True, "missed": False, "miss": False
 
 
 def verdict(claim: Mapping[str, Any], figures: Figures, root: Path, where: str) -> str:
-    """"met", "missed", or "—" for a claim without a target to check."""
+    """ "met", "missed", or "—" for a claim without a target to check."""
     if "check" in claim and "verdict" in claim:
         raise ResultsPageError(f"{where}: both check and verdict.", "keep one: the file's verdict or a check.")
     if "check" in claim:
@@ -274,12 +304,16 @@ def verdict(claim: Mapping[str, Any], figures: Figures, root: Path, where: str) 
         text = scoped((root / claim["output"]).read_text(), claim["verdict"], where)
         match = re.search(claim["verdict"]["regex"], text, flags=re.M)
         if match is None or match.lastindex is None:
-            raise ResultsPageError(f"{where}: verdict pattern {claim['verdict']['regex']!r} is not in the file.",
-                                   "rerun the benchmark, or fix the pattern (its first group: met / MISSED).")
+            raise ResultsPageError(
+                f"{where}: verdict pattern {claim['verdict']['regex']!r} is not in the file.",
+                "rerun the benchmark, or fix the pattern (its first group: met / MISSED).",
+            )
         said = match.group(1).lower()
         if said not in VERDICTS:
-            raise ResultsPageError(f"{where}: the file's verdict {match.group(1)!r} is not one of {sorted(VERDICTS)}.",
-                                   "capture the word that says met or missed.")
+            raise ResultsPageError(
+                f"{where}: the file's verdict {match.group(1)!r} is not one of {sorted(VERDICTS)}.",
+                "capture the word that says met or missed.",
+            )
         return "met" if VERDICTS[said] else "**missed**"
     return "—"
 
@@ -307,13 +341,21 @@ def row(claim: Mapping[str, Any], root: Path, repo_url: str) -> str:
     if missing:
         raise ResultsPageError(f"{where}: the registry entry lacks {missing}.", f"give every entry {list(REQUIRED)}.")
     if claim["kind"] not in KINDS:
-        raise ResultsPageError(f"{where}: kind {claim['kind']!r} is not one of {KINDS}.",
-                               "planned: judged on a model; delivered: a run with clocks set; measured: a reading.")
+        raise ResultsPageError(
+            f"{where}: kind {claim['kind']!r} is not one of {KINDS}.",
+            "planned: judged on a model; delivered: a run with clocks set; measured: a reading.",
+        )
     figures = read_figures(claim, root)
     where = f"{where} ({claim['output']})"
-    cells = [claim["claim"], claim["target"], show(claim["show"], figures, where),
-             verdict(claim, figures, root, where), claim["kind"], claim["machine"],
-             f"`{cell(claim['command'])}` → {link(claim['output'], repo_url)}"]
+    cells = [
+        claim["claim"],
+        claim["target"],
+        show(claim["show"], figures, where),
+        verdict(claim, figures, root, where),
+        claim["kind"],
+        claim["machine"],
+        f"`{cell(claim['command'])}` → {link(claim['output'], repo_url)}",
+    ]
     return "| " + " | ".join(cell(c) for c in cells) + " |"
 
 
@@ -346,8 +388,9 @@ def render(registry: Mapping[str, Any], root: Path = ROOT, repo_url: str | None 
         parts.append(f"\n## {section['title']}\n")
         if section.get("about"):
             parts.append(f"\n{' '.join(section['about'].split())}\n")
-        parts.append("\n| claim | target | figure | met | kind | machine | command → output |\n"
-                     "|---|---|---|---|---|---|---|\n")
+        parts.append(
+            "\n| claim | target | figure | met | kind | machine | command → output |\n|---|---|---|---|---|---|---|\n"
+        )
         parts.extend(row(claim, root, repo_url) + "\n" for claim in section["claims"])
     return "".join(parts)
 
@@ -366,8 +409,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if current == page:
             print("docs/results.md is up to date")
             return 0
-        sys.stdout.writelines(difflib.unified_diff(current.splitlines(True), page.splitlines(True),
-                                                   "docs/results.md", "rendered"))
+        sys.stdout.writelines(
+            difflib.unified_diff(current.splitlines(True), page.splitlines(True), "docs/results.md", "rendered")
+        )
         print("docs/results.md differs from the rendered page: run python benchmarks/results_page.py")
         return 1
     PAGE.write_text(page)

@@ -35,7 +35,8 @@ def measure(kernels: int) -> dict[str, Any]:
 
     layers = max(1, round(kernels / KERNELS_PER_LAYER))
     spec = load_env_spec("gpt3xl-rtx3080ti").with_overrides(
-        workload={"generator": "llmc", "batch": 40, "seq": 1024, "hidden": 2048, "heads": 16, "layers": layers})
+        workload={"generator": "llmc", "batch": 40, "seq": 1024, "hidden": 2048, "heads": 16, "layers": layers}
+    )
     policy = ClockPolicy.load("gpt3xl-rtx3080ti")
     out: dict[str, Any] = {"layers": layers}
     start = time.perf_counter()
@@ -72,10 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.one is not None:
         print(json.dumps(measure(args.one)))
         return 0
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; simulated "
-          "RTX 3080 Ti, llm.c GPT-3 XL layers, the shipped gpt3xl-rtx3080ti policy, each size in its own process")
-    print(f"{'kernels':>9s} {'simulate s':>10s} {'plan s':>7s} {'evaluate s':>10s} {'total s':>8s} {'peak MB':>8s} "
-          f"{'env us/step':>11s} {'saving %':>8s} {'slowdown %':>10s}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; simulated "
+        "RTX 3080 Ti, llm.c GPT-3 XL layers, the shipped gpt3xl-rtx3080ti policy, each size in its own process"
+    )
+    print(
+        f"{'kernels':>9s} {'simulate s':>10s} {'plan s':>7s} {'evaluate s':>10s} {'total s':>8s} {'peak MB':>8s} "
+        f"{'env us/step':>11s} {'saving %':>8s} {'slowdown %':>10s}"
+    )
     ok = True
     for n in args.kernels:
         res = subprocess.run([sys.executable, __file__, "--one", str(n)], capture_output=True, text=True)
@@ -84,9 +89,12 @@ def main(argv: list[str] | None = None) -> int:
             ok = False
             continue
         r = json.loads(res.stdout.strip().splitlines()[-1])
-        print(f"{r['kernels']:9d} {r['simulate_s']:10.2f} {r['plan_s']:7.2f} {r['evaluate_s']:10.2f} "
-              f"{r['total_s']:8.2f} {r['peak_mb']:8.0f} {r['env_us_per_step']:11.1f} {r['saving_pct']:8.2f} "
-              f"{r['slowdown_pct']:10.2f}", flush=True)
+        print(
+            f"{r['kernels']:9d} {r['simulate_s']:10.2f} {r['plan_s']:7.2f} {r['evaluate_s']:10.2f} "
+            f"{r['total_s']:8.2f} {r['peak_mb']:8.0f} {r['env_us_per_step']:11.1f} {r['saving_pct']:8.2f} "
+            f"{r['slowdown_pct']:10.2f}",
+            flush=True,
+        )
         if r["kernels"] >= 1_000_000:
             ok &= r["total_s"] <= 60 and r["peak_mb"] <= 2048
     return 0 if ok else 1

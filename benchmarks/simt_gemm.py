@@ -71,9 +71,15 @@ def measure(out: Path, reps: int) -> None:
         return e
 
     result: dict[str, Any] = {
-        "gpu": torch.cuda.get_device_name(0), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__, "launches": LAUNCHES, "reps": reps, "gauge_cycles": GAUGE_CYCLES,
-        "method": __doc__.split("``--measure``")[1].split("Each product")[0].strip(), "products": {}}
+        "gpu": torch.cuda.get_device_name(0),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "launches": LAUNCHES,
+        "reps": reps,
+        "gauge_cycles": GAUGE_CYCLES,
+        "method": __doc__.split("``--measure``")[1].split("Each product")[0].strip(),
+        "products": {},
+    }
     for name, fn in products(torch).items():
         entry: dict[str, Any] = {"trace": _profile(torch, name, fn)}
         for _ in range(20):
@@ -94,8 +100,9 @@ def measure(out: Path, reps: int) -> None:
             clocks.append(GAUGE_CYCLES / gauge_s / 1e6)
         entry["time_s"], entry["clock_mhz"] = times, clocks
         result["products"][name] = entry
-        print(f"{name:20s} {statistics.median(times) * 1e6:9.1f} us at ~{statistics.median(clocks):5.0f} MHz",
-              flush=True)
+        print(
+            f"{name:20s} {statistics.median(times) * 1e6:9.1f} us at ~{statistics.median(clocks):5.0f} MHz", flush=True
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result))
     print(f"wrote {out}")
@@ -113,9 +120,15 @@ def power(out: Path, window_s: float) -> None:
     device = NvmlDevice(0)
     settings = MeasureSettings(window_s=window_s, warmup_s=0.3, repeats=3)
     result: dict[str, Any] = {
-        "gpu": torch.cuda.get_device_name(0), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__, "power_limit_w": device.power_limit_w(), "window_s": window_s, "repeats": 3,
-        "method": __doc__.split("``--power``")[1].split("    python")[0].strip(), "products": {}}
+        "gpu": torch.cuda.get_device_name(0),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "power_limit_w": device.power_limit_w(),
+        "window_s": window_s,
+        "repeats": 3,
+        "method": __doc__.split("``--power``")[1].split("    python")[0].strip(),
+        "products": {},
+    }
     with EnergySampler(device, settings.poll_s, settings.clock_period_s) as sampler:
         for name, fn in products(torch).items():
             runner = SuiteRunner(name, fn)
@@ -123,10 +136,18 @@ def power(out: Path, window_s: float) -> None:
                 st = measure(runner, sampler, settings)
             finally:
                 runner.close()
-            result["products"][name] = {"power_w": st.power_w, "sm_clock_mhz": st.sm_clock_mhz,
-                                        "reasons": list(st.reasons), "time_s": st.time_s, "energy_j": st.energy_j}
-            print(f"{name:20s} {st.time_s * 1e6:9.1f} us {st.power_w:6.1f} W at {st.sm_clock_mhz:5.0f} MHz "
-                  f"{'/'.join(st.reasons)}", flush=True)
+            result["products"][name] = {
+                "power_w": st.power_w,
+                "sm_clock_mhz": st.sm_clock_mhz,
+                "reasons": list(st.reasons),
+                "time_s": st.time_s,
+                "energy_j": st.energy_j,
+            }
+            print(
+                f"{name:20s} {st.time_s * 1e6:9.1f} us {st.power_w:6.1f} W at {st.sm_clock_mhz:5.0f} MHz "
+                f"{'/'.join(st.reasons)}",
+                flush=True,
+            )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     print(f"wrote {out}")
@@ -143,15 +164,22 @@ def compare_power(path: Path, traces_path: Path, gpu: str) -> None:
     spec = get_spec(gpu)
     data = json.loads(path.read_text())
     traces = json.loads(traces_path.read_text())["products"]
-    print(f"# {data['gpu']} ({data['date']}, limit {data['power_limit_w']:.0f} W): NVML energy windows of "
-          f">= {data['window_s']} s, back to back; model power at the SM clock read")
+    print(
+        f"# {data['gpu']} ({data['date']}, limit {data['power_limit_w']:.0f} W): NVML energy windows of "
+        f">= {data['window_s']} s, back to back; model power at the SM clock read"
+    )
     print(f"{'product':20s} {'MHz':>5s} {'meas W':>7s} {'model W':>7s} {'err':>6s}  reasons")
     for name, e in data["products"].items():
-        ks = [k for k in refresh_costs(KernelTrace.from_dict(traces[name]["trace"]))
-              if k.category == "gemm"] if name in traces else []
+        ks = (
+            [k for k in refresh_costs(KernelTrace.from_dict(traces[name]["trace"])) if k.category == "gemm"]
+            if name in traces
+            else []
+        )
         p_model = float(simt_power_at_clock(spec, ks, [e["sm_clock_mhz"]])[0]) if len(ks) == 1 else float("nan")
-        print(f"{name:20s} {e['sm_clock_mhz']:5.0f} {e['power_w']:7.1f} {p_model:7.1f} "
-              f"{100 * (p_model / e['power_w'] - 1):+5.1f}%  {'/'.join(e['reasons'])}")
+        print(
+            f"{name:20s} {e['sm_clock_mhz']:5.0f} {e['power_w']:7.1f} {p_model:7.1f} "
+            f"{100 * (p_model / e['power_w'] - 1):+5.1f}%  {'/'.join(e['reasons'])}"
+        )
 
 
 def compare(path: Path, gpu: str) -> int:
@@ -165,8 +193,10 @@ def compare(path: Path, gpu: str) -> int:
 
     data = json.loads(path.read_text())
     spec = get_spec(gpu)
-    print(f"# {data['gpu']} ({data['date']}), preset {spec.key}: fp32 products, medians of {data['reps']} timings of "
-          f"{data['launches']} launches; model from shapes alone at auto clocks")
+    print(
+        f"# {data['gpu']} ({data['date']}), preset {spec.key}: fp32 products, medians of {data['reps']} timings of "
+        f"{data['launches']} launches; model from shapes alone at auto clocks"
+    )
     print(f"{'product':20s} {'kernel':44s} {'GFLOP':>7s} {'meas us':>8s} {'TFLOP/s':>7s} {'model us':>8s} {'err':>6s}")
     errs = []
     for name, e in data["products"].items():
@@ -177,8 +207,10 @@ def compare(path: Path, gpu: str) -> int:
         flops = sum(k.flops for k in ks)
         errs.append(t_model / t_meas - 1)
         kname = ks[0].name.split("_execute")[0][-44:] if ks else "-"
-        print(f"{name:20s} {kname:44s} {flops / 1e9:7.2f} {t_meas * 1e6:8.1f} {flops / t_meas / 1e12:7.1f} "
-              f"{t_model * 1e6:8.1f} {100 * errs[-1]:+5.0f}%")
+        print(
+            f"{name:20s} {kname:44s} {flops / 1e9:7.2f} {t_meas * 1e6:8.1f} {flops / t_meas / 1e12:7.1f} "
+            f"{t_model * 1e6:8.1f} {100 * errs[-1]:+5.0f}%"
+        )
     a = np.abs(np.array(errs))
     print(f"# {int((a <= 0.25).sum())} of {len(a)} within 25 %; largest error {100 * a.max():.0f} %")
     return 0

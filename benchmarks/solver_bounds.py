@@ -67,9 +67,17 @@ def solve_case(name: str) -> dict[str, Any]:
     else:
         opt = latency_aware_optimum(t, e, backend.latency_s, auto.time_s * (1 + BUDGET), time_limit_s=limit)
     wall = time.perf_counter() - start
-    return {"name": name, "kernels": backend.n_kernels, "configs": backend.n_configs, "limit_s": limit,
-            "solve_s": wall, "before_mb": before, "peak_mb": rss_mb(), "describe": opt.describe(),
-            "saving_pct": 100 * (1 - opt.energy_j / auto.energy_j)}
+    return {
+        "name": name,
+        "kernels": backend.n_kernels,
+        "configs": backend.n_configs,
+        "limit_s": limit,
+        "solve_s": wall,
+        "before_mb": before,
+        "peak_mb": rss_mb(),
+        "describe": opt.describe(),
+        "saving_pct": 100 * (1 - opt.energy_j / auto.energy_j),
+    }
 
 
 def trace_file(name: str, folder: Path) -> Path:
@@ -96,8 +104,10 @@ def trace_file(name: str, folder: Path) -> Path:
                 copy, k = divmod(i, len(step))
                 kernel = dict(step[k])
                 if kernel.get("launch_op"):
-                    kernel["launch_op"] = {**kernel["launch_op"],
-                                           "call": kernel["launch_op"].get("call", 0) + copy * calls}
+                    kernel["launch_op"] = {
+                        **kernel["launch_op"],
+                        "call": kernel["launch_op"].get("call", 0) + copy * calls,
+                    }
                 f.write(("," if i else "") + json.dumps(kernel))
             f.write("]}")
     return path
@@ -110,8 +120,14 @@ def load_case(name: str, folder: Path) -> dict[str, Any]:
     before = rss_mb()
     start = time.perf_counter()
     trace = KernelTrace.load(path)
-    return {"name": name, "kernels": len(trace), "file_mb": path.stat().st_size / KB / KB,
-            "load_s": time.perf_counter() - start, "before_mb": before, "peak_mb": rss_mb()}
+    return {
+        "name": name,
+        "kernels": len(trace),
+        "file_mb": path.stat().st_size / KB / KB,
+        "load_s": time.perf_counter() - start,
+        "before_mb": before,
+        "peak_mb": rss_mb(),
+    }
 
 
 def child(args: list[str]) -> dict[str, Any]:
@@ -126,8 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="run the cases whose name contains this")
     parser.add_argument("--solve", default=None, help=argparse.SUPPRESS)  # one case, in a child process
     parser.add_argument("--load", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--folder", default=str(Path(tempfile.gettempdir()) / "rlclock-solver-bounds"),
-                        help="where the big traces are written (kept between runs)")
+    parser.add_argument(
+        "--folder",
+        default=str(Path(tempfile.gettempdir()) / "rlclock-solver-bounds"),
+        help="where the big traces are written (kept between runs)",
+    )
     args = parser.parse_args(argv)
     folder = Path(args.folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -141,10 +160,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(json.dumps(load_case(args.load, folder)))
         return 0
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-          f"every case in its own process; budget {100 * BUDGET:g} %; simulated GPUs (no GPU used)")
-    print(f"{'solve':34s} {'kernels':>8s} {'C':>3s} {'limit s':>7s} {'solve s':>8s} {'% limit':>7s} "
-          f"{'before MB':>9s} {'peak MB':>8s} {'saving %':>8s}  answer")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+        f"every case in its own process; budget {100 * BUDGET:g} %; simulated GPUs (no GPU used)"
+    )
+    print(
+        f"{'solve':34s} {'kernels':>8s} {'C':>3s} {'limit s':>7s} {'solve s':>8s} {'% limit':>7s} "
+        f"{'before MB':>9s} {'peak MB':>8s} {'saving %':>8s}  answer"
+    )
     worst, peak, failed = 0.0, 0.0, 0
     for name, *_ in SOLVES:
         if args.only not in name:
@@ -157,9 +180,12 @@ def main(argv: list[str] | None = None) -> int:
         worst = max(worst, r["solve_s"] / r["limit_s"])
         if r["kernels"] > 500_000:
             peak = max(peak, r["peak_mb"])
-        print(f"{name:34s} {r['kernels']:8d} {r['configs']:3d} {r['limit_s']:7.0f} {r['solve_s']:8.2f} "
-              f"{100 * r['solve_s'] / r['limit_s']:6.0f}% {r['before_mb']:9.0f} {r['peak_mb']:8.0f} "
-              f"{r['saving_pct']:8.3f}  {r['describe']}", flush=True)
+        print(
+            f"{name:34s} {r['kernels']:8d} {r['configs']:3d} {r['limit_s']:7.0f} {r['solve_s']:8.2f} "
+            f"{100 * r['solve_s'] / r['limit_s']:6.0f}% {r['before_mb']:9.0f} {r['peak_mb']:8.0f} "
+            f"{r['saving_pct']:8.3f}  {r['describe']}",
+            flush=True,
+        )
     if args.only in "rlclock baselines command":
         from rlclock.config import load_env_spec
         from rlclock.yamlio import dump_yaml
@@ -169,15 +195,19 @@ def main(argv: list[str] | None = None) -> int:
         spec.write_text(dump_yaml(dict(big.raw)))
         start = time.perf_counter()
         argv = ["baselines", str(spec), "--time-limit", "5", "--frontier", "", "--out", str(folder / "baselines")]
-        code = ("import json, resource, sys\nfrom rlclock.cli import main\nrc = main(sys.argv[1:])\n"
-                "print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss), file=sys.stderr)\n"
-                "raise SystemExit(rc)")
+        code = (
+            "import json, resource, sys\nfrom rlclock.cli import main\nrc = main(sys.argv[1:])\n"
+            "print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss), file=sys.stderr)\n"
+            "raise SystemExit(rc)"
+        )
         out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
         wall = time.perf_counter() - start
         own_peak = float(out.stderr.strip().splitlines()[-1]) / KB if out.stderr.strip() else float("nan")
         solves = [ln for ln in out.stdout.splitlines() if ln.startswith(("kernel-global", "latency-aware"))]
-        print(f"{'rlclock baselines 1e6 --time-limit 5':34s} exit {out.returncode}, {wall:.0f} s in all (building the "
-              f"step, every baseline, the plot), peak {own_peak:.0f} MB")
+        print(
+            f"{'rlclock baselines 1e6 --time-limit 5':34s} exit {out.returncode}, {wall:.0f} s in all (building the "
+            f"step, every baseline, the plot), peak {own_peak:.0f} MB"
+        )
         for line in solves:
             print(f"    {' '.join(line.split())}")
         failed += out.returncode != 0
@@ -196,9 +226,11 @@ def main(argv: list[str] | None = None) -> int:
         load_peak = max(load_peak, r["peak_mb"])
         print(f"{name:34s} {r['kernels']:8d} {r['file_mb']:8.0f} {r['load_s']:7.1f} {r['peak_mb']:8.0f}", flush=True)
     print()
-    print(f"longest solve: {100 * worst:.0f} % of its time limit (target <= 110 %); largest peak of a solve at 10^6 "
-          f"kernels: {peak / KB:.2f} GB (target <= 4 GB); largest peak of a trace load: {load_peak / KB:.2f} GB "
-          f"(target <= 2 GB); failed cases: {failed}")
+    print(
+        f"longest solve: {100 * worst:.0f} % of its time limit (target <= 110 %); largest peak of a solve at 10^6 "
+        f"kernels: {peak / KB:.2f} GB (target <= 4 GB); largest peak of a trace load: {load_peak / KB:.2f} GB "
+        f"(target <= 2 GB); failed cases: {failed}"
+    )
     return 0 if worst <= 1.1 and peak <= 4 * KB and load_peak <= 2 * KB and not failed else 1
 
 

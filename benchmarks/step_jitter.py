@@ -60,8 +60,10 @@ def measure(out: Path, steps: int, only: str) -> None:
 
     arrays: dict[str, np.ndarray] = {}
     meta: dict[str, Any] = {}
-    entries = [(name, (lambda n=name, c=config, s=shape: _hf(build, trainer, n, c, s)))
-               for name, (config, shape) in hf_models().items()]
+    entries = [
+        (name, (lambda n=name, c=config, s=shape: _hf(build, trainer, n, c, s)))
+        for name, (config, shape) in hf_models().items()
+    ]
     entries.append(("train-small-gpt", lambda: _small(small_gpt, trainer)))
     for name, make in entries:
         if only not in name:
@@ -86,8 +88,12 @@ def measure(out: Path, steps: int, only: str) -> None:
         print(f"{name}: {count} of {len(marked)} steps with the same {len(common)} activities", flush=True)
         step = None
         torch.cuda.empty_cache()
-    meta["_"] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                 "date": _dt.datetime.now(_dt.timezone.utc).isoformat(), "method": __doc__}
+    meta["_"] = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "method": __doc__,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out, meta=np.array(json.dumps(meta)), **arrays)
     print(f"wrote {out}")
@@ -131,8 +137,10 @@ def analyse(path: Path) -> int:
     data = np.load(path)
     meta = json.loads(str(data["meta"]))
     info = meta.pop("_", {})
-    print(f"# {info.get('gpu')} ({info.get('date')}); switch points every {SEGMENT_S * 1e3:g} ms of the median step, "
-          f"issued {LOOKAHEAD_S * 1e3:g} ms ahead; p95 |error| of the segment's predicted start, ms")
+    print(
+        f"# {info.get('gpu')} ({info.get('date')}); switch points every {SEGMENT_S * 1e3:g} ms of the median step, "
+        f"issued {LOOKAHEAD_S * 1e3:g} ms ahead; p95 |error| of the segment's predicted start, ms"
+    )
     head = " ".join(f"{'every ' + format(s * 1e3, 'g') + ' ms':>11s}" for s in SPACINGS_S)
     print(f"{'model':16s} {'steps':>5s} {'period ms':>9s} {'p10-p90 ms':>13s} {'step anchor':>11s} {head}")
     for name in meta:
@@ -140,11 +148,15 @@ def analyse(path: Path) -> int:
         dur = data[name + "/duration"] * 1e-6
         period = start_s[:, -1] + dur[-1]
         cells = [np.percentile(np.abs(errors_s(start_s, s)), 95) * 1e3 for s in (None, *SPACINGS_S)]
-        print(f"{name:16s} {start_s.shape[0]:5d} {1e3 * np.median(period):9.1f} "
-              f"{1e3 * np.percentile(period, 10):6.1f}-{1e3 * np.percentile(period, 90):6.1f} "
-              + " ".join(f"{c:11.2f}" for c in cells))
-    print("# step anchor: predicted from the step's start by the median offset; every D ms: from the latest anchor "
-          "(a kernel starting in each D ms of the median step) known one lookahead before the segment")
+        print(
+            f"{name:16s} {start_s.shape[0]:5d} {1e3 * np.median(period):9.1f} "
+            f"{1e3 * np.percentile(period, 10):6.1f}-{1e3 * np.percentile(period, 90):6.1f} "
+            + " ".join(f"{c:11.2f}" for c in cells)
+        )
+    print(
+        "# step anchor: predicted from the step's start by the median offset; every D ms: from the latest anchor "
+        "(a kernel starting in each D ms of the median step) known one lookahead before the segment"
+    )
     return 0
 
 

@@ -63,8 +63,13 @@ def run_model(name: str, seconds: float) -> dict[str, Any]:
         read_s.append(time.perf_counter())
     del model
     torch.cuda.empty_cache()
-    return {"steps": len(gpu_s), "gpu_time_s": gpu_s, "host_time_s": host_s, "energy_counter_j": energy_j,
-            "read_s": read_s}
+    return {
+        "steps": len(gpu_s),
+        "gpu_time_s": gpu_s,
+        "host_time_s": host_s,
+        "energy_counter_j": energy_j,
+        "read_s": read_s,
+    }
 
 
 def summarise(name: str, r: dict[str, Any]) -> None:
@@ -83,10 +88,12 @@ def summarise(name: str, r: dict[str, Any]) -> None:
         ends = np.arange(0, n + 1, w)
         ew = np.diff(e[ends]) / w
         per.append(f"{w}: {100 * cv(ew):.1f} %")
-    print(f"{name:16s} {r['steps']:5d} steps, GPU time median {1e3 * np.median(g):7.2f} ms (CV {100 * cv(g):.2f} %), "
-          f"host {1e3 * np.median(h):7.2f} ms (CV {100 * cv(h):.2f} %); energy counter moved after "
-          f"{100 * moves.size / len(g):.0f} % of steps, every {1e3 * tick:.0f} ms; energy per step, CV over "
-          f"windows of " + ", ".join(per) + " steps")
+    print(
+        f"{name:16s} {r['steps']:5d} steps, GPU time median {1e3 * np.median(g):7.2f} ms (CV {100 * cv(g):.2f} %), "
+        f"host {1e3 * np.median(h):7.2f} ms (CV {100 * cv(h):.2f} %); energy counter moved after "
+        f"{100 * moves.size / len(g):.0f} % of steps, every {1e3 * tick:.0f} ms; energy per step, CV over "
+        f"windows of " + ", ".join(per) + " steps"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,9 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     if a.out:
         import torch
 
-        data: dict[str, Any] = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-                                "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                                "seconds": a.seconds, "method": __doc__.split("\n\n")[1], "models": {}}
+        data: dict[str, Any] = {
+            "gpu": torch.cuda.get_device_name(0),
+            "torch": torch.__version__,
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "seconds": a.seconds,
+            "method": __doc__.split("\n\n")[1],
+            "models": {},
+        }
         for name in a.only:
             data["models"][name] = run_model(name, a.seconds)
             summarise(name, data["models"][name])

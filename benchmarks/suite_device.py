@@ -57,16 +57,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=SHIPPED, help="the table to write (--measure) or read")
     p.add_argument("--gpu", default="h200-sxm", help="the preset to check")
     p.add_argument("--window", type=float, default=1.0, help="--measure: energy window, seconds")
-    p.add_argument("--windows", type=Path, metavar="FOLDER",
-                   help="compare the tables window-W.csv in FOLDER (one per window length W) instead")
+    p.add_argument(
+        "--windows",
+        type=Path,
+        metavar="FOLDER",
+        help="compare the tables window-W.csv in FOLDER (one per window length W) instead",
+    )
     args = p.parse_args(argv)
     if args.windows is not None:
         return compare_windows(args.windows)
     from rlclock.cli import main as rlclock
 
     if args.measure:
-        return rlclock(["calibrate", "--device", "0", "--gpu", args.gpu, "--window", str(args.window),
-                        "--table-out", str(args.out)])
+        return rlclock(
+            [
+                "calibrate",
+                "--device",
+                "0",
+                "--gpu",
+                args.gpu,
+                "--window",
+                str(args.window),
+                "--table-out",
+                str(args.out),
+            ]
+        )
     return rlclock(["calibrate", "--table", str(args.out), "--gpu", args.gpu, "--check"])
 
 

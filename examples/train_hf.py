@@ -53,12 +53,19 @@ def main(argv: list[str] | None = None) -> RlclockTrainerCallback:
     p = argparse.ArgumentParser(description="Train a small Llama with the HF Trainer and rlclock's callback.")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: 100 on a GPU, 6 on a CPU)")
     p.add_argument("--accumulate", type=int, default=2, help="gradient accumulation steps (micro-batches a step)")
-    p.add_argument("--checkpoint", default=None, help="policy checkpoint (a folder, or a "
-                   "shipped name; default: the shipped policy for this GPU)")
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="policy checkpoint (a folder, or a shipped name; default: the shipped policy for this GPU)",
+    )
     p.add_argument("--schedule", default=None, help="schedule file to apply (ClockSchedule.save)")
     p.add_argument("--timeline", default=None, help="step timeline file (StepTimeline.save): no profiling")
-    p.add_argument("--latency", type=float, default=None, help="switching latency, seconds (default: the GPU's "
-                   "preset's; needed for a plan-only run without a GPU)")
+    p.add_argument(
+        "--latency",
+        type=float,
+        default=None,
+        help="switching latency, seconds (default: the GPU's preset's; needed for a plan-only run without a GPU)",
+    )
     p.add_argument("--control", choices=["dry-run", "on"], default="dry-run", help="on: set the clocks (root)")
     p.add_argument("--report", default=None, help="write the controller's report (JSON) here")
     p.add_argument("--output-dir", default=None, help="the Trainer's output folder (default: a temporary one)")
@@ -68,31 +75,55 @@ def main(argv: list[str] | None = None) -> RlclockTrainerCallback:
     if gpu:
         width, layers, heads, seq, batch, vocab, steps = 1024, 8, 16, 1024, 8, 8192, 100
     else:
-        print("train_hf: no CUDA GPU: a tiny model trains on the CPU for a few steps; no clock can be controlled.",
-              flush=True)
+        print(
+            "train_hf: no CUDA GPU: a tiny model trains on the CPU for a few steps; no clock can be controlled.",
+            flush=True,
+        )
         width, layers, heads, seq, batch, vocab, steps = 32, 2, 2, 32, 2, 128, 6
     steps = args.steps or steps
     checkpoint = args.checkpoint  # none: the shipped policy for the GPU found plans
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=vocab, hidden_size=width, intermediate_size=width * 11 // 4,
-                                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
-                                      max_position_embeddings=seq)
+    config = transformers.LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=width,
+        intermediate_size=width * 11 // 4,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=seq,
+    )
     model = transformers.LlamaForCausalLM(config)
     data = RandomTokens(steps * args.accumulate * batch, seq, vocab)
-    clock = RlclockTrainerCallback(args.schedule, timeline=args.timeline, checkpoint=checkpoint,
-                                   control=args.control, report=args.report,
-                                   latency_s=args.latency)
+    clock = RlclockTrainerCallback(
+        args.schedule,
+        timeline=args.timeline,
+        checkpoint=checkpoint,
+        control=args.control,
+        report=args.report,
+        latency_s=args.latency,
+    )
     with tempfile.TemporaryDirectory(prefix="train_hf-") as tmp:
         targs = transformers.TrainingArguments(
-            output_dir=args.output_dir or tmp, max_steps=steps, per_device_train_batch_size=batch,
-            gradient_accumulation_steps=args.accumulate, learning_rate=3e-4, bf16=gpu, use_cpu=not gpu,
-            logging_steps=max(1, steps // 5), save_strategy="no", report_to="none", disable_tqdm=True)
+            output_dir=args.output_dir or tmp,
+            max_steps=steps,
+            per_device_train_batch_size=batch,
+            gradient_accumulation_steps=args.accumulate,
+            learning_rate=3e-4,
+            bf16=gpu,
+            use_cpu=not gpu,
+            logging_steps=max(1, steps // 5),
+            save_strategy="no",
+            report_to="none",
+            disable_tqdm=True,
+        )
         trainer = transformers.Trainer(model=model, args=targs, train_dataset=data, callbacks=[clock])
         with clock:  # closes the deployment (clocks restored) also if train() raises
             trainer.train()
     n_params = sum(q.numel() for q in model.parameters())
-    print(f"train_hf: {trainer.state.global_step} optimizer steps of {args.accumulate} micro-batches, a "
-          f"{n_params:,}-parameter Llama on {'the GPU' if gpu else 'the CPU'}; rlclock marked {clock.steps}")
+    print(
+        f"train_hf: {trainer.state.global_step} optimizer steps of {args.accumulate} micro-batches, a "
+        f"{n_params:,}-parameter Llama on {'the GPU' if gpu else 'the CPU'}; rlclock marked {clock.steps}"
+    )
     if clock.report is not None:
         print(f"train_hf: the controller ran {clock.report.steps} steps ({clock.report.mode})")
     elif clock.clocked is not None and not clock.clocked.reason:  # (an inactive deployment said why)

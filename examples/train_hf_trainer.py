@@ -36,16 +36,31 @@ def main() -> None:
     args = parser.parse_args()
     gpu = torch.cuda.is_available()
     width, layers, seq, batch = (1024, 8, 1024, 8) if gpu else (64, 2, 32, 4)
-    config = tf.LlamaConfig(hidden_size=width, intermediate_size=width * 11 // 4, num_hidden_layers=layers,
-                            num_attention_heads=max(1, width // 64), vocab_size=32000, max_position_embeddings=seq)
+    config = tf.LlamaConfig(
+        hidden_size=width,
+        intermediate_size=width * 11 // 4,
+        num_hidden_layers=layers,
+        num_attention_heads=max(1, width // 64),
+        vocab_size=32000,
+        max_position_embeddings=seq,
+    )
     model = tf.AutoModelForCausalLM.from_config(config)
     with tempfile.TemporaryDirectory() as out:
-        training = tf.TrainingArguments(output_dir=out, max_steps=args.steps, per_device_train_batch_size=batch,
-                                        gradient_accumulation_steps=args.accumulate, learning_rate=3e-4,
-                                        bf16=gpu, logging_steps=20, save_strategy="no", report_to=[],
-                                        dataloader_num_workers=0)
-        tf.Trainer(model=model, args=training,
-                   train_dataset=RandomTokens(batch * args.accumulate * args.steps, seq, 32000)).train()
+        training = tf.TrainingArguments(
+            output_dir=out,
+            max_steps=args.steps,
+            per_device_train_batch_size=batch,
+            gradient_accumulation_steps=args.accumulate,
+            learning_rate=3e-4,
+            bf16=gpu,
+            logging_steps=20,
+            save_strategy="no",
+            report_to=[],
+            dataloader_num_workers=0,
+        )
+        tf.Trainer(
+            model=model, args=training, train_dataset=RandomTokens(batch * args.accumulate * args.steps, seq, 32000)
+        ).train()
 
 
 if __name__ == "__main__":

@@ -50,9 +50,12 @@ class TinyLM(pl.LightningModule):
         super().__init__()
         self.tok = nn.Embedding(vocab, width)
         self.pos = nn.Embedding(seq, width)
-        self.blocks = nn.ModuleList(nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0,
-                                                               activation="gelu", batch_first=True, norm_first=True)
-                                    for _ in range(layers))
+        self.blocks = nn.ModuleList(
+            nn.TransformerEncoderLayer(
+                width, heads, 4 * width, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+            )
+            for _ in range(layers)
+        )
         self.ln = nn.LayerNorm(width)
         self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq), persistent=False)
 
@@ -77,12 +80,19 @@ def main(argv: list[str] | None = None) -> RlclockLightningCallback:
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: 100 on a GPU, 6 on a CPU)")
     p.add_argument("--accumulate", type=int, default=2, help="accumulate_grad_batches (batches an optimizer step)")
     p.add_argument("--devices", type=int, default=1, help="GPUs (DDP above 1)")
-    p.add_argument("--checkpoint", default=None, help="policy checkpoint (a folder, or a "
-                   "shipped name; default: the shipped policy for this GPU)")
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="policy checkpoint (a folder, or a shipped name; default: the shipped policy for this GPU)",
+    )
     p.add_argument("--schedule", default=None, help="schedule file to apply (ClockSchedule.save)")
     p.add_argument("--timeline", default=None, help="step timeline file (StepTimeline.save): no profiling")
-    p.add_argument("--latency", type=float, default=None, help="switching latency, seconds (default: the GPU's "
-                   "preset's; needed for a plan-only run without a GPU)")
+    p.add_argument(
+        "--latency",
+        type=float,
+        default=None,
+        help="switching latency, seconds (default: the GPU's preset's; needed for a plan-only run without a GPU)",
+    )
     p.add_argument("--control", choices=["dry-run", "on"], default="dry-run", help="on: set the clocks (root)")
     p.add_argument("--report", default=None, help="write the controller's report (JSON) here (.rankN under DDP)")
     args = p.parse_args(argv)
@@ -91,29 +101,48 @@ def main(argv: list[str] | None = None) -> RlclockLightningCallback:
     if gpu:
         width, layers, heads, seq, batch, vocab, steps = 1024, 8, 16, 1024, 8, 8192, 100
     else:
-        print("train_lightning: no CUDA GPU: a tiny model trains on the CPU for a few steps; no clock can be "
-              "controlled.", flush=True)
+        print(
+            "train_lightning: no CUDA GPU: a tiny model trains on the CPU for a few steps; no clock can be controlled.",
+            flush=True,
+        )
         width, layers, heads, seq, batch, vocab, steps = 32, 2, 2, 32, 2, 128, 6
     steps = args.steps or steps
     checkpoint = args.checkpoint  # none: the shipped policy for the GPU found plans
     torch.manual_seed(0)
-    tokens = torch.randint(0, vocab, (steps * args.accumulate * batch, seq + 1),
-                           generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(
+        0, vocab, (steps * args.accumulate * batch, seq + 1), generator=torch.Generator().manual_seed(0)
+    )
     loader = torch.utils.data.DataLoader(tokens, batch_size=batch, shuffle=True)
     model = TinyLM(vocab, width, heads, layers, seq)
-    clock = RlclockLightningCallback(args.schedule, timeline=args.timeline, checkpoint=checkpoint,
-                                     control=args.control, report=args.report,
-                                     latency_s=args.latency)
-    trainer = pl.Trainer(max_steps=steps, accumulate_grad_batches=args.accumulate, callbacks=[clock],
-                         accelerator="gpu" if gpu else "cpu", devices=args.devices if gpu else 1,
-                         precision="bf16-mixed" if gpu else "32-true", logger=False, enable_checkpointing=False,
-                         enable_model_summary=False, enable_progress_bar=gpu, log_every_n_steps=max(1, steps // 5))
+    clock = RlclockLightningCallback(
+        args.schedule,
+        timeline=args.timeline,
+        checkpoint=checkpoint,
+        control=args.control,
+        report=args.report,
+        latency_s=args.latency,
+    )
+    trainer = pl.Trainer(
+        max_steps=steps,
+        accumulate_grad_batches=args.accumulate,
+        callbacks=[clock],
+        accelerator="gpu" if gpu else "cpu",
+        devices=args.devices if gpu else 1,
+        precision="bf16-mixed" if gpu else "32-true",
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=gpu,
+        log_every_n_steps=max(1, steps // 5),
+    )
     trainer.fit(model, loader)
     if trainer.global_rank == 0:
         n_params = sum(q.numel() for q in model.parameters())
-        print(f"train_lightning: {trainer.global_step} optimizer steps of {args.accumulate} batches, a "
-              f"{n_params:,}-parameter model on {'the GPU' if gpu else 'the CPU'}; rlclock marked "
-              f"{clock.steps}")
+        print(
+            f"train_lightning: {trainer.global_step} optimizer steps of {args.accumulate} batches, a "
+            f"{n_params:,}-parameter model on {'the GPU' if gpu else 'the CPU'}; rlclock marked "
+            f"{clock.steps}"
+        )
         if clock.report is not None:
             print(f"train_lightning: the controller ran {clock.report.steps} steps ({clock.report.mode})")
         elif clock.clocked is not None and not clock.clocked.reason:  # (an inactive deployment said why)

@@ -99,22 +99,30 @@ def rule_schedule(trace, auto_time_s, latency_s) -> ClockSchedule:
 
 def describe_schedule(schedule: ClockSchedule, plan) -> str:
     counts = {str(c): int((schedule.index == i).sum()) for i, c in enumerate(schedule.configs)}
-    lines = [f"schedule {schedule.name!r}: {len(schedule)} kernels per step, {schedule.n_changes} changes of "
-             f"request per step; kernels per configuration {counts}",
-             f"switch plan: {plan.describe()}"]
+    lines = [
+        f"schedule {schedule.name!r}: {len(schedule)} kernels per step, {schedule.n_changes} changes of "
+        f"request per step; kernels per configuration {counts}",
+        f"switch plan: {plan.describe()}",
+    ]
     for e in plan.events:
         seg = plan.segments[e.segment]
-        lines.append(f"  switch to {e.config!s:>10s} at {e.issue_s * 1e3:+8.3f} ms (lands {e.land_s * 1e3:+8.3f} ms) "
-                     f"for kernels {seg.first_kernel}-{seg.stop_kernel - 1} "
-                     f"({e.start_s * 1e3:.3f}-{e.end_s * 1e3:.3f} ms)")
+        lines.append(
+            f"  switch to {e.config!s:>10s} at {e.issue_s * 1e3:+8.3f} ms (lands {e.land_s * 1e3:+8.3f} ms) "
+            f"for kernels {seg.first_kernel}-{seg.stop_kernel - 1} "
+            f"({e.start_s * 1e3:.3f}-{e.end_s * 1e3:.3f} ms)"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Train a small GPT with rlclock's clock controller attached.")
     p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--control", choices=["dry-run", "on"], default="dry-run",
-                   help="dry-run: plan and time the switches, set nothing; on: set the clocks (root)")
+    p.add_argument(
+        "--control",
+        choices=["dry-run", "on"],
+        default="dry-run",
+        help="dry-run: plan and time the switches, set nothing; on: set the clocks (root)",
+    )
     p.add_argument("--checkpoint", default=None, help="policy checkpoint that builds the schedule")
     p.add_argument("--schedule", default=None, help="schedule file to apply instead of the demonstration rule")
     p.add_argument("--width", type=int, default=768)
@@ -128,8 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     gpu = torch.cuda.is_available()
     device = "cuda" if gpu else "cpu"
     if not gpu:
-        print("train_small_gpt: no CUDA GPU on this machine: training a smaller model on the CPU for a few steps; "
-              "no clock can be controlled and no GPU energy measured.", flush=True)
+        print(
+            "train_small_gpt: no CUDA GPU on this machine: training a smaller model on the CPU for a few steps; "
+            "no clock can be controlled and no GPU energy measured.",
+            flush=True,
+        )
         args.width, args.layers, args.heads, args.seq, args.batch = 64, 2, 4, 64, 4
         args.steps = min(args.steps, 10)
     torch.manual_seed(0)
@@ -137,8 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     model = SmallGpt(256, args.width, args.heads, args.layers, args.seq).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"model: {n_params / 1e6:.1f} M parameters, {args.layers} layers of width {args.width}, sequence "
-          f"{args.seq}, batch {args.batch}, {'bf16 autocast on ' + torch.cuda.get_device_name() if gpu else 'CPU'}")
+    print(
+        f"model: {n_params / 1e6:.1f} M parameters, {args.layers} layers of width {args.width}, sequence "
+        f"{args.seq}, batch {args.batch}, {'bf16 autocast on ' + torch.cuda.get_device_name() if gpu else 'CPU'}"
+    )
 
     def batch() -> tuple[torch.Tensor, torch.Tensor]:
         i = torch.randint(0, data.numel() - args.seq - 1, (args.batch,), device=device)
@@ -166,8 +179,9 @@ def main(argv: list[str] | None = None) -> int:
             dev = nvml.NvmlDevice(nvml_index(torch.cuda.current_device(), torch.cuda.current_device()))
             energy0 = (dev, dev.total_energy_j(), time.monotonic())
     t0 = time.monotonic()
-    with rlclock.deploy.clocked(schedule, checkpoint=args.checkpoint, control=args.control, report=args.report,
-                                verbose=True) as clk:
+    with rlclock.deploy.clocked(
+        schedule, checkpoint=args.checkpoint, control=args.control, report=args.report, verbose=True
+    ) as clk:
         for step in range(args.steps):
             with clk.step():
                 loss = train_step()
@@ -176,24 +190,34 @@ def main(argv: list[str] | None = None) -> int:
     if gpu:
         torch.cuda.synchronize()
     wall = time.monotonic() - t0
-    print(f"\ntrained {args.steps} steps in {wall:.1f} s; final loss {loss.item():.3f} "
-          f"(ln 256 = {math.log(256):.2f} at the start)")
+    print(
+        f"\ntrained {args.steps} steps in {wall:.1f} s; final loss {loss.item():.3f} "
+        f"(ln 256 = {math.log(256):.2f} at the start)"
+    )
     if energy0 is not None:
         dev, e0, te = energy0
         e = dev.total_energy_j() - e0
-        print(f"GPU energy (NVML counter, whole run incl. warm-up and profiling): {e:.1f} J over "
-              f"{time.monotonic() - te:.1f} s, {e / args.steps:.2f} J per step, {e / (time.monotonic() - te):.0f} W")
+        print(
+            f"GPU energy (NVML counter, whole run incl. warm-up and profiling): {e:.1f} J over "
+            f"{time.monotonic() - te:.1f} s, {e / args.steps:.2f} J per step, {e / (time.monotonic() - te):.0f} W"
+        )
     if clk.report is not None:
         print(describe_schedule(clk.schedule, clk.controller.plan))
         if clk.report.energy_j is not None:
-            print(f"GPU energy over the {clk.report.steps} controlled steps: {clk.report.energy_j:.1f} J "
-                  f"({clk.report.energy_j / max(clk.report.steps, 1):.2f} J per step)")
+            print(
+                f"GPU energy over the {clk.report.steps} controlled steps: {clk.report.energy_j:.1f} J "
+                f"({clk.report.energy_j / max(clk.report.steps, 1):.2f} J per step)"
+            )
         mode = clk.report.mode
-        print(f"controller mode: {mode}" + (" (nothing was set: the energy is that of the driver's own clocks)"
-                                            if mode != "live" else ""))
+        print(
+            f"controller mode: {mode}"
+            + (" (nothing was set: the energy is that of the driver's own clocks)" if mode != "live" else "")
+        )
     else:
-        print(f"no schedule was applied ({clk.reason or 'the run ended before the controller started'})"
-              + (f"; source {source}" if source else ""))
+        print(
+            f"no schedule was applied ({clk.reason or 'the run ended before the controller started'})"
+            + (f"; source {source}" if source else "")
+        )
     return 0
 
 

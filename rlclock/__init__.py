@@ -45,11 +45,18 @@ def _register() -> None:
     import gymnasium as gym
 
     if "rlclock/KernelClock-v0" not in gym.registry:
-        gym.register(id="rlclock/KernelClock-v0", entry_point="rlclock.env:KernelClockEnv",
-                     vector_entry_point="rlclock.env.vector:KernelClockVectorEnv")
+        gym.register(
+            id="rlclock/KernelClock-v0",
+            entry_point="rlclock.env:KernelClockEnv",
+            vector_entry_point="rlclock.env.vector:KernelClockVectorEnv",
+        )
     if "rlclock/KernelClockNvml-v0" not in gym.registry:
-        gym.register(id="rlclock/KernelClockNvml-v0", entry_point="rlclock.env:KernelClockEnv",
-                     nondeterministic=True, kwargs={"spec": "gpt3xl-h200-nvml"})
+        gym.register(
+            id="rlclock/KernelClockNvml-v0",
+            entry_point="rlclock.env:KernelClockEnv",
+            nondeterministic=True,
+            kwargs={"spec": "gpt3xl-h200-nvml"},
+        )
 
 
 _register()

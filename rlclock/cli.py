@@ -18,7 +18,16 @@ from rlclock.errors import RlclockError
 from rlclock.version import __version__
 
 COMMANDS: tuple[str, ...] = (
-    "list", "simulate", "baselines", "train", "evaluate", "profile", "measure", "calibrate", "doctor", "reset_clocks",
+    "list",
+    "simulate",
+    "baselines",
+    "train",
+    "evaluate",
+    "profile",
+    "measure",
+    "calibrate",
+    "doctor",
+    "reset_clocks",
     "apply",
 )
 """Subcommand modules under ``rlclock.commands`` (a missing module is skipped)."""

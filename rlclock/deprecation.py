@@ -29,8 +29,11 @@ def renamed(module: str, names: dict[str, str], since: str) -> Callable[[str], A
         new = names.get(name)
         if new is None:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        warnings.warn(f"{module}.{name} was renamed to {new} in rlclock {since}; the old name goes in the next minor "
-                      "version", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"{module}.{name} was renamed to {new} in rlclock {since}; the old name goes in the next minor version",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return getattr(sys.modules[module], new)
 
     return __getattr__
@@ -38,5 +41,8 @@ def renamed(module: str, names: dict[str, str], since: str) -> Callable[[str], A
 
 def renamed_keyword(owner: str, old: str, new: str, since: str) -> None:
     """Warn that ``owner`` took keyword ``old``, renamed to ``new`` in version ``since``."""
-    warnings.warn(f"{owner}({old}=...) was renamed to {new}= in rlclock {since}; the old keyword goes in the next "
-                  "minor version", DeprecationWarning, stacklevel=3)
+    warnings.warn(
+        f"{owner}({old}=...) was renamed to {new}= in rlclock {since}; the old keyword goes in the next minor version",
+        DeprecationWarning,
+        stacklevel=3,
+    )

@@ -7,8 +7,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def lazy_exports(package: str, namespace: dict[str, Any], exports: Mapping[str, str]
-                 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(
+    package: str, namespace: dict[str, Any], exports: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of ``package``, giving ``name`` from module ``exports[name]`` when it is
     first asked for (and keeping it in ``namespace``, the package's globals)."""
 

@@ -23,10 +23,14 @@ def _plt():
     return plt
 
 
-def pareto_plot(path: str | Path, points: Mapping[str, tuple[float, float]],
-                curves: Mapping[str, Sequence[tuple[float, float]]] | None = None,
-                cloud: Sequence[tuple[float, float]] | None = None, budget_pct: float | None = None,
-                title: str = "") -> Path:
+def pareto_plot(
+    path: str | Path,
+    points: Mapping[str, tuple[float, float]],
+    curves: Mapping[str, Sequence[tuple[float, float]]] | None = None,
+    cloud: Sequence[tuple[float, float]] | None = None,
+    budget_pct: float | None = None,
+    title: str = "",
+) -> Path:
     """Energy change (%) against time change (%) versus auto.
 
     Args:
@@ -48,8 +52,9 @@ def pareto_plot(path: str | Path, points: Mapping[str, tuple[float, float]],
             ax.plot(p[:, 0], p[:, 1], "-o", ms=3, lw=1.5, label=name, zorder=2)
     markers = "sD^v<>pPX*h"
     for k, (name, (t, e)) in enumerate(points.items()):
-        ax.scatter([t], [e], marker=markers[k % len(markers)], s=55, label=name, zorder=3, edgecolors="k",
-                   linewidths=0.5)
+        ax.scatter(
+            [t], [e], marker=markers[k % len(markers)], s=55, label=name, zorder=3, edgecolors="k", linewidths=0.5
+        )
     if budget_pct is not None:
         ax.axvline(budget_pct, color="0.4", ls="--", lw=1, label=f"budget +{budget_pct:g} %")
     ax.axhline(0, color="0.6", lw=0.6)
@@ -62,8 +67,9 @@ def pareto_plot(path: str | Path, points: Mapping[str, tuple[float, float]],
     return _save(plt, fig, path)
 
 
-def clock_timeline(path: str | Path, run: RunResult, spec: GpuSpec, title: str = "",
-                   max_kernels: int | None = None) -> Path:
+def clock_timeline(
+    path: str | Path, run: RunResult, spec: GpuSpec, title: str = "", max_kernels: int | None = None
+) -> Path:
     """Core and memory clock requested and in effect over the step's time axis (one run)."""
     plt = _plt()
     n = len(run.kernel_time_s) if max_kernels is None else min(max_kernels, len(run.kernel_time_s))

@@ -58,19 +58,23 @@ def locate(kind: str, name: str | Path) -> Path:
         path = Path(name).expanduser()
         if path.exists():
             return path
-        raise SpecError(f"{what} {str(name)!r} not found.", f"check the path, or give the name of a shipped {what}: "
-                        f"{shipped(kind)}.")
+        raise SpecError(
+            f"{what} {str(name)!r} not found.",
+            f"check the path, or give the name of a shipped {what}: {shipped(kind)}.",
+        )
     path = data_dir() / kind / f"{name}{suffix}"
     if path.exists():
         return path
-    raise SpecError(f"{what} {str(name)!r} not found among the shipped ones.",
-                    f"use one of {shipped(kind)}, or give a path.")
+    raise SpecError(
+        f"{what} {str(name)!r} not found among the shipped ones.", f"use one of {shipped(kind)}, or give a path."
+    )
 
 
 def measurement(name: str) -> Path:
     """A shipped measurement file (``rlclock/data/measurements/<name>``; see its README)."""
     path = data_dir() / "measurements" / name
     if not path.is_file():
-        raise SpecError(f"shipped measurement {name!r} is missing from this installation ({path}).",
-                        "reinstall rlclock.")
+        raise SpecError(
+            f"shipped measurement {name!r} is missing from this installation ({path}).", "reinstall rlclock."
+        )
     return path

@@ -75,10 +75,16 @@ def _power_limit(value: Any, name: str) -> float | None:
     """A schedule's power limit, checked: ``None`` or a finite number of watts above 0."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(value) or value <= 0:
-        raise ScheduleError(f"schedule {name!r} has power limit {value!r}; it must be a number of watts above 0.",
-                            "give a board power limit in watts (e.g. 650), or none to leave the GPU's as it is.")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not np.isfinite(value)
+        or value <= 0
+    ):
+        raise ScheduleError(
+            f"schedule {name!r} has power limit {value!r}; it must be a number of watts above 0.",
+            "give a board power limit in watts (e.g. 650), or none to leave the GPU's as it is.",
+        )
     return float(value)
 
 
@@ -96,8 +102,13 @@ class ClockSchedule:
     clocks change only after that latency (see ``GpuBackend.run``).
     """
 
-    def __init__(self, configs: Sequence[ClockConfig], index: Iterable[int], name: str = "schedule",
-                 power_limit_w: float | None = None) -> None:
+    def __init__(
+        self,
+        configs: Sequence[ClockConfig],
+        index: Iterable[int],
+        name: str = "schedule",
+        power_limit_w: float | None = None,
+    ) -> None:
         self.configs: tuple[ClockConfig, ...] = tuple(ClockConfig.parse(c) for c in configs)
         if not self.configs:
             raise ScheduleError("a schedule needs at least one clock configuration.")
@@ -114,8 +125,9 @@ class ClockSchedule:
         self.power_limit_w = _power_limit(power_limit_w, name)
 
     @classmethod
-    def constant(cls, config: ClockConfig | str, n: int, name: str | None = None,
-                 power_limit_w: float | None = None) -> ClockSchedule:
+    def constant(
+        cls, config: ClockConfig | str, n: int, name: str | None = None, power_limit_w: float | None = None
+    ) -> ClockSchedule:
         """The same configuration for all ``n`` invocations (under ``power_limit_w`` watts, if given)."""
         c = ClockConfig.parse(config)
         return cls([c], np.zeros(n, dtype=np.int64), name or str(c), power_limit_w)
@@ -124,8 +136,9 @@ class ClockSchedule:
     def from_configs(cls, per_kernel: Sequence[ClockConfig | str], name: str = "schedule") -> ClockSchedule:
         """Build from one configuration per invocation."""
         parsed = [ClockConfig.parse(c) for c in per_kernel]
-        distinct = sorted(set(parsed), key=lambda c: (c.mem_mhz or 0, c.core_mhz or 0, c.core_mhz is not None,
-                                                      c.mem_mhz is not None))
+        distinct = sorted(
+            set(parsed), key=lambda c: (c.mem_mhz or 0, c.core_mhz or 0, c.core_mhz is not None, c.mem_mhz is not None)
+        )
         pos = {c: i for i, c in enumerate(distinct)}
         return cls(distinct, [pos[c] for c in parsed], name)
 
@@ -179,8 +192,13 @@ class ClockSchedule:
                 runs[-1][1] += 1
             else:
                 runs.append([i, 1])
-        out: dict[str, Any] = {"format": "rlclock.schedule", "version": 1, "name": self.name,
-                               "configs": [str(c) for c in self.configs], "runs": runs}
+        out: dict[str, Any] = {
+            "format": "rlclock.schedule",
+            "version": 1,
+            "name": self.name,
+            "configs": [str(c) for c in self.configs],
+            "runs": runs,
+        }
         if self.power_limit_w is not None:
             out["power_limit_w"] = self.power_limit_w
         return out
@@ -194,28 +212,39 @@ class ClockSchedule:
         if not isinstance(data, dict) or data.get("format") != "rlclock.schedule":
             raise ScheduleError(f"{source}: not an rlclock schedule (expected 'format': 'rlclock.schedule').", fix)
         if data.get("version", 1) != 1:
-            raise ScheduleError(f"{source}: schedule version {data.get('version')!r} is not supported (this rlclock "
-                                "reads version 1).", fix)
+            raise ScheduleError(
+                f"{source}: schedule version {data.get('version')!r} is not supported (this rlclock reads version 1).",
+                fix,
+            )
         configs, runs = data.get("configs"), data.get("runs")
         if not isinstance(configs, list) or not isinstance(runs, list) or not configs:
-            raise ScheduleError(f"{source}: malformed schedule: 'configs' and 'runs' must be lists ('configs' not "
-                                "empty).", fix)
+            raise ScheduleError(
+                f"{source}: malformed schedule: 'configs' and 'runs' must be lists ('configs' not empty).", fix
+            )
         name = data.get("name", "schedule")
         if not isinstance(name, str):
             raise ScheduleError(f"{source}: the schedule's 'name' must be text, found {name!r}.", fix)
         total = 0
         for k, run in enumerate(runs):
             if not (isinstance(run, list) and len(run) == 2 and all(_whole(x) for x in run) and run[1] >= 1):
-                raise ScheduleError(f"{source}: malformed schedule: run #{k} is {str(run)[:60]}; each run is "
-                                    "[configuration index, kernels], and covers a whole number >= 1 of kernels.",
-                                    fix)
+                raise ScheduleError(
+                    f"{source}: malformed schedule: run #{k} is {str(run)[:60]}; each run is "
+                    "[configuration index, kernels], and covers a whole number >= 1 of kernels.",
+                    fix,
+                )
             if not 0 <= run[0] < len(configs):
-                raise ScheduleError(f"{source}: run #{k} refers to configuration {run[0]} but the schedule lists "
-                                    f"{len(configs)} (indices 0 to {len(configs) - 1}).", fix)
+                raise ScheduleError(
+                    f"{source}: run #{k} refers to configuration {run[0]} but the schedule lists "
+                    f"{len(configs)} (indices 0 to {len(configs) - 1}).",
+                    fix,
+                )
             total += run[1]
             if total > MAX_KERNELS:
-                raise ScheduleError(f"{source}: the runs cover more than {MAX_KERNELS} kernels (run #{k} is "
-                                    f"{run[1]} long); a step has at most {MAX_KERNELS}.", fix)
+                raise ScheduleError(
+                    f"{source}: the runs cover more than {MAX_KERNELS} kernels (run #{k} is "
+                    f"{run[1]} long); a step has at most {MAX_KERNELS}.",
+                    fix,
+                )
         try:
             parsed = [ClockConfig.parse(c) for c in configs]
         except ClockError as exc:

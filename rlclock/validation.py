@@ -92,9 +92,12 @@ thousands; beyond this the tables of the optima and the env no longer fit a work
 def check_kernels(count: int, where: str, error: type[RlclockError] = SpecError, fix: str | None = None) -> int:
     """``count`` if a step may have that many kernels (at most :data:`MAX_KERNELS`), else one ``error`` line."""
     if count > MAX_KERNELS:
-        raise error(f"{where}: a step of {count} kernels is more than rlclock plans ({MAX_KERNELS} at most).",
-                    fix or "give a smaller step: fewer layers or a smaller batch of steps.")
+        raise error(
+            f"{where}: a step of {count} kernels is more than rlclock plans ({MAX_KERNELS} at most).",
+            fix or "give a smaller step: fewer layers or a smaller batch of steps.",
+        )
     return count
+
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -129,8 +132,7 @@ def describe(exc: ValidationError, tags: frozenset[str] = frozenset()) -> str:
     return "; ".join(parts[:3]) + (f"; and {len(parts) - 3} more" if len(parts) > 3 else "")
 
 
-def validate(model: type[M], data: Any, where: str, error: type[RlclockError] = SpecError,
-             fix: str | None = None) -> M:
+def validate(model: type[M], data: Any, where: str, error: type[RlclockError] = SpecError, fix: str | None = None) -> M:
     """``model`` validated from ``data``; a validation error becomes one ``error`` line naming ``where``."""
     if not isinstance(data, Mapping):
         raise error(f"{where}: expected a mapping of fields, found {type(data).__name__}.", fix)
@@ -153,6 +155,7 @@ def measurement_problem(time_s: Any, energy_j: Any) -> str | None:
     """Why a measured (time, energy) of one kernel launch is not plausible (None when it is): the time must be a
     number above 0 and at most :data:`MAX_KERNEL_S`; the energy, if given, a number whose power (energy / time)
     lies in :data:`POWER_RANGE_W`."""
+
     def number(v: Any) -> bool:
         return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
 
@@ -164,8 +167,10 @@ def measurement_problem(time_s: Any, energy_j: Any) -> str | None:
         return f"energy_j {energy_j!r} is not an energy >= 0"
     power = float(energy_j) / float(time_s)
     if not POWER_RANGE_W[0] <= power <= POWER_RANGE_W[1]:
-        return (f"{float(energy_j):.4g} J in {float(time_s):.4g} s is {power:.4g} W, outside the "
-                f"{POWER_RANGE_W[0]:g}-{POWER_RANGE_W[1]:g} W a GPU draws")
+        return (
+            f"{float(energy_j):.4g} J in {float(time_s):.4g} s is {power:.4g} W, outside the "
+            f"{POWER_RANGE_W[0]:g}-{POWER_RANGE_W[1]:g} W a GPU draws"
+        )
     return None
 
 
@@ -187,16 +192,22 @@ def check_output_folder(path: str | Path, option: str) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise SpecError(f"{option} {str(folder)!r} is a file or lies under one.",
-                        f"give {option} a folder (it is created if missing).") from None
+        raise SpecError(
+            f"{option} {str(folder)!r} is a file or lies under one.",
+            f"give {option} a folder (it is created if missing).",
+        ) from None
     except OSError as exc:
-        raise SpecError(f"cannot create the {option} folder {str(folder)!r}: {exc.strerror or exc}.",
-                        f"give {option} a folder you can write to.") from None
+        raise SpecError(
+            f"cannot create the {option} folder {str(folder)!r}: {exc.strerror or exc}.",
+            f"give {option} a folder you can write to.",
+        ) from None
     try:
         _probe(folder)
     except OSError as exc:
-        raise SpecError(f"cannot write into the {option} folder {str(folder)!r}: {exc.strerror or exc}.",
-                        f"give {option} a folder you can write to.") from None
+        raise SpecError(
+            f"cannot write into the {option} folder {str(folder)!r}: {exc.strerror or exc}.",
+            f"give {option} a folder you can write to.",
+        ) from None
     return folder
 
 

@@ -36,13 +36,17 @@ class _BoundedLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(
-                None, None, f"alias *{getattr(event, 'anchor', '')} is not allowed (write the value out)",
-                event.start_mark)
+                None,
+                None,
+                f"alias *{getattr(event, 'anchor', '')} is not allowed (write the value out)",
+                event.start_mark,
+            )
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
-                                                  self.peek_event().start_mark)
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark
+                )
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -58,7 +62,8 @@ class _BoundedLoader(yaml.SafeLoader):
                 break
             if duplicate:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark)
+                    None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+                )
         return super().construct_mapping(node, deep=deep)
 
 
@@ -66,8 +71,11 @@ def parse_yaml(text: str, where: str, what: str) -> Any:
     """Parse YAML text; bad YAML, an alias, deep nesting, a key given twice or a document over
     :data:`MAX_YAML_BYTES` becomes one :class:`SpecError` naming ``what``."""
     if len(text) > MAX_YAML_BYTES:
-        raise SpecError(f"{what} {where!r} is {len(text)} characters long; rlclock reads YAML files of at most "
-                        f"{MAX_YAML_BYTES} bytes.", f"give the {what} itself (a few kilobytes).")
+        raise SpecError(
+            f"{what} {where!r} is {len(text)} characters long; rlclock reads YAML files of at most "
+            f"{MAX_YAML_BYTES} bytes.",
+            f"give the {what} itself (a few kilobytes).",
+        )
     try:
         return yaml.load(text, Loader=_BoundedLoader)
     except yaml.YAMLError as exc:
@@ -77,8 +85,9 @@ def parse_yaml(text: str, where: str, what: str) -> Any:
         raise SpecError(f"cannot read {what} {where!r}: nested too deeply.", "fix the YAML there.") from None
 
 
-def read_text(path: str | Path, what: str, max_bytes: int, error: type[RlclockError] = SpecError,
-              fix: str | None = None) -> str:
+def read_text(
+    path: str | Path, what: str, max_bytes: int, error: type[RlclockError] = SpecError, fix: str | None = None
+) -> str:
     """The UTF-8 text of a regular file of at most ``max_bytes`` bytes; anything else is one ``error`` line.
 
     Args:
@@ -99,8 +108,10 @@ def read_text(path: str | Path, what: str, max_bytes: int, error: type[RlclockEr
     except OSError as exc:
         raise error(f"cannot read {what} {str(p)!r}: {exc.strerror or exc}.") from None
     if len(data) > max_bytes:
-        raise error(f"{what} {str(p)!r} is larger than {max_bytes} bytes, more than rlclock reads.",
-                    fix or f"give the {what} itself.")
+        raise error(
+            f"{what} {str(p)!r} is larger than {max_bytes} bytes, more than rlclock reads.",
+            fix or f"give the {what} itself.",
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -143,8 +154,7 @@ STRICT_JSON = json.JSONDecoder(object_pairs_hook=unique_pairs, parse_constant=_n
 """A JSON decoder refusing a key given twice in one object, and ``NaN``/``Infinity``."""
 
 
-def parse_json(text: str, where: str, what: str, error: type[RlclockError] = SpecError,
-               fix: str | None = None) -> Any:
+def parse_json(text: str, where: str, what: str, error: type[RlclockError] = SpecError, fix: str | None = None) -> Any:
     """Parse JSON text strictly (:data:`STRICT_JSON`); bad JSON, a duplicate key, ``NaN`` or nesting deeper
     than :data:`MAX_DEPTH` becomes one ``error`` line naming ``what``."""
     try:
@@ -154,13 +164,20 @@ def parse_json(text: str, where: str, what: str, error: type[RlclockError] = Spe
     except RecursionError:
         raise error(f"cannot read {what} {where!r}: nested too deeply.", fix) from None
     if _depth(data) > MAX_DEPTH:
-        raise error(f"cannot read {what} {where!r}: nested deeper than {MAX_DEPTH} levels.",
-                    fix or f"give a {what} written by rlclock.")
+        raise error(
+            f"cannot read {what} {where!r}: nested deeper than {MAX_DEPTH} levels.",
+            fix or f"give a {what} written by rlclock.",
+        )
     return data
 
 
-def read_json(path: str | Path, what: str, error: type[RlclockError] = SpecError, fix: str | None = None,
-              max_bytes: int = MAX_JSON_BYTES) -> Any:
+def read_json(
+    path: str | Path,
+    what: str,
+    error: type[RlclockError] = SpecError,
+    fix: str | None = None,
+    max_bytes: int = MAX_JSON_BYTES,
+) -> Any:
     """Parse the JSON file ``path`` strictly (:func:`parse_json`, :func:`read_text`)."""
     return parse_json(read_text(path, what, max_bytes, error, fix), str(path), what, error, fix)
 

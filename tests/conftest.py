@@ -124,10 +124,20 @@ def fake_nvml(tmp_path, monkeypatch):
 @pytest.fixture
 def l40s(fake_nvml):
     """The fake GPU made one no preset matches: an L40S (Ada, GDDR6 on a 384-bit bus, one memory clock)."""
-    fake_nvml.set_device(name="NVIDIA L40S", architecture=fake_pynvml.NVML_DEVICE_ARCH_ADA, compute_capability=[8, 9],
-                         cuda_cores=18176, memory_bus_bits=384, clocks={"9001": list(range(2520, 209, -15))},
-                         default_sm_mhz=2520, default_mem_mhz=9001, power_limit_w=350.0, default_power_limit_w=350.0,
-                         power_limit_range_w=[100.0, 350.0], memory_locks="none")
+    fake_nvml.set_device(
+        name="NVIDIA L40S",
+        architecture=fake_pynvml.NVML_DEVICE_ARCH_ADA,
+        compute_capability=[8, 9],
+        cuda_cores=18176,
+        memory_bus_bits=384,
+        clocks={"9001": list(range(2520, 209, -15))},
+        default_sm_mhz=2520,
+        default_mem_mhz=9001,
+        power_limit_w=350.0,
+        default_power_limit_w=350.0,
+        power_limit_range_w=[100.0, 350.0],
+        memory_locks="none",
+    )
     return fake_nvml
 
 

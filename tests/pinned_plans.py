@@ -66,16 +66,26 @@ def compute() -> dict[str, str]:
         for spec in load_env_specs(specs):
             backend = episode_tables(spec).backend
             budget = spec.reward.budget
-            for label, kwargs in (("plan", {"search": False}), ("search", {"search": True}),
-                                  ("uncalibrated", {"meet_budget": False, "search": False}),
-                                  ("uncalibrated-search", {"meet_budget": False, "search": True})):
+            for label, kwargs in (
+                ("plan", {"search": False}),
+                ("search", {"search": True}),
+                ("uncalibrated", {"meet_budget": False, "search": False}),
+                ("uncalibrated-search", {"meet_budget": False, "search": True}),
+            ):
                 sched = policy.schedule(backend.trace, backend=backend, budget=budget, **kwargs)
                 out[f"{name}/{spec.name}/{label}"] = digest(sched.index)
                 ev = evaluate(sched, backend)
                 r = ev.run
                 out[f"run/{name}/{spec.name}/{label}"] = digest(
-                    np.array([ev.time_s, ev.energy_j, ev.switches, ev.off_plan_time_s]), r.kernel_time_s,
-                    r.kernel_energy_j, r.start_s, r.config_index, r.switch_issue_s, r.switch_land_s, r.switch_to)
+                    np.array([ev.time_s, ev.energy_j, ev.switches, ev.off_plan_time_s]),
+                    r.kernel_time_s,
+                    r.kernel_energy_j,
+                    r.start_s,
+                    r.config_index,
+                    r.switch_issue_s,
+                    r.switch_land_s,
+                    r.switch_to,
+                )
             t, e = backend.tables
             out[f"tables/{spec.name}"] = digest(t, e)
             out[f"optimum/{spec.name}"] = digest(optimum_for(backend, budget).requests)

@@ -14,9 +14,12 @@ from rlclock.config import load_env_spec, parse_env_spec
 from rlclock.config.recipe import parse_agent_config
 from rlclock.errors import RlclockError, SpecError
 
-BASE = {"name": "x", "gpu": "rtx3080ti",
-        "workload": {"generator": "llmc", "batch": 8, "seq": 512, "hidden": 1024, "heads": 16, "layers": 2},
-        "actions": {"core_step_mhz": 210, "core_min_mhz": 630, "mem_mhz": [5001, 9501]}}
+BASE = {
+    "name": "x",
+    "gpu": "rtx3080ti",
+    "workload": {"generator": "llmc", "batch": 8, "seq": 512, "hidden": 1024, "heads": 16, "layers": 2},
+    "actions": {"core_step_mhz": 210, "core_min_mhz": 630, "mem_mhz": [5001, 9501]},
+}
 
 
 def one_line_error(capsys, argv: list[str]) -> str:
@@ -34,28 +37,34 @@ def argparse_error(capsys, argv: list[str]) -> str:
     return err
 
 
-@pytest.mark.parametrize("change, needle", [
-    ({"observation": {"look_ahead": 4}}, "observation.look_ahead': unknown field"),
-    ({"observation": {"lookahead": 2.7}}, "observation.lookahead"),
-    ({"backend": {"kind": "simulated", "noise_std": -3}}, "backend.noise_std"),
-    ({"actions": {"mem_mhz": 9501}}, "actions.mem_mhz"),
-    ({"reward": {"budget": "lots"}}, "reward.budget"),
-    ({"reward": {"time_price": "opt"}}, "'optimum'"),
-    ({"max_episode_steps": 10}, "max_episode_steps': unknown field"),
-    ({"switch_latency_s": True}, "switch_latency_s"),
-    ({"backend": {"kind": "cloud"}}, "'backend'"),
-    ({"gpu": "rtx9999"}, "unknown GPU"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"observation": {"look_ahead": 4}}, "observation.look_ahead': unknown field"),
+        ({"observation": {"lookahead": 2.7}}, "observation.lookahead"),
+        ({"backend": {"kind": "simulated", "noise_std": -3}}, "backend.noise_std"),
+        ({"actions": {"mem_mhz": 9501}}, "actions.mem_mhz"),
+        ({"reward": {"budget": "lots"}}, "reward.budget"),
+        ({"reward": {"time_price": "opt"}}, "'optimum'"),
+        ({"max_episode_steps": 10}, "max_episode_steps': unknown field"),
+        ({"switch_latency_s": True}, "switch_latency_s"),
+        ({"backend": {"kind": "cloud"}}, "'backend'"),
+        ({"gpu": "rtx9999"}, "unknown GPU"),
+    ],
+)
 def test_bad_env_specs(tmp_path, capsys, change, needle):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump({**BASE, **change}))
     assert needle in one_line_error(capsys, ["simulate", str(path)])
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("name: a\nname: b\ngpu: rtx3080ti\n", "appears twice"),
-    ("gpu: [unclosed\n", "cannot read env spec"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("name: a\nname: b\ngpu: rtx3080ti\n", "appears twice"),
+        ("gpu: [unclosed\n", "cannot read env spec"),
+    ],
+)
 def test_malformed_yaml(tmp_path, capsys, text, needle):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
@@ -73,12 +82,15 @@ def test_a_missing_path_is_not_a_shipped_spec_of_the_same_name(tmp_path, capsys)
     assert "not found" in err
 
 
-@pytest.mark.parametrize("recipe, needle", [
-    ({"timesteps": "lots"}, "timesteps"),
-    ({"timesteps": -5}, "timesteps"),
-    ({"ppo": {"learning_rte": 1e-3}}, "unknown field"),
-    ({"timesteps": 0, "imitation": {"iterations": 0}}, "train nothing"),
-])
+@pytest.mark.parametrize(
+    "recipe, needle",
+    [
+        ({"timesteps": "lots"}, "timesteps"),
+        ({"timesteps": -5}, "timesteps"),
+        ({"ppo": {"learning_rte": 1e-3}}, "unknown field"),
+        ({"timesteps": 0, "imitation": {"iterations": 0}}, "train nothing"),
+    ],
+)
 def test_bad_recipes(tmp_path, capsys, recipe, needle):
     path = tmp_path / "agent.yaml"
     path.write_text(yaml.safe_dump(recipe))
@@ -96,13 +108,16 @@ def test_bad_checkpoint_metadata(tmp_path, capsys, meta, needle):
     assert needle in one_line_error(capsys, ["evaluate", str(tmp_path)])
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["baselines", "gpt3xl-rtx3080ti", "--frontier", "x,y"], "'x' is not a fraction"),
-    (["baselines", "gpt3xl-rtx3080ti", "--time-limit", "-1"], "must be above 0"),
-    (["baselines", "gpt3xl-rtx3080ti", "--latency", "nan"], "not a finite number"),
-    (["doctor", "--period", "-1"], "must be at least 0"),
-    (["apply", "--schedule", "s.json", "--warmup-steps", "many", "--", "true"], None),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["baselines", "gpt3xl-rtx3080ti", "--frontier", "x,y"], "'x' is not a fraction"),
+        (["baselines", "gpt3xl-rtx3080ti", "--time-limit", "-1"], "must be above 0"),
+        (["baselines", "gpt3xl-rtx3080ti", "--latency", "nan"], "not a finite number"),
+        (["doctor", "--period", "-1"], "must be at least 0"),
+        (["apply", "--schedule", "s.json", "--warmup-steps", "many", "--", "true"], None),
+    ],
+)
 def test_bad_arguments(capsys, argv, needle):
     if needle is None:  # parsed by the deploy settings: their one-line error
         assert "warmup_steps" in one_line_error(capsys, argv)
@@ -113,9 +128,11 @@ def test_bad_arguments(capsys, argv, needle):
 def test_outputs_under_a_regular_file(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     assert "is a file or lies under one" in one_line_error(
-        capsys, ["baselines", "gpt3xl-rtx3080ti", "--out", str(tmp_path / "file" / "out"), "--frontier", ""])
+        capsys, ["baselines", "gpt3xl-rtx3080ti", "--out", str(tmp_path / "file" / "out"), "--frontier", ""]
+    )
     assert "is a file or lies under one" in one_line_error(
-        capsys, ["train", "gpt3xl-rtx3080ti", "--runs-dir", str(tmp_path / "file" / "runs")])
+        capsys, ["train", "gpt3xl-rtx3080ti", "--runs-dir", str(tmp_path / "file" / "runs")]
+    )
 
 
 def test_clock_control_without_a_gpu_is_refused_before_the_script_runs(tmp_path, capsys, monkeypatch):
@@ -123,15 +140,20 @@ def test_clock_control_without_a_gpu_is_refused_before_the_script_runs(tmp_path,
 
     monkeypatch.setattr(controller, "nvml_present", lambda: False)
     marker = tmp_path / "ran"
-    err = one_line_error(capsys, ["apply", "--schedule", str(tmp_path / "s.json"), "--control-clocks", "--", "touch",
-                                  str(marker)])
+    err = one_line_error(
+        capsys, ["apply", "--schedule", str(tmp_path / "s.json"), "--control-clocks", "--", "touch", str(marker)]
+    )
     assert "--control-clocks needs an NVIDIA GPU" in err and not marker.exists()
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.dictionaries(st.sampled_from(["budget", "overrun_penalty", "scale", "time_price", "price_spread", "oops"]),
-                       st.one_of(st.floats(allow_nan=True), st.integers(-10, 10), st.text(max_size=5), st.booleans(),
-                                 st.none()), max_size=3))
+@given(
+    st.dictionaries(
+        st.sampled_from(["budget", "overrun_penalty", "scale", "time_price", "price_spread", "oops"]),
+        st.one_of(st.floats(allow_nan=True), st.integers(-10, 10), st.text(max_size=5), st.booleans(), st.none()),
+        max_size=3,
+    )
+)
 def test_any_reward_block_is_accepted_or_one_clear_error(reward):
     try:
         spec = parse_env_spec({**BASE, "reward": reward})
@@ -142,9 +164,19 @@ def test_any_reward_block_is_accepted_or_one_clear_error(reward):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.dictionaries(st.sampled_from(["timesteps", "n_envs", "seed", "algorithm", "policy"]),
-                       st.one_of(st.integers(-5, 10**7), st.floats(), st.text(max_size=4), st.none(),
-                                 st.lists(st.integers(-2, 64), max_size=3)), max_size=3))
+@given(
+    st.dictionaries(
+        st.sampled_from(["timesteps", "n_envs", "seed", "algorithm", "policy"]),
+        st.one_of(
+            st.integers(-5, 10**7),
+            st.floats(),
+            st.text(max_size=4),
+            st.none(),
+            st.lists(st.integers(-2, 64), max_size=3),
+        ),
+        max_size=3,
+    )
+)
 def test_any_recipe_is_accepted_or_one_clear_error(recipe):
     try:
         cfg = parse_agent_config(recipe)
@@ -159,6 +191,7 @@ def test_a_shipped_name_still_loads():
 
 
 # -- class by class: each a table of cases (or a property), each case one line before any work -------------------
+
 
 def _checkpoint(tmp_path, change=None, text=None):
     """A copy of a shipped checkpoint, its meta.json changed."""
@@ -299,8 +332,9 @@ def test_the_deploy_settings_take_the_same_budget_range():
 
     validate(DeploySettings, {"checkpoint": "gpt3xl-h200", "learn": True, "budget": MAX_BUDGET}, "x", DeployError)
     with pytest.raises(DeployError, match="budget"):
-        validate(DeploySettings, {"checkpoint": "gpt3xl-h200", "learn": True, "budget": MAX_BUDGET * 1.01}, "x",
-                 DeployError)
+        validate(
+            DeploySettings, {"checkpoint": "gpt3xl-h200", "learn": True, "budget": MAX_BUDGET * 1.01}, "x", DeployError
+        )
 
 
 @pytest.mark.parametrize("mode", ["garbage", "on", "1"])
@@ -329,8 +363,9 @@ OUTPUTS = [
 
 @pytest.mark.parametrize("argv, option", OUTPUTS)
 @pytest.mark.parametrize("place", ["a file", "under a file"])
-def test_an_output_that_cannot_be_written_is_refused_before_the_work(tmp_path, capsys, monkeypatch, argv, option,
-                                                                    place):
+def test_an_output_that_cannot_be_written_is_refused_before_the_work(
+    tmp_path, capsys, monkeypatch, argv, option, place
+):
     import rlclock.solve.baselines as baselines
 
     def no_work(*a, **k):
@@ -338,9 +373,26 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(tmp_path, c
 
     monkeypatch.setattr(baselines, "run_baselines", no_work)
     (tmp_path / "file").write_text("")
-    (tmp_path / "t.json").write_text(json.dumps({"format": "rlclock.trace", "version": 1, "name": "t", "kernels": [
-        {"name": "k", "op": "o", "category": "gemm", "phase": "forward", "flops": 1.0, "dram_read_bytes": 1.0,
-         "dram_write_bytes": 1.0}]}))
+    (tmp_path / "t.json").write_text(
+        json.dumps(
+            {
+                "format": "rlclock.trace",
+                "version": 1,
+                "name": "t",
+                "kernels": [
+                    {
+                        "name": "k",
+                        "op": "o",
+                        "category": "gemm",
+                        "phase": "forward",
+                        "flops": 1.0,
+                        "dram_read_bytes": 1.0,
+                        "dram_write_bytes": 1.0,
+                    }
+                ],
+            }
+        )
+    )
     path = str(tmp_path / "file") if place == "a file" else str(tmp_path / "file" / "sub")
     err = one_line_error(capsys, [a.replace("{p}", path).replace("{t}", str(tmp_path)) for a in argv])
     assert option in err and ("file" in err) and "Fix:" in err, err
@@ -348,7 +400,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(tmp_path, c
 
 @pytest.mark.parametrize("option", ["--out", "--save-checkpoint", "--table-out"])
 def test_the_output_fix_applied_works(tmp_path, option):
-    """"give OPTION a folder": a folder (created if missing) passes the check that refused the file."""
+    """ "give OPTION a folder": a folder (created if missing) passes the check that refused the file."""
     from rlclock.validation import check_output_file, check_output_folder
 
     (tmp_path / "file").write_text("")
@@ -383,11 +435,14 @@ def test_any_json_text_reads_strictly_or_is_one_clear_error(text):
 
 
 @pytest.mark.parametrize("reader", ["env spec", "agent recipe", "GPU spec", "run config"])
-@pytest.mark.parametrize("body, needle", [
-    ("a: &a [x, x, x]\nb: [*a, *a]\n", "alias"),
-    ("a: " + "[" * 100 + "]" * 100 + "\n", "nested deeper"),
-    ("a: " + "x" * (2 << 20) + "\n", "larger than"),
-])
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ("a: &a [x, x, x]\nb: [*a, *a]\n", "alias"),
+        ("a: " + "[" * 100 + "]" * 100 + "\n", "nested deeper"),
+        ("a: " + "x" * (2 << 20) + "\n", "larger than"),
+    ],
+)
 def test_yaml_that_would_expand_or_drown_is_refused(tmp_path, reader, body, needle):
     import time
 
@@ -401,15 +456,18 @@ def test_yaml_that_would_expand_or_drown_is_refused(tmp_path, reader, body, need
     assert time.perf_counter() - start < 2.0
 
 
-@pytest.mark.parametrize("workload, needle", [
-    ({"generator": "llmc", "layers": 10**6}, "more than rlclock plans"),
-    ({"generator": "llmc", "layers": 10**12}, "more than rlclock plans"),
-    ({"generator": "llmc", "hidden": 2**20, "heads": 16}, "'hidden'"),
-    ({"generator": "llmc", "batch": 10**9}, "'batch'"),
-    ({"generator": "transformer", "layers": 10**7}, "more than rlclock plans"),
-    ({"generator": "transformer", "vocab": 10**12}, "'vocab'"),
-    ({"generator": "transformer", "seq": 1 << 21, "batch": 1 << 10}, "'tokens'"),
-])
+@pytest.mark.parametrize(
+    "workload, needle",
+    [
+        ({"generator": "llmc", "layers": 10**6}, "more than rlclock plans"),
+        ({"generator": "llmc", "layers": 10**12}, "more than rlclock plans"),
+        ({"generator": "llmc", "hidden": 2**20, "heads": 16}, "'hidden'"),
+        ({"generator": "llmc", "batch": 10**9}, "'batch'"),
+        ({"generator": "transformer", "layers": 10**7}, "more than rlclock plans"),
+        ({"generator": "transformer", "vocab": 10**12}, "'vocab'"),
+        ({"generator": "transformer", "seq": 1 << 21, "batch": 1 << 10}, "'tokens'"),
+    ],
+)
 def test_a_step_past_the_limits_is_refused_before_it_is_built(workload, needle):
     import time
 
@@ -421,7 +479,7 @@ def test_a_step_past_the_limits_is_refused_before_it_is_built(workload, needle):
 
 
 def test_the_layers_fix_applied_fits():
-    """"give fewer layers (at most about N)": N layers fit the kernel limit, N + 1 do not."""
+    """ "give fewer layers (at most about N)": N layers fit the kernel limit, N + 1 do not."""
     import re
 
     from rlclock.validation import MAX_KERNELS
@@ -435,10 +493,13 @@ def test_the_layers_fix_applied_fits():
     assert len(step_kernels(LlmcConfig(layers=1))) + n * per_layer > MAX_KERNELS
 
 
-@pytest.mark.parametrize("family, needle", [
-    ({"random": 10**6}, "random"),
-    (["gpt3xl-rtx3080ti"] * 1001, "family of 1001"),
-])
+@pytest.mark.parametrize(
+    "family, needle",
+    [
+        ({"random": 10**6}, "random"),
+        (["gpt3xl-rtx3080ti"] * 1001, "family of 1001"),
+    ],
+)
 def test_a_family_past_its_limit_is_refused(tmp_path, family, needle):
     from rlclock.config import load_env_specs
 
@@ -447,15 +508,18 @@ def test_a_family_past_its_limit_is_refused(tmp_path, family, needle):
         load_env_specs(str(tmp_path / "fam.yaml"))
 
 
-@pytest.mark.parametrize("runs, needle", [
-    ([[0, 10**12]], "more than 1048576 kernels"),
-    ([[0, 600_000], [0, 600_000]], "more than 1048576 kernels"),
-    ([[0, -1]], "whole number >= 1"),
-    ([[0, True]], "whole number >= 1"),
-    ([[5, 1]], "refers to configuration 5"),
-    ([["a", 1]], "malformed"),
-    ("all", "must be lists"),
-])
+@pytest.mark.parametrize(
+    "runs, needle",
+    [
+        ([[0, 10**12]], "more than 1048576 kernels"),
+        ([[0, 600_000], [0, 600_000]], "more than 1048576 kernels"),
+        ([[0, -1]], "whole number >= 1"),
+        ([[0, True]], "whole number >= 1"),
+        ([[5, 1]], "refers to configuration 5"),
+        ([["a", 1]], "malformed"),
+        ("all", "must be lists"),
+    ],
+)
 def test_schedule_runs_are_checked_before_they_are_expanded(runs, needle):
     import time
 
@@ -468,19 +532,30 @@ def test_schedule_runs_are_checked_before_they_are_expanded(runs, needle):
     assert time.perf_counter() - start < 1.0
 
 
-@pytest.mark.parametrize("measured, needle", [
-    ({"gpu": "x", "time_s": 1e6, "energy_j": 0.0}, "not a time from 0 to 60 s"),
-    ({"gpu": "x", "time_s": 1e-3, "energy_j": 0.0}, "outside the 1-5000 W"),
-    ({"gpu": "x", "time_s": 1e-3, "energy_j": 60.0}, "outside the 1-5000 W"),
-    ({"gpu": "x", "time_s": "1 ms"}, "not a time"),
-    ({"gpu": "x", "time_s": 1e-3, "core_mhz": "max"}, "core_mhz"),
-    ({"gpu": 7, "time_s": 1e-3}, "'gpu'"),
-])
+@pytest.mark.parametrize(
+    "measured, needle",
+    [
+        ({"gpu": "x", "time_s": 1e6, "energy_j": 0.0}, "not a time from 0 to 60 s"),
+        ({"gpu": "x", "time_s": 1e-3, "energy_j": 0.0}, "outside the 1-5000 W"),
+        ({"gpu": "x", "time_s": 1e-3, "energy_j": 60.0}, "outside the 1-5000 W"),
+        ({"gpu": "x", "time_s": "1 ms"}, "not a time"),
+        ({"gpu": "x", "time_s": 1e-3, "core_mhz": "max"}, "core_mhz"),
+        ({"gpu": 7, "time_s": 1e-3}, "'gpu'"),
+    ],
+)
 def test_implausible_measurements_in_a_trace_are_refused(measured, needle):
     from rlclock.errors import TraceError
     from rlclock.workload.trace import KernelTrace
 
-    kernel = {"name": "k", "op": "o", "category": "gemm", "phase": "forward", "flops": 1.0, "dram_read_bytes": 1.0,
-              "dram_write_bytes": 1.0, "measured": [measured]}
+    kernel = {
+        "name": "k",
+        "op": "o",
+        "category": "gemm",
+        "phase": "forward",
+        "flops": 1.0,
+        "dram_read_bytes": 1.0,
+        "dram_write_bytes": 1.0,
+        "measured": [measured],
+    }
     with pytest.raises(TraceError, match=needle):
         KernelTrace.from_dict({"format": "rlclock.trace", "version": 1, "name": "t", "kernels": [kernel]})

@@ -20,10 +20,23 @@ import results_page  # noqa: E402
 
 
 def _summary(name: str, saving: float = 0.012, slowdown: float = 0.009) -> dict[str, Any]:
-    return {"model": name, "gpu": "NVIDIA H100 80GB HBM3", "policy": "corpus-h100", "planned_saving": 0.013,
-            "planned_slowdown": 0.0098, "saving": saving, "slowdown": slowdown, "worst_slowdown": slowdown + 0.002,
-            "delivered_steps": 16, "switches": 4, "skipped": 0, "missed": 0, "late_fraction": 0.25,
-            "jitter_p95_ms": 1.5, "overhead": {"overhead": 0.004}}
+    return {
+        "model": name,
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "policy": "corpus-h100",
+        "planned_saving": 0.013,
+        "planned_slowdown": 0.0098,
+        "saving": saving,
+        "slowdown": slowdown,
+        "worst_slowdown": slowdown + 0.002,
+        "delivered_steps": 16,
+        "switches": 4,
+        "skipped": 0,
+        "missed": 0,
+        "late_fraction": 0.25,
+        "jitter_p95_ms": 1.5,
+        "overhead": {"overhead": 0.004},
+    }
 
 
 def test_run_models_writes_after_every_model_and_reports_failures(tmp_path: Path) -> None:
@@ -63,26 +76,45 @@ def test_run_models_keeps_to_the_budget(tmp_path: Path) -> None:
     assert got["slow"]["error"].startswith("BudgetSpent")
     assert "skipped" in got["eager"] and "skipped" in got["bert+default"]
     assert delivered.needed_s("bert+default", 45) == 90 and delivered.needed_s("bert", 45) == 45
-    only = delivered.run_models(tmp_path / "o", [("bert", lambda: 0), ("gpt2", lambda: 0)],
-                                lambda n, m, f, s: _summary(n), budget_s=60, model_s=1, only="gpt")
+    only = delivered.run_models(
+        tmp_path / "o",
+        [("bert", lambda: 0), ("gpt2", lambda: 0)],
+        lambda n, m, f, s: _summary(n),
+        budget_s=60,
+        model_s=1,
+        only="gpt",
+    )
     assert list(only) == ["gpt2"]
 
 
 def _registry() -> str:
-    return ("sections:\n  - title: Delivered, not planned\n    claims:\n"
-            "      - claim: Nothing yet\n        target: —\n        kind: planned\n        machine: none\n"
-            "        command: none\n        output: docs/results/none.txt\n        read:\n"
-            "          regex: 'figure (?P<x>\\d+)'\n        show: '{x}'\n")
+    return (
+        "sections:\n  - title: Delivered, not planned\n    claims:\n"
+        "      - claim: Nothing yet\n        target: —\n        kind: planned\n        machine: none\n"
+        "        command: none\n        output: docs/results/none.txt\n        read:\n"
+        "          regex: 'figure (?P<x>\\d+)'\n        show: '{x}'\n"
+    )
 
 
 def test_from_turns_a_gpu_run_into_committed_results(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
-    models = {"bert-base": {**_summary("bert-base"), "optimum_saving": 0.014},
-              "gpt2-medium": {**_summary("gpt2-medium", 0.011, 0.0135), "optimum_saving": 0.0125},
-              "vit-base+default": {"model": "vit-base+default", "skipped": "30 s of the time budget left"}}
-    (run / "summary.json").write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3", "policy": "corpus-h100",
-                                                  "elapsed_s": 431.0, "budget_s": 420.0, "models": models}))
+    models = {
+        "bert-base": {**_summary("bert-base"), "optimum_saving": 0.014},
+        "gpt2-medium": {**_summary("gpt2-medium", 0.011, 0.0135), "optimum_saving": 0.0125},
+        "vit-base+default": {"model": "vit-base+default", "skipped": "30 s of the time budget left"},
+    }
+    (run / "summary.json").write_text(
+        json.dumps(
+            {
+                "gpu": "NVIDIA H100 80GB HBM3",
+                "policy": "corpus-h100",
+                "elapsed_s": 431.0,
+                "budget_s": 420.0,
+                "models": models,
+            }
+        )
+    )
     root = tmp_path / "repo"
     (root / "docs" / "results").mkdir(parents=True)
     (root / "docs" / "results" / "none.txt").write_text("figure 7\n")
@@ -105,15 +137,22 @@ def test_from_turns_a_gpu_run_into_committed_results(tmp_path: Path) -> None:
     assert len(again["sections"][0]["claims"]) == 2
 
 
-@pytest.mark.parametrize(("name", "slug"), [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"),
-                                            ("NVIDIA A100-SXM4-40GB", "nvidia-a100-sxm4-40gb")])
+@pytest.mark.parametrize(
+    ("name", "slug"),
+    [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"), ("NVIDIA A100-SXM4-40GB", "nvidia-a100-sxm4-40gb")],
+)
 def test_gpu_slug(name: str, slug: str) -> None:
     assert delivered.gpu_slug(name) == slug
 
 
 def test_gpu_lines_of_finished_skipped_and_failed_models() -> None:
-    table = delivered.gpu_table({"a": _summary("a"), "b": {"model": "b", "error": "RuntimeError: x"},
-                                 "c": {"model": "c", "skipped": "3 s of the time budget left"}})
+    table = delivered.gpu_table(
+        {
+            "a": _summary("a"),
+            "b": {"model": "b", "error": "RuntimeError: x"},
+            "c": {"model": "c", "skipped": "3 s of the time budget left"},
+        }
+    )
     lines = table.splitlines()
     assert lines[0].startswith("model") and "+0.40 %" in lines[1]
     assert lines[2].endswith("RuntimeError: x") and lines[3].endswith("3 s of the time budget left")
@@ -121,24 +160,51 @@ def test_gpu_lines_of_finished_skipped_and_failed_models() -> None:
 
 def test_replay_tables_per_mode_and_per_corpus(capsys: pytest.CaptureFixture[str]) -> None:
     def row(corpus: str, mode: str, saving: float, slowdown: float) -> dict[str, Any]:
-        return {"model": "m", "corpus": corpus, "jitter": "measured", "mode": mode, "plan": "p",
-                "planned_saving": 0.012, "planned_slowdown": 0.0095, "saving": saving, "slowdown": slowdown,
-                "worst_slowdown": slowdown, "switches": 3, "skipped": 0, "late": 0.2, "jitter_p95_ms": 2.0,
-                "changed": "", "optimum_saving": 0.0125, "optimum_s": 1.0, "plan_s": 0.1, "replayed": 21,
-                "planner_said": None}
+        return {
+            "model": "m",
+            "corpus": corpus,
+            "jitter": "measured",
+            "mode": mode,
+            "plan": "p",
+            "planned_saving": 0.012,
+            "planned_slowdown": 0.0095,
+            "saving": saving,
+            "slowdown": slowdown,
+            "worst_slowdown": slowdown,
+            "switches": 3,
+            "skipped": 0,
+            "late": 0.2,
+            "jitter_p95_ms": 2.0,
+            "changed": "",
+            "optimum_saving": 0.0125,
+            "optimum_s": 1.0,
+            "plan_s": 0.1,
+            "replayed": 21,
+            "planner_said": None,
+        }
 
-    rows = [row("corpus-h200", "settled", 0.011, 0.0105), row("corpus-h100", "settled", 0.009, 0.0125),
-            row("corpus-h100", "requests", 0.012, 0.025)]
+    rows = [
+        row("corpus-h200", "settled", 0.011, 0.0105),
+        row("corpus-h100", "settled", 0.009, 0.0125),
+        row("corpus-h100", "requests", 0.012, 0.025),
+    ]
     delivered.table(rows)
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("measured  requests models  1: slowdown target  0, saving target  1, both  0")
-    assert out[2].startswith("measured  settled  models  2: slowdown target  1, saving target  1, both  1; mean "
-                             "planned 1.20 % at +0.95 %, delivered 1.00 % at +1.15 % (optimum 1.25 %)")
+    assert out[2].startswith(
+        "measured  settled  models  2: slowdown target  1, saving target  1, both  1; mean "
+        "planned 1.20 % at +0.95 %, delivered 1.00 % at +1.15 % (optimum 1.25 %)"
+    )
     assert [ln.split()[0] for ln in out[-3:]] == ["h100", "h100", "h200"] and "MISS" in delivered.line(rows[2])
     back = delivered.parse_line(delivered.line({**rows[2], "planner_said": [0.0125, 0.0098]}))
     assert back is not None and delivered.parse_line("# CPU replay") is None
-    assert {k: back[k] for k in ("corpus", "model", "mode", "switches", "skipped")} == \
-        {"corpus": "corpus-h100", "model": "m", "mode": "requests", "switches": 3, "skipped": 0}
+    assert {k: back[k] for k in ("corpus", "model", "mode", "switches", "skipped")} == {
+        "corpus": "corpus-h100",
+        "model": "m",
+        "mode": "requests",
+        "switches": 3,
+        "skipped": 0,
+    }
     assert back["slowdown"] == pytest.approx(0.025) and back["optimum_saving"] == pytest.approx(0.0125)
 
 

@@ -34,8 +34,14 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(f"the docs toolchain is not installed ({missing}): pip install -e '.[dev]'")
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    run = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert run.returncode == 0, f"mkdocs build --strict failed:\n{run.stdout}\n{run.stderr}"
     return out
 
@@ -78,11 +84,19 @@ def test_api_pages_render_the_public_names(site):
 
     rendered = _inventory(site)
     public = {name: module for name, module in rlclock._EXPORTS.items() if name not in {"ENV_ID"}}
-    public |= {"clocked": "rlclock.deploy", "Clocked": "rlclock.deploy", "RlclockError": "rlclock.errors",
-               "KernelTrace": "rlclock.workload", "RlclockTrainerCallback": "rlclock.integrations.hf",
-               "RlclockLightningCallback": "rlclock.integrations.lightning"}
-    missing = [f"{module}.{name}" for name, module in public.items()
-               if not any(obj.startswith(module) and obj.endswith(f".{name}") for obj in rendered)]
+    public |= {
+        "clocked": "rlclock.deploy",
+        "Clocked": "rlclock.deploy",
+        "RlclockError": "rlclock.errors",
+        "KernelTrace": "rlclock.workload",
+        "RlclockTrainerCallback": "rlclock.integrations.hf",
+        "RlclockLightningCallback": "rlclock.integrations.lightning",
+    }
+    missing = [
+        f"{module}.{name}"
+        for name, module in public.items()
+        if not any(obj.startswith(module) and obj.endswith(f".{name}") for obj in rendered)
+    ]
     assert not missing, f"public names without an API entry: {missing}"
 
 

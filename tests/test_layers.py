@@ -35,9 +35,21 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "rlclock"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("values", ("rlclock.version", "rlclock.lazy", "rlclock.errors", "rlclock.log", "rlclock.schedule",
-                "rlclock.yamlio", "rlclock.validation", "rlclock.resources", "rlclock.paper",
-                "rlclock.deprecation")),
+    (
+        "values",
+        (
+            "rlclock.version",
+            "rlclock.lazy",
+            "rlclock.errors",
+            "rlclock.log",
+            "rlclock.schedule",
+            "rlclock.yamlio",
+            "rlclock.validation",
+            "rlclock.resources",
+            "rlclock.paper",
+            "rlclock.deprecation",
+        ),
+    ),
     ("workload", ("rlclock.workload",)),
     ("gpu model", ("rlclock.dvfs",)),
     ("hardware", ("rlclock.gpu",)),
@@ -152,22 +164,34 @@ def _safe_layer(module: str) -> int | None:
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_imports_point_down(module):
     here = layer_of(module)
-    upward = [f"{name} (line {line}, layer {LAYERS[layer_of(name)][0]})" for name, line in imports(module)
-              if name in MODULES and layer_of(name) > here]
+    upward = [
+        f"{name} (line {line}, layer {LAYERS[layer_of(name)][0]})"
+        for name, line in imports(module)
+        if name in MODULES and layer_of(name) > here
+    ]
     assert not upward, f"{module} (layer {LAYERS[here][0]}) imports from above: {upward}"
 
 
 @pytest.mark.parametrize("importer, imported, why", FORBIDDEN)
 def test_shut_doors(importer, imported, why):
-    found = [f"{m}:{line} imports {name}" for m in MODULES if _within(m, importer)
-             for name, line in imports(m) if _within(name, imported)]
+    found = [
+        f"{m}:{line} imports {name}"
+        for m in MODULES
+        if _within(m, importer)
+        for name, line in imports(m)
+        if _within(name, imported)
+    ]
     assert not found, f"{why}: {found}"
 
 
 @pytest.mark.parametrize("package, allowed", ONLY)
 def test_third_party_doors(package, allowed):
-    found = [f"{m}:{line}" for m in MODULES for name, line in imports(m)
-             if name == package and not any(_within(m, a) for a in allowed)]
+    found = [
+        f"{m}:{line}"
+        for m in MODULES
+        for name, line in imports(m)
+        if name == package and not any(_within(m, a) for a in allowed)
+    ]
     assert not found, f"only {list(allowed)} may import {package}: {found}"
 
 
@@ -215,7 +239,8 @@ def test_the_check_sees_what_it_guards(tmp_path, monkeypatch):
     (fake / "workload" / "__init__.py").write_text("")
     (fake / "workload" / "bad.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rlclock.env import X\n"
-        "def f():\n    from rlclock.errors import E\n    import pynvml\n")
+        "def f():\n    from rlclock.errors import E\n    import pynvml\n"
+    )
     (fake / "env.py").write_text("from rlclock.workload import bad\n")
     monkeypatch.setitem(globals(), "ROOT", fake)
     monkeypatch.setitem(globals(), "MODULES", {module_name(p): p for p in sorted(fake.rglob("*.py"))})
@@ -226,8 +251,18 @@ def test_the_check_sees_what_it_guards(tmp_path, monkeypatch):
     assert graph()["rlclock.env"] == {"rlclock.workload.bad"}
 
 
-@pytest.mark.parametrize("package", ["rlclock", "rlclock.deploy", "rlclock.policy", "rlclock.env", "rlclock.config",
-                                     "rlclock.backends", "rlclock.integrations"])
+@pytest.mark.parametrize(
+    "package",
+    [
+        "rlclock",
+        "rlclock.deploy",
+        "rlclock.policy",
+        "rlclock.env",
+        "rlclock.config",
+        "rlclock.backends",
+        "rlclock.integrations",
+    ],
+)
 def test_every_public_name_resolves(package):
     import importlib
 

@@ -33,7 +33,8 @@ def test_committed_page_is_the_rendered_one():
     rendered = render(yaml.safe_load(REGISTRY.read_text()))
     assert PAGE.read_text() == rendered, (
         "docs/results.md differs from what docs/results.yaml and the committed outputs give: "
-        "run python benchmarks/results_page.py and commit docs/results.md")
+        "run python benchmarks/results_page.py and commit docs/results.md"
+    )
 
 
 def test_every_claim_names_a_committed_output_and_an_existing_script():
@@ -49,8 +50,15 @@ def test_every_claim_names_a_committed_output_and_an_existing_script():
 def _page(tmp_path: Path, claim: dict[str, Any], output: str = OUTPUT, name: str = "out.txt") -> str:
     (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / name).write_text(output)
-    entry = {"claim": "a claim", "target": "≥ 90 %", "kind": "planned", "machine": "simulated X",
-             "command": "python benchmarks/x.py", "output": name, **claim}
+    entry = {
+        "claim": "a claim",
+        "target": "≥ 90 %",
+        "kind": "planned",
+        "machine": "simulated X",
+        "command": "python benchmarks/x.py",
+        "output": name,
+        **claim,
+    }
     page = render({"sections": [{"title": "Section", "claims": [entry]}]}, root=tmp_path, repo_url=REPO_URL)
     (row,) = [line for line in page.splitlines() if line.startswith("| a claim")]
     return row
@@ -58,28 +66,73 @@ def _page(tmp_path: Path, claim: dict[str, Any], output: str = OUTPUT, name: str
 
 READS = [
     # (what, registry fields, figure shown, met)
-    ("a regex, first match",
-     {"read": {"regex": r"^step time .*\((?P<time>[-+][\d.]+) %"}, "show": "{time} %",
-      "check": {"time": "abs <= 5"}}, "−0.64 %", "met"),
-    ("a table's column in a section, as a range",
-     {"read": {"section": "^== policy: corpus-x", "columns": {"share": 3}}, "show": "{share|range} %",
-      "check": {"share": ">= 90"}}, "85–95 %", "**missed**"),
-    ("the last section of that name",
-     {"read": {"section": "^== policy: corpus-", "occurrence": -1, "columns": {"share": 3}},
-      "show": "{share|list} %", "check": {"share": ">= 90"}}, "100 %", "met"),
-    ("every match of a regex, its mean and count",
-     {"read": {"regex": r"^\w+\s+[\d.]+%\s+[\d.]+%\s+(?P<share>\d+)%", "all": True},
-      "show": "{share|mean:.1f} % over {share|n}"}, "93.3 % over 3", "—"),
-    ("a field compared with another field",
-     {"read": {"regex": r"targets met on (?P<met>\d+) of (?P<models>\d+)"}, "show": "{met} of {models}",
-      "check": {"met": ">= models"}}, "1 of 2", "**missed**"),
-    ("the file's own verdict",
-     {"read": {"regex": r"targets met on (?P<met>\d+)"}, "show": "{met}",
-      "verdict": {"regex": r"targets (met) on"}}, "1", "met"),
-    ("two readers, formatted",
-     {"read": [{"section": "^== policy: corpus-y", "columns": {"optimum": 1}},
-               {"regex": r"step time\s+(?P<t>[\d.]+) s"}], "show": "{optimum:.1f} % in {t:.2f} s"},
-     "3.0 % in 5.29 s", "—"),
+    (
+        "a regex, first match",
+        {
+            "read": {"regex": r"^step time .*\((?P<time>[-+][\d.]+) %"},
+            "show": "{time} %",
+            "check": {"time": "abs <= 5"},
+        },
+        "−0.64 %",
+        "met",
+    ),
+    (
+        "a table's column in a section, as a range",
+        {
+            "read": {"section": "^== policy: corpus-x", "columns": {"share": 3}},
+            "show": "{share|range} %",
+            "check": {"share": ">= 90"},
+        },
+        "85–95 %",
+        "**missed**",
+    ),
+    (
+        "the last section of that name",
+        {
+            "read": {"section": "^== policy: corpus-", "occurrence": -1, "columns": {"share": 3}},
+            "show": "{share|list} %",
+            "check": {"share": ">= 90"},
+        },
+        "100 %",
+        "met",
+    ),
+    (
+        "every match of a regex, its mean and count",
+        {
+            "read": {"regex": r"^\w+\s+[\d.]+%\s+[\d.]+%\s+(?P<share>\d+)%", "all": True},
+            "show": "{share|mean:.1f} % over {share|n}",
+        },
+        "93.3 % over 3",
+        "—",
+    ),
+    (
+        "a field compared with another field",
+        {
+            "read": {"regex": r"targets met on (?P<met>\d+) of (?P<models>\d+)"},
+            "show": "{met} of {models}",
+            "check": {"met": ">= models"},
+        },
+        "1 of 2",
+        "**missed**",
+    ),
+    (
+        "the file's own verdict",
+        {"read": {"regex": r"targets met on (?P<met>\d+)"}, "show": "{met}", "verdict": {"regex": r"targets (met) on"}},
+        "1",
+        "met",
+    ),
+    (
+        "two readers, formatted",
+        {
+            "read": [
+                {"section": "^== policy: corpus-y", "columns": {"optimum": 1}},
+                {"regex": r"step time\s+(?P<t>[\d.]+) s"},
+            ],
+            "show": "{optimum:.1f} % in {t:.2f} s",
+        },
+        "3.0 % in 5.29 s",
+        "—",
+    ),
 ]
 
 
@@ -91,10 +144,16 @@ def test_figures_are_read_as_the_registry_says(tmp_path, what, claim, figure, me
 
 def test_a_json_path_and_a_link_outside_the_site(tmp_path):
     data = {"results": [{"case": "a", "pct": 0.31}, {"case": "b", "pct": -0.2}]}
-    row = _page(tmp_path, {"read": {"json": {"a": ["results", {"case": "a"}, "pct"],
-                                                                       "b": ["results", {"case": "b"}, "pct"]}},
-                           "show": "{a:+.2f} %; {b:+.2f} %", "check": {"a": "<= 1", "b": "<= 1"}},
-                output=json.dumps(data), name="data/x.json")
+    row = _page(
+        tmp_path,
+        {
+            "read": {"json": {"a": ["results", {"case": "a"}, "pct"], "b": ["results", {"case": "b"}, "pct"]}},
+            "show": "{a:+.2f} %; {b:+.2f} %",
+            "check": {"a": "<= 1", "b": "<= 1"},
+        },
+        output=json.dumps(data),
+        name="data/x.json",
+    )
     assert "+0.31 %; −0.20 % | met" in row
     assert f"]({REPO_URL}/blob/main/data/x.json)" in row
 
@@ -106,32 +165,58 @@ def test_an_output_under_docs_is_linked_within_the_site(tmp_path):
 
 BROKEN = [
     # (what is wrong, registry fields, words the error says)
-    ("a pattern the file does not print", {"read": {"regex": r"speed (?P<v>\d+) steps/s"}, "show": "{v}"},
-     "pattern 'speed"),
-    ("a section that is not there", {"read": {"section": "^== costs", "columns": {"v": 1}}, "show": "{v}"},
-     "section '^== costs'"),
-    ("a column past the end of a row", {"read": {"section": "^== policy", "columns": {"v": 9}}, "show": "{v}"},
-     "column 9"),
+    (
+        "a pattern the file does not print",
+        {"read": {"regex": r"speed (?P<v>\d+) steps/s"}, "show": "{v}"},
+        "pattern 'speed",
+    ),
+    (
+        "a section that is not there",
+        {"read": {"section": "^== costs", "columns": {"v": 1}}, "show": "{v}"},
+        "section '^== costs'",
+    ),
+    (
+        "a column past the end of a row",
+        {"read": {"section": "^== policy", "columns": {"v": 9}}, "show": "{v}"},
+        "column 9",
+    ),
     ("a group with no number", {"read": {"regex": r"^model\s+(?P<v>\w+)"}, "show": "{v}"}, "holds no number"),
     ("a pattern without named groups", {"read": {"regex": r"targets met"}, "show": "x"}, "names no group"),
     ("a field the readers did not read", {"read": {"regex": r"(?P<v>\d+) of"}, "show": "{w}"}, "no field 'w'"),
-    ("several values shown as one", {"read": {"regex": r"(?P<v>\d+)%$", "all": True}, "show": "{v}"},
-     "has 3 values"),
+    ("several values shown as one", {"read": {"regex": r"(?P<v>\d+)%$", "all": True}, "show": "{v}"}, "has 3 values"),
     ("an unknown aggregate", {"read": {"regex": r"(?P<v>\d+) of"}, "show": "{v|median}"}, "unknown aggregate"),
-    ("a rule that is not one", {"read": {"regex": r"(?P<v>\d+) of"}, "show": "{v}", "check": {"v": "about 5"}},
-     "is not a rule"),
-    ("both a check and a verdict", {"read": {"regex": r"(?P<v>\d+) of"}, "show": "{v}", "check": {"v": "> 0"},
-                                    "verdict": {"regex": "(met)"}}, "both check and verdict"),
-    ("a verdict word that says neither", {"read": {"regex": r"(?P<v>\d+) of"}, "show": "{v}",
-                                          "verdict": {"regex": r"^(alpha)"}}, "is not one of"),
-    ("a verdict the file does not print", {"read": {"regex": r"(?P<v>\d+) of"}, "show": "{v}",
-                                           "verdict": {"regex": r"target: (\w+)"}}, "verdict pattern"),
+    (
+        "a rule that is not one",
+        {"read": {"regex": r"(?P<v>\d+) of"}, "show": "{v}", "check": {"v": "about 5"}},
+        "is not a rule",
+    ),
+    (
+        "both a check and a verdict",
+        {"read": {"regex": r"(?P<v>\d+) of"}, "show": "{v}", "check": {"v": "> 0"}, "verdict": {"regex": "(met)"}},
+        "both check and verdict",
+    ),
+    (
+        "a verdict word that says neither",
+        {"read": {"regex": r"(?P<v>\d+) of"}, "show": "{v}", "verdict": {"regex": r"^(alpha)"}},
+        "is not one of",
+    ),
+    (
+        "a verdict the file does not print",
+        {"read": {"regex": r"(?P<v>\d+) of"}, "show": "{v}", "verdict": {"regex": r"target: (\w+)"}},
+        "verdict pattern",
+    ),
     ("an unknown kind", {"kind": "guessed", "read": {"regex": r"(?P<v>\d+) of"}, "show": "{v}"}, "kind 'guessed'"),
-    ("a missing output file", {"output": "gone.txt", "read": {"regex": r"(?P<v>\d+)"}, "show": "{v}"},
-     "output file is missing"),
+    (
+        "a missing output file",
+        {"output": "gone.txt", "read": {"regex": r"(?P<v>\d+)"}, "show": "{v}"},
+        "output file is missing",
+    ),
     ("a reader of no known kind", {"read": {"grep": "x"}, "show": "x"}, "needs regex, columns or json"),
-    ("a json key that is not there", {"output": "x.json", "read": {"json": {"v": ["nope"]}}, "show": "{v}"},
-     "key 'nope'"),
+    (
+        "a json key that is not there",
+        {"output": "x.json", "read": {"json": {"v": ["nope"]}}, "show": "{v}"},
+        "key 'nope'",
+    ),
 ]
 
 
@@ -147,9 +232,27 @@ def test_a_figure_that_cannot_be_read_stops_the_page_with_its_claim_and_file(tmp
 
 def test_a_registry_entry_without_a_required_field_is_refused(tmp_path):
     with pytest.raises(ResultsPageError, match=r"lacks \['read', 'show'\]"):
-        render({"sections": [{"title": "S", "claims": [{"claim": "c", "target": "t", "kind": "planned",
-                                                         "machine": "m", "command": "c", "output": "o"}]}]},
-               root=tmp_path, repo_url=REPO_URL)
+        render(
+            {
+                "sections": [
+                    {
+                        "title": "S",
+                        "claims": [
+                            {
+                                "claim": "c",
+                                "target": "t",
+                                "kind": "planned",
+                                "machine": "m",
+                                "command": "c",
+                                "output": "o",
+                            }
+                        ],
+                    }
+                ]
+            },
+            root=tmp_path,
+            repo_url=REPO_URL,
+        )
 
 
 def test_check_mode_reports_a_stale_page(tmp_path, monkeypatch, capsys):

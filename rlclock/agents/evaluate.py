@@ -45,14 +45,18 @@ class PolicyEvaluation:
 
     def metrics(self, prefix: str = "energy/") -> dict[str, float]:
         """The W&B metric namespace of the issue: saving, slowdown, switches, fraction of optimum."""
-        return {f"{prefix}saving_pct": self.saving_pct, f"{prefix}slowdown_pct": self.slowdown_pct,
-                f"{prefix}switches": float(self.evaluation.switches),
-                f"{prefix}fraction_of_optimum": self.fraction_of_optimum,
-                f"{prefix}optimum_saving_pct": 100 * self.optimum_saving}
+        return {
+            f"{prefix}saving_pct": self.saving_pct,
+            f"{prefix}slowdown_pct": self.slowdown_pct,
+            f"{prefix}switches": float(self.evaluation.switches),
+            f"{prefix}fraction_of_optimum": self.fraction_of_optimum,
+            f"{prefix}optimum_saving_pct": 100 * self.optimum_saving,
+        }
 
 
-def evaluate_policy(policy: ClockPolicy, spec: EnvSpec, backend: GpuBackend | None = None,
-                    search: bool = False) -> PolicyEvaluation:
+def evaluate_policy(
+    policy: ClockPolicy, spec: EnvSpec, backend: GpuBackend | None = None, search: bool = False
+) -> PolicyEvaluation:
     """Run the policy's schedule for ``spec``'s workload on its backend, beside the exact optimum (``search``:
     planned with the search over the policy's best choices, :meth:`ClockPolicy.plan`)."""
     if backend is None:

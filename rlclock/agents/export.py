@@ -18,8 +18,12 @@ def weights_from_sb3(model) -> PolicyWeights:
     activation = None
     for layer in net:
         if isinstance(layer, torch.nn.Linear):
-            hidden.append((layer.weight.detach().cpu().numpy().astype(np.float64),
-                           layer.bias.detach().cpu().numpy().astype(np.float64)))
+            hidden.append(
+                (
+                    layer.weight.detach().cpu().numpy().astype(np.float64),
+                    layer.bias.detach().cpu().numpy().astype(np.float64),
+                )
+            )
         elif isinstance(layer, torch.nn.Tanh):
             activation = "tanh"
         elif isinstance(layer, torch.nn.ReLU):
@@ -29,5 +33,8 @@ def weights_from_sb3(model) -> PolicyWeights:
     head = policy.action_net
     if not isinstance(head, torch.nn.Linear):
         raise CheckpointError("the policy's action head is not a Linear layer (a Discrete action space is expected).")
-    return PolicyWeights(tuple(hidden), (head.weight.detach().cpu().numpy().astype(np.float64),
-                                         head.bias.detach().cpu().numpy().astype(np.float64)), activation or "tanh")
+    return PolicyWeights(
+        tuple(hidden),
+        (head.weight.detach().cpu().numpy().astype(np.float64), head.bias.detach().cpu().numpy().astype(np.float64)),
+        activation or "tanh",
+    )

@@ -57,8 +57,10 @@ class LagrangianExpert:
             return keep
         slots = np.flatnonzero(self.look.candidates(price_rel)[i] == b)
         if len(slots) == 0:
-            raise ValueError(f"the expert's target {b} at kernel {i} is no candidate slot; label a slot policy with "
-                             "LagrangianExpert(episode, restricted=True).")
+            raise ValueError(
+                f"the expert's target {b} at kernel {i} is no candidate slot; label a slot policy with "
+                "LagrangianExpert(episode, restricted=True)."
+            )
         return int(slots[0])
 
 
@@ -92,17 +94,33 @@ class DaggerReport:
 
     def round_metrics(self, rounds: int) -> dict[str, float]:
         """The last round's figures in the ``imitation/`` namespace (with ``imitation/round``, 1-based)."""
-        return {"imitation/round": len(self.samples), "imitation/rounds": rounds,
-                "imitation/samples": self.samples[-1], "imitation/agreement": self.agreement[-1]}
+        return {
+            "imitation/round": len(self.samples),
+            "imitation/rounds": rounds,
+            "imitation/samples": self.samples[-1],
+            "imitation/agreement": self.agreement[-1],
+        }
 
 
-def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, batch_size: int = 512,
-           learning_rate: float = 1e-3, beta_decay: float = 0.5, prices_per_round: int = 2, min_updates: int = 500,
-           seed: int = 0, class_balance: float = 0.0, on_round: Callable[[DaggerReport], None] | None = None,
-           should_stop: Callable[[], bool] = lambda: False,
-           on_visit: Callable[[], None] | None = None, optimizer=None,
-           resume_from: DaggerProgress | None = None,
-           on_checkpoint: Callable[[DaggerProgress], None] | None = None) -> DaggerReport:
+def dagger(
+    model,
+    env: KernelClockEnv,
+    iterations: int = 6,
+    epochs: int = 30,
+    batch_size: int = 512,
+    learning_rate: float = 1e-3,
+    beta_decay: float = 0.5,
+    prices_per_round: int = 2,
+    min_updates: int = 500,
+    seed: int = 0,
+    class_balance: float = 0.0,
+    on_round: Callable[[DaggerReport], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_visit: Callable[[], None] | None = None,
+    optimizer=None,
+    resume_from: DaggerProgress | None = None,
+    on_checkpoint: Callable[[DaggerProgress], None] | None = None,
+) -> DaggerReport:
     """Train ``model``'s policy network to imitate the expert on every workload of ``env``.
 
     Args:
@@ -164,16 +182,32 @@ def dagger(model, env: KernelClockEnv, iterations: int = 6, epochs: int = 30, ba
         Y = torch.as_tensor(np.asarray(act_data), dtype=torch.long)
         n = X.shape[0]
         if n > 0:
-            _fit(policy, opt, X, Y, n - (report.samples[-2] if len(report.samples) > 1 else 0), epochs,
-                 batch_size, min_updates, should_stop, label_weights(Y, class_balance))
+            _fit(
+                policy,
+                opt,
+                X,
+                Y,
+                n - (report.samples[-2] if len(report.samples) > 1 else 0),
+                epochs,
+                batch_size,
+                min_updates,
+                should_stop,
+                label_weights(Y, class_balance),
+            )
         if on_round is not None:
             on_round(report)
         if on_checkpoint is not None and not should_stop():
-            on_checkpoint(DaggerProgress(m + 1, report, np.asarray(obs_data, dtype=np.float32),
-                                         np.asarray(act_data, dtype=np.int64), dict(rng.bit_generator.state), opt))
+            on_checkpoint(
+                DaggerProgress(
+                    m + 1,
+                    report,
+                    np.asarray(obs_data, dtype=np.float32),
+                    np.asarray(act_data, dtype=np.int64),
+                    dict(rng.bit_generator.state),
+                    opt,
+                )
+            )
     return report
-
-
 
 
 def label_weights(labels, class_balance: float):
@@ -189,8 +223,18 @@ def label_weights(labels, class_balance: float):
     return w.to(torch.float32)
 
 
-def _fit(policy, opt, X, Y, new: int, epochs: int, batch_size: int, min_updates: int,
-         should_stop: Callable[[], bool], weight=None) -> None:
+def _fit(
+    policy,
+    opt,
+    X,
+    Y,
+    new: int,
+    epochs: int,
+    batch_size: int,
+    min_updates: int,
+    should_stop: Callable[[], bool],
+    weight=None,
+) -> None:
     """One round's gradient steps: ``epochs`` passes' worth over the round's ``new`` samples (at least
     ``min_updates``), minibatches drawn from all ``X, Y`` gathered so far; until ``should_stop()``;
     ``weight``: per-action weights of the cross-entropy (:func:`label_weights`)."""
@@ -219,8 +263,17 @@ def _logits(policy, obs):
     return policy.action_net(policy.mlp_extractor.forward_actor(policy.extract_features(obs)))
 
 
-def _visit(env: KernelClockEnv, workload: int, expert: LagrangianExpert, price_rel: float, learner,
-           beta: float, rng: np.random.Generator, obs_data: list[np.ndarray], act_data: list[int]) -> tuple[int, int]:
+def _visit(
+    env: KernelClockEnv,
+    workload: int,
+    expert: LagrangianExpert,
+    price_rel: float,
+    learner,
+    beta: float,
+    rng: np.random.Generator,
+    obs_data: list[np.ndarray],
+    act_data: list[int],
+) -> tuple[int, int]:
     """One episode of ``workload`` at ``price_rel``, following the expert with probability ``beta`` per
     decision and the learner otherwise; every decision state is labelled with the expert's choice.
     Returns (decisions where the learner agreed, decisions)."""

@@ -44,8 +44,15 @@ class MeasuredJob:
         seed: Seed of the noise (and of the counter's phase).
     """
 
-    def __init__(self, truth: TrueGpu, plans: Sequence[np.ndarray], noise: str = "replay", tick_s: float = 0.1,
-                 window_s: float = 1.0, seed: int = 0) -> None:
+    def __init__(
+        self,
+        truth: TrueGpu,
+        plans: Sequence[np.ndarray],
+        noise: str = "replay",
+        tick_s: float = 0.1,
+        window_s: float = 1.0,
+        seed: int = 0,
+    ) -> None:
         if not len(plans) or np.any(np.asarray(plans[0]) != 0):
             raise ValueError("arm 0 must be the all-auto plan (the reference of every measurement).")
         runs = [truth.run_indices(np.asarray(p, dtype=np.int64)) for p in plans]
@@ -142,7 +149,7 @@ class Estimates:
 
         n = np.maximum(self.count, 1)
         mean = s / n
-        var = np.maximum(sq / n - mean ** 2, 0.0) * n / np.maximum(n - 1, 1)
+        var = np.maximum(sq / n - mean**2, 0.0) * n / np.maximum(n - 1, 1)
         se = np.sqrt(np.maximum(var, (floor * mean) ** 2) / n)
         widen = student.ppf(0.975, np.maximum(n - 1, 1)) / 1.96
         return mean, np.where(self.count >= MIN_WINDOWS, se * widen, np.inf)
@@ -154,7 +161,7 @@ class Estimates:
             return np.full(self.n_arms, np.nan), np.full(self.n_arms, np.inf)
         ratio = m / m[0]
         with np.errstate(invalid="ignore"):
-            err = np.sqrt(se ** 2 + (se[0] * ratio) ** 2) / m[0]
+            err = np.sqrt(se**2 + (se[0] * ratio) ** 2) / m[0]
         return ratio, np.where(self.count > 0, err, np.inf)
 
     def slowdown(self) -> tuple[np.ndarray, np.ndarray]:

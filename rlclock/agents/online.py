@@ -45,9 +45,26 @@ from rlclock.policy.paired import (
     candidate_plans,
 )
 
-__all__ = ["LATENCY_BUDGETS", "LATENCY_SCALES", "PLAN_BUDGETS", "BudgetFeedback", "Candidates", "GuardedRun",
-           "NominalPlan", "PairedTracker", "SafeBandit", "Trajectory", "best_mix", "candidate_plans", "observation",
-           "ppo_learner", "run_learner", "run_nominal", "run_tracker"]
+__all__ = [
+    "LATENCY_BUDGETS",
+    "LATENCY_SCALES",
+    "PLAN_BUDGETS",
+    "BudgetFeedback",
+    "Candidates",
+    "GuardedRun",
+    "NominalPlan",
+    "PairedTracker",
+    "SafeBandit",
+    "Trajectory",
+    "best_mix",
+    "candidate_plans",
+    "observation",
+    "ppo_learner",
+    "run_learner",
+    "run_nominal",
+    "run_tracker",
+]
+
 
 class NominalPlan:
     """The plan made for the budget on the planning model, always."""
@@ -84,8 +101,9 @@ class SafeBandit:
             return self.start
         slow, sse = est.slowdown()
         save, vse = est.saving()
-        plausible = [a for a in range(est.n_arms)
-                     if est.count[a] < MIN_WINDOWS or slow[a] - self.z * sse[a] <= self.budget]
+        plausible = [
+            a for a in range(est.n_arms) if est.count[a] < MIN_WINDOWS or slow[a] - self.z * sse[a] <= self.budget
+        ]
         unseen = [a for a in plausible if est.count[a] < MIN_WINDOWS]
         if unseen:  # the untried arm closest to the nominal one
             return min(unseen, key=lambda a: abs(a - self.start))
@@ -94,8 +112,9 @@ class SafeBandit:
     def commit(self, est: Estimates) -> int:
         slow, sse = est.slowdown()
         save, _ = est.saving()
-        fits = [a for a in range(est.n_arms)
-                if est.count[a] >= MIN_WINDOWS and slow[a] + self.z * sse[a] <= self.budget]
+        fits = [
+            a for a in range(est.n_arms) if est.count[a] >= MIN_WINDOWS and slow[a] + self.z * sse[a] <= self.budget
+        ]
         return max(fits, key=lambda a: save[a]) if fits else 0
 
 
@@ -115,8 +134,9 @@ class BudgetFeedback:
         patience: Windows an arm may stay undecided before it is passed over.
     """
 
-    def __init__(self, budget: float, model_saving: Sequence[float], z: float = 2.0, reference_every: int = 4,
-                 patience: int = 24) -> None:
+    def __init__(
+        self, budget: float, model_saving: Sequence[float], z: float = 2.0, reference_every: int = 4, patience: int = 24
+    ) -> None:
         self.budget, self.z, self.reference_every, self.patience = budget, z, reference_every, patience
         self.order = [int(a) for a in np.argsort(-np.asarray(model_saving, dtype=float), kind="stable")]
         self.windows = 0
@@ -187,9 +207,16 @@ class GuardedRun:
         span_steps: The span the safety layer keeps.
     """
 
-    def __init__(self, job: MeasuredJob, budget: float, model_slowdown: Sequence[float],
-                 parts: np.ndarray | None = None, margin: float = 0.005, z_safe: float = 2.5,
-                 span_steps: int = 100) -> None:
+    def __init__(
+        self,
+        job: MeasuredJob,
+        budget: float,
+        model_slowdown: Sequence[float],
+        parts: np.ndarray | None = None,
+        margin: float = 0.005,
+        z_safe: float = 2.5,
+        span_steps: int = 100,
+    ) -> None:
         self.job, self.budget = job, float(budget)
         self.guard = GuardedSteps(budget, model_slowdown, parts, margin, z_safe, span_steps)
         self.est = Estimates(job.n_arms)
@@ -223,7 +250,6 @@ class GuardedRun:
         return arm, t, e, n
 
 
-
 def observation(est: Estimates, run: GuardedRun) -> np.ndarray:
     """What the PPO learner sees: every arm's estimated slowdown and saving (percent, 0 if unseen), their
     standard errors (percent, capped), log counts, and every arm's paired slowdown bound (percent)."""
@@ -231,8 +257,16 @@ def observation(est: Estimates, run: GuardedRun) -> np.ndarray:
     save, vse = est.saving()
     seen = est.count > 0
     f = lambda x: np.where(seen, np.clip(100 * np.nan_to_num(x), -20, 20), 0.0)  # noqa: E731
-    return np.concatenate([f(slow), f(save), f(np.minimum(sse, 0.2)), f(np.minimum(vse, 0.2)),
-                           np.log1p(est.count), np.clip(100 * run.upper(), -20, 20)]).astype(np.float32)
+    return np.concatenate(
+        [
+            f(slow),
+            f(save),
+            f(np.minimum(sse, 0.2)),
+            f(np.minimum(vse, 0.2)),
+            np.log1p(est.count),
+            np.clip(100 * run.upper(), -20, 20),
+        ]
+    ).astype(np.float32)
 
 
 def run_learner(run: GuardedRun, learner: SafeBandit | BudgetFeedback, steps: int) -> Trajectory:
@@ -286,8 +320,9 @@ def ppo_learner(run: GuardedRun, steps: int, start: int, seed: int = 0, penalty:
 
     def _commit() -> int:
         slow, se = est.slowdown()
-        fits = [a for a in range(job.n_arms)
-                if est.count[a] >= MIN_WINDOWS and slow[a] + bandit_rule.z * se[a] <= budget]
+        fits = [
+            a for a in range(job.n_arms) if est.count[a] >= MIN_WINDOWS and slow[a] + bandit_rule.z * se[a] <= budget
+        ]
         if not fits:
             return 0
         obs = observation(est, run)
@@ -297,8 +332,19 @@ def ppo_learner(run: GuardedRun, steps: int, start: int, seed: int = 0, penalty:
         return max(fits, key=lambda a: p[a])
 
     env = _Env()
-    model = PPO("MlpPolicy", env, n_steps=16, batch_size=16, n_epochs=4, learning_rate=3e-4, gamma=0.9,
-                ent_coef=0.01, seed=seed, verbose=0, device="cpu")
+    model = PPO(
+        "MlpPolicy",
+        env,
+        n_steps=16,
+        batch_size=16,
+        n_epochs=4,
+        learning_rate=3e-4,
+        gamma=0.9,
+        ent_coef=0.01,
+        seed=seed,
+        verbose=0,
+        device="cpu",
+    )
     windows = math.ceil(steps / job.window_steps)
     model.learn(total_timesteps=max(windows, 16))
     while job.steps < steps:  # PPO's rollouts end on a multiple of their length: the rest by its last commitment

@@ -44,8 +44,10 @@ def create_run_folder(runs_dir: str | Path, name: str, seed: int) -> Path:
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise SpecError(f"runs folder {str(parent)!r} is a file or lies under one.",
-                        "give --runs-dir a folder (it is created if missing).") from None
+        raise SpecError(
+            f"runs folder {str(parent)!r} is a file or lies under one.",
+            "give --runs-dir a folder (it is created if missing).",
+        ) from None
     except OSError as exc:
         raise SpecError(f"cannot create the runs folder {str(parent)!r}: {exc.strerror or exc}.") from None
     base = f"{folder_part(name)}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -104,13 +104,21 @@ def save_state(run_dir: Path, meta: dict[str, Any], tensors: Mapping[str, Any]) 
     previous = read_state_meta(run_dir, quiet=True)
     serial = 0 if previous is None else previous.serial + 1
     name = f"state-{serial}.safetensors"
-    arrays = {k: np.ascontiguousarray(v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v))
-              for k, v in tensors.items()}
+    arrays = {
+        k: np.ascontiguousarray(v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v))
+        for k, v in tensors.items()
+    }
     tmp = run_dir / f".{name}.tmp"
     save_file(arrays, str(tmp))
     tmp.replace(run_dir / name)
-    full = {"format": STATE_FORMAT, "version": STATE_VERSION, **meta, "serial": serial, "tensors": name,
-            "sha256": _digest(run_dir / name)}
+    full = {
+        "format": STATE_FORMAT,
+        "version": STATE_VERSION,
+        **meta,
+        "serial": serial,
+        "tensors": name,
+        "sha256": _digest(run_dir / name),
+    }
     validate(StateMeta, full, f"{run_dir / STATE_FILE}", CheckpointError)  # never write what cannot be read back
     _write_json(run_dir / STATE_FILE, full)
     for old in run_dir.glob("state-*.safetensors"):
@@ -152,8 +160,9 @@ def load_state(run_dir: Path) -> tuple[StateMeta, dict[str, np.ndarray]] | None:
     if not path.is_file():
         raise CheckpointError(f"{path} is missing (named by {STATE_FILE}).", FIX)
     if _digest(path) != meta.sha256:
-        raise CheckpointError(f"{path} is not the file {STATE_FILE} names (its SHA-256 differs: truncated or "
-                              "changed).", FIX)
+        raise CheckpointError(
+            f"{path} is not the file {STATE_FILE} names (its SHA-256 differs: truncated or changed).", FIX
+        )
     try:
         tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as exc:
@@ -165,8 +174,11 @@ def load_state(run_dir: Path) -> tuple[StateMeta, dict[str, np.ndarray]] | None:
         for group in groups:
             for key, value in group.items():
                 if not _setting(value):
-                    raise CheckpointError(f"{run_dir / STATE_FILE}: optimiser setting {key!r} is {value!r}, where a "
-                                          "number, a flag or a list of numbers belongs.", FIX)
+                    raise CheckpointError(
+                        f"{run_dir / STATE_FILE}: optimiser setting {key!r} is {value!r}, where a "
+                        "number, a flag or a list of numbers belongs.",
+                        FIX,
+                    )
     return meta, tensors
 
 
@@ -187,8 +199,10 @@ def random_state() -> tuple[dict[str, Any], dict[str, Any]]:
     import torch
 
     _, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"numpy_rng": [int(pos), int(has_gauss), float(cached)]}, {"rng.torch": torch.get_rng_state(),
-                                                                          "rng.numpy": np.asarray(keys)}
+    return {"numpy_rng": [int(pos), int(has_gauss), float(cached)]}, {
+        "rng.torch": torch.get_rng_state(),
+        "rng.numpy": np.asarray(keys),
+    }
 
 
 def restore_random(meta: StateMeta, tensors: Mapping[str, np.ndarray], where: str) -> None:
@@ -218,8 +232,9 @@ def optimizer_state(opt: Any, prefix: str) -> tuple[list[dict[str, Any]], dict[s
     return groups, tensors
 
 
-def restore_optimizer(opt: Any, groups: list[dict[str, Any]], tensors: Mapping[str, np.ndarray], prefix: str,
-                      where: str) -> None:
+def restore_optimizer(
+    opt: Any, groups: list[dict[str, Any]], tensors: Mapping[str, np.ndarray], prefix: str, where: str
+) -> None:
     """Load an optimiser's settings and moments saved by :func:`optimizer_state`, after checking them against the
     optimiser as built (the same settings of the same types, moments of its parameters' shapes).
 
@@ -231,22 +246,29 @@ def restore_optimizer(opt: Any, groups: list[dict[str, Any]], tensors: Mapping[s
     fresh = opt.state_dict()
     shapes = [tuple(p.shape) for g in opt.param_groups for p in g["params"]]
     if len(groups) != len(fresh["param_groups"]):
-        raise CheckpointError(f"{where}: {len(groups)} optimiser parameter groups saved, {len(fresh['param_groups'])} "
-                              "built.", FIX)
+        raise CheckpointError(
+            f"{where}: {len(groups)} optimiser parameter groups saved, {len(fresh['param_groups'])} built.", FIX
+        )
     restored_groups = []
     for g, f in zip(groups, fresh["param_groups"]):
         if set(g) != set(f) or g["params"] != f["params"]:
-            raise CheckpointError(f"{where}: the optimiser's settings {sorted(g)} are not those it is built with "
-                                  f"{sorted(f)}.", FIX)
+            raise CheckpointError(
+                f"{where}: the optimiser's settings {sorted(g)} are not those it is built with {sorted(f)}.", FIX
+            )
         out = {}
         for key, value in g.items():
             ref = f[key]
-            ok = (type(value) is type(ref) if ref is None or isinstance(ref, bool) else
-                  isinstance(value, list) and len(value) == len(ref) if isinstance(ref, (tuple, list)) else
-                  isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
+            ok = (
+                type(value) is type(ref)
+                if ref is None or isinstance(ref, bool)
+                else isinstance(value, list) and len(value) == len(ref)
+                if isinstance(ref, (tuple, list))
+                else isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            )
             if not ok:
-                raise CheckpointError(f"{where}: optimiser setting {key!r} is {value!r}, where a value like "
-                                      f"{ref!r} belongs.", FIX)
+                raise CheckpointError(
+                    f"{where}: optimiser setting {key!r} is {value!r}, where a value like {ref!r} belongs.", FIX
+                )
             out[key] = tuple(value) if isinstance(ref, tuple) else value
         restored_groups.append(out)
     state: dict[int, dict[str, Any]] = {}
@@ -257,8 +279,9 @@ def restore_optimizer(opt: Any, groups: list[dict[str, Any]], tensors: Mapping[s
         if not index.isdigit() or int(index) >= len(shapes) or moment not in _MOMENTS:
             raise CheckpointError(f"{where}: tensor {name!r} is no moment of the optimiser.", FIX)
         if moment != "step" and tuple(arr.shape) != shapes[int(index)]:
-            raise CheckpointError(f"{where}: tensor {name!r} has shape {tuple(arr.shape)}, its parameter "
-                                  f"{shapes[int(index)]}.", FIX)
+            raise CheckpointError(
+                f"{where}: tensor {name!r} has shape {tuple(arr.shape)}, its parameter {shapes[int(index)]}.", FIX
+            )
         state.setdefault(int(index), {})[moment] = torch.as_tensor(arr)
     try:
         opt.load_state_dict({"state": state, "param_groups": restored_groups})
@@ -270,16 +293,21 @@ def restore_module(module: Any, tensors: Mapping[str, np.ndarray], prefix: str, 
     """Load a torch module's weights from ``<prefix>.<name>`` tensors (all of them, each of its shape)."""
     import torch
 
-    mine = {k[len(prefix) + 1:]: torch.as_tensor(v) for k, v in tensors.items() if k.startswith(prefix + ".")}
+    mine = {k[len(prefix) + 1 :]: torch.as_tensor(v) for k, v in tensors.items() if k.startswith(prefix + ".")}
     expected = module.state_dict()
     if set(mine) != set(expected):
         missing, extra = sorted(set(expected) - set(mine)), sorted(set(mine) - set(expected))
-        raise CheckpointError(f"{where}: the saved {prefix} weights do not match the network (missing {missing[:3]}, "
-                              f"unknown {extra[:3]}).", FIX)
+        raise CheckpointError(
+            f"{where}: the saved {prefix} weights do not match the network (missing {missing[:3]}, "
+            f"unknown {extra[:3]}).",
+            FIX,
+        )
     for k, v in mine.items():
         if tuple(v.shape) != tuple(expected[k].shape):
-            raise CheckpointError(f"{where}: {prefix} weight {k!r} has shape {tuple(v.shape)}, the network "
-                                  f"{tuple(expected[k].shape)}.", FIX)
+            raise CheckpointError(
+                f"{where}: {prefix} weight {k!r} has shape {tuple(v.shape)}, the network {tuple(expected[k].shape)}.",
+                FIX,
+            )
     module.load_state_dict(mine)
 
 
@@ -362,8 +390,10 @@ class Owner:
             self._lockfile = _lock(self.run_dir / LOCK_FILE)
         except BlockingIOError:
             other = owner_of(self.run_dir) or {}
-            raise SpecError(f"run folder {self.run_dir} is in use by a running rlclock (pid {other.get('pid')}).",
-                            "wait for it to end, or stop it (kill -INT saves it) and resume then.") from None
+            raise SpecError(
+                f"run folder {self.run_dir} is in use by a running rlclock (pid {other.get('pid')}).",
+                "wait for it to end, or stop it (kill -INT saves it) and resume then.",
+            ) from None
         self.beat()
         self._thread = threading.Thread(target=self._run, name="rlclock-heartbeat", daemon=True)
         self._thread.start()
@@ -371,9 +401,16 @@ class Owner:
 
     def beat(self) -> None:
         with contextlib.suppress(OSError):
-            _write_json(self.run_dir / OWNER_FILE, {"pid": os.getpid(), "host": socket.gethostname(),
-                                                    "started_unix": self.started, "heartbeat_unix": time.time(),
-                                                    "wall_s": float(self.wall_s())})
+            _write_json(
+                self.run_dir / OWNER_FILE,
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "started_unix": self.started,
+                    "heartbeat_unix": time.time(),
+                    "wall_s": float(self.wall_s()),
+                },
+            )
 
     def _run(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):

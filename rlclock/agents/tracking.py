@@ -44,8 +44,10 @@ def wandb_mode() -> str:
     explicit = os.environ.get("WANDB_MODE")
     if explicit is not None and explicit.strip():
         if explicit.strip() not in WANDB_MODES:
-            raise RlclockError(f"WANDB_MODE is {explicit!r}; W&B takes {', '.join(WANDB_MODES[:4])}.",
-                               "set WANDB_MODE=offline (or unset it: offline unless you ran `wandb login`).")
+            raise RlclockError(
+                f"WANDB_MODE is {explicit!r}; W&B takes {', '.join(WANDB_MODES[:4])}.",
+                "set WANDB_MODE=offline (or unset it: offline unless you ran `wandb login`).",
+            )
         return explicit.strip()
     if os.environ.get("WANDB_API_KEY"):
         return "online"
@@ -92,9 +94,17 @@ class Tracker:
         group: W&B run group (default ``WANDB_RUN_GROUP``, else none).
     """
 
-    def __init__(self, enabled: bool, name: str | None = None, config: Mapping[str, Any] | None = None,
-                 folder: str | Path = "runs", tags: Sequence[str] = (), project: str | None = None,
-                 entity: str | None = None, group: str | None = None) -> None:
+    def __init__(
+        self,
+        enabled: bool,
+        name: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        folder: str | Path = "runs",
+        tags: Sequence[str] = (),
+        project: str | None = None,
+        entity: str | None = None,
+        group: str | None = None,
+    ) -> None:
         self.enabled = enabled
         self.run: Any = None
         self.mode = "disabled"
@@ -108,10 +118,17 @@ class Tracker:
         self.mode = wandb_mode()
         Path(folder).mkdir(parents=True, exist_ok=True)
         os.environ.setdefault("WANDB_SILENT", "true")
-        self.run = wandb.init(project=project or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT,
-                              entity=entity or None, group=group or None, name=name,
-                              config=dict(config or {}), dir=str(folder), mode=self.mode,  # type: ignore[arg-type]
-                              tags=list(tags), reinit="finish_previous")
+        self.run = wandb.init(
+            project=project or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT,
+            entity=entity or None,
+            group=group or None,
+            name=name,
+            config=dict(config or {}),
+            dir=str(folder),
+            mode=self.mode,  # type: ignore[arg-type]
+            tags=list(tags),
+            reinit="finish_previous",
+        )
         self.run.define_metric(STEP)
         self.run.define_metric("*", step_metric=STEP)
         self.run.define_metric(ROUND)
@@ -144,8 +161,14 @@ class Tracker:
         if self.run is not None:
             self.run.log({key: self._wandb.Image(str(path)), STEP: step})
 
-    def artifact(self, folder: str | Path, name: str, kind: str = "model",
-                 metadata: Mapping[str, Any] | None = None, extra_files: Sequence[str | Path] = ()) -> str | None:
+    def artifact(
+        self,
+        folder: str | Path,
+        name: str,
+        kind: str = "model",
+        metadata: Mapping[str, Any] | None = None,
+        extra_files: Sequence[str | Path] = (),
+    ) -> str | None:
         """Log ``folder`` (and ``extra_files``) as an artifact named after ``name`` (:func:`artifact_name`);
         returns the name used."""
         if self.run is None:

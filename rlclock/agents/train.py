@@ -98,10 +98,16 @@ def git_revision() -> str:
     if not (root / ".git").exists():
         return "unknown"
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -118,8 +124,9 @@ def _policy(model, specs: Sequence[EnvSpec], configs, lookahead: int, extra: dic
     from rlclock.agents.export import weights_from_sb3
 
     s0 = specs[0]
-    meta = policy_meta(s0.gpu, configs, lookahead, obs_size(lookahead, n_slots(configs)), s0.latency_s,
-                       s0.reward.budget, extra)
+    meta = policy_meta(
+        s0.gpu, configs, lookahead, obs_size(lookahead, n_slots(configs)), s0.latency_s, s0.reward.budget, extra
+    )
     meta.update(format="rlclock.policy", version=1)
     if "price_rel" not in meta:
         from rlclock.env import episode_tables
@@ -130,11 +137,21 @@ def _policy(model, specs: Sequence[EnvSpec], configs, lookahead: int, extra: dic
     return ClockPolicy(w, meta)
 
 
-def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "runs", name: str | None = None,
-          track: bool = False, progress: bool = True, save_to: str | Path | None = None,
-          eval_specs: Sequence[EnvSpec] | None = None, command: str | None = None,
-          wandb_project: str | None = None, wandb_entity: str | None = None,
-          wandb_group: str | None = None, resume: str | Path | None = None) -> TrainResult:
+def train(
+    specs: Sequence[EnvSpec],
+    agent: AgentConfig,
+    runs_dir: str | Path = "runs",
+    name: str | None = None,
+    track: bool = False,
+    progress: bool = True,
+    save_to: str | Path | None = None,
+    eval_specs: Sequence[EnvSpec] | None = None,
+    command: str | None = None,
+    wandb_project: str | None = None,
+    wandb_entity: str | None = None,
+    wandb_group: str | None = None,
+    resume: str | Path | None = None,
+) -> TrainResult:
     """Train PPO on ``specs`` (one spec, or a family sharing GPU and action set): imitation, then PPO, then the
     run folder's policy, figures and plots.
 
@@ -170,8 +187,9 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
     name = name or (specs[0].name if len(specs) == 1 else f"family-{specs[0].gpu.key}")
     if track:
         wandb_mode()  # a bad WANDB_MODE is one line now, not after the run folder is made
-    agent.check_fits(obs_size(specs[0].lookahead, n_slots(specs[0].configs())), n_slots(specs[0].configs()),
-                     agent.source)
+    agent.check_fits(
+        obs_size(specs[0].lookahead, n_slots(specs[0].configs())), n_slots(specs[0].configs()), agent.source
+    )
     if save_to is not None:
         check_output_folder(save_to, "--save-checkpoint")
     note = ""
@@ -184,12 +202,20 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
         config["resumed"] = [*config.get("resumed", []), command or " ".join(sys.argv)]
     else:
         run_dir = create_run_folder(runs_dir, name, agent.seed)
-        config = {"name": name, "agent": agent.as_dict(), "envs": [dict(s.raw) for s in specs],
-                  "env_sources": [s.source for s in specs], "eval_envs": [s.name for s in eval_specs],
-                  "eval_env_specs": [dict(s.raw) for s in eval_specs],
-                  "eval_env_sources": [s.source for s in eval_specs],
-                  "command": command or " ".join(sys.argv), "git": git_revision(), "rlclock": __version__,
-                  "python": platform.python_version(), "torch": str(torch.__version__)}
+        config = {
+            "name": name,
+            "agent": agent.as_dict(),
+            "envs": [dict(s.raw) for s in specs],
+            "env_sources": [s.source for s in specs],
+            "eval_envs": [s.name for s in eval_specs],
+            "eval_env_specs": [dict(s.raw) for s in eval_specs],
+            "eval_env_sources": [s.source for s in eval_specs],
+            "command": command or " ".join(sys.argv),
+            "git": git_revision(),
+            "rlclock": __version__,
+            "python": platform.python_version(),
+            "torch": str(torch.__version__),
+        }
     wall = _Wall(_prior_wall_s(run_dir) if resume is not None else 0.0)
     with Owner(run_dir, wall), StopOnSignal() as stop:  # a signal from here on ends the run in a known state
         _atomic_text(run_dir / "config.yaml", dump_yaml(config))
@@ -197,10 +223,26 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
         tracker: Tracker | None = None
         try:
             write_summary(run_dir, name=name, status="running", folder=str(run_dir), wall_s=wall())
-            tracker = Tracker(track, name=name, config=config, folder=run_dir, tags=[specs[0].gpu.key],
-                              project=wandb_project, entity=wandb_entity, group=wandb_group)
-            session = _Session(specs, eval_specs, agent, run_dir, tracker, progress, wall,
-                               load_state(run_dir) if resume is not None else None)
+            tracker = Tracker(
+                track,
+                name=name,
+                config=config,
+                folder=run_dir,
+                tags=[specs[0].gpu.key],
+                project=wandb_project,
+                entity=wandb_entity,
+                group=wandb_group,
+            )
+            session = _Session(
+                specs,
+                eval_specs,
+                agent,
+                run_dir,
+                tracker,
+                progress,
+                wall,
+                load_state(run_dir) if resume is not None else None,
+            )
             if progress:
                 print(f"estimated on this machine: {session.estimate()}", flush=True)
             stop.graceful = True  # from here on there is a model to save
@@ -219,8 +261,9 @@ def train(specs: Sequence[EnvSpec], agent: AgentConfig, runs_dir: str | Path = "
             if session is not None:
                 session.finish("interrupted", save_to, name, final=False)
             else:
-                write_summary(run_dir, status="interrupted", wall_s=wall(),
-                              note="stopped before training began: no policy")
+                write_summary(
+                    run_dir, status="interrupted", wall_s=wall(), note="stopped before training began: no policy"
+                )
                 if tracker is not None:
                     tracker.finish()
             raise
@@ -273,17 +316,23 @@ def resumable(run_dir: Path, agent: AgentConfig) -> str:
     status = summary.get("status")
     live = running_owner(run_dir)
     if live is not None:
-        raise SpecError(f"run {run_dir} is still running ({live}).",
-                        "let it finish, or stop it with Ctrl-C or kill -INT (it saves its state), then resume.")
+        raise SpecError(
+            f"run {run_dir} is still running ({live}).",
+            "let it finish, or stop it with Ctrl-C or kill -INT (it saves its state), then resume.",
+        )
     state = load_state(run_dir)
     done = state[0].timesteps if state is not None and state[0].phase == "ppo" else 0
     if status == "finished" and done >= agent.timesteps:
-        raise SpecError(f"run {run_dir} finished with {done} PPO steps; --resume continues it only up to more.",
-                        f"give --timesteps above {done} to train it on.")
+        raise SpecError(
+            f"run {run_dir} finished with {done} PPO steps; --resume continues it only up to more.",
+            f"give --timesteps above {done} to train it on.",
+        )
     if status == "running":
         return f"the run was killed ({killed_note(run_dir)}); continuing from its last state" + (
             f" ({state[0].phase}, {state[0].imitation_rounds} imitation rounds, {state[0].timesteps} PPO steps)"
-            if state is not None else " (none saved yet: from the start)")
+            if state is not None
+            else " (none saved yet: from the start)"
+        )
     return ""
 
 
@@ -307,23 +356,30 @@ def resume_inputs(run_dir: str | Path) -> tuple[list[EnvSpec], AgentConfig, list
     if not cfg_path.is_file():
         what = " (it is a policy checkpoint: `rlclock evaluate` reads it)" if (folder / META_FILE).is_file() else ""
         raise SpecError(f"{folder} is not a run folder to resume: it has no config.yaml{what}.", fix)
-    if not (folder / STATE_FILE).is_file() and (folder / SB3_FILE).is_file() \
-            and read_summary(folder).get("status") != "running":
-        raise CheckpointError(f"{folder} was written by an earlier rlclock: its model is only in {SB3_FILE}, which "
-                              "rlclock no longer loads (a pickle file can run code).",
-                              "start a new run with the env spec and recipe of its config.yaml.")
+    if (
+        not (folder / STATE_FILE).is_file()
+        and (folder / SB3_FILE).is_file()
+        and read_summary(folder).get("status") != "running"
+    ):
+        raise CheckpointError(
+            f"{folder} was written by an earlier rlclock: its model is only in {SB3_FILE}, which "
+            "rlclock no longer loads (a pickle file can run code).",
+            "start a new run with the env spec and recipe of its config.yaml.",
+        )
     config = read_yaml(cfg_path, "run config")
     if not isinstance(config, dict):
         raise SpecError(f"{cfg_path}: not a config written by `rlclock train` (not a mapping).", fix)
     try:
+
         def specs_of(raws: Any, sources: Any) -> list[EnvSpec]:
             if not isinstance(raws, list) or not raws:
                 raise TypeError("no env specs")
             return [parse_env_spec(raw, src) for raw, src in zip(raws, sources or ["<dict>"] * len(raws))]
 
         specs = specs_of(config["envs"], config.get("env_sources"))
-        evals = specs_of(config.get("eval_env_specs", config["envs"]),
-                         config.get("eval_env_sources", config.get("env_sources")))
+        evals = specs_of(
+            config.get("eval_env_specs", config["envs"]), config.get("eval_env_sources", config.get("env_sources"))
+        )
         agent = parse_agent_config(config["agent"], str(cfg_path))
     except (KeyError, TypeError, AttributeError) as exc:
         raise SpecError(f"{cfg_path}: not a config written by `rlclock train` ({exc}).", fix) from None
@@ -333,9 +389,17 @@ def resume_inputs(run_dir: str | Path) -> tuple[list[EnvSpec], AgentConfig, list
 class _Session:
     """One training run's model, env, tracker and evaluation history (:func:`train`'s phases)."""
 
-    def __init__(self, specs: list[EnvSpec], eval_specs: list[EnvSpec], agent: AgentConfig, run_dir: Path,
-                 tracker: Tracker, progress: bool, wall: _Wall,
-                 state: tuple[StateMeta, dict[str, np.ndarray]] | None = None) -> None:
+    def __init__(
+        self,
+        specs: list[EnvSpec],
+        eval_specs: list[EnvSpec],
+        agent: AgentConfig,
+        run_dir: Path,
+        tracker: Tracker,
+        progress: bool,
+        wall: _Wall,
+        state: tuple[StateMeta, dict[str, np.ndarray]] | None = None,
+    ) -> None:
         import torch
         from stable_baselines3 import PPO
         from stable_baselines3.common.logger import CSVOutputFormat, Logger
@@ -357,23 +421,35 @@ class _Session:
         act = torch.nn.Tanh if agent.policy.activation == "tanh" else torch.nn.ReLU
         arch = list(agent.policy.net_arch)
         p = agent.ppo
-        self.model = PPO("MlpPolicy", self.vec, learning_rate=p.learning_rate, n_steps=p.n_steps,
-                         batch_size=p.batch_size, n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda,
-                         clip_range=p.clip_range, ent_coef=p.ent_coef, vf_coef=p.vf_coef,
-                         max_grad_norm=p.max_grad_norm, seed=agent.seed,
-                         policy_kwargs={"net_arch": {"pi": arch, "vf": arch}, "activation_fn": act},
-                         device="cpu", verbose=0)
+        self.model = PPO(
+            "MlpPolicy",
+            self.vec,
+            learning_rate=p.learning_rate,
+            n_steps=p.n_steps,
+            batch_size=p.batch_size,
+            n_epochs=p.n_epochs,
+            gamma=p.gamma,
+            gae_lambda=p.gae_lambda,
+            clip_range=p.clip_range,
+            ent_coef=p.ent_coef,
+            vf_coef=p.vf_coef,
+            max_grad_norm=p.max_grad_norm,
+            seed=agent.seed,
+            policy_kwargs={"net_arch": {"pi": arch, "vf": arch}, "activation_fn": act},
+            device="cpu",
+            verbose=0,
+        )
         self.wall = wall
         self.state = state[0] if state is not None else None
-        self.imitation_optimizer = torch.optim.Adam(self.model.policy.parameters(),
-                                                    lr=agent.imitation.learning_rate)
+        self.imitation_optimizer = torch.optim.Adam(self.model.policy.parameters(), lr=agent.imitation.learning_rate)
         self.dagger: Any = None  # where the imitation stands (DaggerProgress), once a round is done
         if state is not None:
             self._restore(*state)
         # SB3's training curves; a resumed run writes progress.2.csv, … beside the first one
         segments = len(list(run_dir.glob("progress*.csv")))
-        formats: list[Any] = [CSVOutputFormat(str(run_dir / ("progress.csv" if segments == 0 else
-                                                             f"progress.{segments + 1}.csv")))]
+        formats: list[Any] = [
+            CSVOutputFormat(str(run_dir / ("progress.csv" if segments == 0 else f"progress.{segments + 1}.csv")))
+        ]
         if tracker.enabled:
             formats.append(sb3_writer(tracker))
         self.model.set_logger(Logger(str(run_dir), formats))
@@ -396,24 +472,31 @@ class _Session:
         if meta.phase == "imitation":
             if meta.imitation_optimizer is None or "imitation.obs" not in tensors or "imitation.act" not in tensors:
                 raise CheckpointError(f"{where}: an imitation under way without its data or optimiser.", FIX)
-            restore_optimizer(self.imitation_optimizer, meta.imitation_optimizer, tensors, "imitation_optimizer",
-                              where)
+            restore_optimizer(self.imitation_optimizer, meta.imitation_optimizer, tensors, "imitation_optimizer", where)
             obs, act = tensors["imitation.obs"], tensors["imitation.act"]
             width = int(np.prod(self.model.policy.observation_space.shape or ()))
-            if obs.ndim != 2 or (obs.size and obs.shape[1] != width) or act.shape != (obs.shape[0],) \
-                    or len(meta.imitation_samples) != meta.imitation_rounds \
-                    or len(meta.imitation_agreement) != meta.imitation_rounds \
-                    or meta.imitation_rounds > self.agent.imitation.iterations \
-                    or (act.size and (act.min() < 0 or act.max() > self.proto.keep_action)):
+            if (
+                obs.ndim != 2
+                or (obs.size and obs.shape[1] != width)
+                or act.shape != (obs.shape[0],)
+                or len(meta.imitation_samples) != meta.imitation_rounds
+                or len(meta.imitation_agreement) != meta.imitation_rounds
+                or meta.imitation_rounds > self.agent.imitation.iterations
+                or (act.size and (act.min() < 0 or act.max() > self.proto.keep_action))
+            ):
                 raise CheckpointError(f"{where}: the imitation's data do not fit this run's network and rounds.", FIX)
             try:
                 np.random.default_rng().bit_generator.state = meta.imitation_rng or {}
             except (TypeError, ValueError, KeyError) as exc:
                 raise CheckpointError(f"{where}: the imitation's random state is unreadable ({exc}).", FIX) from None
-            self.dagger = DaggerProgress(meta.imitation_rounds, DaggerReport(list(meta.imitation_samples),
-                                                                             list(meta.imitation_agreement)),
-                                         obs, act.astype(np.int64), dict(meta.imitation_rng or {}),
-                                         self.imitation_optimizer)
+            self.dagger = DaggerProgress(
+                meta.imitation_rounds,
+                DaggerReport(list(meta.imitation_samples), list(meta.imitation_agreement)),
+                obs,
+                act.astype(np.int64),
+                dict(meta.imitation_rng or {}),
+                self.imitation_optimizer,
+            )
         self.model.num_timesteps = meta.timesteps
         self.model._n_updates = meta.updates
         restore_random(meta, tensors, where)
@@ -422,15 +505,16 @@ class _Session:
         """The best policy a resumed run had kept, evaluated again (its figures are not stored)."""
         import torch
 
-        best = {k[len("best."):]: torch.as_tensor(v) for k, v in tensors.items() if k.startswith("best.")}
+        best = {k[len("best.") :]: torch.as_tensor(v) for k, v in tensors.items() if k.startswith("best.")}
         if not best:
             return None
         current = {k: v.clone() for k, v in self.model.policy.state_dict().items()}
         if set(best) != set(current) or any(best[k].shape != current[k].shape for k in best):
             from rlclock.agents.state import STATE_FILE
 
-            raise CheckpointError(f"{self.run_dir / STATE_FILE}: the best policy's weights do not fit the network.",
-                                  FIX)
+            raise CheckpointError(
+                f"{self.run_dir / STATE_FILE}: the best policy's weights do not fit the network.", FIX
+            )
         self.model.policy.load_state_dict(best)
         kept = _Best([evaluate_policy(self.policy(), s) for s in self.eval_specs], self.model)
         self.model.policy.load_state_dict(current)
@@ -450,15 +534,27 @@ class _Session:
         if self.best is not None:
             tensors.update({f"best.{k}": v for k, v in self.best.state.items()})
         meta: dict[str, Any] = {
-            "phase": phase, "imitation_rounds": 0, "imitation_samples": [], "imitation_agreement": [],
-            "imitation_rng": None, "imitation_optimizer": None, "timesteps": int(self.model.num_timesteps),
-            "updates": int(self.model._n_updates), "wall_s": self.wall(), "ppo_optimizer": groups,
+            "phase": phase,
+            "imitation_rounds": 0,
+            "imitation_samples": [],
+            "imitation_agreement": [],
+            "imitation_rng": None,
+            "imitation_optimizer": None,
+            "timesteps": int(self.model.num_timesteps),
+            "updates": int(self.model._n_updates),
+            "wall_s": self.wall(),
+            "ppo_optimizer": groups,
             "best_score": None if self.best is None else float(self.best.value),
-            "best_step": None if self.best is None else int(self.best.step)}
+            "best_step": None if self.best is None else int(self.best.step),
+        }
         d = self.dagger
         if d is not None:
-            meta.update(imitation_rounds=d.rounds, imitation_samples=list(d.report.samples),
-                        imitation_agreement=[float(a) for a in d.report.agreement], imitation_rng=d.rng_state)
+            meta.update(
+                imitation_rounds=d.rounds,
+                imitation_samples=list(d.report.samples),
+                imitation_agreement=[float(a) for a in d.report.agreement],
+                imitation_rng=d.rng_state,
+            )
             if phase == "imitation":
                 im_groups, im_tensors = optimizer_state(d.optimizer, "imitation_optimizer")
                 meta["imitation_optimizer"] = im_groups
@@ -470,9 +566,12 @@ class _Session:
         tensors.update(rng_tensors)
         save_state(self.run_dir, meta, tensors)
         self.saved_at = int(self.model.num_timesteps)
-        write_summary(self.run_dir, wall_s=self.wall(), timesteps=int(self.model.num_timesteps),
-                      saved={"phase": phase, "imitation_rounds": meta["imitation_rounds"],
-                             "timesteps": meta["timesteps"]})
+        write_summary(
+            self.run_dir,
+            wall_s=self.wall(),
+            timesteps=int(self.model.num_timesteps),
+            saved={"phase": phase, "imitation_rounds": meta["imitation_rounds"], "timesteps": meta["timesteps"]},
+        )
 
     def estimate(self) -> str:
         """How long the phases will take on this machine, from short timed probes (on copies: the run's own env
@@ -498,8 +597,11 @@ class _Session:
             return (time.perf_counter() - start) / repeats
 
         def grad_step(ppo: bool) -> None:
-            loss = net.evaluate_actions(x, y)[1].mean() if ppo else \
-                torch.nn.functional.cross_entropy(net.action_net(net.mlp_extractor.forward_actor(x)), y)
+            loss = (
+                net.evaluate_actions(x, y)[1].mean()
+                if ppo
+                else torch.nn.functional.cross_entropy(net.action_net(net.mlp_extractor.forward_actor(x)), y)
+            )
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -520,21 +622,36 @@ class _Session:
             t_dp = timed(lambda: LagrangianExpert(first).choices(1.0), 1) / max(first.n, 1)
             k = min(im.prices_per_round, len(PRICE_LADDER))
             kernels = sum(episode_tables(s).n for s in self.specs)
-            imit = (rounds * k * kernels * 2 * t_env + min(len(PRICE_LADDER), k * rounds) * kernels
-                    * t_dp + rounds * im.min_updates * t_imitate)
+            imit = (
+                rounds * k * kernels * 2 * t_env
+                + min(len(PRICE_LADDER), k * rounds) * kernels * t_dp
+                + rounds * im.min_updates * t_imitate
+            )
             parts.append(f"imitation ~{_duration(imit)}")
         if agent.trains_ppo:
             p = agent.ppo
             remaining = max(0, agent.timesteps - int(self.model.num_timesteps))
             updates = remaining / (p.n_steps * agent.n_envs)
-            ppo = remaining / agent.n_envs * t_vec + updates * p.n_epochs * (p.n_steps * agent.n_envs / p.batch_size) \
-                * t_ppo * p.batch_size / agent.imitation.batch_size
+            ppo = (
+                remaining / agent.n_envs * t_vec
+                + updates
+                * p.n_epochs
+                * (p.n_steps * agent.n_envs / p.batch_size)
+                * t_ppo
+                * p.batch_size
+                / agent.imitation.batch_size
+            )
             parts.append(f"PPO ~{_duration(ppo)}")
         return ", ".join(parts) + " (then the final evaluation and plots)"
 
     def policy(self, extra: dict[str, Any] | None = None) -> ClockPolicy:
-        return _policy(self.model, self.specs, self.proto.configs, self.specs[0].lookahead,
-                       {"price_rel": self.price_rel, **(extra or {})})
+        return _policy(
+            self.model,
+            self.specs,
+            self.proto.configs,
+            self.specs[0].lookahead,
+            {"price_rel": self.price_rel, **(extra or {})},
+        )
 
     def evaluate(self, step: int) -> list[PolicyEvaluation]:
         """The current policy on every evaluation workload, logged (``energy/…``) at ``step``."""
@@ -561,11 +678,22 @@ class _Session:
 
     def _write_policy(self, status: str, extra: dict[str, Any] | None = None) -> Path:
         """The deployable checkpoint of the current weights, written atomically to ``policy/``."""
-        pol = self.policy(extra or {"training": {"timesteps": int(self.model.num_timesteps), "status": status,
-                                                 "envs": [s.name for s in self.specs]},
-                                    "env_spec": dict(self.specs[0].raw)})
-        return save_checkpoint(self.run_dir / "policy", pol.weights, {k: v for k, v in pol.meta.items()
-                                                                       if k not in ("format", "version", "activation")})
+        pol = self.policy(
+            extra
+            or {
+                "training": {
+                    "timesteps": int(self.model.num_timesteps),
+                    "status": status,
+                    "envs": [s.name for s in self.specs],
+                },
+                "env_spec": dict(self.specs[0].raw),
+            }
+        )
+        return save_checkpoint(
+            self.run_dir / "policy",
+            pol.weights,
+            {k: v for k, v in pol.meta.items() if k not in ("format", "version", "activation")},
+        )
 
     def imitate(self, stop: StopOnSignal) -> None:
         """The DAgger warm start (if the recipe has rounds), then a first evaluation."""
@@ -590,14 +718,29 @@ class _Session:
         def on_round(report: DaggerReport) -> None:
             self.tracker.log_round(report.round_metrics(im.iterations))
             if bar is not None:
-                bar.set_postfix_str(f"round {len(report.samples)}/{im.iterations}: learner agreed on "
-                                    f"{100 * report.agreement[-1]:.0f} %")
+                bar.set_postfix_str(
+                    f"round {len(report.samples)}/{im.iterations}: learner agreed on {100 * report.agreement[-1]:.0f} %"
+                )
 
-        dagger(self.model, env, iterations=im.iterations, epochs=im.epochs, batch_size=im.batch_size,
-               learning_rate=im.learning_rate, beta_decay=im.beta_decay, prices_per_round=im.prices_per_round,
-               min_updates=im.min_updates, seed=self.agent.seed, class_balance=im.class_balance,
-               on_round=on_round, should_stop=stop, on_visit=None if bar is None else bar.update,
-               optimizer=self.imitation_optimizer, resume_from=self.dagger, on_checkpoint=on_checkpoint)
+        dagger(
+            self.model,
+            env,
+            iterations=im.iterations,
+            epochs=im.epochs,
+            batch_size=im.batch_size,
+            learning_rate=im.learning_rate,
+            beta_decay=im.beta_decay,
+            prices_per_round=im.prices_per_round,
+            min_updates=im.min_updates,
+            seed=self.agent.seed,
+            class_balance=im.class_balance,
+            on_round=on_round,
+            should_stop=stop,
+            on_visit=None if bar is None else bar.update,
+            optimizer=self.imitation_optimizer,
+            resume_from=self.dagger,
+            on_checkpoint=on_checkpoint,
+        )
         if bar is not None:
             bar.close()
         if not stop.requested:
@@ -633,8 +776,12 @@ class _Session:
                     session.offer(session.evaluate(self.num_timesteps), self.num_timesteps)
                 return not stop.requested
 
-        self.model.learn(total_timesteps=remaining, callback=EvalEvery(self.agent.eval.every_steps),
-                         progress_bar=self.progress, reset_num_timesteps=False)
+        self.model.learn(
+            total_timesteps=remaining,
+            callback=EvalEvery(self.agent.eval.every_steps),
+            progress_bar=self.progress,
+            reset_num_timesteps=False,
+        )
         if self.model.logger.name_to_value:  # SB3 writes an update's train/* at the next one's start: the last too
             self.model.logger.dump(step=self.model.num_timesteps)
 
@@ -644,7 +791,7 @@ class _Session:
         steps = int(self.model.num_timesteps)
         run_dir, tracker = self.run_dir, self.tracker
         if not self.imitation_left():  # the current model: what --resume continues (an imitation under way keeps
-            self.save_state("ppo")    # its last whole round's state)
+            self.save_state("ppo")  # its last whole round's state)
         self.model.save(str(run_dir / SB3_FILE))  # for stable-baselines3's own tools; rlclock never reads it
         evs: list[PolicyEvaluation] = []
         if final and status == "finished":
@@ -654,26 +801,55 @@ class _Session:
         if self.best is not None and (not evs or self.best.better_than(evs)):
             self.best.restore(self.model)
             evs = self.best.evs
-        figures = {ev.env: {"saving_pct": ev.saving_pct, "slowdown_pct": ev.slowdown_pct,
-                            "switches": ev.evaluation.switches, "optimum_saving_pct": 100 * ev.optimum_saving,
-                            "fraction_of_optimum": ev.fraction_of_optimum} for ev in evs}
+        figures = {
+            ev.env: {
+                "saving_pct": ev.saving_pct,
+                "slowdown_pct": ev.slowdown_pct,
+                "switches": ev.evaluation.switches,
+                "optimum_saving_pct": 100 * ev.optimum_saving,
+                "fraction_of_optimum": ev.fraction_of_optimum,
+            }
+            for ev in evs
+        }
         trained = "PPO" if self.agent.trains_ppo and steps > 0 else "imitation"
         wall = self.wall()
-        extra = {"training": {"timesteps": steps, "wall_s": wall, "seed": self.agent.seed, "status": status,
-                              "trained_by": trained, "envs": [s.name for s in self.specs], "figures": figures,
-                              "agent": self.agent.as_dict(), "git": git_revision()},
-                 "env_spec": dict(self.specs[0].raw)}
+        extra = {
+            "training": {
+                "timesteps": steps,
+                "wall_s": wall,
+                "seed": self.agent.seed,
+                "status": status,
+                "trained_by": trained,
+                "envs": [s.name for s in self.specs],
+                "figures": figures,
+                "agent": self.agent.as_dict(),
+                "git": git_revision(),
+            },
+            "env_spec": dict(self.specs[0].raw),
+        }
         pol = self.policy(extra)
         ckpt = self._write_policy(status, extra)
         _write_history(run_dir / "metrics.csv", self.history)
-        write_summary(run_dir, status=status, wall_s=wall, timesteps=steps, trained_by=trained, figures=figures,
-                      **({"signal": "interrupted by a signal"} if status == "interrupted" else {}))
+        write_summary(
+            run_dir,
+            status=status,
+            wall_s=wall,
+            timesteps=steps,
+            trained_by=trained,
+            figures=figures,
+            **({"signal": "interrupted by a signal"} if status == "interrupted" else {}),
+        )
         if final:
             _plots(run_dir, pol, self.eval_specs[0], tracker, steps, trained)
-            tracker.table("energy/schedule", ["kernel", "op", "requested", "in effect", "time_ms", "energy_j"],
-                          _schedule_rows(pol, self.eval_specs[0]), step=steps)
-        tracker.artifact(ckpt, f"policy-{name}", metadata={"status": status, **figures},
-                         extra_files=[run_dir / SB3_FILE])
+            tracker.table(
+                "energy/schedule",
+                ["kernel", "op", "requested", "in effect", "time_ms", "energy_j"],
+                _schedule_rows(pol, self.eval_specs[0]),
+                step=steps,
+            )
+        tracker.artifact(
+            ckpt, f"policy-{name}", metadata={"status": status, **figures}, extra_files=[run_dir / SB3_FILE]
+        )
         wandb_dir, wandb_mode = tracker.local_dir, tracker.mode
         tracker.finish()
         if save_to is not None:
@@ -771,9 +947,17 @@ def _schedule_rows(policy: ClockPolicy, spec: EnvSpec) -> list[list[Any]]:
     backend = episode_tables(spec).backend
     sched = policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget, search=False)
     run = backend.run(sched)
-    return [[i, backend.trace[i].op, str(backend.configs[int(run.requested_index[i])]),
-             str(backend.configs[int(run.config_index[i])]), 1e3 * float(run.kernel_time_s[i]),
-             float(run.kernel_energy_j[i])] for i in range(len(backend.trace))]
+    return [
+        [
+            i,
+            backend.trace[i].op,
+            str(backend.configs[int(run.requested_index[i])]),
+            str(backend.configs[int(run.config_index[i])]),
+            1e3 * float(run.kernel_time_s[i]),
+            float(run.kernel_energy_j[i]),
+        ]
+        for i in range(len(backend.trace))
+    ]
 
 
 PLOT_SOLVE_S = 30.0
@@ -790,14 +974,23 @@ def _plots(run_dir: Path, policy: ClockPolicy, spec: EnvSpec, tracker: Tracker, 
     backend = episode_tables(spec).backend
     sched = policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget, whole_job=False)
     ev = evaluate(sched, backend)
-    points = {r.name: (100 * r.evaluation.slowdown, -100 * r.evaluation.saving)
-              for r in run_baselines(backend, spec.reward.budget, time_limit_s=PLOT_SOLVE_S) if r.name != "auto"}
+    points = {
+        r.name: (100 * r.evaluation.slowdown, -100 * r.evaluation.saving)
+        for r in run_baselines(backend, spec.reward.budget, time_limit_s=PLOT_SOLVE_S)
+        if r.name != "auto"
+    }
     points[f"{trained_by} policy"] = (100 * ev.slowdown, -100 * ev.saving)
-    searched = evaluate(policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget, search=True,
-                                        whole_job=False), backend)
+    searched = evaluate(
+        policy.schedule(backend.trace, backend=backend, budget=spec.reward.budget, search=True, whole_job=False),
+        backend,
+    )
     points[f"{trained_by} policy + search"] = (100 * searched.slowdown, -100 * searched.saving)
-    pareto = pareto_plot(run_dir / "pareto.png", points, budget_pct=100 * spec.reward.budget,
-                         title=f"{spec.name}: policy vs baselines (latency {1e3 * backend.latency_s:g} ms)")
+    pareto = pareto_plot(
+        run_dir / "pareto.png",
+        points,
+        budget_pct=100 * spec.reward.budget,
+        title=f"{spec.name}: policy vs baselines (latency {1e3 * backend.latency_s:g} ms)",
+    )
     timeline = clock_timeline(run_dir / "timeline.png", ev.run, backend.spec, title=f"{spec.name}: policy clocks")
     tracker.image("plots/pareto", pareto, step=step)
     tracker.image("plots/clock_timeline", timeline, step=step)

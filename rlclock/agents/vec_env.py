@@ -34,8 +34,13 @@ class KernelClockSB3VecEnv(VecEnv):
         **overrides: Top-level spec fields to replace.
     """
 
-    def __init__(self, num_envs: int = 8, spec: str | Path | Mapping[str, Any] | EnvSpec | Sequence[Any] = DEFAULT_ENV,
-                 seed: int | None = None, **overrides: Any) -> None:
+    def __init__(
+        self,
+        num_envs: int = 8,
+        spec: str | Path | Mapping[str, Any] | EnvSpec | Sequence[Any] = DEFAULT_ENV,
+        seed: int | None = None,
+        **overrides: Any,
+    ) -> None:
         self._proto = KernelClockEnv(spec, **overrides)
         super().__init__(num_envs, self._proto.observation_space, self._proto.action_space)
         self.configs = self._proto.configs
@@ -72,8 +77,10 @@ class KernelClockSB3VecEnv(VecEnv):
     def step_async(self, actions: np.ndarray) -> None:
         acts = np.asarray(actions, dtype=np.int64).reshape(self.num_envs)
         if acts.min() < 0 or acts.max() > self._proto.n_slots:
-            raise EnvUsageError(f"actions {acts.tolist()} are outside the action space of {self._proto.n_slots} "
-                            "candidate slots and keep.")
+            raise EnvUsageError(
+                f"actions {acts.tolist()} are outside the action space of {self._proto.n_slots} "
+                "candidate slots and keep."
+            )
         self._actions = acts
 
     def step_wait(self):

@@ -81,8 +81,13 @@ class GpuBackend(ABC):
 
     deterministic: bool = True
 
-    def __init__(self, spec: GpuSpec, trace: KernelTrace, configs: Sequence[ClockConfig] | None = None,
-                 latency_s: float | None = None) -> None:
+    def __init__(
+        self,
+        spec: GpuSpec,
+        trace: KernelTrace,
+        configs: Sequence[ClockConfig] | None = None,
+        latency_s: float | None = None,
+    ) -> None:
         self.spec = spec
         self.trace = trace
         cfgs = [spec.validate(c) for c in (configs if configs is not None else spec.config_grid())]
@@ -122,8 +127,9 @@ class GpuBackend(ABC):
         if t.shape != (self.n_kernels, self.n_configs) or e.shape != t.shape:
             raise RuntimeError(f"backend produced tables of shape {t.shape}/{e.shape}")
         if not (np.all(np.isfinite(t)) and np.all(t > 0) and np.all(np.isfinite(e)) and np.all(e >= 0)):
-            raise ScheduleError("the backend produced non-finite or non-positive kernel times, or non-finite or "
-                                "negative energies.")
+            raise ScheduleError(
+                "the backend produced non-finite or non-positive kernel times, or non-finite or negative energies."
+            )
         t.setflags(write=False)
         e.setflags(write=False)
         return t, e
@@ -163,8 +169,13 @@ class GpuBackend(ABC):
         there = np.array([other._index.get(c, -1) for c in self.configs])
         back = np.array([self._index[c] for c in other.configs])
         run = other.run_indices(there[req], initial=int(there[start]))
-        return replace(run, config_index=back[run.config_index], requested_index=req.copy(),
-                       switch_to=back[run.switch_to], configs=self.configs)
+        return replace(
+            run,
+            config_index=back[run.config_index],
+            requested_index=req.copy(),
+            switch_to=back[run.switch_to],
+            configs=self.configs,
+        )
 
     def run_indices(self, requested: np.ndarray, initial: int = 0) -> RunResult:
         """:meth:`run` for per-kernel configuration indices."""
@@ -174,19 +185,30 @@ class GpuBackend(ABC):
         if requested.shape != (n,):
             raise ScheduleError(f"expected {n} configuration indices, found shape {requested.shape}.")
         if (n and (requested.min() < 0 or requested.max() >= self.n_configs)) or not 0 <= initial < self.n_configs:
-            raise ScheduleError(f"configuration indices must lie in 0..{self.n_configs - 1}, found "
-                                f"{int(requested.min())}..{int(requested.max())} (initial {initial}).")
+            raise ScheduleError(
+                f"configuration indices must lie in 0..{self.n_configs - 1}, found "
+                f"{int(requested.min())}..{int(requested.max())} (initial {initial})."
+            )
         if self.latency_s == 0.0 or not np.any(requested != initial):  # no switch in flight, ever
             rows = np.arange(n)
             kt, ke = t_tab[rows, requested], e_tab[rows, requested]
             changes = np.flatnonzero(np.diff(np.concatenate([[initial], requested])))
             start = np.concatenate([[0.0], np.cumsum(kt)[:-1]])
             return RunResult(
-                time_s=float(kt.sum()), energy_j=float(ke.sum()), switches=int(changes.size),
-                off_plan_time_s=0.0, kernel_time_s=kt, kernel_energy_j=ke, start_s=start,
-                config_index=requested.copy(), requested_index=requested.copy(),
-                switch_issue_s=start[changes], switch_land_s=start[changes], switch_to=requested[changes],
-                configs=self.configs)
+                time_s=float(kt.sum()),
+                energy_j=float(ke.sum()),
+                switches=int(changes.size),
+                off_plan_time_s=0.0,
+                kernel_time_s=kt,
+                kernel_energy_j=ke,
+                start_s=start,
+                config_index=requested.copy(),
+                requested_index=requested.copy(),
+                switch_issue_s=start[changes],
+                switch_land_s=start[changes],
+                switch_to=requested[changes],
+                configs=self.configs,
+            )
         log = FlightLog(requested, np.empty(n), np.empty(n), np.zeros(n))
         cfg = np.empty(n, dtype=np.int64)
         t_at, e_at = t_tab.item, e_tab.item
@@ -217,10 +239,20 @@ class GpuBackend(ABC):
         kt, ke = log.time_s, log.energy_j
         start = np.concatenate([[0.0], np.cumsum(kt)[:-1]])
         return RunResult(
-            time_s=float(kt.sum()), energy_j=float(ke.sum()), switches=len(issue_s), off_plan_time_s=off,
-            kernel_time_s=kt, kernel_energy_j=ke, start_s=start, config_index=cfg, requested_index=requested.copy(),
-            switch_issue_s=np.array(issue_s), switch_land_s=np.array(land_s), switch_to=np.array(to, dtype=np.int64),
-            configs=self.configs)
+            time_s=float(kt.sum()),
+            energy_j=float(ke.sum()),
+            switches=len(issue_s),
+            off_plan_time_s=off,
+            kernel_time_s=kt,
+            kernel_energy_j=ke,
+            start_s=start,
+            config_index=cfg,
+            requested_index=requested.copy(),
+            switch_issue_s=np.array(issue_s),
+            switch_land_s=np.array(land_s),
+            switch_to=np.array(to, dtype=np.int64),
+            configs=self.configs,
+        )
 
     @cached_property
     def _auto_run(self) -> RunResult:
@@ -237,8 +269,10 @@ class GpuBackend(ABC):
             ScheduleError: This backend cannot change its power limit (only a simulated GPU can; a real GPU's
                 limit is a setting rlclock does not change).
         """
-        raise ScheduleError(f"{type(self).__name__} cannot run under another power limit.",
-                            "compare power limits on a simulated GPU (SimulatedGpu).")
+        raise ScheduleError(
+            f"{type(self).__name__} cannot run under another power limit.",
+            "compare power limits on a simulated GPU (SimulatedGpu).",
+        )
 
     def with_configs(self, configs: Sequence[ClockConfig]) -> GpuBackend:
         """The same GPU and step over another configuration set (e.g. one memory clock for a whole job).
@@ -246,10 +280,14 @@ class GpuBackend(ABC):
         Raises:
             ScheduleError: This backend cannot (only a simulated GPU predicts configurations it was not given).
         """
-        raise ScheduleError(f"{type(self).__name__} cannot run configurations it was not built with.",
-                            "compare whole-job memory clocks on a simulated GPU (SimulatedGpu).")
+        raise ScheduleError(
+            f"{type(self).__name__} cannot run configurations it was not built with.",
+            "compare whole-job memory clocks on a simulated GPU (SimulatedGpu).",
+        )
 
     def describe(self) -> str:
         """One line: backend, GPU, trace, configurations, latency."""
-        return (f"{type(self).__name__}({self.spec.key}, trace {self.trace.name!r} of {self.n_kernels} kernels, "
-                f"{self.n_configs} configurations, switching latency {self.latency_s * 1e3:g} ms)")
+        return (
+            f"{type(self).__name__}({self.spec.key}, trace {self.trace.name!r} of {self.n_kernels} kernels, "
+            f"{self.n_configs} configurations, switching latency {self.latency_s * 1e3:g} ms)"
+        )

@@ -88,8 +88,10 @@ class SwitchRule:
             raise RuleError(f"the switching latency must be a finite number >= 0 s, found {latency_s!r}.")
         lead = latency_s + LEAD_MARGIN_S if lead_s is None else float(lead_s)
         if not math.isfinite(lead) or lead < latency_s:
-            raise RuleError(f"the issue lead ({lead!r} s) is shorter than the switching latency ({latency_s:g} "
-                            "s), so every switch would land after its kernels start.")
+            raise RuleError(
+                f"the issue lead ({lead!r} s) is shorter than the switching latency ({latency_s:g} "
+                "s), so every switch would land after its kernels start."
+            )
         if not math.isfinite(min_dwell_s) or min_dwell_s < 0:
             raise RuleError(f"min_dwell_s must be a finite number >= 0 s, found {min_dwell_s!r}.")
         return cls(float(latency_s), lead, float(min_dwell_s))
@@ -180,8 +182,9 @@ class Executed:
         return in_effect_at(self.land_s, self.config, self.initial, np.asarray(times_s, dtype=float), self.period_s)
 
 
-def _around(seg: Segments, cut: int, issue0: float, period_s: float, rule: SwitchRule, strict: bool
-            ) -> tuple[list[tuple[int, int, float, float]], list[int], float, bool]:
+def _around(
+    seg: Segments, cut: int, issue0: float, period_s: float, rule: SwitchRule, strict: bool
+) -> tuple[list[tuple[int, int, float, float]], list[int], float, bool]:
     """One pass around the cycle from segment ``cut`` with its switch at ``issue0``; ``strict``: no switch may
     crowd the cut's next one. Returns the events ``(segment, config, issue_s, land_s)``, the skipped segments, the
     last issue, and whether the cut's switch was dropped."""
@@ -209,8 +212,9 @@ def _around(seg: Segments, cut: int, issue0: float, period_s: float, rule: Switc
     return events, skipped, prev, back
 
 
-def _cyclic(seg: Segments, cut: int, period_s: float, rule: SwitchRule
-            ) -> tuple[list[tuple[int, int, float, float]], list[int]]:
+def _cyclic(
+    seg: Segments, cut: int, period_s: float, rule: SwitchRule
+) -> tuple[list[tuple[int, int, float, float]], list[int]]:
     """Rules 2-5 around the cycle from segment ``cut`` (rule 6): its switch waits for the previous step's last one
     while it can still land in time; when it cannot, it stays on time and nothing that would crowd it is issued."""
     first_start, first_end = float(seg.start_s[cut]), float(seg.end_s[cut])
@@ -227,8 +231,7 @@ def _cyclic(seg: Segments, cut: int, period_s: float, rule: SwitchRule
     return sorted(events, key=lambda e: e[2]), skipped
 
 
-def in_effect_at(land_s: np.ndarray, config: np.ndarray, hold: int, times_s: np.ndarray, period_s: float
-               ) -> np.ndarray:
+def in_effect_at(land_s: np.ndarray, config: np.ndarray, hold: int, times_s: np.ndarray, period_s: float) -> np.ndarray:
     """The configuration in effect at each time under a cyclic plan whose switches land at ``land_s``."""
     if land_s.size == 0:
         return np.full(times_s.shape, hold, dtype=np.int64)
@@ -238,16 +241,24 @@ def in_effect_at(land_s: np.ndarray, config: np.ndarray, hold: int, times_s: np.
     return np.asarray(config, dtype=np.int64)[order][which]  # -1: the previous step's last landing still holds
 
 
-def _on_plan(index: np.ndarray, mid_s: np.ndarray, duration_s: np.ndarray, land_s: np.ndarray, config: np.ndarray,
-             hold: int, period_s: float) -> float:
+def _on_plan(
+    index: np.ndarray,
+    mid_s: np.ndarray,
+    duration_s: np.ndarray,
+    land_s: np.ndarray,
+    config: np.ndarray,
+    hold: int,
+    period_s: float,
+) -> float:
     """Share of kernel time whose midpoint runs at the requested configuration under the plan."""
     ok = in_effect_at(land_s, config, hold, mid_s, period_s) == index
     total = float(duration_s.sum())
     return float(duration_s[ok].sum() / total) if total > 0 else float(ok.mean())
 
 
-def execute(index: np.ndarray, start_s: np.ndarray, duration_s: np.ndarray, period_s: float,
-            rule: SwitchRule) -> Executed:
+def execute(
+    index: np.ndarray, start_s: np.ndarray, duration_s: np.ndarray, period_s: float, rule: SwitchRule
+) -> Executed:
     """The switches that run ``index`` (a configuration per kernel) on a step's clock, step after step (the module's
     rules).
 
@@ -283,16 +294,23 @@ def execute(index: np.ndarray, start_s: np.ndarray, duration_s: np.ndarray, peri
     events, skipped = best
     lands, cfgs = best_arrays
     initial = int(in_effect_at(lands, cfgs, hold, np.zeros(1), period_s)[0])
-    return Executed(seg, np.array([e[0] for e in events], dtype=np.int64), cfgs,
-                    np.array([e[2] for e in events], dtype=float), lands, tuple(sorted(skipped)), initial,
-                    float(best_key[0]), float(period_s))
+    return Executed(
+        seg,
+        np.array([e[0] for e in events], dtype=np.int64),
+        cfgs,
+        np.array([e[2] for e in events], dtype=float),
+        lands,
+        tuple(sorted(skipped)),
+        initial,
+        float(best_key[0]),
+        float(period_s),
+    )
 
 
 # -- from the policy's requests to what runs ------------------------------------------------------------------
 
 
-def requested_in_effect(requests: np.ndarray, time_s: np.ndarray, latency_s: float, initial: int = 0
-                        ) -> np.ndarray:
+def requested_in_effect(requests: np.ndarray, time_s: np.ndarray, latency_s: float, initial: int = 0) -> np.ndarray:
     """The configuration each kernel runs at under the switching rule (:func:`~rlclock.backends.switching.fly`:
     a switch issued where the request differs from what is in effect, landing one latency of the kernels' own
     time later): ``(n,)`` indices. A kernel inside which a switch lands counts as the configuration it spends more
@@ -312,7 +330,7 @@ def requested_in_effect(requests: np.ndarray, time_s: np.ndarray, latency_s: flo
     while k < n:
         want = int(req[k])
         if want == cur:
-            stop = k + 1 + int(np.argmax(np.append(req[k + 1:] != cur, True)))  # the run that keeps ``cur``
+            stop = k + 1 + int(np.argmax(np.append(req[k + 1 :] != cur, True)))  # the run that keeps ``cur``
             out[k:stop] = cur
             k = stop
             continue
@@ -335,8 +353,9 @@ def executed_in_effect(executed: Executed, start_s: np.ndarray, duration_s: np.n
     return executed.in_effect(np.asarray(start_s, dtype=float) + 0.5 * np.asarray(duration_s, dtype=float))
 
 
-def executable(index: np.ndarray, start_s: np.ndarray, duration_s: np.ndarray, period_s: float,
-               rule: SwitchRule) -> tuple[np.ndarray, Executed]:
+def executable(
+    index: np.ndarray, start_s: np.ndarray, duration_s: np.ndarray, period_s: float, rule: SwitchRule
+) -> tuple[np.ndarray, Executed]:
     """``index`` made executable: the configuration each kernel runs at under :func:`execute`, asked for. Each round,
     a skipped segment's kernels ask for what runs while they do, and the kernels of a segment that start before its
     late switch lands ask for what runs then, until :func:`execute` skips no segment and lands every switch by its
@@ -374,8 +393,15 @@ def executable(index: np.ndarray, start_s: np.ndarray, duration_s: np.ndarray, p
 # -- what landings cost -------------------------------------------------------------------------------------------
 
 
-def landed_cost(time_s: np.ndarray, energy_j: np.ndarray, start_s: np.ndarray, duration_s: np.ndarray,
-                land_s: np.ndarray, config: np.ndarray, before: int) -> tuple[np.ndarray, np.ndarray]:
+def landed_cost(
+    time_s: np.ndarray,
+    energy_j: np.ndarray,
+    start_s: np.ndarray,
+    duration_s: np.ndarray,
+    land_s: np.ndarray,
+    config: np.ndarray,
+    before: int,
+) -> tuple[np.ndarray, np.ndarray]:
     """Each kernel's seconds and joules when switches land at ``land_s`` (seconds after the step's anchor, any
     order) into ``config``, the kernels running where ``start_s`` and ``duration_s`` place them.
 
@@ -433,8 +459,9 @@ def cyclic_landings(land_s: np.ndarray, config: np.ndarray, period_s: float) -> 
     return all_lands[order], all_cfgs[order], int(all_cfgs[order][-1])
 
 
-def executed_cost(time_s: np.ndarray, energy_j: np.ndarray, executed: Executed, start_s: np.ndarray,
-                  duration_s: np.ndarray) -> tuple[float, float]:
+def executed_cost(
+    time_s: np.ndarray, energy_j: np.ndarray, executed: Executed, start_s: np.ndarray, duration_s: np.ndarray
+) -> tuple[float, float]:
     """``(seconds, joules)`` of one step whose kernels run where ``start_s`` and ``duration_s`` place them, the
     switches of ``executed`` landing as planned (step after step: the previous step's late ones too)."""
     lands, cfgs, before = cyclic_landings(executed.land_s, executed.config, executed.period_s)
@@ -503,8 +530,10 @@ class Execution:
             raise RuleError(f"jitter mode {self.mode!r} is not known: use one of {list(JITTER_MODES)}.")
         start = np.asarray(self.start_s, dtype=float)
         if self.jitter_s is not None and np.asarray(self.jitter_s).shape[1:] != start.shape:
-            raise RuleError(f"the measured steps' jitter has shape {np.asarray(self.jitter_s).shape}, the timeline "
-                            f"{start.size} kernels.")
+            raise RuleError(
+                f"the measured steps' jitter has shape {np.asarray(self.jitter_s).shape}, the timeline "
+                f"{start.size} kernels."
+            )
         object.__setattr__(self, "_cache", {})
 
     @property
@@ -529,8 +558,9 @@ class Execution:
     def n(self) -> int:
         return int(np.asarray(self.start_s).size)
 
-    def judge(self, requests: np.ndarray, time_s: np.ndarray, energy_j: np.ndarray, latency_s: float,
-              runs: bool = False) -> Judged:
+    def judge(
+        self, requests: np.ndarray, time_s: np.ndarray, energy_j: np.ndarray, latency_s: float, runs: bool = False
+    ) -> Judged:
         """The plan ``requests`` asks for (a switch where a request changes, :func:`requested_in_effect` on the
         planning model's ``time_s`` with its ``latency_s``) made executable (:func:`executable`) and priced on the
         planning model's tables. With ``runs``, ``requests`` is a deployed schedule (what each kernel should run at),
@@ -548,8 +578,9 @@ class Execution:
         t0, e0 = executed_cost(time_s, energy_j, ex, self.start_s, self.duration_s)
         t, e, worst = t0, e0, t0
         if self.jitter_s is not None and len(self.jitter_s):
-            costs = np.array([(t0, e0)] + [executed_cost(time_s, energy_j, ex, p, self.duration_s)
-                                           for p in self.placements()[1:]])
+            costs = np.array(
+                [(t0, e0)] + [executed_cost(time_s, energy_j, ex, p, self.duration_s) for p in self.placements()[1:]]
+            )
             t, e, worst = float(costs[:, 0].mean()), float(costs[:, 1].mean()), float(costs[:, 0].max())
         got = Judged(settled, ex, t, e, t0, e0, worst)
         cache[key] = got

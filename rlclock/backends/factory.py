@@ -11,17 +11,30 @@ from rlclock.schedule import ClockConfig
 from rlclock.workload.trace import KernelTrace
 
 
-def make_backend(gpu: GpuSpec, trace: KernelTrace, configs: Sequence[ClockConfig], latency_s: float | None,
-                 settings: SimulatedSettings | RecordedSettings | NvmlSettings, seed: int | None = None,
-                 where: str = "<spec>") -> GpuBackend:
+def make_backend(
+    gpu: GpuSpec,
+    trace: KernelTrace,
+    configs: Sequence[ClockConfig],
+    latency_s: float | None,
+    settings: SimulatedSettings | RecordedSettings | NvmlSettings,
+    seed: int | None = None,
+    where: str = "<spec>",
+) -> GpuBackend:
     """The backend ``settings`` describe over ``trace``, with the action set ``configs`` and the switching
     latency ``latency_s`` (``None``: the GPU's). ``seed`` seeds a simulator's noise unless the settings do."""
     if isinstance(settings, SimulatedSettings):
         from rlclock.backends.simulated import SimulatedGpu
 
-        return SimulatedGpu(gpu, trace, configs, latency_s, anchor=settings.anchor, noise_std=settings.noise_std,
-                            seed=settings.seed if settings.seed is not None else seed,
-                            power_limit_w=settings.power_limit_w)
+        return SimulatedGpu(
+            gpu,
+            trace,
+            configs,
+            latency_s,
+            anchor=settings.anchor,
+            noise_std=settings.noise_std,
+            seed=settings.seed if settings.seed is not None else seed,
+            power_limit_w=settings.power_limit_w,
+        )
     if isinstance(settings, RecordedSettings):
         from rlclock.backends.recorded import RecordedGpu
 

@@ -48,10 +48,18 @@ class NvmlGpu(GpuBackend):
 
     deterministic = False
 
-    def __init__(self, spec: GpuSpec, trace: KernelTrace, configs: Sequence[ClockConfig] | None = None,
-                 latency_s: float | None = None, *, measurer: Callable[[int, ClockConfig], MeasurementRow],
-                 table: MeasurementTable | None = None, cache_path: str | Path | None = None,
-                 on_close: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        spec: GpuSpec,
+        trace: KernelTrace,
+        configs: Sequence[ClockConfig] | None = None,
+        latency_s: float | None = None,
+        *,
+        measurer: Callable[[int, ClockConfig], MeasurementRow],
+        table: MeasurementTable | None = None,
+        cache_path: str | Path | None = None,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(spec, trace, configs, latency_s)
         self.measurer = measurer
         self.cache_path = None if cache_path is None else Path(cache_path)
@@ -92,8 +100,15 @@ class NvmlGpu(GpuBackend):
             self._on_close = None
 
     @classmethod
-    def from_settings(cls, gpu: GpuSpec, trace: KernelTrace, configs: Sequence[ClockConfig], latency_s: float | None,
-                      settings: NvmlSettings, where: str = "<spec>") -> NvmlGpu:
+    def from_settings(
+        cls,
+        gpu: GpuSpec,
+        trace: KernelTrace,
+        configs: Sequence[ClockConfig],
+        latency_s: float | None,
+        settings: NvmlSettings,
+        where: str = "<spec>",
+    ) -> NvmlGpu:
         """The NVML backend of an env spec's ``backend: {kind: nvml, ...}`` (captures the trace's step on this
         machine's GPU).
 
@@ -111,8 +126,10 @@ class NvmlGpu(GpuBackend):
         index = settings.device
         device = NvmlDevice(index)
         if device.name != gpu.name:
-            raise SpecError(f"{where}: the spec's GPU is {gpu.name!r} but GPU {index} is {device.name!r}.",
-                            "use the preset of this GPU (rlclock doctor names it).")
+            raise SpecError(
+                f"{where}: the spec's GPU is {gpu.name!r} but GPU {index} is {device.name!r}.",
+                "use the preset of this GPU (rlclock doctor names it).",
+            )
         measure = MeasureSettings(window_s=settings.window_s, warmup_s=settings.warmup_s, repeats=settings.repeats)
         captured = capture_for_trace(trace)
         control = ClockControl(index, control_clocks=settings.control_clocks)
@@ -124,6 +141,7 @@ class NvmlGpu(GpuBackend):
 
         backend = cls(gpu, trace, configs, latency_s, measurer=measurer, cache_path=settings.cache, on_close=release)
         mode = "live" if settings.control_clocks else "observe"
-        backend.table.meta.update({k: v for k, v in table_meta(device, trace, measure, mode).items()
-                                   if k not in backend.table.meta})
+        backend.table.meta.update(
+            {k: v for k, v in table_meta(device, trace, measure, mode).items() if k not in backend.table.meta}
+        )
         return backend

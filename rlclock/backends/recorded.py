@@ -40,16 +40,24 @@ class RecordedGpu(GpuBackend):
         ScheduleError: Entries are missing (with ``missing="error"``).
     """
 
-    def __init__(self, spec: GpuSpec, trace: KernelTrace, table: MeasurementTable,
-                 configs: Sequence[ClockConfig] | None = None, latency_s: float | None = None,
-                 missing: str = "error") -> None:
+    def __init__(
+        self,
+        spec: GpuSpec,
+        trace: KernelTrace,
+        table: MeasurementTable,
+        configs: Sequence[ClockConfig] | None = None,
+        latency_s: float | None = None,
+        missing: str = "error",
+    ) -> None:
         if configs is None:
             configs = [ClockConfig.parse(c) for c in table.configs()]
         super().__init__(spec, trace, configs, latency_s)
         gpu = table.meta.get("gpu")
         if gpu is not None and gpu not in (spec.name, spec.key):
-            raise SpecError(f"the measurement table was taken on {gpu!r}, but the backend's GPU is {spec.name!r}.",
-                            "use the matching GPU preset in the env spec.")
+            raise SpecError(
+                f"the measurement table was taken on {gpu!r}, but the backend's GPU is {spec.name!r}.",
+                "use the matching GPU preset in the env spec.",
+            )
         table.check_clocks(spec)
         if missing not in ("error", "simulated"):
             raise SpecError(f"RecordedGpu: missing={missing!r} is unknown.", "use 'error' or 'simulated'.")
@@ -57,9 +65,15 @@ class RecordedGpu(GpuBackend):
         self.missing = missing
 
     @classmethod
-    def from_file(cls, path: str | Path, spec: GpuSpec, trace: KernelTrace,
-                  configs: Sequence[ClockConfig] | None = None, latency_s: float | None = None,
-                  missing: str = "error") -> RecordedGpu:
+    def from_file(
+        cls,
+        path: str | Path,
+        spec: GpuSpec,
+        trace: KernelTrace,
+        configs: Sequence[ClockConfig] | None = None,
+        latency_s: float | None = None,
+        missing: str = "error",
+    ) -> RecordedGpu:
         """Load the table written by ``rlclock measure`` at ``path``."""
         return cls(spec, trace, MeasurementTable.load(path), configs, latency_s, missing)
 
@@ -81,7 +95,8 @@ class RecordedGpu(GpuBackend):
                     f"the measurement table lacks {int(hole.sum())} of {n * c} (kernel, clock) pairs, e.g. "
                     f"{self.trace[i].op!r} at {self.configs[j]}.",
                     "measure them (rlclock measure --clocks ...), restrict the env's actions to the measured "
-                    f"configurations {self.table.configs()}, or use missing='simulated'.")
+                    f"configurations {self.table.configs()}, or use missing='simulated'.",
+                )
             ts, es = self._simulated()
             t[hole], e[hole] = ts[hole], es[hole]
         return t, e
@@ -95,8 +110,15 @@ class RecordedGpu(GpuBackend):
             r = rows.get((k.op, k.name, str(AUTO)))
             point: tuple[Measurement, ...] = ()
             if r is not None and r.extra.get("valid", True):
-                point = (Measurement(gpu=self.spec.key, time_s=r.time_s, energy_j=r.energy_j,
-                                     sm_clock_mhz=r.sm_clock_mhz, source="recorded"),)
+                point = (
+                    Measurement(
+                        gpu=self.spec.key,
+                        time_s=r.time_s,
+                        energy_j=r.energy_j,
+                        sm_clock_mhz=r.sm_clock_mhz,
+                        source="recorded",
+                    ),
+                )
             kernels.append(replace(k, measured=point + tuple(k.measured)))
         sim = SimulatedGpu(self.spec, self.trace.with_kernels(kernels), self.configs, self.latency_s, anchor=True)
         t, e = sim.tables

@@ -73,7 +73,10 @@ def _simulated_by_default(value: object) -> object:
     return value
 
 
-BackendSettings = Annotated[SimulatedSettings | RecordedSettings | NvmlSettings, Field(discriminator="kind"),
-                            BeforeValidator(_simulated_by_default)]
+BackendSettings = Annotated[
+    SimulatedSettings | RecordedSettings | NvmlSettings,
+    Field(discriminator="kind"),
+    BeforeValidator(_simulated_by_default),
+]
 """The ``backend:`` of an env spec (``kind`` defaults to ``simulated``)."""
 BACKEND_KINDS = frozenset({"simulated", "recorded", "nvml"})

@@ -31,9 +31,17 @@ class SimulatedGpu(GpuBackend):
         power_limit_w: Override the spec's power limit.
     """
 
-    def __init__(self, spec: GpuSpec, trace: KernelTrace, configs: Sequence[ClockConfig] | None = None,
-                 latency_s: float | None = None, anchor: bool = True, noise_std: float = 0.0,
-                 seed: int | None = None, power_limit_w: float | None = None) -> None:
+    def __init__(
+        self,
+        spec: GpuSpec,
+        trace: KernelTrace,
+        configs: Sequence[ClockConfig] | None = None,
+        latency_s: float | None = None,
+        anchor: bool = True,
+        noise_std: float = 0.0,
+        seed: int | None = None,
+        power_limit_w: float | None = None,
+    ) -> None:
         super().__init__(spec, trace, configs, latency_s)
         self.anchor = anchor
         self.noise_std = float(noise_std)
@@ -52,8 +60,9 @@ class SimulatedGpu(GpuBackend):
     def _derived(self, configs: Sequence[ClockConfig], power_limit_w: float) -> SimulatedGpu:
         """The same step over ``configs`` under ``power_limit_w``, sharing the model's inputs (and their anchoring,
         which neither changes) once computed."""
-        other = SimulatedGpu(self.spec, self.trace, configs, self.latency_s, self.anchor, self.noise_std, self.seed,
-                             power_limit_w)
+        other = SimulatedGpu(
+            self.spec, self.trace, configs, self.latency_s, self.anchor, self.noise_std, self.seed, power_limit_w
+        )
         if "distinct_inputs" in self.__dict__:
             other.__dict__["distinct_inputs"] = self.distinct_inputs
         return other
@@ -80,8 +89,9 @@ class SimulatedGpu(GpuBackend):
 
     def predict_distinct(self, configs: Sequence[ClockConfig] | None = None) -> model.Prediction:
         """The model's prediction for every distinct kernel of the trace (rows) at ``configs`` (columns)."""
-        return model.predict(self.distinct_inputs, self.spec, self.configs if configs is None else configs,
-                             self.power_limit_w)
+        return model.predict(
+            self.distinct_inputs, self.spec, self.configs if configs is None else configs, self.power_limit_w
+        )
 
     def _compute_tables(self) -> tuple[np.ndarray, np.ndarray]:
         pred = self.predict_distinct()

@@ -27,8 +27,13 @@ CostAt = Callable[[int, int], float]
 """``cost(kernel, configuration)``: a kernel's seconds (or joules) at a configuration."""
 
 
-def split(t_old: np.ndarray | float, e_old: np.ndarray | float, t_new: np.ndarray | float,
-          e_new: np.ndarray | float, land_s: np.ndarray | float) -> tuple[np.ndarray | float, np.ndarray | float]:
+def split(
+    t_old: np.ndarray | float,
+    e_old: np.ndarray | float,
+    t_new: np.ndarray | float,
+    e_new: np.ndarray | float,
+    land_s: np.ndarray | float,
+) -> tuple[np.ndarray | float, np.ndarray | float]:
     """``(seconds, joules)`` of a kernel inside which a switch lands ``land_s`` after the kernel starts
     (``0 <= land_s < t_old``): the share ``land_s / t_old`` of its work at the old configuration, the rest at
     the new one. Scalars or arrays alike."""
@@ -53,8 +58,9 @@ class FlightLog:
     off_plan_s: np.ndarray
 
 
-def fly(t_at: CostAt, e_at: CostAt, n: int, k: int, cur: int, target: int, latency_s: float,
-        log: FlightLog | None = None) -> tuple[int, float, float, float]:
+def fly(
+    t_at: CostAt, e_at: CostAt, n: int, k: int, cur: int, target: int, latency_s: float, log: FlightLog | None = None
+) -> tuple[int, float, float, float]:
     """A switch from ``cur`` to ``target`` issued at the start of kernel ``k`` of ``n``.
 
     Returns ``(stop, land_after_s, time_s, energy_j)``: the first kernel after the landing (``n`` if the step
@@ -160,8 +166,13 @@ class SwitchEngine:
     """Steps batches of runs through kernels under the switching rule (module docstring)."""
 
     @staticmethod
-    def step(time_row: np.ndarray, energy_row: np.ndarray, request: np.ndarray, state: EngineState,
-             latency_s: np.ndarray | float) -> StepOutcome:
+    def step(
+        time_row: np.ndarray,
+        energy_row: np.ndarray,
+        request: np.ndarray,
+        state: EngineState,
+        latency_s: np.ndarray | float,
+    ) -> StepOutcome:
         """Run one kernel in each of ``N`` runs.
 
         Args:

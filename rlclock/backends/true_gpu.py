@@ -80,18 +80,26 @@ class TrueGpuDraw:
     noise_series: str = ""
 
     def describe(self) -> str:
-        return (f"true {self.spec.name} #{self.seed}: latency x{self.latency_scale:.2f} (raising "
-                f"x{self.raise_factor:.2f}), power cap -{100 * self.cap_margin:.1f} %, step noise "
-                f"{100 * self.time_noise:.1f} % (replays {self.noise_series or 'none'})")
+        return (
+            f"true {self.spec.name} #{self.seed}: latency x{self.latency_scale:.2f} (raising "
+            f"x{self.raise_factor:.2f}), power cap -{100 * self.cap_margin:.1f} %, step noise "
+            f"{100 * self.time_noise:.1f} % (replays {self.noise_series or 'none'})"
+        )
 
 
 def draw_true_gpu(base: GpuSpec, seed: int) -> TrueGpuDraw:
     """A true GPU around preset ``base`` (module docstring), reproducible from ``seed``."""
     rng = np.random.default_rng(10_000 + seed)
     spec = replace(hidden_gpu(base, seed), key=base.key)
-    draw = TrueGpuDraw(spec, float(np.exp(rng.uniform(*np.log(LATENCY_SCALE)))), float(rng.uniform(*RAISE_FACTOR)),
-                       float(rng.uniform(*CAP_MARGIN)), float(rng.uniform(*TIME_NOISE)), seed,
-                       float(rng.uniform(*TIME_CORRELATION)))
+    draw = TrueGpuDraw(
+        spec,
+        float(np.exp(rng.uniform(*np.log(LATENCY_SCALE)))),
+        float(rng.uniform(*RAISE_FACTOR)),
+        float(rng.uniform(*CAP_MARGIN)),
+        float(rng.uniform(*TIME_NOISE)),
+        seed,
+        float(rng.uniform(*TIME_CORRELATION)),
+    )
     names = sorted(measured_noise())
     return replace(draw, noise_series=names[int(rng.integers(len(names)))])
 
@@ -116,8 +124,10 @@ def measured_noise() -> dict[str, np.ndarray]:
                 raise ValueError(f"model {name!r}: fewer than 16 steps or a non-positive time")
             out[name] = t / np.median(t) - 1.0
     except (OSError, KeyError, TypeError, ValueError) as exc:
-        raise RlclockError(f"the step-noise measurement {path} cannot be read: {exc}.",
-                           "reinstall rlclock, or measure it: python benchmarks/step_noise.py --out FILE.") from exc
+        raise RlclockError(
+            f"the step-noise measurement {path} cannot be read: {exc}.",
+            "reinstall rlclock, or measure it: python benchmarks/step_noise.py --out FILE.",
+        ) from exc
     if not out:
         raise RlclockError(f"the step-noise measurement {path} holds no model.", "measure it again.")
     return out
@@ -146,7 +156,7 @@ class StepNoise:
         """Relative deviations of ``steps`` consecutive steps."""
         if self.kind == "ar1":
             rho, sd = self.draw.time_correlation, self.draw.time_noise
-            shocks = rng.normal(0.0, sd * np.sqrt(1.0 - rho ** 2), steps)
+            shocks = rng.normal(0.0, sd * np.sqrt(1.0 - rho**2), steps)
             out = np.empty(steps)
             dev = rng.normal(0.0, sd)
             for i in range(steps):
@@ -156,7 +166,7 @@ class StepNoise:
         base = measured_noise()[self.draw.noise_series]
         block = min(REPLAY_BLOCK_STEPS, base.size // 2)
         starts = rng.integers(0, base.size - block + 1, size=-(-steps // block))
-        return np.concatenate([base[s:s + block] for s in starts])[:steps]
+        return np.concatenate([base[s : s + block] for s in starts])[:steps]
 
 
 class TrueGpu(SimulatedGpu):
@@ -169,11 +179,18 @@ class TrueGpu(SimulatedGpu):
         latency_s: The nominal switching latency the planning model uses (default: the preset's).
     """
 
-    def __init__(self, draw: TrueGpuDraw, trace: KernelTrace, configs: Sequence[ClockConfig],
-                 latency_s: float | None = None) -> None:
+    def __init__(
+        self, draw: TrueGpuDraw, trace: KernelTrace, configs: Sequence[ClockConfig], latency_s: float | None = None
+    ) -> None:
         nominal = draw.spec.switch_latency_s if latency_s is None else latency_s
-        super().__init__(draw.spec, trace, configs, nominal * draw.latency_scale, anchor=True,
-                         power_limit_w=draw.spec.power_limit_w * (1.0 - draw.cap_margin))
+        super().__init__(
+            draw.spec,
+            trace,
+            configs,
+            nominal * draw.latency_scale,
+            anchor=True,
+            power_limit_w=draw.spec.power_limit_w * (1.0 - draw.cap_margin),
+        )
         self.draw = draw
         core = [draw.spec.requested_core_mhz(c) for c in self.configs]
         self._core_mhz = np.array(core, dtype=float)
@@ -184,8 +201,10 @@ class TrueGpu(SimulatedGpu):
         Raises:
             ScheduleError: Always.
         """
-        raise ScheduleError("a true GPU of the online study runs under its own power limit only.",
-                            "compare power limits on the planning model (SimulatedGpu).")
+        raise ScheduleError(
+            "a true GPU of the online study runs under its own power limit only.",
+            "compare power limits on the planning model (SimulatedGpu).",
+        )
 
     def switch_latency_s(self, current: int, target: int) -> float:
         """Lowering the core clock takes the latency; raising it ``raise_factor`` times as long."""

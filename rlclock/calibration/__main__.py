@@ -19,7 +19,8 @@ H200's GH100 die with other memory (docs/simulator.md, "The H100 preset against 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m rlclock.calibration",
-        description="Fit a GPU preset's physical DVFS parameters (see docs/simulator.md).")
+        description="Fit a GPU preset's physical DVFS parameters (see docs/simulator.md).",
+    )
     parser.add_argument("gpu", help="preset key: rtx3080ti (paper fit) or h200-sxm (measured fit)")
     parser.add_argument("--max-nfev", type=int, default=400, help="optimiser evaluations (default 400)")
     parser.add_argument("--write", action="store_true", help="store the fitted parameters in the preset")
@@ -39,8 +40,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         for key in SAME_DIE.get(spec.key, ()):  # presets that carry this fit, each capped at its own L2
             other = get_spec(key)
             carried = replace(fitted.model, l2_resident_bytes=min(fitted.model.l2_resident_bytes, other.l2_bytes))
-            print("wrote", write_model(key, carried, f"the {spec.key} preset's fit (same die), the L2 residency at "
-                                                     f"most this GPU's {other.l2_bytes / 1e6:g} MB: not fitted to it"))
+            print(
+                "wrote",
+                write_model(
+                    key,
+                    carried,
+                    f"the {spec.key} preset's fit (same die), the L2 residency at "
+                    f"most this GPU's {other.l2_bytes / 1e6:g} MB: not fitted to it",
+                ),
+            )
     return 0
 
 

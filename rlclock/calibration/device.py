@@ -107,18 +107,27 @@ def planned_configs(spec: GpuSpec, control: ClockControl, per_memory: int = 10) 
         return [AUTO]
     mems = None if control.memory_locks == "runtime" else (control.memory_in_effect_mhz or spec.default_mem_mhz,)
     if mems is not None and mems[0] not in spec.clocks:
-        raise ClockError(f"the memory clock in effect ({mems[0]} MHz) is not one of the {spec.key} preset's "
-                         f"({sorted(spec.clocks)} MHz).", "give the preset of this GPU (--gpu), or a spec file "
-                         "with its clock table.")
+        raise ClockError(
+            f"the memory clock in effect ({mems[0]} MHz) is not one of the {spec.key} preset's "
+            f"({sorted(spec.clocks)} MHz).",
+            "give the preset of this GPU (--gpu), or a spec file with its clock table.",
+        )
     return [control.validate(c) for c in sweep_configs(spec, per_memory, mems)]
 
 
-def device_sweep(spec: GpuSpec, control: ClockControl, sampler: EnergySampler, realiser: Realiser,
-                 per_memory: int = 10, settings: MeasureSettings = SWEEP_SETTINGS,
-                 kernels: Sequence[Kernel] | None = None,
-                 progress: Callable[[Reading, int, int], None] | None = None,
-                 save: Callable[[DeviceSweep], Any] | None = None, idle_runner: Any | None = None,
-                 rest_s: float = REST_S) -> DeviceSweep:
+def device_sweep(
+    spec: GpuSpec,
+    control: ClockControl,
+    sampler: EnergySampler,
+    realiser: Realiser,
+    per_memory: int = 10,
+    settings: MeasureSettings = SWEEP_SETTINGS,
+    kernels: Sequence[Kernel] | None = None,
+    progress: Callable[[Reading, int, int], None] | None = None,
+    save: Callable[[DeviceSweep], Any] | None = None,
+    idle_runner: Any | None = None,
+    rest_s: float = REST_S,
+) -> DeviceSweep:
     """Sweep the suite on the GPU ``control`` holds.
 
     Args:
@@ -151,8 +160,10 @@ def device_sweep(spec: GpuSpec, control: ClockControl, sampler: EnergySampler, r
             except MeasurementError as exc:
                 out.skipped[k.name] = str(exc).splitlines()[0]
         if not runners:
-            raise MeasurementError(f"no kernel of the calibration suite could run on this GPU ({out.skipped}).",
-                                   "see the reasons given for each kernel.")
+            raise MeasurementError(
+                f"no kernel of the calibration suite could run on this GPU ({out.skipped}).",
+                "see the reasons given for each kernel.",
+            )
         mems = sorted({c.mem_mhz for c in configs if c.mem_mhz is not None})
         resting = control.dry_run and rest_s > 0
         planned = len(configs) * len(runners) + max(1, len(mems)) + int(resting)
@@ -167,8 +178,11 @@ def device_sweep(spec: GpuSpec, control: ClockControl, sampler: EnergySampler, r
                     progress(out.readings[-1], len(out.readings), planned)
             last_at_memory = i + 1 == len(configs) or configs[i + 1].mem_mhz != config.mem_mhz
             if last_at_memory:  # the idle power at this memory clock, core at its lowest
-                idle_config = config if control.dry_run else ClockConfig(min(spec.core_clocks_mhz(config.mem_mhz)),
-                                                                         config.mem_mhz)
+                idle_config = (
+                    config
+                    if control.dry_run
+                    else ClockConfig(min(spec.core_clocks_mhz(config.mem_mhz)), config.mem_mhz)
+                )
                 if not control.dry_run:
                     control.apply(control.validate(idle_config))
                 stats = measure(idle_runner, sampler, settings)
@@ -214,6 +228,5 @@ def _reading(spec: GpuSpec, kernel: Kernel | None, config: ClockConfig, stats: W
     if kernel is None:
         row = SweepRow(IDLE, 0.0, 0.0, 0.0, "other", "fp32", core, mem, stats.time_s, stats.energy_j)
     else:
-        row = rows_from([kernel], [ClockConfig(core, mem)], np.array([[stats.time_s]]),
-                        np.array([[stats.energy_j]]))[0]
+        row = rows_from([kernel], [ClockConfig(core, mem)], np.array([[stats.time_s]]), np.array([[stats.energy_j]]))[0]
     return Reading(row, str(config), stats)

@@ -19,30 +19,76 @@ import yaml
 from rlclock.dvfs.spec import DvfsParams, GpuSpec
 
 FIT_NAMES: tuple[str, ...] = (
-    "f_ridge_mhz", "p_const_w", "k_leak_w_per_v", "c_clock_w", "c_tensor_w", "c_simt_w", "e_xbar_j_per_byte",
-    "p_mem_bg_w", "e_dram_j_per_byte", "eta_gemm", "eta_stream", "eta_gather", "eta_reduce",
-    "simt_ops_per_byte", "lat_core_cycles", "lat_mem_cycles", "smooth_p", "launch_s",
+    "f_ridge_mhz",
+    "p_const_w",
+    "k_leak_w_per_v",
+    "c_clock_w",
+    "c_tensor_w",
+    "c_simt_w",
+    "e_xbar_j_per_byte",
+    "p_mem_bg_w",
+    "e_dram_j_per_byte",
+    "eta_gemm",
+    "eta_stream",
+    "eta_gather",
+    "eta_reduce",
+    "simt_ops_per_byte",
+    "lat_core_cycles",
+    "lat_mem_cycles",
+    "smooth_p",
+    "launch_s",
     "reduce_overhead_cycles",
 )
 """Parameters the fits adjust (voltage end points and the attention efficiency stay as set)."""
 
 BOUNDS: dict[str, tuple[float, float]] = {
-    "f_ridge_mhz": (600, 1700), "p_const_w": (0, 120), "k_leak_w_per_v": (0, 150), "c_clock_w": (0, 150),
-    "c_tensor_w": (10, 400), "c_simt_w": (0, 400), "e_xbar_j_per_byte": (0, 3e-10), "p_mem_bg_w": (5, 200),
-    "e_dram_j_per_byte": (0, 3e-10), "eta_gemm": (0.5, 1.0), "eta_stream": (0.5, 1.0), "eta_gather": (0.3, 1.0),
-    "eta_reduce": (0.3, 1.0), "simt_ops_per_byte": (0, 40), "lat_core_cycles": (50, 2000),
-    "lat_mem_cycles": (500, 10000), "smooth_p": (1.5, 12), "launch_s": (5e-7, 5e-6),
-    "reduce_overhead_cycles": (0.0, 2e5), "eta_simt_gemm": (0.2, 1.0), "boost_max_mhz": (0.0, 4000.0),
+    "f_ridge_mhz": (600, 1700),
+    "p_const_w": (0, 120),
+    "k_leak_w_per_v": (0, 150),
+    "c_clock_w": (0, 150),
+    "c_tensor_w": (10, 400),
+    "c_simt_w": (0, 400),
+    "e_xbar_j_per_byte": (0, 3e-10),
+    "p_mem_bg_w": (5, 200),
+    "e_dram_j_per_byte": (0, 3e-10),
+    "eta_gemm": (0.5, 1.0),
+    "eta_stream": (0.5, 1.0),
+    "eta_gather": (0.3, 1.0),
+    "eta_reduce": (0.3, 1.0),
+    "simt_ops_per_byte": (0, 40),
+    "lat_core_cycles": (50, 2000),
+    "lat_mem_cycles": (500, 10000),
+    "smooth_p": (1.5, 12),
+    "launch_s": (5e-7, 5e-6),
+    "reduce_overhead_cycles": (0.0, 2e5),
+    "eta_simt_gemm": (0.2, 1.0),
+    "boost_max_mhz": (0.0, 4000.0),
 }
 
 # Typical magnitudes, so the optimiser sees parameters of order one.
-_SCALE = {"e_xbar_j_per_byte": 1e-11, "e_dram_j_per_byte": 1e-11, "e_smem_j_per_byte": 1e-11, "launch_s": 1e-6,
-          "f_ridge_mhz": 100.0, "smem_bytes_per_cycle": 10.0,
-          "reduce_overhead_cycles": 1e3, "l2_resident_bytes": 1e7, "l2_bytes_per_cycle": 1000.0,
-          "lat_mem_cycles": 1000.0, "lat_core_cycles": 100.0, "boost_max_mhz": 100.0}
+_SCALE = {
+    "e_xbar_j_per_byte": 1e-11,
+    "e_dram_j_per_byte": 1e-11,
+    "e_smem_j_per_byte": 1e-11,
+    "launch_s": 1e-6,
+    "f_ridge_mhz": 100.0,
+    "smem_bytes_per_cycle": 10.0,
+    "reduce_overhead_cycles": 1e3,
+    "l2_resident_bytes": 1e7,
+    "l2_bytes_per_cycle": 1000.0,
+    "lat_mem_cycles": 1000.0,
+    "lat_core_cycles": 100.0,
+    "boost_max_mhz": 100.0,
+}
 
-def fit(spec: GpuSpec, residuals: Callable[[GpuSpec], np.ndarray], names: Sequence[str] = FIT_NAMES,
-        max_nfev: int = 400, bounds: dict[str, tuple[float, float]] | None = None) -> tuple[GpuSpec, float]:
+
+def fit(
+    spec: GpuSpec,
+    residuals: Callable[[GpuSpec], np.ndarray],
+    names: Sequence[str] = FIT_NAMES,
+    max_nfev: int = 400,
+    bounds: dict[str, tuple[float, float]] | None = None,
+) -> tuple[GpuSpec, float]:
     """Least-squares fit of ``names`` within ``bounds`` (default :data:`BOUNDS`); returns the fitted spec and
     the final cost."""
     bounds = BOUNDS if bounds is None else bounds
@@ -75,8 +121,9 @@ def write_model(key: str, params: DvfsParams, note: str, folder: Path | None = N
     path = (folder or Path(str(resources.files("rlclock.dvfs").joinpath("presets")))) / f"{key}.yaml"
     text = path.read_text()
     values = {k: float(f"{v:.6g}") for k, v in params.as_dict().items()}
-    block = f"model:  # {note}\n" + "".join(f"  {k}: {yaml.safe_dump(v).strip().removesuffix('...').strip()}\n"
-                                            for k, v in values.items())
+    block = f"model:  # {note}\n" + "".join(
+        f"  {k}: {yaml.safe_dump(v).strip().removesuffix('...').strip()}\n" for k, v in values.items()
+    )
     new, n = re.subn(r"^model:.*?(?=^\S)", block, text, count=1, flags=re.S | re.M)
     if n != 1:
         raise RuntimeError(f"no model: block found in {path}")

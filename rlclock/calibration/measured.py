@@ -47,8 +47,7 @@ SIMT_GEMMS: dict[str, str] = {"h200-sxm": "h200-simt-gemm.json"}
 SIMT_GEMM_POWER: dict[str, str] = {"h200-sxm": "h200-simt-gemm-power.json"}
 """Per preset, the same products run back to back over NVML energy windows (``benchmarks/simt_gemm.py --power``): the
 board's power and SM clock while each ran, which fix their switching power (``c_simt_gemm_w``)."""
-IDLE_MEASUREMENTS: dict[str, tuple[str, ...]] = {
-    "h200-sxm": ("h200-suite-observe.csv", "h200-suite-observe-rest.csv")}
+IDLE_MEASUREMENTS: dict[str, tuple[str, ...]] = {"h200-sxm": ("h200-suite-observe.csv", "h200-suite-observe-rest.csv")}
 """Per preset, shipped sweep tables (``rlclock calibrate --device`` in a dry run) whose ``idle`` rows — the board
 with no work, clocks up — fix the model's power floor (its power between kernels,
 :func:`rlclock.dvfs.model.gap_power_w`): the layer's kernels alone cannot tell constant power from power that scales
@@ -60,11 +59,32 @@ LOOP_WEIGHT = 0.25
 """Weight of each loop timing's log error against the trace's kernels (whose targets stay first)."""
 
 FIT_NAMES: tuple[str, ...] = (
-    "v_min_v", "v_max_v", "f_ridge_mhz", "p_const_w", "k_leak_w_per_v", "c_clock_w", "c_tensor_w", "c_simt_w",
-    "e_xbar_j_per_byte", "p_mem_bg_w", "e_dram_j_per_byte", "eta_gemm", "eta_attention", "eta_stream",
-    "eta_reduce", "simt_ops_per_byte", "launch_s", "reduce_overhead_cycles",
-    "l2_hit_fraction", "l2_resident_bytes", "l2_bytes_per_cycle", "norm_ops_per_written_byte",
-    "loop_ops_per_element", "narrow_load_ops", "eta_simt_gemm", "c_simt_gemm_w",
+    "v_min_v",
+    "v_max_v",
+    "f_ridge_mhz",
+    "p_const_w",
+    "k_leak_w_per_v",
+    "c_clock_w",
+    "c_tensor_w",
+    "c_simt_w",
+    "e_xbar_j_per_byte",
+    "p_mem_bg_w",
+    "e_dram_j_per_byte",
+    "eta_gemm",
+    "eta_attention",
+    "eta_stream",
+    "eta_reduce",
+    "simt_ops_per_byte",
+    "launch_s",
+    "reduce_overhead_cycles",
+    "l2_hit_fraction",
+    "l2_resident_bytes",
+    "l2_bytes_per_cycle",
+    "norm_ops_per_written_byte",
+    "loop_ops_per_element",
+    "narrow_load_ops",
+    "eta_simt_gemm",
+    "c_simt_gemm_w",
 )
 """Parameters the measured fit adjusts. The DRAM latency (``lat_core_cycles``, ``lat_mem_cycles``) is left as the
 preset holds it: dry run measures every kernel at one clock pair, where no kernel is latency-bound, so the
@@ -82,34 +102,50 @@ PRIORS: dict[str, tuple[float, float]] = {
     "simt_ops_per_byte": (4.0, 3.0),  # load/store, conversion and address instructions per byte of a stream
 }
 
-_BOUNDS = {**BOUNDS, "v_min_v": (0.55, 0.85), "v_max_v": (0.85, 1.15), "eta_attention": (0.3, 1.0),
-           # L2 residency: at most the whole 60 MB L2, hits at most all of it; L2 bandwidth up to 10 kB per core
-           # cycle (~20 TB/s at 1980 MHz); norm kernels up to 50 extra SIMT operations per byte written.
-           "l2_hit_fraction": (0.0, 1.0), "l2_resident_bytes": (0.0, 60e6), "l2_bytes_per_cycle": (0.0, 1e4),
-           "norm_ops_per_written_byte": (0.0, 50.0), "loop_ops_per_element": (0.0, 1000.0),
-           "narrow_load_ops": (0.0, 1000.0), "c_simt_gemm_w": (0.0, 400.0),
-           # with the power floor fixed by the idle reading, the GEMMs' power is tensor activity: up to 800 W
-           "c_tensor_w": (10.0, 800.0)}
+_BOUNDS = {
+    **BOUNDS,
+    "v_min_v": (0.55, 0.85),
+    "v_max_v": (0.85, 1.15),
+    "eta_attention": (0.3, 1.0),
+    # L2 residency: at most the whole 60 MB L2, hits at most all of it; L2 bandwidth up to 10 kB per core
+    # cycle (~20 TB/s at 1980 MHz); norm kernels up to 50 extra SIMT operations per byte written.
+    "l2_hit_fraction": (0.0, 1.0),
+    "l2_resident_bytes": (0.0, 60e6),
+    "l2_bytes_per_cycle": (0.0, 1e4),
+    "norm_ops_per_written_byte": (0.0, 50.0),
+    "loop_ops_per_element": (0.0, 1000.0),
+    "narrow_load_ops": (0.0, 1000.0),
+    "c_simt_gemm_w": (0.0, 400.0),
+    # with the power floor fixed by the idle reading, the GEMMs' power is tensor activity: up to 800 W
+    "c_tensor_w": (10.0, 800.0),
+}
 
 
 def measured_trace(spec: GpuSpec) -> KernelTrace:
     """The measured trace the preset is fitted to."""
     rel = MEASURED_TRACES.get(spec.key)
     if rel is None:
-        raise SpecError(f"no measured trace is registered for {spec.key!r}.",
-                        f"measure one with `rlclock profile` / `rlclock measure` (known: {sorted(MEASURED_TRACES)}).")
+        raise SpecError(
+            f"no measured trace is registered for {spec.key!r}.",
+            f"measure one with `rlclock profile` / `rlclock measure` (known: {sorted(MEASURED_TRACES)}).",
+        )
     return KernelTrace.load(resources.measurement(rel))
 
 
-def isolated_points(trace: KernelTrace,
-                    spec: GpuSpec) -> tuple[list[Kernel], np.ndarray, np.ndarray, np.ndarray]:
+def isolated_points(trace: KernelTrace, spec: GpuSpec) -> tuple[list[Kernel], np.ndarray, np.ndarray, np.ndarray]:
     """Kernels with an isolated auto measurement and shapes, with their time, energy and mean SM clock."""
     kernels, t, e, f = [], [], [], []
     for k in trace:
         if k.flops == 0 and k.dram_bytes == 0:
             continue
-        m = next((m for m in k.measured if m.is_auto and m.source == "isolated" and m.gpu in (spec.name, spec.key)
-                  and m.energy_j is not None), None)
+        m = next(
+            (
+                m
+                for m in k.measured
+                if m.is_auto and m.source == "isolated" and m.gpu in (spec.name, spec.key) and m.energy_j is not None
+            ),
+            None,
+        )
         if m is None:
             continue
         kernels.append(k)
@@ -170,8 +206,11 @@ def simt_power_points(spec: GpuSpec) -> tuple[list[Kernel], np.ndarray, np.ndarr
         return [], np.zeros(0), np.zeros(0)
     power = json.loads(resources.measurement(rel).read_text())["products"]
     keep = [i for i, n in enumerate(names) if n in power]
-    return ([kernels[i] for i in keep], np.array([power[names[i]]["power_w"] for i in keep]),
-            np.array([power[names[i]]["sm_clock_mhz"] for i in keep]))
+    return (
+        [kernels[i] for i in keep],
+        np.array([power[names[i]]["power_w"] for i in keep]),
+        np.array([power[names[i]]["sm_clock_mhz"] for i in keep]),
+    )
 
 
 def _simt_products(spec: GpuSpec) -> tuple[list[Kernel], list[dict[str, Any]], list[str]]:
@@ -191,8 +230,9 @@ def _simt_products(spec: GpuSpec) -> tuple[list[Kernel], list[dict[str, Any]], l
 
 def idle_rows(spec: GpuSpec) -> list[SweepRow]:
     """The idle readings of :data:`IDLE_MEASUREMENTS` for this preset (empty when it has none)."""
-    return [r for rel in IDLE_MEASUREMENTS.get(spec.key, ()) for r in read_table(resources.measurement(rel))
-            if r.is_idle]
+    return [
+        r for rel in IDLE_MEASUREMENTS.get(spec.key, ()) for r in read_table(resources.measurement(rel)) if r.is_idle
+    ]
 
 
 def simt_power_at_clock(spec: GpuSpec, kernels: list[Kernel], core_mhz: np.ndarray) -> np.ndarray:
@@ -264,32 +304,46 @@ def report(spec: GpuSpec) -> list[str]:
     kernels, t, e, f = isolated_points(trace, spec)
     pred = predict_auto(spec, kernels)
     tp, ep, fp = pred.time_s[:, 0], pred.energy_j[:, 0], pred.core_mhz[:, 0]
-    say(f"Simulated {spec.name} ({spec.key} preset), predicted from shapes alone, vs {trace.name!r} measured on "
-          f"{trace.meta.get('gpu', spec.name)} in a dry run (isolated kernels, auto clocks)")
-    say(f"{'op':16s} {'category':11s} {'t sim us':>9} {'t meas':>8} {'err':>7}   {'E sim mJ':>9} {'E meas':>8} "
-          f"{'err':>7}   {'MHz sim':>7} {'meas':>5}")
+    say(
+        f"Simulated {spec.name} ({spec.key} preset), predicted from shapes alone, vs {trace.name!r} measured on "
+        f"{trace.meta.get('gpu', spec.name)} in a dry run (isolated kernels, auto clocks)"
+    )
+    say(
+        f"{'op':16s} {'category':11s} {'t sim us':>9} {'t meas':>8} {'err':>7}   {'E sim mJ':>9} {'E meas':>8} "
+        f"{'err':>7}   {'MHz sim':>7} {'meas':>5}"
+    )
     worst_t = worst_e = 0.0
     for i, k in enumerate(kernels):
         et, ee = tp[i] / t[i] - 1, ep[i] / e[i] - 1
         if t[i] >= 20e-6:
             worst_t, worst_e = max(worst_t, abs(et)), max(worst_e, abs(ee))
-        say(f"{k.op[:16]:16s} {k.category:11s} {tp[i] * 1e6:9.1f} {t[i] * 1e6:8.1f} {100 * et:+6.1f}%   "
-              f"{ep[i] * 1e3:9.2f} {e[i] * 1e3:8.2f} {100 * ee:+6.1f}%   {fp[i]:7.0f} {f[i]:5.0f}")
+        say(
+            f"{k.op[:16]:16s} {k.category:11s} {tp[i] * 1e6:9.1f} {t[i] * 1e6:8.1f} {100 * et:+6.1f}%   "
+            f"{ep[i] * 1e3:9.2f} {e[i] * 1e3:8.2f} {100 * ee:+6.1f}%   {fp[i]:7.0f} {f[i]:5.0f}"
+        )
     say("")
-    say(f"sum of kernels: time {tp.sum() * 1e3:.3f} ms vs measured {t.sum() * 1e3:.3f} ms "
-          f"({100 * (tp.sum() / t.sum() - 1):+.2f} %), energy {ep.sum():.3f} J vs {e.sum():.3f} J "
-          f"({100 * (ep.sum() / e.sum() - 1):+.2f} %)  (target within 5 %)")
+    say(
+        f"sum of kernels: time {tp.sum() * 1e3:.3f} ms vs measured {t.sum() * 1e3:.3f} ms "
+        f"({100 * (tp.sum() / t.sum() - 1):+.2f} %), energy {ep.sum():.3f} J vs {e.sum():.3f} J "
+        f"({100 * (ep.sum() / e.sum() - 1):+.2f} %)  (target within 5 %)"
+    )
     summary = resources.measurement(MEASURED_TRACES[spec.key].replace(".trace.json", ".summary.json"))
     whole = json.loads(summary.read_text()).get("step")
     if isinstance(whole, dict) and "time_s" in whole and "energy_j" in whole:
-        say(f"whole step back to back: {whole['time_s'] * 1e3:.3f} ms, {whole['energy_j']:.3f} J  "
-              f"(model {100 * (tp.sum() / whole['time_s'] - 1):+.2f} % time, "
-              f"{100 * (ep.sum() / whole['energy_j'] - 1):+.2f} % energy)")
-    say(f"largest per-kernel error (kernels >= 20 us): time {100 * worst_t:.1f} %, energy {100 * worst_e:.1f} % "
-          "(target within 20 %)")
+        say(
+            f"whole step back to back: {whole['time_s'] * 1e3:.3f} ms, {whole['energy_j']:.3f} J  "
+            f"(model {100 * (tp.sum() / whole['time_s'] - 1):+.2f} % time, "
+            f"{100 * (ep.sum() / whole['energy_j'] - 1):+.2f} % energy)"
+        )
+    say(
+        f"largest per-kernel error (kernels >= 20 us): time {100 * worst_t:.1f} %, energy {100 * worst_e:.1f} % "
+        "(target within 20 %)"
+    )
     big = t >= 20e-6
     ok_t = np.abs(tp / t - 1) <= 0.2
     ok_e = np.abs(ep / e - 1) <= 0.2
-    say(f"kernels >= 20 us within 20 %: {int((ok_t & big).sum())}/{int(big.sum())} in time, "
-          f"{int((ok_t & ok_e & big).sum())}/{int(big.sum())} in time and energy")
+    say(
+        f"kernels >= 20 us within 20 %: {int((ok_t & big).sum())}/{int(big.sum())} in time, "
+        f"{int((ok_t & ok_e & big).sum())}/{int(big.sum())} in time and energy"
+    )
     return lines

@@ -109,7 +109,11 @@ def paper_metrics(spec: GpuSpec) -> PaperMetrics:
     within = np.array([slow[f] <= paper.MEMBOUND_MAX_SLOWDOWN_PCT for f in cores])  # (cores, kernels)
     knee = np.array([min(f for f, ok in zip(cores, within[:, k]) if ok) for k in range(len(membound))])
     return PaperMetrics(
-        time_s=ta, energy_j=ea, core_mhz=pred.core_mhz[:, 0], step_time_s=t0, step_energy_j=e0,
+        time_s=ta,
+        energy_j=ea,
+        core_mhz=pred.core_mhz[:, 0],
+        step_time_s=t0,
+        step_energy_j=e0,
         kernel_global_pct=100 * (lp_energy_at(front, t0) / e0 - 1),
         relaxed_pct={b: 100 * (lp_energy_at(front, t0 * (1 + b)) / e0 - 1) for b in paper.RELAXED},
         kernel_local_pct=pct(t[rows, j_loc], e[rows, j_loc]),
@@ -117,7 +121,9 @@ def paper_metrics(spec: GpuSpec) -> PaperMetrics:
         min_energy_pct=pct(t[rows, j_min], e[rows, j_min]),
         gemm_mem5001=(float(np.mean(g_t)), float(np.mean(g_e))),
         gemm_auto5001=(float(100 * (t[big, ja] / ta[big] - 1).mean()), float(100 * (1 - e[big, ja] / ea[big]).mean())),
-        membound_saving_pct=mb, membound_slowdown_pct=slow, membound_knee_mhz=knee,
+        membound_saving_pct=mb,
+        membound_slowdown_pct=slow,
+        membound_knee_mhz=knee,
         gemm_auto_core_mhz=float(pred.core_mhz[list(_BIG_GEMMS), 0].mean()),
     )
 
@@ -139,12 +145,16 @@ def _paper_residuals(spec: GpuSpec) -> np.ndarray:
     r += [10 * np.log(m.step_time_s / (mult * t_ref).sum()), 10 * np.log(m.step_energy_j / (mult * e_ref).sum())]
     r += [0.4 * (m.kernel_global_pct - paper.TABLE2["kernel-global"][1])]
     r += [0.15 * (m.relaxed_pct[b] - v) for b, v in paper.RELAXED.items()]
-    r += [0.25 * (m.min_energy_pct[1] - paper.TABLE2["kernel-min-energy"][1]),
-          5 * (np.log1p(m.min_energy_pct[0] / 100) - np.log1p(paper.TABLE2["kernel-min-energy"][0] / 100))]
+    r += [
+        0.25 * (m.min_energy_pct[1] - paper.TABLE2["kernel-min-energy"][1]),
+        5 * (np.log1p(m.min_energy_pct[0] / 100) - np.log1p(paper.TABLE2["kernel-min-energy"][0] / 100)),
+    ]
     # Weights as tuned with the boost ceiling and the knee range in the fit (local energy and pass-level pulled
     # √2 harder than before, the knees' lower hinge at √0.58): each calibration target holds at this optimum.
-    r += [0.2 * np.sqrt(2) * (m.kernel_local_pct[1] - paper.TABLE2["kernel-local"][1]),
-          0.2 * (m.kernel_local_pct[0] - paper.TABLE2["kernel-local"][0])]
+    r += [
+        0.2 * np.sqrt(2) * (m.kernel_local_pct[1] - paper.TABLE2["kernel-local"][1]),
+        0.2 * (m.kernel_local_pct[0] - paper.TABLE2["kernel-local"][0]),
+    ]
     r += [0.6 * np.sqrt(2) * (m.pass_local_pct[1] - paper.TABLE2["pass-local"][1])]
     r += [0.2 * (m.gemm_auto5001[1] - (slo + shi) / 2), 0.3 * (m.gemm_auto5001[0] + (lo + hi) / 2)]
     r += list(0.05 * (m.membound_saving_pct - (mlo + mhi) / 2))
@@ -152,8 +162,10 @@ def _paper_residuals(spec: GpuSpec) -> np.ndarray:
     # still within it one grid step below the bottom, the lightest within it at the bottom.
     f_lo, f_hi = paper.MEMBOUND_CORE_MHZ
     s_max = paper.MEMBOUND_MAX_SLOWDOWN_PCT
-    r += [max(0.0, float(m.membound_slowdown_pct[f_hi].max()) - s_max),
-          max(0.0, float(m.membound_slowdown_pct[f_lo].min()) - s_max)]
+    r += [
+        max(0.0, float(m.membound_slowdown_pct[f_hi].max()) - s_max),
+        max(0.0, float(m.membound_slowdown_pct[f_lo].min()) - s_max),
+    ]
     r += list(np.sqrt(0.58) * np.maximum(0.0, s_max - m.membound_slowdown_pct[f_lo - 210]))
     # The grid's 1890 MHz point must be 2–3 % faster than auto: large GEMMs run near 1840 MHz at auto.
     r += [(m.gemm_auto_core_mhz - 1890 / (1 + (lo + hi) / 200)) / 30]
@@ -174,5 +186,10 @@ def fit_paper(spec: GpuSpec, max_nfev: int = 400) -> tuple[GpuSpec, float]:
     """Fit the RTX 3080 Ti preset to the paper (module docstring)."""
     if not spec.model.boost_max_mhz:
         spec = spec.with_model(boost_max_mhz=1890.0)
-    return fit(spec, _paper_residuals, names=PAPER_FIT_NAMES, max_nfev=max_nfev,
-               bounds={**BOUNDS, "boost_max_mhz": _BOOST_BOUNDS_MHZ})
+    return fit(
+        spec,
+        _paper_residuals,
+        names=PAPER_FIT_NAMES,
+        max_nfev=max_nfev,
+        bounds={**BOUNDS, "boost_max_mhz": _BOOST_BOUNDS_MHZ},
+    )

@@ -93,35 +93,118 @@ def suite(spec: GpuSpec) -> list[Kernel]:
     reduction and a stream launched on too few threads to hide DRAM latency."""
     n_big = 4096 if spec.sm_count >= 100 else 2048
     l2_half = spec.l2_bytes / 2
-    dram = 2.0 ** 30  # 1 GiB each way
+    dram = 2.0**30  # 1 GiB each way
     return [
-        Kernel("fma_bound", "suite.fma", "elementwise", "forward", flops=2.0 * 2 ** 34, dram_read_bytes=2 ** 20,
-               dram_write_bytes=2 ** 20, dtype="fp32"),
-        Kernel("gemm_large", "suite.gemm_large", "gemm", "forward", flops=2.0 * 8192 ** 3,
-               dram_read_bytes=2 * 2 * 8192 ** 2, dram_write_bytes=2 * 8192 ** 2, gemm_bmnk=(1, 8192, 8192, 8192)),
-        Kernel("gemm_small", "suite.gemm_small", "gemm", "forward", flops=2.0 * n_big * n_big * 512,
-               dram_read_bytes=2 * (2 * n_big * 512), dram_write_bytes=2 * n_big ** 2,
-               gemm_bmnk=(1, n_big, n_big, 512)),
-        Kernel("dram_stream", "suite.dram", "copy", "forward", flops=0.0, dram_read_bytes=dram,
-               dram_write_bytes=dram, dtype="fp32"),
-        Kernel("l2_stream", "suite.l2", "elementwise", "forward", flops=l2_half / 4, dram_read_bytes=l2_half / 2,
-               dram_write_bytes=l2_half / 2, dtype="fp32"),
-        Kernel("simt_stream", "suite.simt_stream", "elementwise", "forward", flops=SIMT_STREAM_FMAS * 2.0 * 2 ** 26,
-               dram_read_bytes=2 ** 28, dram_write_bytes=2 ** 28, dtype="fp32"),
-        Kernel(SMEM_KERNEL, "suite.smem", "other", "forward", flops=2.0 * 2 ** 31, dram_read_bytes=2 ** 24,
-               dram_write_bytes=2 ** 24, dtype="fp32", onchip_bytes=SMEM_BYTES_PER_FLOP * 2.0 * 2 ** 31),
-        Kernel("reduction", "suite.reduce", "reduction", "forward", flops=2.0 ** 28, dram_read_bytes=2.0 ** 30,
-               dram_write_bytes=2.0 ** 14, dtype="fp32", access="reduce"),
+        Kernel(
+            "fma_bound",
+            "suite.fma",
+            "elementwise",
+            "forward",
+            flops=2.0 * 2**34,
+            dram_read_bytes=2**20,
+            dram_write_bytes=2**20,
+            dtype="fp32",
+        ),
+        Kernel(
+            "gemm_large",
+            "suite.gemm_large",
+            "gemm",
+            "forward",
+            flops=2.0 * 8192**3,
+            dram_read_bytes=2 * 2 * 8192**2,
+            dram_write_bytes=2 * 8192**2,
+            gemm_bmnk=(1, 8192, 8192, 8192),
+        ),
+        Kernel(
+            "gemm_small",
+            "suite.gemm_small",
+            "gemm",
+            "forward",
+            flops=2.0 * n_big * n_big * 512,
+            dram_read_bytes=2 * (2 * n_big * 512),
+            dram_write_bytes=2 * n_big**2,
+            gemm_bmnk=(1, n_big, n_big, 512),
+        ),
+        Kernel(
+            "dram_stream",
+            "suite.dram",
+            "copy",
+            "forward",
+            flops=0.0,
+            dram_read_bytes=dram,
+            dram_write_bytes=dram,
+            dtype="fp32",
+        ),
+        Kernel(
+            "l2_stream",
+            "suite.l2",
+            "elementwise",
+            "forward",
+            flops=l2_half / 4,
+            dram_read_bytes=l2_half / 2,
+            dram_write_bytes=l2_half / 2,
+            dtype="fp32",
+        ),
+        Kernel(
+            "simt_stream",
+            "suite.simt_stream",
+            "elementwise",
+            "forward",
+            flops=SIMT_STREAM_FMAS * 2.0 * 2**26,
+            dram_read_bytes=2**28,
+            dram_write_bytes=2**28,
+            dtype="fp32",
+        ),
+        Kernel(
+            SMEM_KERNEL,
+            "suite.smem",
+            "other",
+            "forward",
+            flops=2.0 * 2**31,
+            dram_read_bytes=2**24,
+            dram_write_bytes=2**24,
+            dtype="fp32",
+            onchip_bytes=SMEM_BYTES_PER_FLOP * 2.0 * 2**31,
+        ),
+        Kernel(
+            "reduction",
+            "suite.reduce",
+            "reduction",
+            "forward",
+            flops=2.0**28,
+            dram_read_bytes=2.0**30,
+            dram_write_bytes=2.0**14,
+            dtype="fp32",
+            access="reduce",
+        ),
         # a reduction over few blocks (as the column sums of norm backward passes): its DRAM side, not its SIMT
         # work, sets its time even where SIMT work per byte is high
-        Kernel("reduction_narrow", "suite.reduce_narrow", "reduction", "forward", flops=2.0 ** 26,
-               dram_read_bytes=2.0 ** 27, dram_write_bytes=2.0 ** 12, dtype="fp32", access="reduce",
-               launch_grid=(max(1, spec.sm_count // 4), 1, 1),
-               launch_block=(min(1024, spec.threads_per_sm // 2), 1, 1)),
+        Kernel(
+            "reduction_narrow",
+            "suite.reduce_narrow",
+            "reduction",
+            "forward",
+            flops=2.0**26,
+            dram_read_bytes=2.0**27,
+            dram_write_bytes=2.0**12,
+            dtype="fp32",
+            access="reduce",
+            launch_grid=(max(1, spec.sm_count // 4), 1, 1),
+            launch_block=(min(1024, spec.threads_per_sm // 2), 1, 1),
+        ),
         # a stream whose grid fills an eighth of the GPU's threads: bound by DRAM latency, not bandwidth
-        Kernel("latency_stream", "suite.latency", "copy", "forward", flops=0.0, dram_read_bytes=2.0 ** 28,
-               dram_write_bytes=2.0 ** 28, dtype="fp32", launch_grid=(max(1, spec.sm_count // 4), 1, 1),
-               launch_block=(min(1024, spec.threads_per_sm // 2), 1, 1)),
+        Kernel(
+            "latency_stream",
+            "suite.latency",
+            "copy",
+            "forward",
+            flops=0.0,
+            dram_read_bytes=2.0**28,
+            dram_write_bytes=2.0**28,
+            dtype="fp32",
+            launch_grid=(max(1, spec.sm_count // 4), 1, 1),
+            launch_block=(min(1024, spec.threads_per_sm // 2), 1, 1),
+        ),
     ]
 
 
@@ -138,37 +221,79 @@ def sweep_configs(spec: GpuSpec, per_memory: int = 10, mems: Sequence[int] | Non
     return out
 
 
-def rows_from(kernels: Sequence[Kernel], configs: Sequence[ClockConfig], time_s: np.ndarray,
-              energy_j: np.ndarray) -> list[SweepRow]:
+def rows_from(
+    kernels: Sequence[Kernel], configs: Sequence[ClockConfig], time_s: np.ndarray, energy_j: np.ndarray
+) -> list[SweepRow]:
     """Rows of a measured ``(kernels, configs)`` table."""
-    return [SweepRow(k.name, k.flops, k.dram_read_bytes, k.dram_write_bytes, k.category, k.dtype,
-                     int(c.core_mhz or 0), int(c.mem_mhz or 0), float(time_s[i, j]), float(energy_j[i, j]), k.access,
-                     int(np.prod(k.launch_grid)) if k.launch_grid else 0,
-                     int(np.prod(k.launch_block)) if k.launch_block else 0,
-                     None if k.gemm_bmnk is None else (k.gemm_bmnk[1], k.gemm_bmnk[2], k.gemm_bmnk[3]),
-                     float(k.onchip_bytes or 0.0))
-            for i, k in enumerate(kernels) for j, c in enumerate(configs)]
+    return [
+        SweepRow(
+            k.name,
+            k.flops,
+            k.dram_read_bytes,
+            k.dram_write_bytes,
+            k.category,
+            k.dtype,
+            int(c.core_mhz or 0),
+            int(c.mem_mhz or 0),
+            float(time_s[i, j]),
+            float(energy_j[i, j]),
+            k.access,
+            int(np.prod(k.launch_grid)) if k.launch_grid else 0,
+            int(np.prod(k.launch_block)) if k.launch_block else 0,
+            None if k.gemm_bmnk is None else (k.gemm_bmnk[1], k.gemm_bmnk[2], k.gemm_bmnk[3]),
+            float(k.onchip_bytes or 0.0),
+        )
+        for i, k in enumerate(kernels)
+        for j, c in enumerate(configs)
+    ]
 
 
 def kernel_of(row: SweepRow, index: int = 0) -> Kernel:
     """The kernel a row measured, for the model."""
     launch = row.blocks > 0 and row.threads_per_block > 0
-    return Kernel(row.kernel, f"sweep.{index}", row.category, "forward", flops=row.flops,
-                  dram_read_bytes=row.read_bytes, dram_write_bytes=row.write_bytes, dtype=row.dtype,
-                  access=row.access, launch_grid=(row.blocks, 1, 1) if launch else None,
-                  launch_block=(row.threads_per_block, 1, 1) if launch else None,
-                  gemm_bmnk=None if row.gemm_mnk is None else (1, *row.gemm_mnk),
-                  onchip_bytes=row.onchip_bytes or None)
+    return Kernel(
+        row.kernel,
+        f"sweep.{index}",
+        row.category,
+        "forward",
+        flops=row.flops,
+        dram_read_bytes=row.read_bytes,
+        dram_write_bytes=row.write_bytes,
+        dtype=row.dtype,
+        access=row.access,
+        launch_grid=(row.blocks, 1, 1) if launch else None,
+        launch_block=(row.threads_per_block, 1, 1) if launch else None,
+        gemm_bmnk=None if row.gemm_mnk is None else (1, *row.gemm_mnk),
+        onchip_bytes=row.onchip_bytes or None,
+    )
 
 
 # -- the fit --------------------------------------------------------------------------------------------------
 
-TIME_FIT_NAMES: tuple[str, ...] = ("eta_gemm", "eta_stream", "eta_reduce", "simt_ops_per_byte", "lat_core_cycles",
-                                   "lat_mem_cycles", "smem_bytes_per_cycle")
+TIME_FIT_NAMES: tuple[str, ...] = (
+    "eta_gemm",
+    "eta_stream",
+    "eta_reduce",
+    "simt_ops_per_byte",
+    "lat_core_cycles",
+    "lat_mem_cycles",
+    "smem_bytes_per_cycle",
+)
 """Parameters of the model's time, fitted first to the sweep's times (time does not depend on power)."""
-POWER_FIT_NAMES: tuple[str, ...] = ("v_min_v", "v_max_v", "f_ridge_mhz", "p_const_w", "k_leak_w_per_v", "c_clock_w",
-                                    "c_tensor_w", "c_simt_w", "e_xbar_j_per_byte", "p_mem_bg_w", "e_dram_j_per_byte",
-                                    "e_smem_j_per_byte")
+POWER_FIT_NAMES: tuple[str, ...] = (
+    "v_min_v",
+    "v_max_v",
+    "f_ridge_mhz",
+    "p_const_w",
+    "k_leak_w_per_v",
+    "c_clock_w",
+    "c_tensor_w",
+    "c_simt_w",
+    "e_xbar_j_per_byte",
+    "p_mem_bg_w",
+    "e_dram_j_per_byte",
+    "e_smem_j_per_byte",
+)
 """Parameters of the model's power, fitted next to the sweep's energies and idle power."""
 SWEEP_FIT_NAMES: tuple[str, ...] = TIME_FIT_NAMES + POWER_FIT_NAMES
 """Physical parameters a sweep of the suite fits (the per-class efficiencies the suite does not exercise —
@@ -177,11 +302,22 @@ SIMT_GEMM_FIT_NAMES: tuple[str, str] = ("eta_simt_gemm", "c_simt_gemm_w")
 """Fitted too when the rows hold a matrix product on the FP32 units (a table measured elsewhere, e.g. an SGEMM):
 its achieved share of the FP32 peak (time) and its extra switching power (power)."""
 
-_INFORMED_BY = {"eta_gemm": "tensor", "c_tensor_w": "tensor", "eta_stream": "stream", "eta_reduce": "reduce",
-                "simt_ops_per_byte": "memory", "lat_core_cycles": "memory", "lat_mem_cycles": "memory",
-                "e_xbar_j_per_byte": "memory", "e_dram_j_per_byte": "memory", "c_simt_w": "simt",
-                "eta_simt_gemm": "simt_gemm", "c_simt_gemm_w": "simt_gemm", "smem_bytes_per_cycle": "onchip",
-                "e_smem_j_per_byte": "onchip"}
+_INFORMED_BY = {
+    "eta_gemm": "tensor",
+    "c_tensor_w": "tensor",
+    "eta_stream": "stream",
+    "eta_reduce": "reduce",
+    "simt_ops_per_byte": "memory",
+    "lat_core_cycles": "memory",
+    "lat_mem_cycles": "memory",
+    "e_xbar_j_per_byte": "memory",
+    "e_dram_j_per_byte": "memory",
+    "c_simt_w": "simt",
+    "eta_simt_gemm": "simt_gemm",
+    "c_simt_gemm_w": "simt_gemm",
+    "smem_bytes_per_cycle": "onchip",
+    "e_smem_j_per_byte": "onchip",
+}
 """Which kind of row informs a parameter (the others — voltage curve, static, clock and memory background power —
 every row does): a table of a few kernel classes fits only what they can show and keeps the rest as the base holds
 it, rather than bending a parameter no row depends on to absorb another's misfit."""
@@ -223,6 +359,7 @@ def fit_names(rows: Sequence[SweepRow]) -> tuple[tuple[str, ...], tuple[str, ...
                 kinds.update(("memory", k.access))  # stream, gather or reduce: the efficiency of its class
         if r.onchip_bytes > 0:
             kinds.add("onchip")
+
     def keep(names: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(n for n in names if n not in _INFORMED_BY or _INFORMED_BY[n] in kinds)
 
@@ -237,8 +374,7 @@ INFORMED_CHANGE = 0.01
 cannot place it (a compute kernel's megabyte of DRAM traffic does not tell the achieved bandwidth) and it stays."""
 
 
-def informed(base: GpuSpec, rows: Sequence[SweepRow], names: Sequence[str],
-             anchored: bool = False) -> tuple[str, ...]:
+def informed(base: GpuSpec, rows: Sequence[SweepRow], names: Sequence[str], anchored: bool = False) -> tuple[str, ...]:
     """The parameters of ``names`` the rows can place: those whose move by :data:`INFORMED_SHARE` of their range, up or
     down from ``base``, changes some predicted reading (time, energy or idle power) by :data:`INFORMED_CHANGE`."""
     t0, e0, p0 = predictions(base, rows, anchored)
@@ -259,8 +395,9 @@ def informed(base: GpuSpec, rows: Sequence[SweepRow], names: Sequence[str],
     return tuple(out)
 
 
-def fitted_names(base: GpuSpec, rows: Sequence[SweepRow],
-                 anchored: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def fitted_names(
+    base: GpuSpec, rows: Sequence[SweepRow], anchored: bool = False
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The time and the power parameters a fit of ``base`` to ``rows`` adjusts: those the rows' kinds inform
     (:func:`fit_names`) and can place (:func:`informed`); every other parameter stays at the base's value."""
     time_names, power_names = fit_names(rows)
@@ -277,6 +414,7 @@ CEILING_GAIN = 0.05
 def probe_ceilings(base: GpuSpec, rows: Sequence[SweepRow], anchored: bool = False) -> GpuSpec:
     """``base`` with each ceiling of :data:`CEILING_PROBES` it holds off set to the probe that best explains the
     sweep's times, where that lowers their misfit by :data:`CEILING_GAIN` (unchanged otherwise)."""
+
     def misfit(s: GpuSpec) -> float:
         return float(np.sum(sweep_residuals(s, rows, "time", anchored) ** 2))
 
@@ -338,13 +476,16 @@ def violations(spec: GpuSpec, idle: dict[int, float], names: Sequence[str]) -> l
     p = spec.model
     out = []
     if p.v_max_v < p.v_min_v - VOLTAGE_TOLERANCE_V:
-        out.append(f"the voltage falls as the clock rises ({p.v_min_v:.3f} V at the bottom, {p.v_max_v:.3f} V at the "
-                   "top)")
+        out.append(
+            f"the voltage falls as the clock rises ({p.v_min_v:.3f} V at the bottom, {p.v_max_v:.3f} V at the top)"
+        )
     for m, w in sorted(idle.items()):
         floor = power_floor_w(spec, m)
         if floor > w * (1 + FLOOR_TOLERANCE):
-            out.append(f"the power floor ({floor:.0f} W at {spec.min_core_mhz} MHz, memory {m} MHz) is above the idle "
-                       f"reading ({w:.0f} W)")
+            out.append(
+                f"the power floor ({floor:.0f} W at {spec.min_core_mhz} MHz, memory {m} MHz) is above the idle "
+                f"reading ({w:.0f} W)"
+            )
     return out + out_of_range(p, names)
 
 
@@ -359,8 +500,9 @@ def at_bounds(spec: GpuSpec, names: Sequence[str], share: float = 1e-3) -> list[
         near = share * (hi - lo)
         edge = "lower" if values[n] <= lo + near else "upper" if values[n] >= hi - near else ""
         if edge:
-            out.append(f"{n} = {values[n]:.4g} {unit} sits at the {edge} end of its range {lo:g}-{hi:g}".replace("  ",
-                                                                                                                 " "))
+            out.append(
+                f"{n} = {values[n]:.4g} {unit} sits at the {edge} end of its range {lo:g}-{hi:g}".replace("  ", " ")
+            )
     return out
 
 
@@ -371,8 +513,19 @@ def _kernels_of(rows: Sequence[SweepRow]) -> tuple[list[Kernel], np.ndarray, lis
     cfg_keys: dict[tuple[int, int], int] = {}
     ki, ci = [], []
     for r in rows:
-        key = (r.kernel, r.flops, r.read_bytes, r.write_bytes, r.category, r.dtype, r.access, r.blocks,
-               r.threads_per_block, r.gemm_mnk, r.onchip_bytes)
+        key = (
+            r.kernel,
+            r.flops,
+            r.read_bytes,
+            r.write_bytes,
+            r.category,
+            r.dtype,
+            r.access,
+            r.blocks,
+            r.threads_per_block,
+            r.gemm_mnk,
+            r.onchip_bytes,
+        )
         if key not in keys:
             keys[key] = len(kernels)
             kernels.append(kernel_of(r, len(kernels)))
@@ -382,8 +535,9 @@ def _kernels_of(rows: Sequence[SweepRow]) -> tuple[list[Kernel], np.ndarray, lis
     return kernels, np.array(ki), configs, np.array(ci)
 
 
-def sweep_residuals(spec: GpuSpec, rows: Sequence[SweepRow], parts: str = "time+energy",
-                    anchored: bool = False) -> np.ndarray:
+def sweep_residuals(
+    spec: GpuSpec, rows: Sequence[SweepRow], parts: str = "time+energy", anchored: bool = False
+) -> np.ndarray:
     """Log errors of the model's time and energy on every kernel row, and of its idle power on every idle row
     (``parts``: ``time``, ``energy`` — with the idle power — or both). The model runs each row under the board's
     power limit, as the GPU did: a locked clock that would draw more lands lower. ``anchored``: as
@@ -402,8 +556,9 @@ def sweep_residuals(spec: GpuSpec, rows: Sequence[SweepRow], parts: str = "time+
     return np.concatenate(out)
 
 
-def predictions(spec: GpuSpec, rows: Sequence[SweepRow],
-                anchored: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def predictions(
+    spec: GpuSpec, rows: Sequence[SweepRow], anchored: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What ``spec`` predicts for the rows: time (s) and energy (J) of each kernel row, in order, and power (W) of
     each idle row. Each kernel row runs under the board's power limit, as on the GPU. ``anchored``: each kernel is
     anchored on its reading at its highest core clock (:func:`reference_rows`; the model reproduces that reading and
@@ -415,9 +570,14 @@ def predictions(spec: GpuSpec, rows: Sequence[SweepRow],
         ka = model.kernel_arrays(kernels, spec)
         if anchored:
             ref = [work[i] for i in reference_rows(work, ki)]
-            ka = model.anchor(ka, spec, np.array([r.time_s for r in ref]), np.array([r.energy_j for r in ref]),
-                              core_mhz=np.array([r.core_mhz for r in ref], float),
-                              mem_mhz=np.array([r.mem_mhz for r in ref], float))
+            ka = model.anchor(
+                ka,
+                spec,
+                np.array([r.time_s for r in ref]),
+                np.array([r.energy_j for r in ref]),
+                core_mhz=np.array([r.core_mhz for r in ref], float),
+                mem_mhz=np.array([r.mem_mhz for r in ref], float),
+            )
         pred = model.predict(ka, spec, configs)
         t, e = pred.time_s[ki, ci], pred.energy_j[ki, ci]
     p = np.array([model.gap_power_w(spec, r.core_mhz, r.mem_mhz) for r in rows if r.is_idle])
@@ -446,17 +606,22 @@ def check_rows(rows: Sequence[SweepRow], spec: GpuSpec, where: str) -> None:
         clocks.setdefault(r.kernel, set()).add(r.core_mhz)
     single = sorted(k for k, c in clocks.items() if len(c) < 2)
     if single:
-        raise SpecError(f"{where}: kernel(s) {single} measured at one core clock only, so their clock response "
-                        "cannot be fitted.", "measure every kernel at about ten core clocks per memory clock "
-                        "(rlclock calibrate --device N --control-clocks locks them).")
+        raise SpecError(
+            f"{where}: kernel(s) {single} measured at one core clock only, so their clock response cannot be fitted.",
+            "measure every kernel at about ten core clocks per memory clock "
+            "(rlclock calibrate --device N --control-clocks locks them).",
+        )
     for r in rows:
         if r.mem_mhz not in spec.clocks or r.core_mhz not in spec.clocks[r.mem_mhz]:
-            raise SpecError(f"{where}: {r.kernel} at {r.core_mhz}@{r.mem_mhz} MHz is not a clock pair of "
-                            f"{spec.name}.", "give the base preset of this GPU (--gpu), or fix the row.")
+            raise SpecError(
+                f"{where}: {r.kernel} at {r.core_mhz}@{r.mem_mhz} MHz is not a clock pair of {spec.name}.",
+                "give the base preset of this GPU (--gpu), or fix the row.",
+            )
 
 
-def plan_fit(base: GpuSpec, rows: Sequence[SweepRow],
-             anchored: bool = False) -> tuple[GpuSpec, tuple[str, ...], tuple[str, ...]]:
+def plan_fit(
+    base: GpuSpec, rows: Sequence[SweepRow], anchored: bool = False
+) -> tuple[GpuSpec, tuple[str, ...], tuple[str, ...]]:
     """Where a fit of ``base`` to ``rows`` starts (:func:`probe_ceilings`) and the time and power parameters it adjusts
     (:func:`fitted_names`, plus the ceilings it switched on)."""
     start = probe_ceilings(base, rows, anchored)
@@ -465,9 +630,13 @@ def plan_fit(base: GpuSpec, rows: Sequence[SweepRow],
     return start, time_names, power_names
 
 
-def fit_sweep(base: GpuSpec, rows: Sequence[SweepRow], max_nfev: int = 300,
-              names: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
-              anchored: bool = False) -> tuple[GpuSpec, dict[str, float]]:
+def fit_sweep(
+    base: GpuSpec,
+    rows: Sequence[SweepRow],
+    max_nfev: int = 300,
+    names: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
+    anchored: bool = False,
+) -> tuple[GpuSpec, dict[str, float]]:
     """Fit ``base``'s physical parameters (:data:`SWEEP_FIT_NAMES`; ``names``: the time and the power parameters
     to fit, by default those the rows inform and can place, :func:`fitted_names`) to a sweep, each within its
     documented range, the voltage not falling as the clock rises and the power floor not above an idle reading of the
@@ -485,18 +654,21 @@ def fit_sweep(base: GpuSpec, rows: Sequence[SweepRow], max_nfev: int = 300,
     tied = [n for n in confounded(rows) if n in power_names]
 
     def constrained(parts: str) -> Callable[[GpuSpec], np.ndarray]:
-        return lambda s: np.concatenate([sweep_residuals(s, rows, parts, anchored), constraint_residuals(s, idle),
-                                         prior_residuals(s, base, tied)])
+        return lambda s: np.concatenate(
+            [sweep_residuals(s, rows, parts, anchored), constraint_residuals(s, idle), prior_residuals(s, base, tied)]
+        )
 
-    timed, _ = fit(start, lambda s: sweep_residuals(s, rows, "time", anchored), time_names, max_nfev=max_nfev,
-                   bounds=_BOUNDS)
+    timed, _ = fit(
+        start, lambda s: sweep_residuals(s, rows, "time", anchored), time_names, max_nfev=max_nfev, bounds=_BOUNDS
+    )
     powered, _ = fit(timed, constrained("energy"), power_names, max_nfev=max_nfev, bounds=_BOUNDS)
-    fitted, _cost = fit(powered, constrained("time+energy"), time_names + power_names, max_nfev=max_nfev,
-                        bounds=_BOUNDS)
+    fitted, _cost = fit(
+        powered, constrained("time+energy"), time_names + power_names, max_nfev=max_nfev, bounds=_BOUNDS
+    )
     figures = {}
     for label, s in (("before", base), ("after", fitted)):
         n = sum(not r.is_idle for r in rows)
-        r = np.abs(np.expm1(sweep_residuals(s, rows, anchored=anchored)[:2 * n]))
+        r = np.abs(np.expm1(sweep_residuals(s, rows, anchored=anchored)[: 2 * n]))
         figures[f"time_median_{label}"] = float(np.median(r[:n]))
         figures[f"time_max_{label}"] = float(r[:n].max())
         figures[f"energy_median_{label}"] = float(np.median(r[n:]))
@@ -507,16 +679,33 @@ def fit_sweep(base: GpuSpec, rows: Sequence[SweepRow], max_nfev: int = 300,
 def write_preset(spec: GpuSpec, path: Path, key: str, name: str | None, provenance: dict[str, Any]) -> Path:
     """Write ``spec`` as a GPU spec file (the preset format) with ``provenance`` under ``sources``."""
     data = spec_to_mapping(spec)
-    data.update(key=key, name=name or spec.name, fitted_to=str(provenance.get("source", "a clock sweep")),
-                model={k: float(f"{v:.6g}") for k, v in spec.model.as_dict().items()})
-    data["sources"] = {**dict(spec.sources), "model": "fitted by rlclock calibrate (see calibration)",
-                       "calibration": yaml.safe_dump(provenance, default_flow_style=True, width=10 ** 6).strip()}
-    return write_spec_file(data, path, "GPU spec calibrated by rlclock calibrate on "
-                           f"{_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}")
+    data.update(
+        key=key,
+        name=name or spec.name,
+        fitted_to=str(provenance.get("source", "a clock sweep")),
+        model={k: float(f"{v:.6g}") for k, v in spec.model.as_dict().items()},
+    )
+    data["sources"] = {
+        **dict(spec.sources),
+        "model": "fitted by rlclock calibrate (see calibration)",
+        "calibration": yaml.safe_dump(provenance, default_flow_style=True, width=10**6).strip(),
+    }
+    return write_spec_file(
+        data,
+        path,
+        "GPU spec calibrated by rlclock calibrate on "
+        f"{_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",
+    )
 
 
-def simulated_sweep(true_gpu: GpuSpec, per_memory: int = 10, noise_std: float = 0.01, repeats: int = 4,
-                    seed: int = 0, kernels: Sequence[Kernel] | None = None) -> list[SweepRow]:
+def simulated_sweep(
+    true_gpu: GpuSpec,
+    per_memory: int = 10,
+    noise_std: float = 0.01,
+    repeats: int = 4,
+    seed: int = 0,
+    kernels: Sequence[Kernel] | None = None,
+) -> list[SweepRow]:
     """The suite measured on a simulated GPU, plus idle power at each memory clock (core at its lowest): every
     value the median of ``repeats`` readings with log-normal noise of ``noise_std`` each (as a meter's windows)."""
     kernels = list(suite(true_gpu) if kernels is None else kernels)
@@ -582,5 +771,10 @@ def agreement(fitted: GpuSpec, true_gpu: GpuSpec, kernels: Sequence[Kernel], tie
         optimal = et <= et[rows, best_t][:, None] * (1.0 + tie)
         distance = np.abs(np.arange(len(cols))[None, :] - best_f[:, None])
         tied.append(np.where(optimal, distance, len(cols)).min(axis=1))
-    return Agreement(np.abs(pf.time_s / pt.time_s - 1), np.abs(pf.energy_j / pt.energy_j - 1),
-                     np.stack(steps, axis=1), np.stack(regret, axis=1), np.stack(tied, axis=1))
+    return Agreement(
+        np.abs(pf.time_s / pt.time_s - 1),
+        np.abs(pf.energy_j / pt.energy_j - 1),
+        np.stack(steps, axis=1),
+        np.stack(regret, axis=1),
+        np.stack(tied, axis=1),
+    )

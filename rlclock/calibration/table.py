@@ -52,8 +52,20 @@ REQUIRED = ("kernel", "flops", "core_mhz", "mem_mhz", "time_s", "energy_j")
 ALTERNATIVES = {"time_s": "time_ms", "energy_j": "power_w"}
 """A required column and the column that may stand for it: the time in milliseconds, the average power in watts
 (energy = power × time)."""
-OPTIONAL = ("bytes", "read_bytes", "write_bytes", "category", "dtype", "access", "blocks", "threads_per_block",
-            "gemm_m", "gemm_n", "gemm_k", "onchip_bytes")
+OPTIONAL = (
+    "bytes",
+    "read_bytes",
+    "write_bytes",
+    "category",
+    "dtype",
+    "access",
+    "blocks",
+    "threads_per_block",
+    "gemm_m",
+    "gemm_n",
+    "gemm_k",
+    "onchip_bytes",
+)
 """Columns a table may have."""
 INFO = ("requested", "sm_clock_read_mhz", "mem_clock_read_mhz", "power_w", "time_cv", "energy_cv", "reasons")
 """Columns a sweep on the GPU (``rlclock calibrate --device``) writes beside them — the clocks asked for, what NVML
@@ -75,8 +87,14 @@ REPEAT_SPREAD = 1.5
 energy) may be at most this many times their smallest, else the readings contradict each other."""
 
 
-def _number(raw: dict[str, str], col: str, where: str, positive: bool = False, integer: bool = False,
-            default: float | None = None) -> float:
+def _number(
+    raw: dict[str, str],
+    col: str,
+    where: str,
+    positive: bool = False,
+    integer: bool = False,
+    default: float | None = None,
+) -> float:
     text = (raw.get(col) or "").strip()
     if not text:
         if default is not None:
@@ -87,8 +105,10 @@ def _number(raw: dict[str, str], col: str, where: str, positive: bool = False, i
     except ValueError:
         raise SpecError(f"{where}: {col} {text!r} is not a number.", f"write {col} as a plain number.") from None
     if not math.isfinite(v) or v < 0 or (positive and v <= 0):
-        raise SpecError(f"{where}: {col} must be a finite number {'> 0' if positive else '>= 0'}, found {text}.",
-                        "fix or drop the row.")
+        raise SpecError(
+            f"{where}: {col} must be a finite number {'> 0' if positive else '>= 0'}, found {text}.",
+            "fix or drop the row.",
+        )
     if integer and v != int(v):
         raise SpecError(f"{where}: {col} must be a whole number, found {text}.", f"write {col} in whole MHz/counts.")
     return v
@@ -105,58 +125,91 @@ def _check_reading(kernel: str, time_s: float, energy_j: float, where: str) -> N
     """Refuse a row whose time (seconds) or power (energy / time, watts) no GPU has."""
     if kernel == IDLE:
         power = energy_j / time_s
-        problem = (f"an idle window of {time_s:.4g} s, longer than {MAX_IDLE_S:g} s" if time_s > MAX_IDLE_S else
-                   None if POWER_RANGE_W[0] <= power <= POWER_RANGE_W[1] else
-                   f"{energy_j:.4g} J in {time_s:.4g} s is {power:.4g} W, outside the {POWER_RANGE_W[0]:g}-"
-                   f"{POWER_RANGE_W[1]:g} W a GPU draws")
+        problem = (
+            f"an idle window of {time_s:.4g} s, longer than {MAX_IDLE_S:g} s"
+            if time_s > MAX_IDLE_S
+            else None
+            if POWER_RANGE_W[0] <= power <= POWER_RANGE_W[1]
+            else f"{energy_j:.4g} J in {time_s:.4g} s is {power:.4g} W, outside the {POWER_RANGE_W[0]:g}-"
+            f"{POWER_RANGE_W[1]:g} W a GPU draws"
+        )
     else:
         problem = measurement_problem(time_s, energy_j)
     if problem is not None:
-        raise SpecError(f"{where}: {problem}.", f"re-measure the row or drop it (a kernel runs more than 0 and at "
-                        f"most {MAX_KERNEL_S:g} s; time_s is in seconds, energy_j in joules).")
+        raise SpecError(
+            f"{where}: {problem}.",
+            f"re-measure the row or drop it (a kernel runs more than 0 and at "
+            f"most {MAX_KERNEL_S:g} s; time_s is in seconds, energy_j in joules).",
+        )
 
 
 def _check_work(row: SweepRow, where: str) -> None:
     """Refuse a row whose work no GPU does in its time (:data:`MAX_RATES`), whose launch CUDA cannot make, or whose
     clocks no GPU runs at (:data:`MAX_CLOCK_MHZ`)."""
-    work = {"flops": row.flops, "dram bytes": row.read_bytes + row.write_bytes, "onchip_bytes": row.onchip_bytes,
-            "blocks": float(row.blocks)}
+    work = {
+        "flops": row.flops,
+        "dram bytes": row.read_bytes + row.write_bytes,
+        "onchip_bytes": row.onchip_bytes,
+        "blocks": float(row.blocks),
+    }
     if row.gemm_mnk is not None:
         if max(row.gemm_mnk) > MAX_GEMM_DIM:
-            raise SpecError(f"{where}: a gemm dimension of {float(max(row.gemm_mnk)):.4g}, more than {MAX_GEMM_DIM}.",
-                            "give gemm_m, gemm_n and gemm_k as the matrix product's sizes (or leave them empty).")
+            raise SpecError(
+                f"{where}: a gemm dimension of {float(max(row.gemm_mnk)):.4g}, more than {MAX_GEMM_DIM}.",
+                "give gemm_m, gemm_n and gemm_k as the matrix product's sizes (or leave them empty).",
+            )
         work["flops"] = max(work["flops"], 2.0 * math.prod(row.gemm_mnk))
     for what, amount in work.items():
         if amount > MAX_RATES[what] * row.time_s:
-            raise SpecError(f"{where}: {amount:.4g} {what} in {row.time_s:.4g} s is {amount / row.time_s:.4g} per "
-                            f"second, more than any GPU does ({MAX_RATES[what]:g}).",
-                            "check the row's units (flops and bytes are counts per launch, time_s seconds), or drop "
-                            "it.")
+            raise SpecError(
+                f"{where}: {amount:.4g} {what} in {row.time_s:.4g} s is {amount / row.time_s:.4g} per "
+                f"second, more than any GPU does ({MAX_RATES[what]:g}).",
+                "check the row's units (flops and bytes are counts per launch, time_s seconds), or drop it.",
+            )
     for col, top in MAX_CLOCK_MHZ.items():
         if getattr(row, col) > top:
-            raise SpecError(f"{where}: {col} {getattr(row, col):.4g} is no clock a GPU runs at (at most {top} MHz).",
-                            f"give {col} in MHz, as NVML reports it.")
+            raise SpecError(
+                f"{where}: {col} {getattr(row, col):.4g} is no clock a GPU runs at (at most {top} MHz).",
+                f"give {col} in MHz, as NVML reports it.",
+            )
     if row.threads_per_block > MAX_THREADS_PER_BLOCK:
-        raise SpecError(f"{where}: threads_per_block {row.threads_per_block}, more than CUDA's "
-                        f"{MAX_THREADS_PER_BLOCK}.", "give the threads of one block (or leave it empty).")
+        raise SpecError(
+            f"{where}: threads_per_block {row.threads_per_block}, more than CUDA's {MAX_THREADS_PER_BLOCK}.",
+            "give the threads of one block (or leave it empty).",
+        )
 
 
 def _check_repeats(rows: Sequence[SweepRow], path: Path) -> None:
     """Refuse readings of one kernel at one clock pair that contradict each other (:data:`REPEAT_SPREAD`)."""
     seen: dict[tuple[Any, ...], list[SweepRow]] = {}
     for row in rows:
-        key = (row.kernel, row.flops, row.read_bytes, row.write_bytes, row.category, row.dtype, row.access,
-               row.blocks, row.threads_per_block, row.gemm_mnk, row.onchip_bytes, row.core_mhz, row.mem_mhz)
+        key = (
+            row.kernel,
+            row.flops,
+            row.read_bytes,
+            row.write_bytes,
+            row.category,
+            row.dtype,
+            row.access,
+            row.blocks,
+            row.threads_per_block,
+            row.gemm_mnk,
+            row.onchip_bytes,
+            row.core_mhz,
+            row.mem_mhz,
+        )
         seen.setdefault(key, []).append(row)
     for same in seen.values():
         for what in ("time_s", "energy_j"):
             values = [getattr(r, what) for r in same]
             if len(values) > 1 and max(values) > REPEAT_SPREAD * min(values):
-                raise SpecError(f"sweep table {path}: kernel {same[0].kernel!r} at {same[0].core_mhz}@"
-                                f"{same[0].mem_mhz} MHz is given {len(values)} times with {what} from "
-                                f"{min(values):.4g} to {max(values):.4g}, more than {REPEAT_SPREAD:g}x apart: "
-                                "conflicting readings.", "keep one reading per kernel and clock pair (or readings "
-                                "that agree), and drop the others.")
+                raise SpecError(
+                    f"sweep table {path}: kernel {same[0].kernel!r} at {same[0].core_mhz}@"
+                    f"{same[0].mem_mhz} MHz is given {len(values)} times with {what} from "
+                    f"{min(values):.4g} to {max(values):.4g}, more than {REPEAT_SPREAD:g}x apart: "
+                    "conflicting readings.",
+                    "keep one reading per kernel and clock pair (or readings that agree), and drop the others.",
+                )
 
 
 def read_table(path: str | Path) -> list[SweepRow]:
@@ -169,20 +222,24 @@ def read_table(path: str | Path) -> list[SweepRow]:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpecError(f"sweep table {p} does not exist.", "give the path of a CSV table (rlclock calibrate "
-                        "--help lists its columns).") from None
+        raise SpecError(
+            f"sweep table {p} does not exist.",
+            "give the path of a CSV table (rlclock calibrate --help lists its columns).",
+        ) from None
     except (UnicodeDecodeError, IsADirectoryError, PermissionError) as exc:
-        raise SpecError(f"sweep table {p} cannot be read as text ({type(exc).__name__}).",
-                        "give a UTF-8 CSV file.") from None
+        raise SpecError(
+            f"sweep table {p} cannot be read as text ({type(exc).__name__}).", "give a UTF-8 CSV file."
+        ) from None
     reader = csv.DictReader(text.splitlines())
     header = [h.strip() for h in (reader.fieldnames or [])]
     missing = [c for c in REQUIRED if c not in header and ALTERNATIVES.get(c) not in header]
     if not ("bytes" in header or ("read_bytes" in header and "write_bytes" in header)):
         missing.append("bytes (or read_bytes and write_bytes)")
     if missing:
-        raise SpecError(f"sweep table {p}: missing column(s) {missing}; found {header or 'no header'}.",
-                        f"give a header row with {list(REQUIRED)} and bytes (time_ms may stand for time_s, power_w "
-                        "for energy_j).")
+        raise SpecError(
+            f"sweep table {p}: missing column(s) {missing}; found {header or 'no header'}.",
+            f"give a header row with {list(REQUIRED)} and bytes (time_ms may stand for time_s, power_w for energy_j).",
+        )
     unknown = [h for h in header if h not in REQUIRED + OPTIONAL + INFO + tuple(ALTERNATIVES.values())]
     if unknown:
         raise SpecError(f"sweep table {p}: unknown column(s) {unknown}.", f"use {list(REQUIRED + OPTIONAL)}.")
@@ -190,8 +247,9 @@ def read_table(path: str | Path) -> list[SweepRow]:
     for raw0 in reader:
         where = f"sweep table {p}, line {reader.line_num}"
         if None in raw0:
-            raise SpecError(f"{where}: more fields than the header's {len(header)}.",
-                            "give every row one value per header column.")
+            raise SpecError(
+                f"{where}: more fields than the header's {len(header)}.", "give every row one value per header column."
+            )
         raw = {k.strip(): v for k, v in raw0.items()}
         name = (raw.get("kernel") or "").strip()
         if not name:
@@ -206,30 +264,42 @@ def read_table(path: str | Path) -> list[SweepRow]:
         if any(gemm):
             shape = tuple(int(_number(raw, f"gemm_{d}", where, positive=True, integer=True)) for d in "mnk")
         default_category = "other" if name == IDLE else classify(name)
-        time_s = (_number(raw, "time_s", where, positive=True) if "time_s" in header
-                  else 1e-3 * _number(raw, "time_ms", where, positive=True))
-        energy_j = (_number(raw, "energy_j", where, positive=True) if "energy_j" in header
-                    else time_s * _number(raw, "power_w", where, positive=True))
+        time_s = (
+            _number(raw, "time_s", where, positive=True)
+            if "time_s" in header
+            else 1e-3 * _number(raw, "time_ms", where, positive=True)
+        )
+        energy_j = (
+            _number(raw, "energy_j", where, positive=True)
+            if "energy_j" in header
+            else time_s * _number(raw, "power_w", where, positive=True)
+        )
         _check_reading(name, time_s, energy_j, where)
-        rows.append(row := SweepRow(
-            kernel=name, flops=_number(raw, "flops", where), read_bytes=rb, write_bytes=wb,
-            category=_choice(raw, "category", CATEGORIES, default_category, where),
-            dtype=_choice(raw, "dtype", DTYPES, "bf16", where),
-            core_mhz=int(_number(raw, "core_mhz", where, positive=True, integer=True)),
-            mem_mhz=int(_number(raw, "mem_mhz", where, positive=True, integer=True)),
-            time_s=time_s, energy_j=energy_j,
-            access=_choice(raw, "access", ACCESS_CLASSES, "stream", where),
-            blocks=int(_number(raw, "blocks", where, integer=True, default=0.0)),
-            threads_per_block=int(_number(raw, "threads_per_block", where, integer=True, default=0.0)),
-            gemm_mnk=shape if shape is None else (shape[0], shape[1], shape[2]),
-            onchip_bytes=_number(raw, "onchip_bytes", where, default=0.0)))
+        rows.append(
+            row := SweepRow(
+                kernel=name,
+                flops=_number(raw, "flops", where),
+                read_bytes=rb,
+                write_bytes=wb,
+                category=_choice(raw, "category", CATEGORIES, default_category, where),
+                dtype=_choice(raw, "dtype", DTYPES, "bf16", where),
+                core_mhz=int(_number(raw, "core_mhz", where, positive=True, integer=True)),
+                mem_mhz=int(_number(raw, "mem_mhz", where, positive=True, integer=True)),
+                time_s=time_s,
+                energy_j=energy_j,
+                access=_choice(raw, "access", ACCESS_CLASSES, "stream", where),
+                blocks=int(_number(raw, "blocks", where, integer=True, default=0.0)),
+                threads_per_block=int(_number(raw, "threads_per_block", where, integer=True, default=0.0)),
+                gemm_mnk=shape if shape is None else (shape[0], shape[1], shape[2]),
+                onchip_bytes=_number(raw, "onchip_bytes", where, default=0.0),
+            )
+        )
         _check_work(row, where)
     if not rows:
         raise SpecError(f"sweep table {p} holds a header but no rows.", "add the measurements.")
     _check_repeats(rows, p)
     if "onchip_bytes" not in header:  # written before the column: the suite's on-chip loop counts 2 bytes per FLOP
-        rows = [replace(r, onchip_bytes=SMEM_BYTES_PER_FLOP * r.flops) if r.kernel == SMEM_KERNEL else r
-                for r in rows]
+        rows = [replace(r, onchip_bytes=SMEM_BYTES_PER_FLOP * r.flops) if r.kernel == SMEM_KERNEL else r for r in rows]
     return rows
 
 
@@ -238,9 +308,25 @@ def write_table(rows: Sequence[SweepRow], path: str | Path, info: Sequence[Mappi
     columns to write beside)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    base_cols = ["kernel", "flops", "read_bytes", "write_bytes", "category", "dtype", "access", "blocks",
-                 "threads_per_block", "gemm_m", "gemm_n", "gemm_k", "onchip_bytes", "core_mhz", "mem_mhz", "time_s",
-                 "energy_j"]
+    base_cols = [
+        "kernel",
+        "flops",
+        "read_bytes",
+        "write_bytes",
+        "category",
+        "dtype",
+        "access",
+        "blocks",
+        "threads_per_block",
+        "gemm_m",
+        "gemm_n",
+        "gemm_k",
+        "onchip_bytes",
+        "core_mhz",
+        "mem_mhz",
+        "time_s",
+        "energy_j",
+    ]
     cols = list(base_cols)
     if info is not None:
         if len(info) != len(rows):
@@ -252,9 +338,12 @@ def write_table(rows: Sequence[SweepRow], path: str | Path, info: Sequence[Mappi
         for n, r in enumerate(rows):
             d = asdict(r)
             mnk = d.pop("gemm_mnk")
-            d.update({"gemm_m": "", "gemm_n": "", "gemm_k": ""} if mnk is None else
-                     {"gemm_m": mnk[0], "gemm_n": mnk[1], "gemm_k": mnk[2]})
+            d.update(
+                {"gemm_m": "", "gemm_n": "", "gemm_k": ""}
+                if mnk is None
+                else {"gemm_m": mnk[0], "gemm_n": mnk[1], "gemm_k": mnk[2]}
+            )
             if info is not None:
-                d.update({c: info[n].get(c, "") for c in cols[len(base_cols):]})
+                d.update({c: info[n].get(c, "") for c in cols[len(base_cols) :]})
             w.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in d.items()})
     return p

@@ -72,27 +72,36 @@ class HeldOut:
     def within(self, which: str, time_tol: float = TIME_TARGET, energy_tol: float = ENERGY_TARGET) -> int:
         """Held-out kernels whose every reading is within ``time_tol`` in time and ``energy_tol`` in energy."""
         t, e = (self.time_base, self.energy_base) if which == "base" else (self.time_fit, self.energy_fit)
-        return sum(bool(np.all(t[self.kernel == k] <= time_tol) and np.all(e[self.kernel == k] <= energy_tol))
-                   for k in self.kernels)
+        return sum(
+            bool(np.all(t[self.kernel == k] <= time_tol) and np.all(e[self.kernel == k] <= energy_tol))
+            for k in self.kernels
+        )
 
     def summary(self) -> str:
         """One line: median held-out errors, fitted against base, and kernels within the targets."""
+
         def pct(a: np.ndarray) -> str:
             return f"{100 * float(np.median(a)):.1f} %"
 
         n = len(self.kernels)
-        return (f"held out ({self.folds}-fold over {n} kernels): time error median {pct(self.time_fit)} (base spec "
-                f"{pct(self.time_base)}), energy {pct(self.energy_fit)} (base {pct(self.energy_base)}); within "
-                f"{100 * TIME_TARGET:.0f} % in time and {100 * ENERGY_TARGET:.0f} % in energy at every clock: "
-                f"{self.within('fit')} of {n} kernels (base {self.within('base')})")
+        return (
+            f"held out ({self.folds}-fold over {n} kernels): time error median {pct(self.time_fit)} (base spec "
+            f"{pct(self.time_base)}), energy {pct(self.energy_fit)} (base {pct(self.energy_base)}); within "
+            f"{100 * TIME_TARGET:.0f} % in time and {100 * ENERGY_TARGET:.0f} % in energy at every clock: "
+            f"{self.within('fit')} of {n} kernels (base {self.within('base')})"
+        )
 
     def as_dict(self) -> dict[str, float]:
-        return {"folds": self.folds, "kernels": len(self.kernels),
-                "time_median_fit": round(float(np.median(self.time_fit)), 5),
-                "time_median_base": round(float(np.median(self.time_base)), 5),
-                "energy_median_fit": round(float(np.median(self.energy_fit)), 5),
-                "energy_median_base": round(float(np.median(self.energy_base)), 5),
-                "within_fit": self.within("fit"), "within_base": self.within("base")}
+        return {
+            "folds": self.folds,
+            "kernels": len(self.kernels),
+            "time_median_fit": round(float(np.median(self.time_fit)), 5),
+            "time_median_base": round(float(np.median(self.time_base)), 5),
+            "energy_median_fit": round(float(np.median(self.energy_fit)), 5),
+            "energy_median_base": round(float(np.median(self.energy_base)), 5),
+            "within_fit": self.within("fit"),
+            "within_base": self.within("base"),
+        }
 
 
 def fold_of(kernels: Sequence[str], folds: int) -> dict[str, int]:
@@ -100,8 +109,9 @@ def fold_of(kernels: Sequence[str], folds: int) -> dict[str, int]:
     return {k: i % folds for i, k in enumerate(dict.fromkeys(kernels))}
 
 
-def held_out(base: GpuSpec, rows: Sequence[SweepRow], folds: int = FOLDS, max_nfev: int = 300,
-             anchored: bool = False) -> HeldOut | None:
+def held_out(
+    base: GpuSpec, rows: Sequence[SweepRow], folds: int = FOLDS, max_nfev: int = 300, anchored: bool = False
+) -> HeldOut | None:
     """k-fold over the rows' kernels (``idle`` rows stay in every training set); ``None`` with fewer than two kernels.
     ``anchored``: each held-out kernel is anchored on its reading at its highest core clock (the one reading of it
     the prediction takes), which is then left out of its errors."""
@@ -149,8 +159,9 @@ class Calibration:
     warnings: tuple[str, ...]
 
 
-def calibrate(base: GpuSpec, rows: Sequence[SweepRow], folds: int = FOLDS, max_nfev: int = 300,
-              anchored: bool = False) -> Calibration:
+def calibrate(
+    base: GpuSpec, rows: Sequence[SweepRow], folds: int = FOLDS, max_nfev: int = 300, anchored: bool = False
+) -> Calibration:
     """Fit ``base`` to ``rows`` and check the fit (module docstring); ``anchored``: each kernel anchored on its reading
     at its highest core clock (:func:`~rlclock.calibration.sweep.predictions`).
 
@@ -166,17 +177,22 @@ def calibrate(base: GpuSpec, rows: Sequence[SweepRow], folds: int = FOLDS, max_n
     fitted, figures = fit_sweep(base, rows, max_nfev, anchored=anchored)
     bad = violations(fitted, idle_readings(rows), names)
     if bad:
-        raise SpecError(f"the fit of {base.key} to the sweep is unphysical: {'; '.join(bad)}; no spec was written.",
-                        "check the table's units and idle rows, or leave out the kernels the model cannot describe "
-                        "(--drop; the per-kernel errors of rlclock calibrate --check show which).")
+        raise SpecError(
+            f"the fit of {base.key} to the sweep is unphysical: {'; '.join(bad)}; no spec was written.",
+            "check the table's units and idle rows, or leave out the kernels the model cannot describe "
+            "(--drop; the per-kernel errors of rlclock calibrate --check show which).",
+        )
     check = held_out(base, rows, folds, max_nfev, anchored)
     if check is not None and check.score("fit") > check.score("base"):
-        raise SpecError(f"the fitted model predicts kernels it was not fitted to worse than the {base.key} spec it "
-                        f"started from — {check.summary()}; no spec was written.",
-                        "measure more kinds of kernel (rlclock calibrate --suite lists them), leave out kernels the "
-                        "model cannot describe (--drop), or keep the base spec.")
-    warnings = [f"{w}: the rows pushed it there, so it may stand in for another term's misfit"
-                for w in at_bounds(fitted, names)]
+        raise SpecError(
+            f"the fitted model predicts kernels it was not fitted to worse than the {base.key} spec it "
+            f"started from — {check.summary()}; no spec was written.",
+            "measure more kinds of kernel (rlclock calibrate --suite lists them), leave out kernels the "
+            "model cannot describe (--drop), or keep the base spec.",
+        )
+    warnings = [
+        f"{w}: the rows pushed it there, so it may stand in for another term's misfit" for w in at_bounds(fitted, names)
+    ]
     kept = [n for n in fitted.model.as_dict() if n not in names]
     warnings += [f"{w} (the base spec's, not fitted)" for w in out_of_range(fitted.model, kept)]
     return Calibration(fitted, figures, names, check, tuple(warnings))

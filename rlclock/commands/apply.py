@@ -33,18 +33,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         "apply",
         help="run a training command with a clock policy (or schedule) applied to its steps",
         description="Run COMMAND with a clock deployment in every Python process it starts: after some warm-up "
-                    "steps the step is profiled (kernel sequence, durations, start offsets; FLOPs and bytes from "
-                    "operator shapes and, for torch.compile, from the generated code), the schedule is planned by "
-                    "the policy of --checkpoint (default: the shipped policy for the GPU found) or read from "
-                    "--schedule, and a clock controller applies it from then on, each switch issued ahead of its "
-                    "kernels by the switching latency. Without --control-clocks it is a dry run: every switch is "
-                    "planned, timed and reported, none is set. The command's exit code is passed on.",
+        "steps the step is profiled (kernel sequence, durations, start offsets; FLOPs and bytes from "
+        "operator shapes and, for torch.compile, from the generated code), the schedule is planned by "
+        "the policy of --checkpoint (default: the shipped policy for the GPU found) or read from "
+        "--schedule, and a clock controller applies it from then on, each switch issued ahead of its "
+        "kernels by the switching latency. Without --control-clocks it is a dry run: every switch is "
+        "planned, timed and reported, none is set. The command's exit code is passed on.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     DeploySettings.add_arguments(p)
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND",
-                   help="the training command, after '--' (e.g. -- python train.py ...)")
+    p.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
+        help="the training command, after '--' (e.g. -- python train.py ...)",
+    )
     p.set_defaults(func=run)
 
 
@@ -64,16 +68,22 @@ def check_command(cmd: list[str]) -> list[str]:
     path = Path(program).expanduser()
     if os.sep in program or program.startswith("."):
         if path.is_dir():
-            raise DeployError(f"the training command {program!r} is a folder, not a program.",
-                              f"give the program to run, e.g. rlclock apply -- python {program}/train.py.")
+            raise DeployError(
+                f"the training command {program!r} is a folder, not a program.",
+                f"give the program to run, e.g. rlclock apply -- python {program}/train.py.",
+            )
         if not path.exists():
             raise DeployError(f"the training command {program!r} does not exist.", "check the path after '--'.")
         if not os.access(path, os.X_OK):
-            raise DeployError(f"the training command {program!r} is not executable.",
-                              f"run it through its interpreter (rlclock apply -- python {program}), or chmod +x it.")
+            raise DeployError(
+                f"the training command {program!r} is not executable.",
+                f"run it through its interpreter (rlclock apply -- python {program}), or chmod +x it.",
+            )
     elif shutil.which(program) is None:
-        raise DeployError(f"the training command {program!r} was not found on the PATH.",
-                          "check its spelling, or give its full path after '--'.")
+        raise DeployError(
+            f"the training command {program!r} was not found on the PATH.",
+            "check its spelling, or give its full path after '--'.",
+        )
     return cmd
 
 
@@ -88,8 +98,10 @@ def run(args: argparse.Namespace) -> int:
     if settings.control_clocks and not gpu:
         from rlclock.errors import GpuUnavailableError
 
-        raise GpuUnavailableError("--control-clocks needs an NVIDIA GPU with NVML, and this machine has none.",
-                                  "run on the GPU machine, or leave out --control-clocks for a dry run.")
+        raise GpuUnavailableError(
+            "--control-clocks needs an NVIDIA GPU with NVML, and this machine has none.",
+            "run on the GPU machine, or leave out --control-clocks for a dry run.",
+        )
     check_before_start(settings, gpu, *_describe_source(settings, gpu))
     work = Path(tempfile.mkdtemp(prefix="rlclock-apply-"))
     if settings.report is None:
@@ -114,14 +126,18 @@ def _describe_source(settings: Any, gpu: bool) -> tuple[Any, Any]:
         from rlclock.deploy.api import load_policy
 
         policy = load_policy(settings.checkpoint)  # fail here, before the script starts, on a bad checkpoint
-        say(f"policy {settings.checkpoint} for {getattr(policy, 'gpu_name', '?')} "
-            f"({len(getattr(policy, 'configs', ()))} clock configurations)")
+        say(
+            f"policy {settings.checkpoint} for {getattr(policy, 'gpu_name', '?')} "
+            f"({len(getattr(policy, 'configs', ()))} clock configurations)"
+        )
     elif settings.schedule is not None:
         from rlclock.schedule import ClockSchedule
 
         sched = ClockSchedule.load(settings.schedule)
-        say(f"schedule {sched.name!r} from {settings.schedule}: {len(sched)} kernels, {sched.n_changes} changes per "
-            "step")
+        say(
+            f"schedule {sched.name!r} from {settings.schedule}: {len(sched)} kernels, {sched.n_changes} changes per "
+            "step"
+        )
     elif gpu:
         say("no --checkpoint: each process plans with the shipped policy for its GPU")
     if settings.timeline is not None:
@@ -129,11 +145,15 @@ def _describe_source(settings: Any, gpu: bool) -> tuple[Any, Any]:
 
         StepTimeline.load(settings.timeline)
     if not gpu:
-        say("no NVIDIA GPU on this machine (NVML finds none): the command runs unchanged, and what its processes do "
-            "is reported at the end")
+        say(
+            "no NVIDIA GPU on this machine (NVML finds none): the command runs unchanged, and what its processes do "
+            "is reported at the end"
+        )
         if settings.schedule is not None and settings.latency_s is None:
-            say("no --latency: the schedule is planned only where the script gives clocked() a latency_s (there is "
-                "no GPU preset to take it from)")
+            say(
+                "no --latency: the schedule is planned only where the script gives clocked() a latency_s (there is "
+                "no GPU preset to take it from)"
+            )
     return policy, sched
 
 
@@ -162,11 +182,13 @@ def check_before_start(settings: Any, gpu: bool, policy: Any = None, schedule: A
     if policy is not None and names and getattr(policy, "gpu_name", None) not in (None, *names.values()):
         from rlclock.errors import DeployError
 
-        raise DeployError(f"the policy checkpoint {settings.checkpoint!r} was trained for {policy.gpu_name!r}, but "
-                          f"the GPU{'s' if len(names) > 1 else ''} it would run on "
-                          f"{'are' if len(names) > 1 else 'is'} {', '.join(sorted(set(names.values())))}.",
-                          "use a checkpoint trained for this GPU (rlclock list shows the shipped ones), or leave "
-                          "out --checkpoint for the shipped policy of the GPU found.")
+        raise DeployError(
+            f"the policy checkpoint {settings.checkpoint!r} was trained for {policy.gpu_name!r}, but "
+            f"the GPU{'s' if len(names) > 1 else ''} it would run on "
+            f"{'are' if len(names) > 1 else 'is'} {', '.join(sorted(set(names.values())))}.",
+            "use a checkpoint trained for this GPU (rlclock list shows the shipped ones), or leave "
+            "out --checkpoint for the shipped policy of the GPU found.",
+        )
     if settings.lead_s is not None:
         latency = _latency_s(settings, names, policy)
         if latency is not None:
@@ -190,8 +212,10 @@ def _gpu_names(settings: Any) -> dict[int, str]:
         if settings.device >= count:
             from rlclock.errors import DeployError
 
-            raise DeployError(f"--device {settings.device}: this machine has {count} NVIDIA GPU(s) (indices 0 to "
-                              f"{count - 1}).", "give the NVML index of one of them (rlclock doctor lists them).")
+            raise DeployError(
+                f"--device {settings.device}: this machine has {count} NVIDIA GPU(s) (indices 0 to {count - 1}).",
+                "give the NVML index of one of them (rlclock doctor lists them).",
+            )
         indices = [int(settings.device)]
     else:
         indices = list(range(count))
@@ -239,8 +263,9 @@ def _check_schedule_clocks(schedule: Any, devices: list[int]) -> None:
                     reasons.append(exc)
             else:
                 which = "no GPU here can" if len(devices) > 1 else "the GPU cannot"
-                raise ClockError(f"the schedule names {config}, which {which} run: {reasons[0].message}",
-                                 reasons[0].fix)
+                raise ClockError(
+                    f"the schedule names {config}, which {which} run: {reasons[0].message}", reasons[0].fix
+                )
     finally:
         for control in controls:
             control.close()
@@ -253,8 +278,10 @@ def _run_child(cmd: list[str], env: dict[str, str]) -> int:
     try:
         proc = subprocess.Popen(cmd, env=env)
     except OSError as exc:
-        raise DeployError(f"the training command {cmd[0]!r} could not be started ({exc.strerror or exc}).",
-                          "check the command after '--'.") from None
+        raise DeployError(
+            f"the training command {cmd[0]!r} could not be started ({exc.strerror or exc}).",
+            "check the command after '--'.",
+        ) from None
     # a signal sent to this process alone (a supervisor's, a container stop) goes on to the command, which restores
     # the clocks and ends; Ctrl-C reaches the whole process group, the command included, already
     forwarded = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -289,38 +316,54 @@ def _close_lines(work: Path, report: Path, code: int, settings: Any, keep: bool)
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        _say(f"{path.name}: {data.get('mode')} on GPU {data.get('device')}, {data.get('steps')} steps, "
-             f"{data.get('issued')} switches issued, {data.get('missed')} missed"
-             + (f"; report kept at {path}" if keep else ""))
+        _say(
+            f"{path.name}: {data.get('mode')} on GPU {data.get('device')}, {data.get('steps')} steps, "
+            f"{data.get('issued')} switches issued, {data.get('missed')} missed"
+            + (f"; report kept at {path}" if keep else "")
+        )
         for line in _delivered_lines(data):
             _say(f"{path.name}: {line}")
     if not reports:
         _say(_nothing_controlled(statuses, settings))
     restarted = max((s.restarts for s in statuses), default=0)
     if restarted:
-        _say(f"the training step moved to another optimizer {restarted} time(s) (a new phase of training, or a "
-             "generator beside its critic): each time the deployment started again, and its report is the last one")
+        _say(
+            f"the training step moved to another optimizer {restarted} time(s) (a new phase of training, or a "
+            "generator beside its critic): each time the deployment started again, and its report is the last one"
+        )
     unseen = [s for s in statuses if s.exit == "running" and not s.forked]
     if unseen:
-        _say(f"{len(unseen)} process(es) ended without exiting through Python (a signal, os._exit or a crash), "
-             f"after {', '.join(_steps(s) for s in unseen)}: their last reports, if any, are not complete")
+        _say(
+            f"{len(unseen)} process(es) ended without exiting through Python (a signal, os._exit or a crash), "
+            f"after {', '.join(_steps(s) for s in unseen)}: their last reports, if any, are not complete"
+        )
     forked = [s for s in statuses if s.forked and s.optimizer_steps]
     if forked:
-        _say(f"{len(forked)} forked process(es) trained ({', '.join(_steps(s) for s in forked)}); a forked process "
-             "controls no clocks: start workers with the 'spawn' method to have them controlled")
+        _say(
+            f"{len(forked)} forked process(es) trained ({', '.join(_steps(s) for s in forked)}); a forked process "
+            "controls no clocks: start workers with the 'spawn' method to have them controlled"
+        )
     if code != 0:
-        failed = sorted((s for s in statuses if s.exit not in ("normal", "running")),
-                        key=lambda s: (s.rank is None, s.failed_at))
+        failed = sorted(
+            (s for s in statuses if s.exit not in ("normal", "running")), key=lambda s: (s.rank is None, s.failed_at)
+        )
         where = ""
         if failed:
             first = failed[0]
-            where = f" ({'rank ' + str(first.rank) + ': ' if first.rank is not None else ''}" \
-                    f"{first.exit.strip().splitlines()[0]})"
+            where = (
+                f" ({'rank ' + str(first.rank) + ': ' if first.rank is not None else ''}"
+                f"{first.exit.strip().splitlines()[0]})"
+            )
         restored = "clocks restored" if settings.control_clocks else "dry run: nothing was set"
-        name = signal.Signals(code - 128).name if 128 < code < 128 + 65 and code - 128 in signal.valid_signals() \
-            else None
-        _say(f"the training command failed with exit code {code}" + (f" ({name})" if name else "") + where
-             + f"; {restored}")
+        name = (
+            signal.Signals(code - 128).name if 128 < code < 128 + 65 and code - 128 in signal.valid_signals() else None
+        )
+        _say(
+            f"the training command failed with exit code {code}"
+            + (f" ({name})" if name else "")
+            + where
+            + f"; {restored}"
+        )
     if not keep:
         for path in reports:
             path.unlink(missing_ok=True)
@@ -333,9 +376,11 @@ def _delivered_lines(data: dict[str, Any]) -> list[str]:
     d = data.get("delivered")
     if isinstance(d, dict) and d.get("steps"):
         verb = "would deliver" if d.get("dry_run") else "delivered"
-        out.append(f"planned {100 * d['planned_saving']:.2f} % energy at {100 * d['planned_slowdown']:+.2f} % time; "
-                   f"{verb} {100 * d['saving']:.2f} % at {100 * d['slowdown']:+.2f} % over {d['steps']} steps "
-                   f"(slowest step {100 * d['worst_slowdown']:+.2f} %; on the planning model)")
+        out.append(
+            f"planned {100 * d['planned_saving']:.2f} % energy at {100 * d['planned_slowdown']:+.2f} % time; "
+            f"{verb} {100 * d['saving']:.2f} % at {100 * d['slowdown']:+.2f} % over {d['steps']} steps "
+            f"(slowest step {100 * d['worst_slowdown']:+.2f} %; on the planning model)"
+        )
     c = data.get("compared")
     if isinstance(c, dict) and c.get("summary"):
         out.append(str(c["summary"]))
@@ -344,12 +389,15 @@ def _delivered_lines(data: dict[str, Any]) -> list[str]:
 
 def _nothing_controlled(statuses: list[Any], settings: Any) -> str:
     """One line on why no schedule was applied, from what the attached processes saw."""
-    needed = settings.warmup_steps + settings.profile_steps + (settings.timing_steps if settings.timeline is None
-                                                               else 0)
+    needed = (
+        settings.warmup_steps + settings.profile_steps + (settings.timing_steps if settings.timeline is None else 0)
+    )
     if not statuses:
-        return ("nothing was controlled: no Python process of the command reported importing torch (a program that "
-                "is not Python, an interpreter started with -I or -S, which skip the attachment, or one ended by a "
-                "signal or os._exit before its first optimizer step)")
+        return (
+            "nothing was controlled: no Python process of the command reported importing torch (a program that "
+            "is not Python, an interpreter started with -I or -S, which skip the attachment, or one ended by a "
+            "signal or os._exit before its first optimizer step)"
+        )
     stepped = [s for s in statuses if s.optimizer_steps and not s.forked]
     if not stepped and any(s.forked and s.optimizer_steps for s in statuses):
         return "nothing was controlled: only forked processes trained (see above)"
@@ -357,17 +405,21 @@ def _nothing_controlled(statuses: list[Any], settings: Any) -> str:
     if not stepped and failed:
         return f"nothing was controlled: {failed}"
     if not stepped:
-        return (f"nothing was controlled: {len(statuses)} process(es) imported torch, but none called an optimizer's "
-                "step() — rlclock marks a training step at each optimizer step (or at clk.step() in a script that "
-                "opens rlclock.deploy.clocked())")
+        return (
+            f"nothing was controlled: {len(statuses)} process(es) imported torch, but none called an optimizer's "
+            "step() — rlclock marks a training step at each optimizer step (or at clk.step() in a script that "
+            "opens rlclock.deploy.clocked())"
+        )
     best = max(stepped, key=lambda s: s.marks)
     seen = f"{len(stepped)} process(es) stepped optimizers ({_steps(best)})"
     if best.stood_down:
         return f"{seen}; the script opened its own deployment, which wrote no report"
     if best.reason:
         return f"{seen}; nothing was controlled: {best.reason}"
-    return (f"{seen}; it ended after {best.marks} training steps, before the schedule was applied (that takes "
-            f"{needed}: --warmup-steps, --profile-steps and --timing-steps)")
+    return (
+        f"{seen}; it ended after {best.marks} training steps, before the schedule was applied (that takes "
+        f"{needed}: --warmup-steps, --profile-steps and --timing-steps)"
+    )
 
 
 def _steps(status: Any) -> str:

@@ -14,8 +14,9 @@ from pathlib import Path
 from rlclock.validation import BUDGET_FIX, budget_problem, check_output_folder
 
 
-def number(low: float | None = None, high: float | None = None, above: bool = False,
-           whole: bool = False) -> Callable[[str], float]:
+def number(
+    low: float | None = None, high: float | None = None, above: bool = False, whole: bool = False
+) -> Callable[[str], float]:
     """An argparse type: a finite number at least ``low`` (above it, with ``above``) and at most ``high``;
     ``whole`` for an integer. A bad value is argparse's one-line error, before any work starts."""
 
@@ -50,9 +51,14 @@ def budget(text: str) -> float:
 def add_time_limit(p: argparse.ArgumentParser, default_s: float) -> None:
     """``--time-limit SECONDS``: how long each of the two solvers (the knapsack and the latency-aware optimum) may
     take per step before it answers with the best plan found and the bound it proved."""
-    p.add_argument("--time-limit", type=number(0.0, above=True), default=default_s, metavar="SECONDS",
-                   help="time limit of each solver (knapsack, latency-aware optimum) per step; after it, the best "
-                        "plan found is shown")
+    p.add_argument(
+        "--time-limit",
+        type=number(0.0, above=True),
+        default=default_s,
+        metavar="SECONDS",
+        help="time limit of each solver (knapsack, latency-aware optimum) per step; after it, the best "
+        "plan found is shown",
+    )
 
 
 def fractions(text: str) -> list[float]:

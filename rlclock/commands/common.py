@@ -19,12 +19,26 @@ if TYPE_CHECKING:
 def add_env_args(p: argparse.ArgumentParser, positional: bool = True) -> None:
     """The env spec (positional) and the overrides every env-driven command accepts."""
     if positional:
-        p.add_argument("env", nargs="?", default=DEFAULT_ENV,
-                       help="env spec: a shipped name (e.g. gpt3xl-rtx3080ti) or a YAML path")
-    p.add_argument("--latency", type=number(0.0, 10.0), default=None, metavar="SECONDS",
-                   help="switching latency in seconds (default: the spec's)")
-    p.add_argument("--budget", type=budget, default=None, metavar="FRACTION",
-                   help="allowed slowdown against auto, e.g. 0.01 for 1 %% (default: the spec's)")
+        p.add_argument(
+            "env",
+            nargs="?",
+            default=DEFAULT_ENV,
+            help="env spec: a shipped name (e.g. gpt3xl-rtx3080ti) or a YAML path",
+        )
+    p.add_argument(
+        "--latency",
+        type=number(0.0, 10.0),
+        default=None,
+        metavar="SECONDS",
+        help="switching latency in seconds (default: the spec's)",
+    )
+    p.add_argument(
+        "--budget",
+        type=budget,
+        default=None,
+        metavar="FRACTION",
+        help="allowed slowdown against auto, e.g. 0.01 for 1 %% (default: the spec's)",
+    )
 
 
 def note_generic(specs: Sequence[EnvSpec]) -> None:

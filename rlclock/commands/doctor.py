@@ -15,18 +15,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         "doctor",
         help="what this machine has and what rlclock can do on it",
         description="Report the GPU(s), driver, supported clocks, power limits, privileges and the energy counter's "
-                    "update period, and say which rlclock features work here. Reads only; sets nothing.",
+        "update period, and say which rlclock features work here. Reads only; sets nothing.",
         formatter_class=DefaultsHelp,
     )
-    p.add_argument("--period", type=number(0.0, 60.0), default=1.0, metavar="SECONDS",
-                   help="how long to watch the energy counter to find its update period (0: skip)")
+    p.add_argument(
+        "--period",
+        type=number(0.0, 60.0),
+        default=1.0,
+        metavar="SECONDS",
+        help="how long to watch the energy counter to find its update period (0: skip)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--spec-out", type=Path, default=None, metavar="FILE",
-                   help="also write GPU --device's spec to FILE: its preset, or — for a GPU without one — the spec "
-                        "built from what it reports (generic model; use it as --gpu FILE, and calibrate it with "
-                        "rlclock calibrate --device N --gpu FILE)")
-    p.add_argument("--device", type=number(0, 63, whole=True), default=0, metavar="INDEX",
-                   help="the GPU --spec-out describes")
+    p.add_argument(
+        "--spec-out",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write GPU --device's spec to FILE: its preset, or — for a GPU without one — the spec "
+        "built from what it reports (generic model; use it as --gpu FILE, and calibrate it with "
+        "rlclock calibrate --device N --gpu FILE)",
+    )
+    p.add_argument(
+        "--device", type=number(0, 63, whole=True), default=0, metavar="INDEX", help="the GPU --spec-out describes"
+    )
     p.set_defaults(func=run)
 
 
@@ -44,8 +55,13 @@ def run(args: argparse.Namespace) -> int:
 
         spec, origin = spec_for_device(args.device)
         what = {"preset": f"the {spec.key} preset", "derived": "built from what the GPU reports (generic model)"}
-        path = write_spec_file(spec_to_mapping(spec), args.spec_out,
-                               f"GPU spec of {spec.name} written by rlclock doctor: {what.get(origin, origin)}")
-        print(f"wrote {path} ({what.get(origin, origin)}); use it as --gpu {path} or gpu_file: {path}", file=sys.stderr
-              if args.json else sys.stdout)
+        path = write_spec_file(
+            spec_to_mapping(spec),
+            args.spec_out,
+            f"GPU spec of {spec.name} written by rlclock doctor: {what.get(origin, origin)}",
+        )
+        print(
+            f"wrote {path} ({what.get(origin, origin)}); use it as --gpu {path} or gpu_file: {path}",
+            file=sys.stderr if args.json else sys.stdout,
+        )
     return 0

@@ -13,12 +13,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "simulate",
         help="step time and energy at auto and at fixed clocks",
         description="Run the env spec's training step at auto clocks and at each configuration given with "
-                    "--clocks (the whole step at one configuration) and print time, energy and power.",
+        "--clocks (the whole step at one configuration) and print time, energy and power.",
         formatter_class=DefaultsHelp,
     )
     add_env_args(p)
-    p.add_argument("--clocks", nargs="*", default=[], metavar="CORE@MEM",
-                   help="configurations to run, e.g. 1680@5001 auto@9501 1200 (memory auto)")
+    p.add_argument(
+        "--clocks",
+        nargs="*",
+        default=[],
+        metavar="CORE@MEM",
+        help="configurations to run, e.g. 1680@5001 auto@9501 1200 (memory auto)",
+    )
     p.add_argument("--per-kernel", action="store_true", help="also print the distinct kernels at auto")
     p.set_defaults(func=run)
 
@@ -37,8 +42,16 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for c in configs:
         ev = evaluate(ClockSchedule.constant(c, len(trace)), backend)
-        rows.append([str(c), f"{ev.time_s * 1e3:.2f}", f"{ev.energy_j:.2f}", f"{ev.energy_j / ev.time_s:.1f}",
-                     signed(100 * ev.slowdown), signed(-100 * ev.saving)])
+        rows.append(
+            [
+                str(c),
+                f"{ev.time_s * 1e3:.2f}",
+                f"{ev.energy_j:.2f}",
+                f"{ev.energy_j / ev.time_s:.1f}",
+                signed(100 * ev.slowdown),
+                signed(-100 * ev.saving),
+            ]
+        )
     print_table(["clocks", "time ms", "energy J", "power W", "time %", "energy %"], rows)
     if args.per_kernel:
         t, e = backend.tables
@@ -46,7 +59,16 @@ def run(args: argparse.Namespace) -> int:
         counts: dict[int, int] = {}
         for j in trace.unique_index[1]:
             counts[int(j)] = counts.get(int(j), 0) + 1
-        krows = [[trace[i].op, trace[i].category, str(counts[j]), f"{t[i, 0] * 1e3:.3f}", f"{e[i, 0]:.4f}",
-                  f"{e[i, 0] / t[i, 0]:.0f}"] for j, i in enumerate(first)]
+        krows = [
+            [
+                trace[i].op,
+                trace[i].category,
+                str(counts[j]),
+                f"{t[i, 0] * 1e3:.3f}",
+                f"{e[i, 0]:.4f}",
+                f"{e[i, 0] / t[i, 0]:.0f}",
+            ]
+            for j, i in enumerate(first)
+        ]
         print_table(["op", "category", "runs", "time ms", "energy J", "power W"], krows)
     return 0

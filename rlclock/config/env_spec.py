@@ -169,8 +169,15 @@ class EnvSpec(Settings):
         """The backend named by ``backend.kind`` for this spec."""
         from rlclock.backends.factory import make_backend
 
-        return make_backend(self.gpu, trace if trace is not None else self.build_trace(), self.configs(),
-                            self.switch_latency_s, self.backend, seed=seed, where=self.source)
+        return make_backend(
+            self.gpu,
+            trace if trace is not None else self.build_trace(),
+            self.configs(),
+            self.switch_latency_s,
+            self.backend,
+            seed=seed,
+            where=self.source,
+        )
 
     def with_overrides(self, **changes: Any) -> EnvSpec:
         """A copy with top-level YAML fields replaced (e.g. ``switch_latency_s=0``, ``reward={...}``; a mapping
@@ -178,8 +185,11 @@ class EnvSpec(Settings):
         generator — which replaces the base's workload whole)."""
         raw = copy.deepcopy(dict(self.raw))
         for k, v in changes.items():
-            if isinstance(v, Mapping) and isinstance(raw.get(k), Mapping) and not (
-                    k == "workload" and _other_workload(raw[k], v)):
+            if (
+                isinstance(v, Mapping)
+                and isinstance(raw.get(k), Mapping)
+                and not (k == "workload" and _other_workload(raw[k], v))
+            ):
                 raw[k] = {**raw[k], **v}
             else:
                 raw[k] = v
@@ -188,19 +198,28 @@ class EnvSpec(Settings):
 
 def _other_workload(base: Mapping[str, Any], override: Mapping[str, Any]) -> bool:
     """Whether a workload override is of another kind than its base (a trace file, or another generator)."""
-    return "trace" in base or "trace" in override or override.get("generator", base.get("generator")) != \
-        base.get("generator")
+    return (
+        "trace" in base
+        or "trace" in override
+        or override.get("generator", base.get("generator")) != base.get("generator")
+    )
 
 
 def parse_env_spec(data: Any, source: str = "<dict>") -> EnvSpec:
     """Validate an env spec mapping (``source``: the file it came from, for messages and relative paths)."""
-    spec = validate(EnvSpec, data, source,
-                    fix="the shipped specs (envs/*.yaml) and rlclock.config.EnvSpec show every field.")
+    spec = validate(
+        EnvSpec, data, source, fix="the shipped specs (envs/*.yaml) and rlclock.config.EnvSpec show every field."
+    )
     if (spec.gpu_key is None) == (spec.gpu_file is None):
-        raise SpecError(f"{source}: give exactly one of 'gpu' and 'gpu_file'.",
-                        "name a preset (rtx3080ti, h200-sxm, …) or give gpu_file: a GPU spec file.")
-    file = spec.gpu_file if spec.gpu_file is not None else (
-        spec.gpu_key if spec.gpu_key is not None and spec.gpu_key.lower().endswith((".yaml", ".yml")) else None)
+        raise SpecError(
+            f"{source}: give exactly one of 'gpu' and 'gpu_file'.",
+            "name a preset (rtx3080ti, h200-sxm, …) or give gpu_file: a GPU spec file.",
+        )
+    file = (
+        spec.gpu_file
+        if spec.gpu_file is not None
+        else (spec.gpu_key if spec.gpu_key is not None and spec.gpu_key.lower().endswith((".yaml", ".yml")) else None)
+    )
     if file is not None:  # a GPU spec file, relative to the env spec's folder (gpu_file:, or gpu: PATH.yaml)
         path = Path(file)
         if not path.is_absolute() and source != "<dict>":
@@ -277,11 +296,15 @@ def _family(data: Mapping[str, Any], path: Path) -> list[EnvSpec]:
         base = member(draw.base)
         return [base.with_overrides(**changes) for changes in random_family(base.raw, draw.random, draw.seed)]
     if not isinstance(members, list) or not members:
-        raise SpecError(f"{path}: 'family' must be a non-empty list of env specs, {{random: N, seed: S, base: "
-                        "SPEC}, or {corpus: FOLDER, base: SPEC}.")
+        raise SpecError(
+            f"{path}: 'family' must be a non-empty list of env specs, {{random: N, seed: S, base: "
+            "SPEC}, or {corpus: FOLDER, base: SPEC}."
+        )
     if len(members) > MAX_FAMILY:
-        raise SpecError(f"{path}: a family of {len(members)} env specs is more than rlclock trains on "
-                        f"({MAX_FAMILY} at most).", "split it into several families.")
+        raise SpecError(
+            f"{path}: a family of {len(members)} env specs is more than rlclock trains on ({MAX_FAMILY} at most).",
+            "split it into several families.",
+        )
     out = []
     for j, m in enumerate(members):
         if isinstance(m, Mapping) and "base" in m:
@@ -294,16 +317,22 @@ def _family(data: Mapping[str, Any], path: Path) -> list[EnvSpec]:
     return out
 
 
-_FAMILY_FIX = ("a family is {random: N (1 to 1000), seed: S, base: SPEC}, {corpus: FOLDER, base: SPEC, latency_scales: "
-               "[up to 16 scales]}, or a list of env specs (envs/family-rtx3080ti.yaml shows one).")
+_FAMILY_FIX = (
+    "a family is {random: N (1 to 1000), seed: S, base: SPEC}, {corpus: FOLDER, base: SPEC, latency_scales: "
+    "[up to 16 scales]}, or a list of env specs (envs/family-rtx3080ti.yaml shows one)."
+)
 
 
 def at_latency_scales(specs: Sequence[EnvSpec], scales: Sequence[float]) -> list[EnvSpec]:
     """Each spec at its switching latency times each of ``scales``, in order (a scale of 1: the spec itself; any
     other: a copy named ``<name>-latency-x<scale>``) — a corpus family's ``latency_scales``."""
-    return [spec if scale == 1.0 else spec.with_overrides(name=f"{spec.name}-latency-x{scale:g}",
-                                                           switch_latency_s=scale * spec.latency_s)
-            for spec in specs for scale in scales]
+    return [
+        spec
+        if scale == 1.0
+        else spec.with_overrides(name=f"{spec.name}-latency-x{scale:g}", switch_latency_s=scale * spec.latency_s)
+        for spec in specs
+        for scale in scales
+    ]
 
 
 class _RandomFamily(Settings):
@@ -316,8 +345,9 @@ class _CorpusFamily(Settings):
     corpus: str
     base: str = DEFAULT_ENV
     refresh_costs: bool = True
-    latency_scales: Annotated[list[Annotated[Float, Field(gt=0.0, le=100.0)]],
-                              Field(min_length=1, max_length=16)] = [1.0]
+    latency_scales: Annotated[list[Annotated[Float, Field(gt=0.0, le=100.0)]], Field(min_length=1, max_length=16)] = [
+        1.0
+    ]
 
     @field_validator("latency_scales")
     @classmethod
@@ -336,6 +366,8 @@ def load_env_spec(name: str | Path | Mapping[str, Any] | EnvSpec = DEFAULT_ENV) 
     path = find_env_file(name)
     data = read_yaml(path, "env spec")
     if isinstance(data, Mapping) and "family" in data:
-        raise SpecError(f"{path} is a family of env specs, not one.", "load it with load_env_specs (or pass it "
-                        "where several specs are accepted, as `rlclock train` does).")
+        raise SpecError(
+            f"{path} is a family of env specs, not one.",
+            "load it with load_env_specs (or pass it where several specs are accepted, as `rlclock train` does).",
+        )
     return parse_env_spec(data, str(path))

@@ -35,19 +35,38 @@ def random_family(base_raw: Mapping[str, Any], n: int, seed: int = 0) -> list[di
         batch = max(1, tokens // seq)
         layers = int(rng.integers(4, 11))
         if kind == "llmc":
-            workload = {"generator": "llmc", "batch": batch, "seq": seq, "hidden": hidden, "heads": heads,
-                        "layers": layers}
+            workload = {
+                "generator": "llmc",
+                "batch": batch,
+                "seq": seq,
+                "hidden": hidden,
+                "heads": heads,
+                "layers": layers,
+            }
         else:
-            workload = {"generator": "transformer", "style": "gpt" if kind == "gpt" else "llama", "hidden": hidden,
-                        "heads": heads, "seq": seq, "batch": batch, "layers": layers}
+            workload = {
+                "generator": "transformer",
+                "style": "gpt" if kind == "gpt" else "llama",
+                "hidden": hidden,
+                "heads": heads,
+                "seq": seq,
+                "batch": batch,
+                "layers": layers,
+            }
             if kind == "llama":
                 kv = int(rng.choice([h for h in (1, 2, 4, 8) if heads % h == 0]))
                 workload.update(kv_heads=kv, ffn=int(256 * round(hidden * 8 / 3 / 256)))
         latency = float(np.exp(rng.uniform(np.log(0.005), np.log(0.08))))
         budget = float(rng.choice([0.0, 0.01, 0.02], p=[0.15, 0.7, 0.15]))
         name = f"rand{seed}-{i}-{kind}-c{hidden}-t{seq}-b{batch}-l{layers}"
-        out.append({"name": name, "workload": workload, "switch_latency_s": round(latency, 4),
-                    "reward": {**dict(base_raw.get("reward", {})), "budget": budget}})
+        out.append(
+            {
+                "name": name,
+                "workload": workload,
+                "switch_latency_s": round(latency, 4),
+                "reward": {**dict(base_raw.get("reward", {})), "budget": budget},
+            }
+        )
     return out
 
 
@@ -64,20 +83,32 @@ def corpus_family(folder: Path, refresh: bool = True) -> list[dict[str, Any]]:
         SpecError: The folder does not exist or holds no trace.
     """
     if not folder.is_dir():
-        raise SpecError(f"corpus folder {str(folder)!r} not found.",
-                        "give a folder of profiled steps (one folder per model with step.trace.json.gz, or "
-                        "*.trace.json files), relative to the family file, or a shipped corpus (corpus-h200).")
+        raise SpecError(
+            f"corpus folder {str(folder)!r} not found.",
+            "give a folder of profiled steps (one folder per model with step.trace.json.gz, or "
+            "*.trace.json files), relative to the family file, or a shipped corpus (corpus-h200).",
+        )
     found = {p.parent.name: p for p in folder.glob(f"*/{CORPUS_TRACE}")}
     for p in [*folder.glob("*.trace.json"), *folder.glob("*.trace.json.gz")]:
         found.setdefault(p.name.split(".trace.json")[0], p)
     if not found:
-        raise SpecError(f"corpus folder {str(folder)!r} holds no trace.",
-                        f"put one folder per model with {CORPUS_TRACE} in it, or *.trace.json files.")
+        raise SpecError(
+            f"corpus folder {str(folder)!r} holds no trace.",
+            f"put one folder per model with {CORPUS_TRACE} in it, or *.trace.json files.",
+        )
     if len(found) > MAX_FAMILY:
-        raise SpecError(f"corpus folder {str(folder)!r} holds {len(found)} traces, more than a family takes "
-                        f"({MAX_FAMILY}).", "split it into several corpus folders.")
-    return [{"name": name, "description": f"{name}: a profiled training step of the corpus {folder.name!r}",
-             "workload": {"trace": _trace_path(found[name]), "refresh_costs": refresh}} for name in sorted(found)]
+        raise SpecError(
+            f"corpus folder {str(folder)!r} holds {len(found)} traces, more than a family takes ({MAX_FAMILY}).",
+            "split it into several corpus folders.",
+        )
+    return [
+        {
+            "name": name,
+            "description": f"{name}: a profiled training step of the corpus {folder.name!r}",
+            "workload": {"trace": _trace_path(found[name]), "refresh_costs": refresh},
+        }
+        for name in sorted(found)
+    ]
 
 
 def _trace_path(path: Path) -> str:

@@ -46,8 +46,10 @@ class PpoParams(Settings):
 class PolicyParams(Settings):
     """Network shape: hidden layer widths (policy and value alike) and activation."""
 
-    net_arch: Annotated[tuple[Annotated[Int, Field(gt=0, le=16384)], ...],
-                        Field(min_length=1, max_length=16)] = (64, 64)
+    net_arch: Annotated[tuple[Annotated[Int, Field(gt=0, le=16384)], ...], Field(min_length=1, max_length=16)] = (
+        64,
+        64,
+    )
     activation: Literal["tanh", "relu"] = "tanh"
 
 
@@ -110,13 +112,17 @@ class AgentConfig(Settings):
     @model_validator(mode="after")
     def _batches_fit(self) -> AgentConfig:
         if (self.ppo.n_steps * self.n_envs) % self.ppo.batch_size:
-            raise ValueError(f"ppo.batch_size ({self.ppo.batch_size}) must divide n_steps x n_envs "
-                             f"({self.ppo.n_steps * self.n_envs})")
+            raise ValueError(
+                f"ppo.batch_size ({self.ppo.batch_size}) must divide n_steps x n_envs "
+                f"({self.ppo.n_steps * self.n_envs})"
+            )
         if self.timesteps == 0 and self.imitation.iterations == 0:
             raise ValueError("timesteps 0 and imitation.iterations 0 would train nothing")
         if 0 < self.timesteps < self.ppo.n_steps * self.n_envs:
-            raise ValueError(f"one PPO update takes n_steps x n_envs = {self.ppo.n_steps * self.n_envs} steps, more "
-                             f"than timesteps ({self.timesteps}): give timesteps of at least that, or fewer n_steps")
+            raise ValueError(
+                f"one PPO update takes n_steps x n_envs = {self.ppo.n_steps * self.n_envs} steps, more "
+                f"than timesteps ({self.timesteps}): give timesteps of at least that, or fewer n_steps"
+            )
         return self
 
     def check_fits(self, obs_entries: int, actions: int, where: str) -> None:
@@ -128,14 +134,19 @@ class AgentConfig(Settings):
         weights = sum(a * b + b for a, b in itertools.pairwise(widths))
         params = 2 * weights + (widths[-1] + 1) * (actions + 1)  # policy and value stacks, and their heads
         if params > MAX_PARAMETERS:
-            raise SpecError(f"{where}: policy.net_arch {list(self.policy.net_arch)} makes a network of {params:,} "
-                            f"weights on {obs_entries} observation entries, more than {MAX_PARAMETERS:,}.",
-                            "give narrower hidden layers (rlclock's recipes use [64, 64]).")
+            raise SpecError(
+                f"{where}: policy.net_arch {list(self.policy.net_arch)} makes a network of {params:,} "
+                f"weights on {obs_entries} observation entries, more than {MAX_PARAMETERS:,}.",
+                "give narrower hidden layers (rlclock's recipes use [64, 64]).",
+            )
         rollout = self.ppo.n_steps * self.n_envs * obs_entries * 4
         if self.trains_ppo and rollout > MAX_ROLLOUT_BYTES:
-            raise SpecError(f"{where}: a rollout of n_steps x n_envs = {self.ppo.n_steps * self.n_envs:,} "
-                            f"observations of {obs_entries} entries takes {rollout / 2**30:.1f} GiB, more than "
-                            f"{MAX_ROLLOUT_BYTES / 2**30:.0f}.", "give fewer ppo.n_steps or n_envs.")
+            raise SpecError(
+                f"{where}: a rollout of n_steps x n_envs = {self.ppo.n_steps * self.n_envs:,} "
+                f"observations of {obs_entries} entries takes {rollout / 2**30:.1f} GiB, more than "
+                f"{MAX_ROLLOUT_BYTES / 2**30:.0f}.",
+                "give fewer ppo.n_steps or n_envs.",
+            )
 
     @property
     def trains_ppo(self) -> bool:
@@ -171,6 +182,9 @@ def load_agent_config(path: str | Path | None = None) -> AgentConfig:
     p = resources.locate("agents", DEFAULT_RECIPE if path is None else path)
     data = read_yaml(p, "agent recipe")
     if data is None:
-        raise SpecError(f"agent recipe {str(p)!r} is empty.", "give a recipe: the shipped agents/quick.yaml and "
-                        "agents/ppo.yaml show every field (or leave out --agent for the quick one).")
+        raise SpecError(
+            f"agent recipe {str(p)!r} is empty.",
+            "give a recipe: the shipped agents/quick.yaml and "
+            "agents/ppo.yaml show every field (or leave out --agent for the quick one).",
+        )
     return parse_agent_config(data, str(p))

@@ -90,7 +90,7 @@ class AnchorLog:
         half = max(1, window // 2)
         out = np.empty_like(gpu)
         for k in range(gpu.size):
-            out[k] = obs[max(0, k - half):k + half + 1].min() + gpu[k]
+            out[k] = obs[max(0, k - half) : k + half + 1].min() + gpu[k]
         return out
 
     def periods_s(self) -> np.ndarray:
@@ -125,8 +125,9 @@ class HostAnchors:
 
     source = "host"
 
-    def __init__(self, on_anchor: Callable[[int, float], Any],
-                 on_point: Callable[[int, int, float], Any] | None = None) -> None:
+    def __init__(
+        self, on_anchor: Callable[[int, float], Any], on_point: Callable[[int, int, float], Any] | None = None
+    ) -> None:
         self.on_anchor = on_anchor
         self.on_point = on_point
         self.log = AnchorLog("host")
@@ -173,10 +174,15 @@ class CudaAnchors:
 
     source = "cuda"
 
-    def __init__(self, on_anchor: Callable[[int, float], Any], window: int = OFFSET_WINDOW,
-                 defer_s: float = DEFER_S, pool: int = POOL_EVENTS,
-                 new_event: Callable[[], Any] | None = None,
-                 on_point: Callable[[int, int, float], Any] | None = None) -> None:
+    def __init__(
+        self,
+        on_anchor: Callable[[int, float], Any],
+        window: int = OFFSET_WINDOW,
+        defer_s: float = DEFER_S,
+        pool: int = POOL_EVENTS,
+        new_event: Callable[[], Any] | None = None,
+        on_point: Callable[[int, int, float], Any] | None = None,
+    ) -> None:
         if new_event is None:
             import torch
 

@@ -99,9 +99,11 @@ def shipped_policy_for(gpu_name: str) -> str:
                 return name
     if found:
         return sorted(found)[0]
-    raise DeployError(f"no shipped clock policy was trained for this GPU ({gpu_name}).",
-                      "train one (`rlclock calibrate --device 0` to fit its model, then `rlclock train`) and pass it "
-                      "with --checkpoint DIR, or pass a schedule with --schedule FILE.")
+    raise DeployError(
+        f"no shipped clock policy was trained for this GPU ({gpu_name}).",
+        "train one (`rlclock calibrate --device 0` to fit its model, then `rlclock train`) and pass it "
+        "with --checkpoint DIR, or pass a schedule with --schedule FILE.",
+    )
 
 
 def load_policy(checkpoint: str | Path) -> Any:
@@ -116,10 +118,12 @@ def load_policy(checkpoint: str | Path) -> Any:
     except ModuleNotFoundError as exc:
         if exc.name != "rlclock.policy":
             raise
-        raise DeployError(f"cannot load the policy checkpoint {str(checkpoint)!r}: this rlclock installation has "
-                          "no deployable policy (module rlclock.policy is missing).",
-                          "pass a schedule file instead (--schedule FILE / schedule=...), or install an rlclock "
-                          "version that ships rlclock.policy.") from None
+        raise DeployError(
+            f"cannot load the policy checkpoint {str(checkpoint)!r}: this rlclock installation has "
+            "no deployable policy (module rlclock.policy is missing).",
+            "pass a schedule file instead (--schedule FILE / schedule=...), or install an rlclock "
+            "version that ships rlclock.policy.",
+        ) from None
     return policy_module.ClockPolicy.load(checkpoint)
 
 
@@ -140,9 +144,15 @@ class Clocked:
         reason: Why the deployment is inactive (empty otherwise).
     """
 
-    def __init__(self, settings: DeploySettings, schedule: ClockSchedule | None = None,
-                 builder: ScheduleBuilder | None = None, timeline: StepTimeline | None = None,
-                 alternatives: Sequence[ClockSchedule] = (), attached: bool = False) -> None:
+    def __init__(
+        self,
+        settings: DeploySettings,
+        schedule: ClockSchedule | None = None,
+        builder: ScheduleBuilder | None = None,
+        timeline: StepTimeline | None = None,
+        alternatives: Sequence[ClockSchedule] = (),
+        attached: bool = False,
+    ) -> None:
         self.settings = settings
         self.attached = attached
         self.report_path: Path | None = None
@@ -191,9 +201,12 @@ class Clocked:
         if s.timeline:
             self.timeline = StepTimeline.load(s.timeline)
         if s.learn and self.rank.distributed:
-            raise DeployError("learn chooses every step's plan from this process's step times, and this is one "
-                              f"rank of {self.rank.world_size}.", "learn in a single-process run, then apply the "
-                              "plan it commits to (--save writes the candidates) to every rank.")
+            raise DeployError(
+                "learn chooses every step's plan from this process's step times, and this is one "
+                f"rank of {self.rank.world_size}.",
+                "learn in a single-process run, then apply the "
+                "plan it commits to (--save writes the candidates) to every rank.",
+            )
         if s.checkpoint:
             if self.rank.is_root:
                 self._policy = load_policy(s.checkpoint)
@@ -201,20 +214,25 @@ class Clocked:
         if s.control_clocks and not nvml_present():
             from rlclock.errors import GpuUnavailableError
 
-            raise GpuUnavailableError("clock control is on, but NVML sees no NVIDIA GPU on this machine.",
-                                      "run on a GPU machine, or use control='dry-run'.")
+            raise GpuUnavailableError(
+                "clock control is on, but NVML sees no NVIDIA GPU on this machine.",
+                "run on a GPU machine, or use control='dry-run'.",
+            )
         if self.schedule is None and self._builder is None:
             self._builder = self._shipped_schedule  # the shipped policy for the GPU found, once it is known
         if self.schedule is not None and self.timeline is not None:
             self._begin_control()
         elif not cuda_present():
-            self._inactive("no CUDA GPU: the training step cannot be profiled, so no clock is controlled "
-                           "(the loop runs unchanged)")
+            self._inactive(
+                "no CUDA GPU: the training step cannot be profiled, so no clock is controlled (the loop runs unchanged)"
+            )
         else:
             self.state = "warmup"
             timed = f", {s.timing_steps} timed" if self._times_steps() else ""
-            self._say(f"deploying ({_mode(s)}): {s.warmup_steps} warm-up steps, then {s.profile_steps} profiled"
-                      f"{timed} steps, then the schedule is applied")
+            self._say(
+                f"deploying ({_mode(s)}): {s.warmup_steps} warm-up steps, then {s.profile_steps} profiled"
+                f"{timed} steps, then the schedule is applied"
+            )
         return self
 
     def _inactive(self, reason: str) -> None:
@@ -242,9 +260,13 @@ class Clocked:
 
     def _policy_schedule(self, trace: KernelTrace, auto_time_s: np.ndarray, latency_s: float) -> ClockSchedule:
         backend = self._policy.backend_for(trace, auto_time_s, None, latency_s)
-        schedule = self._policy.schedule(trace, backend=backend, search=self.settings.search,
-                                         power_limits=self.settings.power_limit,
-                                         execution=self._execution(len(trace), latency_s))
+        schedule = self._policy.schedule(
+            trace,
+            backend=backend,
+            search=self.settings.search,
+            power_limits=self.settings.power_limit,
+            execution=self._execution(len(trace), latency_s),
+        )
         self._set_costs(backend, schedule)
         return schedule
 
@@ -291,8 +313,11 @@ class Clocked:
 
         have = NvmlDevice(device).name
         if have != want:
-            raise DeployError(f"the policy checkpoint {self.settings.checkpoint!r} was trained for {want!r}, but this "
-                              f"process's GPU {device} is {have!r}.", "use a checkpoint trained for this GPU.")
+            raise DeployError(
+                f"the policy checkpoint {self.settings.checkpoint!r} was trained for {want!r}, but this "
+                f"process's GPU {device} is {have!r}.",
+                "use a checkpoint trained for this GPU.",
+            )
 
     # -- the loop ------------------------------------------------------------------------------------------
     def step(self) -> StepMark:
@@ -379,9 +404,11 @@ class Clocked:
                 started).
         """
         if self.state != "control" or self.controller is None:
-            raise DeployError(f"set_pattern() needs the schedule to be applied, but the deployment is {self.state!r}.",
-                              "call it once clk.state is 'control' (after the warm-up, profiling and timing steps), "
-                              "or pass schedule= and timeline= so that control begins at once.")
+            raise DeployError(
+                f"set_pattern() needs the schedule to be applied, but the deployment is {self.state!r}.",
+                "call it once clk.state is 'control' (after the warm-up, profiling and timing steps), "
+                "or pass schedule= and timeline= so that control begins at once.",
+            )
         self.controller.set_pattern(pattern, from_step)
 
     def watch(self, model: Any, blocks: Any = None, every: int = 1) -> Callable[[], None]:
@@ -411,8 +438,10 @@ class Clocked:
         if blocks is None:
             lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m)]
             if not lists:
-                raise DeployError(f"{type(model).__name__} holds no nn.ModuleList to find its layers in.",
-                                  "pass blocks=[...] (the modules to mark a point at).")
+                raise DeployError(
+                    f"{type(model).__name__} holds no nn.ModuleList to find its layers in.",
+                    "pass blocks=[...] (the modules to mark a point at).",
+                )
             longest = max(len(m) for m in lists)
             blocks = [b for m in lists if len(m) == longest for b in m]  # an encoder's and a decoder's layers
         handles: list[Any] = []
@@ -483,8 +512,10 @@ class Clocked:
             self._save_raw(data, code)
         del data
         gc.collect()
-        self._say(f"profiled {prof.steps_used} of {prof.steps_profiled} steps: {len(prof.trace)} kernels, step "
-                  f"{prof.timeline.period_s * 1e3:.3f} ms" + "".join(f"; {n}" for n in prof.notes))
+        self._say(
+            f"profiled {prof.steps_used} of {prof.steps_profiled} steps: {len(prof.trace)} kernels, step "
+            f"{prof.timeline.period_s * 1e3:.3f} ms" + "".join(f"; {n}" for n in prof.notes)
+        )
         return prof
 
     def _save_raw(self, data: dict[str, Any], code: dict[str, str]) -> None:
@@ -534,12 +565,20 @@ class Clocked:
         if running_s is None:
             running_s = base.period_s
         prof.timeline = base.fitted(running_s)
-        prof.trace.meta.update(profiled_period_s=profiled_s, step_period_s=running_s,
-                               located_period_s=located.period_s if located is not None else None)
-        where = (f"kernels placed from {located.source}" if located is not None
-                 else "kernels placed from the operator profile (no step was located)")
-        prof.notes.append(f"the step ran in {running_s * 1e3:.3f} ms without the profiler ({profiled_s * 1e3:.3f} ms "
-                          f"profiled); {where}, the timeline fitted to it")
+        prof.trace.meta.update(
+            profiled_period_s=profiled_s,
+            step_period_s=running_s,
+            located_period_s=located.period_s if located is not None else None,
+        )
+        where = (
+            f"kernels placed from {located.source}"
+            if located is not None
+            else "kernels placed from the operator profile (no step was located)"
+        )
+        prof.notes.append(
+            f"the step ran in {running_s * 1e3:.3f} ms without the profiler ({profiled_s * 1e3:.3f} ms "
+            f"profiled); {where}, the timeline fitted to it"
+        )
         self._say(prof.notes[-1])
 
     def _build(self) -> tuple[ClockSchedule, StepTimeline]:
@@ -584,21 +623,33 @@ class Clocked:
         from rlclock.deploy.learn import LiveLearner, candidate_schedules
 
         if self._policy is None:
-            raise DeployError("learn makes its candidate plans on a checkpoint's planning model, and none was given.",
-                              "pass checkpoint= (rlclock apply --checkpoint DIR --learn).")
+            raise DeployError(
+                "learn makes its candidate plans on a checkpoint's planning model, and none was given.",
+                "pass checkpoint= (rlclock apply --checkpoint DIR --learn).",
+            )
         t0 = time.perf_counter()
         execution = self._execution(len(prof.trace), latency_s)
-        cand = candidate_schedules(self._policy, prof.trace, prof.auto_time_s, latency_s, search=self.settings.search,
-                                   execution=None if execution is None else execution.blind())
+        cand = candidate_schedules(
+            self._policy,
+            prof.trace,
+            prof.auto_time_s,
+            latency_s,
+            search=self.settings.search,
+            execution=None if execution is None else execution.blind(),
+        )
         self.costs = cand.costs
         budget = self.settings.budget if self.settings.budget is not None else float(self._policy.budget)
         self.alternatives = cand.schedules[1:]
         self._learner = LiveLearner(cand, budget)
-        self._say(f"learning: {len(cand.schedules)} candidate plans made on the planning model in "
-                  f"{time.perf_counter() - t0:.1f} s (" + ", ".join(
-                      f"{lab} {100 * sl:+.2f} % time / {100 * sv:.1f} % energy"
-                      for lab, sl, sv in zip(cand.labels, cand.slowdown, cand.saving, strict=True))
-                  + f"); each step's plan is chosen from the measured step times, budget {100 * budget:g} %")
+        self._say(
+            f"learning: {len(cand.schedules)} candidate plans made on the planning model in "
+            f"{time.perf_counter() - t0:.1f} s ("
+            + ", ".join(
+                f"{lab} {100 * sl:+.2f} % time / {100 * sv:.1f} % energy"
+                for lab, sl, sv in zip(cand.labels, cand.slowdown, cand.saving, strict=True)
+            )
+            + f"); each step's plan is chosen from the measured step times, budget {100 * budget:g} %"
+        )
         return cand.schedules[0]
 
     def _begin_control(self) -> None:
@@ -609,18 +660,29 @@ class Clocked:
         device = self._device()
         use_nvml = nvml_present()
         self.controller = ClockController(
-            self.schedule, self.timeline, device=device, control_clocks=s.control_clocks,
-            latency_s=self._latency_s(), lead_s=s.lead_s, min_dwell_s=s.min_dwell_s,
-            read_back=s.read_back, worker=s.worker, nvml=use_nvml,
+            self.schedule,
+            self.timeline,
+            device=device,
+            control_clocks=s.control_clocks,
+            latency_s=self._latency_s(),
+            lead_s=s.lead_s,
+            min_dwell_s=s.min_dwell_s,
+            read_back=s.read_back,
+            worker=s.worker,
+            nvml=use_nvml,
             anchor_every=None if s.anchor_every is None else int(s.anchor_every),
-            time_all_steps=s.time_all_steps, follow_pace=s.follow_pace,
+            time_all_steps=s.time_all_steps,
+            follow_pace=s.follow_pace,
             alternatives=(*self.alternatives, *self._compare_alternatives()),
-            costs=self._costs_for_control()).start()
+            costs=self._costs_for_control(),
+        ).start()
         self._start_compare(device, use_nvml)
         self.state = "control"
         limit = self.schedule.power_limit_w
-        self._say(f"applying schedule {self.schedule.name!r} ({_mode(s)}) on GPU {device}: "
-                  f"{self.controller.plan.describe()}" + ("" if limit is None else f"; power limit {limit:g} W"))
+        self._say(
+            f"applying schedule {self.schedule.name!r} ({_mode(s)}) on GPU {device}: "
+            f"{self.controller.plan.describe()}" + ("" if limit is None else f"; power limit {limit:g} W")
+        )
         if use_nvml:
             from rlclock.gpu.nvml import NvmlDevice
 
@@ -646,8 +708,10 @@ class Clocked:
         if not blocks or self.controller is None:
             return
         if self.schedule is not None and self.schedule.power_limit_w is not None:
-            self._say("compare_blocks: the plan is a whole-job power limit, set once for the job, so its blocks cannot "
-                      "alternate with the driver's: not compared")
+            self._say(
+                "compare_blocks: the plan is a whole-job power limit, set once for the job, so its blocks cannot "
+                "alternate with the driver's: not compared"
+            )
             return
         from rlclock.deploy.compare import BlockComparison
 
@@ -673,9 +737,13 @@ class Clocked:
 
             try:
                 latency = self._latency_s()
-                self.costs = simulated_costs(self._gpu_name(self._device()), self.profile.trace,
-                                             self.profile.auto_time_s, self.schedule.configs,
-                                             0.0 if latency is None else latency)
+                self.costs = simulated_costs(
+                    self._gpu_name(self._device()),
+                    self.profile.trace,
+                    self.profile.auto_time_s,
+                    self.schedule.configs,
+                    0.0 if latency is None else latency,
+                )
             except RlclockError:
                 self.costs = None
         if self.costs is None or self.timeline is None or self.costs.n != len(self.timeline):
@@ -696,14 +764,18 @@ class Clocked:
             with contextlib.suppress(Exception):  # the run is ending; the profile is not needed any more
                 self._profiler.stop()
             self._profiler = None
-            self._say(f"the loop ended while profiling ({self._steps - self._profile_first} of "
-                      f"{self.settings.profile_steps} steps): no schedule was applied")
+            self._say(
+                f"the loop ended while profiling ({self._steps - self._profile_first} of "
+                f"{self.settings.profile_steps} steps): no schedule was applied"
+            )
         elif previous == "timing":
             if self._timer is not None:
                 self._timer.close()
             self._profiled = self._timer = None
-            self._say(f"the loop ended while timing the steps after profiling ({self._steps - self._timing_first} "
-                      f"of {self.settings.timing_steps}): no schedule was applied")
+            self._say(
+                f"the loop ended while timing the steps after profiling ({self._steps - self._timing_first} "
+                f"of {self.settings.timing_steps}): no schedule was applied"
+            )
         if self.controller is None:
             if previous == "warmup":
                 self._say(f"the loop ended after {self._steps} steps, before profiling began: nothing was applied")
@@ -715,8 +787,9 @@ class Clocked:
         self.report = self.controller.close()
         if self._compare is not None:
             delivered = self.report.delivered
-            self.report.compared = self._compare.result(self.controller.dry_run,
-                                                        None if delivered is None else delivered.planned_saving)
+            self.report.compared = self._compare.result(
+                self.controller.dry_run, None if delivered is None else delivered.planned_saving
+            )
         if self._learner is not None:
             self.learned = self._learner.summary()
             self.report.notes.append(self._learner.describe())
@@ -751,8 +824,9 @@ class Clocked:
 
         assert self.controller is not None and self.report is not None
         try:
-            plot_step(path, self.controller.schedule, self.controller.timeline, self.controller.plan,
-                      self.report.delivered)
+            plot_step(
+                path, self.controller.schedule, self.controller.timeline, self.controller.plan, self.report.delivered
+            )
             self._say(f"drew a step to {path}")
         except Exception as exc:  # the run is over; a plot must not fail it
             self.report.notes.append(f"the step's plot was not drawn: {exc}")
@@ -767,9 +841,14 @@ class Clocked:
         return f"Clocked({self.state}, {_mode(self.settings)}, steps {self._steps})"
 
 
-def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None, *,
-            timeline: StepTimeline | str | Path | None = None, alternatives: Sequence[ClockSchedule] = (),
-            attached: bool = False, **options: Any) -> Clocked:
+def clocked(
+    schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None,
+    *,
+    timeline: StepTimeline | str | Path | None = None,
+    alternatives: Sequence[ClockSchedule] = (),
+    attached: bool = False,
+    **options: Any,
+) -> Clocked:
     """Deploy a clock schedule around a training loop (see :class:`Clocked` and the module docstring).
 
     Args:
@@ -824,8 +903,10 @@ def clocked(schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None
         tl_obj = None
     for i, alt in enumerate(alternatives, 1):
         if not isinstance(alt, ClockSchedule):
-            raise DeployError(f"alternatives= takes ClockSchedules; alternative {i} is a {type(alt).__name__}.",
-                              "load a schedule file with ClockSchedule.load(path).")
+            raise DeployError(
+                f"alternatives= takes ClockSchedules; alternative {i} is a {type(alt).__name__}.",
+                "load a schedule file with ClockSchedule.load(path).",
+            )
     return Clocked(DeploySettings(**{**args, **env}), sched_obj, builder, tl_obj, alternatives, attached)
 
 

@@ -139,8 +139,13 @@ class StepFinder:
         self._by_class[name] = self._by_class.get(name, 0) + 1
         if key not in self.counts:
             self._follow(key, name, _parameter_count(optimizer))
-            if (self.marker is not None and self.restarts == 0 and self.counts[self.marker] <= 2 * DISCOVERY_STEPS
-                    and len(self._majors()) == 2 and self._choose() == key):
+            if (
+                self.marker is not None
+                and self.restarts == 0
+                and self.counts[self.marker] <= 2 * DISCOVERY_STEPS
+                and len(self._majors()) == 2
+                and self._choose() == key
+            ):
                 self._move_to(key)  # the first round's second optimizer, rarer: a generator beside its critic
         self.counts[key] += 1
         if self.marker is None:
@@ -161,8 +166,7 @@ class StepFinder:
         its second step), or when it has stepped :data:`STALE_STEPS` times since the marking one last did (the
         training moved on to it). An optimizer that steps a few times now and then (an evaluation probe, a fresh
         one per batch) leaves them where they are."""
-        run = self._run[key] = (self._run.get(key, 0) + 1 if self._marker_steps_at.get(key) == self._marker_steps
-                                else 1)
+        run = self._run[key] = self._run.get(key, 0) + 1 if self._marker_steps_at.get(key) == self._marker_steps else 1
         self._longest_run[key] = max(self._longest_run.get(key, 0), run)
         if key not in self._majors():
             return
@@ -240,8 +244,11 @@ class Attachment:
         deployment it inherited — its worker, its clocks — is the parent's, forgotten here without closing it;
         this process counts its own steps and controls nothing."""
         self.clocked = None
-        self.status = Status(torch=self.status.torch, forked=True,
-                             reason="a forked process: clocks are controlled from the one it was forked from")
+        self.status = Status(
+            torch=self.status.torch,
+            forked=True,
+            reason="a forked process: clocks are controlled from the one it was forked from",
+        )
         self.finder = StepFinder(self._mark, self._restart)
         self.disabled = False
         self.error = None

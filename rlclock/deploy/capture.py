@@ -92,8 +92,9 @@ def _triple(v: Any) -> tuple[int, int, int] | None:
     return None
 
 
-def _activities(data: dict[str, Any], code: InductorCode | None = None
-                ) -> tuple[list[tuple[float, float]], list[_Activity]]:
+def _activities(
+    data: dict[str, Any], code: InductorCode | None = None
+) -> tuple[list[tuple[float, float]], list[_Activity]]:
     """Step ranges (µs) and device activities with launch time and phase, from a Chrome trace; a launch of a
     kernel TorchInductor generated carries what its source says (``code``, by its ``kernel_file``)."""
     events = data.get("traceEvents", []) if isinstance(data, dict) else []
@@ -141,9 +142,20 @@ def _activities(data: dict[str, Any], code: InductorCode | None = None
         else:
             phase = "forward"
         nbytes = args.get("bytes")
-        out.append(_Activity(str(e.get("name", kind)) or kind, kind, float(e["ts"]), float(e.get("dur", 0.0)),
-                             t_launch, phase, op_rec[0] if op_rec else None, _triple(args.get("grid")),
-                             _triple(args.get("block")), int(nbytes) if isinstance(nbytes, (int, float)) else None))
+        out.append(
+            _Activity(
+                str(e.get("name", kind)) or kind,
+                kind,
+                float(e["ts"]),
+                float(e.get("dur", 0.0)),
+                t_launch,
+                phase,
+                op_rec[0] if op_rec else None,
+                _triple(args.get("grid")),
+                _triple(args.get("block")),
+                int(nbytes) if isinstance(nbytes, (int, float)) else None,
+            )
+        )
     out.sort(key=lambda a: a.ts_us)
     return ranges, out
 
@@ -161,10 +173,19 @@ def _kernels(acts: list[_Activity], dur_s: np.ndarray, gpu: str) -> list[Kernel]
     out = []
     for i, (a, op, c) in enumerate(zip(acts, ops, costs(ops, launches), strict=True)):
         opname = (op.name.split("::")[-1] if op else a.kind).strip("_") or a.kind
-        out.append(Kernel(name=a.name, op=f"{a.phase[:3]}.{opname}.{i}", phase=a.phase, layer=-1,
-                          launch_grid=a.grid, launch_block=a.block, launch_op=op,
-                          measured=(Measurement(gpu=gpu, time_s=max(float(dur_s[i]), 1e-9), source="in-sequence"),),
-                          **kernel_fields(c)))
+        out.append(
+            Kernel(
+                name=a.name,
+                op=f"{a.phase[:3]}.{opname}.{i}",
+                phase=a.phase,
+                layer=-1,
+                launch_grid=a.grid,
+                launch_block=a.block,
+                launch_op=op,
+                measured=(Measurement(gpu=gpu, time_s=max(float(dur_s[i]), 1e-9), source="in-sequence"),),
+                **kernel_fields(c),
+            )
+        )
     return out
 
 
@@ -177,9 +198,10 @@ def cost_notes(kernels: Sequence[Kernel]) -> list[str]:
     total = sum(k.measured[0].time_s for k in kernels if k.measured) or 1.0
     share = sum(k.measured[0].time_s for k in timed if k.measured) / total
     names = Counter(k.name for k in timed).most_common(3)
-    return [f"{len(timed)} of {len(kernels)} kernels ({100 * share:.1f} % of the kernel time) matched no cost rule "
-            f"and are planned from their measured time (most often: "
-            + ", ".join(f"{n[:60]} x{c}" for n, c in names) + ")"]
+    return [
+        f"{len(timed)} of {len(kernels)} kernels ({100 * share:.1f} % of the kernel time) matched no cost rule "
+        f"and are planned from their measured time (most often: " + ", ".join(f"{n[:60]} x{c}" for n, c in names) + ")"
+    ]
 
 
 IMPLAUSIBLE_RATIO = 10.0
@@ -197,8 +219,14 @@ def check_costs(trace: KernelTrace, spec: Any) -> tuple[KernelTrace, list[str]]:
     predicted, _ = SimulatedGpu(spec, trace, [AUTO], anchor=False).tables
     measured = np.array([k.measured[0].time_s if k.measured else np.nan for k in trace])
     ratio = predicted[:, 0] / measured
-    odd = [i for i, k in enumerate(trace) if k.cost_from == "rules" and np.isfinite(ratio[i])
-           and not 1.0 / IMPLAUSIBLE_RATIO <= ratio[i] <= IMPLAUSIBLE_RATIO and _activity_kind(k.name) == "kernel"]
+    odd = [
+        i
+        for i, k in enumerate(trace)
+        if k.cost_from == "rules"
+        and np.isfinite(ratio[i])
+        and not 1.0 / IMPLAUSIBLE_RATIO <= ratio[i] <= IMPLAUSIBLE_RATIO
+        and _activity_kind(k.name) == "kernel"
+    ]
     if not odd:
         return trace, []
     kernels = list(trace)
@@ -210,11 +238,17 @@ def check_costs(trace: KernelTrace, spec: Any) -> tuple[KernelTrace, list[str]]:
         f"{len(odd)} kernels ({100 * share:.1f} % of the kernel time) were predicted from their shapes more than "
         f"{IMPLAUSIBLE_RATIO:g}x from their measured time and are planned from it instead (worst: "
         f"{trace[worst].name[:60]}, {1e6 * predicted[worst, 0]:.0f} us predicted, {1e6 * measured[worst]:.0f} us "
-        "measured)"]
+        "measured)"
+    ]
 
 
-def profile_from_chrome(data: dict[str, Any], gpu_name: str, name: str = "training-step",
-                        meta: dict[str, Any] | None = None, code: dict[str, str] | None = None) -> StepProfile:
+def profile_from_chrome(
+    data: dict[str, Any],
+    gpu_name: str,
+    name: str = "training-step",
+    meta: dict[str, Any] | None = None,
+    code: dict[str, str] | None = None,
+) -> StepProfile:
     """The step's trace and timeline from a profiler Chrome trace holding :data:`STEP_RANGE` ranges.
 
     Args:
@@ -232,8 +266,10 @@ def profile_from_chrome(data: dict[str, Any], gpu_name: str, name: str = "traini
     generated = InductorCode.read(code) if code else None
     ranges, acts = _activities(data, generated)
     if not ranges:
-        raise DeployError(f"the profile holds no '{STEP_RANGE}' ranges, so its steps cannot be told apart.",
-                          "profile through rlclock.deploy (clocked) with a step() call per training step.")
+        raise DeployError(
+            f"the profile holds no '{STEP_RANGE}' ranges, so its steps cannot be told apart.",
+            "profile through rlclock.deploy (clocked) with a step() call per training step.",
+        )
     starts = [a for a, _ in ranges]
     per_step: list[list[_Activity]] = [[] for _ in ranges]
     for a in acts:
@@ -250,16 +286,20 @@ def profile_from_chrome(data: dict[str, Any], gpu_name: str, name: str = "traini
     anchors.append(max(ranges[-1][1], prev_end))
     usable = [k for k in range(len(ranges)) if per_step[k]]
     if not usable:
-        raise DeployError(f"the {len(ranges)} profiled steps launched no GPU work.",
-                          "make sure the model and data are on the GPU, and step() marks each training step.")
+        raise DeployError(
+            f"the {len(ranges)} profiled steps launched no GPU work.",
+            "make sure the model and data are on the GPU, and step() marks each training step.",
+        )
     if len(usable) > 1:
         usable = usable[1:]
     sigs = {k: tuple((a.kind, a.name) for a in per_step[k]) for k in usable}
     best, _count = Counter(sigs.values()).most_common(1)[0]
     chosen = [k for k in usable if sigs[k] == best]
     if len(chosen) < len(usable):
-        notes.append(f"{len(usable) - len(chosen)} of {len(usable)} profiled steps launched a different kernel "
-                     "sequence and were left out")
+        notes.append(
+            f"{len(usable) - len(chosen)} of {len(usable)} profiled steps launched a different kernel "
+            "sequence and were left out"
+        )
     offs = np.array([[(a.ts_us - anchors[k]) * 1e-6 for a in per_step[k]] for k in chosen])
     durs = np.array([[a.dur_us * 1e-6 for a in per_step[k]] for k in chosen])
     start_s = np.maximum.accumulate(np.maximum(np.median(offs, axis=0), 0.0))
@@ -271,11 +311,20 @@ def profile_from_chrome(data: dict[str, Any], gpu_name: str, name: str = "traini
         ref = [replace(a, op=op) for a, op in zip(ref, found, strict=True)]
     kernels = _kernels(ref, dur_s, gpu_name)
     notes.extend(cost_notes(kernels))
-    trace = KernelTrace(name, kernels, {
-        "generator": GENERATOR, "gpu": gpu_name, "steps_profiled": len(ranges), "steps_used": len(chosen),
-        "step_period_s": period_s, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "source": "torch.profiler (CUPTI) over live training steps; FLOPs/bytes estimated from operator shapes",
-        **(meta or {})})
+    trace = KernelTrace(
+        name,
+        kernels,
+        {
+            "generator": GENERATOR,
+            "gpu": gpu_name,
+            "steps_profiled": len(ranges),
+            "steps_used": len(chosen),
+            "step_period_s": period_s,
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "source": "torch.profiler (CUPTI) over live training steps; FLOPs/bytes estimated from operator shapes",
+            **(meta or {}),
+        },
+    )
     timeline = StepTimeline(start_s, dur_s, period_s, tuple(a.name for a in ref), "profile")
     return StepProfile(trace, timeline, len(ranges), len(chosen), notes)
 
@@ -324,8 +373,10 @@ class StepProfiler:
         except ImportError:  # pragma: no cover - torch is a dependency
             raise GpuUnavailableError("PyTorch is not installed.", "pip install torch (with CUDA).") from None
         if not torch.cuda.is_available():
-            raise GpuUnavailableError("profiling the training step needs a CUDA GPU, and PyTorch sees none.",
-                                      "run on a GPU machine, or pass both a schedule and a step timeline.")
+            raise GpuUnavailableError(
+                "profiling the training step needs a CUDA GPU, and PyTorch sees none.",
+                "run on a GPU machine, or pass both a schedule and a step timeline.",
+            )
         self._torch = torch
         self._prof: Any = None
         self._range: Any = None
@@ -445,15 +496,23 @@ def marked_steps(data: dict[str, Any]) -> list[tuple[float, list[tuple[float, fl
     order, the end of the marker (µs, the profile's clock) and the device activities after it up to the next
     marker (or the end), each ``(start µs, duration µs, name)``."""
     events = data.get("traceEvents", []) if isinstance(data, dict) else []
-    acts = sorted(((float(e["ts"]), float(e.get("dur", 0.0)), str(e.get("name", "")))
-                   for e in events if e.get("cat") in _DEVICE_KINDS and e.get("ph") == "X"), key=lambda a: a[0])
+    acts = sorted(
+        (
+            (float(e["ts"]), float(e.get("dur", 0.0)), str(e.get("name", "")))
+            for e in events
+            if e.get("cat") in _DEVICE_KINDS and e.get("ph") == "X"
+        ),
+        key=lambda a: a[0],
+    )
     marks = [i for i, a in enumerate(acts) if MARKER_KERNEL in a[2]]
-    return [(acts[m0][0] + acts[m0][1], acts[m0 + 1:m1]) for m0, m1 in zip(marks, [*marks[1:], len(acts)],
-                                                                            strict=True)]
+    return [
+        (acts[m0][0] + acts[m0][1], acts[m0 + 1 : m1]) for m0, m1 in zip(marks, [*marks[1:], len(acts)], strict=True)
+    ]
 
 
-def timeline_from_markers(data: dict[str, Any], names: tuple[str, ...],
-                          points: Sequence[int] = ()) -> StepTimeline | None:
+def timeline_from_markers(
+    data: dict[str, Any], names: tuple[str, ...], points: Sequence[int] = ()
+) -> StepTimeline | None:
     """A step timeline from a CUDA-activity profile whose steps begin with a :data:`MARKER_KERNEL`.
 
     Each step's activities are those between two step markers in GPU order, placed from the end of the first
@@ -470,12 +529,12 @@ def timeline_from_markers(data: dict[str, Any], names: tuple[str, ...],
     segments = marked_steps(data)
     steps: list[tuple[float, list[tuple[float, float, str]], tuple[int, ...]]] = []
     i = 0
-    for n_points in ([*points, 0] if points else [0] * len(segments)):  # the last marker ends the last step
+    for n_points in [*points, 0] if points else [0] * len(segments):  # the last marker ends the last step
         if i + n_points >= len(segments):
             break
         anchor, body = segments[i]
         before: list[int] = []
-        for _, part in segments[i + 1:i + 1 + n_points]:
+        for _, part in segments[i + 1 : i + 1 + n_points]:
             before.append(len(body))
             body = [*body, *part]
         steps.append((anchor, body, tuple(before)))
@@ -493,8 +552,15 @@ def timeline_from_markers(data: dict[str, Any], names: tuple[str, ...],
         return None
     start = np.maximum.accumulate(np.maximum(np.median(np.array(offs), axis=0), 0.0))
     kept: tuple[int, ...] = placed[0] if all(p == placed[0] for p in placed) else ()
-    return StepTimeline(start, np.median(np.array(durs), axis=0), float(statistics.median(periods)), names,
-                        f"{len(offs)} steps located without operator recording", kept, np.array(offs) - start)
+    return StepTimeline(
+        start,
+        np.median(np.array(durs), axis=0),
+        float(statistics.median(periods)),
+        names,
+        f"{len(offs)} steps located without operator recording",
+        kept,
+        np.array(offs) - start,
+    )
 
 
 def _stop_and_export(torch: Any, prof: Any) -> dict[str, Any]:

@@ -72,18 +72,24 @@ class Comparison:
     def summary(self) -> str:
         """One line for the console."""
         if self.pairs < 2:
-            return (f"compared blocks of {self.block_steps} steps: too few ({self.pairs} planned blocks beside driver "
-                    "ones; at least 2 are needed)")
+            return (
+                f"compared blocks of {self.block_steps} steps: too few ({self.pairs} planned blocks beside driver "
+                "ones; at least 2 are needed)"
+            )
         e, t = 100 * self.energy_change, 100 * self.time_change
         (elo, ehi), (tlo, thi) = (100 * x for x in self.energy_ci), (100 * x for x in self.time_ci)
-        head = (f"measured over {self.pairs} pairs of {self.block_steps}-step blocks: energy per step {e:+.2f} % "
-                f"(95 % CI {elo:+.2f} to {ehi:+.2f} %), time {t:+.2f} % ({tlo:+.2f} to {thi:+.2f} %)")
+        head = (
+            f"measured over {self.pairs} pairs of {self.block_steps}-step blocks: energy per step {e:+.2f} % "
+            f"(95 % CI {elo:+.2f} to {ehi:+.2f} %), time {t:+.2f} % ({tlo:+.2f} to {thi:+.2f} %)"
+        )
         if not self.dry_run:
             return head + " against the driver's clocks"
-        floor = f"dry run, nothing set: this is the noise floor ({head[len('measured '):]})"
+        floor = f"dry run, nothing set: this is the noise floor ({head[len('measured ') :]})"
         if self.steps_needed is not None and self.planned_saving is not None:
-            floor += (f"; resolving the planned {100 * self.planned_saving:.2f} % saving would take about "
-                      f"{self.steps_needed} steps with --control-clocks")
+            floor += (
+                f"; resolving the planned {100 * self.planned_saving:.2f} % saving would take about "
+                f"{self.steps_needed} steps with --control-clocks"
+            )
         return floor
 
     def lines(self) -> list[str]:
@@ -106,8 +112,13 @@ class BlockComparison:
         clock: The time source, seconds.
     """
 
-    def __init__(self, block_steps: int, read_energy_j: Callable[[], float] | None = None,
-                 sync: Callable[[], None] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        block_steps: int,
+        read_energy_j: Callable[[], float] | None = None,
+        sync: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if block_steps < 1:
             raise ValueError(f"blocks need at least one step, found {block_steps!r}.")
         self.block_steps = int(block_steps)
@@ -163,6 +174,8 @@ class BlockComparison:
             out.notes.append("no energy counter: the energy change is not measured")
         short = float(np.median(b[:, 2]))
         if short < 10 * COUNTER_TICK_S:
-            out.notes.append(f"blocks of {short:.2f} s: the energy counter's ~{COUNTER_TICK_S:g} s tick is "
-                             f"{100 * COUNTER_TICK_S / short:.0f} % of a block (use longer blocks)")
+            out.notes.append(
+                f"blocks of {short:.2f} s: the energy counter's ~{COUNTER_TICK_S:g} s tick is "
+                f"{100 * COUNTER_TICK_S / short:.0f} % of a block (use longer blocks)"
+            )
         return out

@@ -120,8 +120,10 @@ def default_latency_s(gpu_name: str | None) -> float:
             return float(get_spec(gpu_name).switch_latency_s)
     except SpecError:
         pass
-    raise DeployError(f"the switching latency of GPU {gpu_name or '(unknown)'} is not known (no GPU preset matches).",
-                      "pass latency_s (e.g. 0.006 for a Hopper GPU).")
+    raise DeployError(
+        f"the switching latency of GPU {gpu_name or '(unknown)'} is not known (no GPU preset matches).",
+        "pass latency_s (e.g. 0.006 for a Hopper GPU).",
+    )
 
 
 def nvml_present() -> bool:
@@ -187,13 +189,28 @@ class ClockController:
         ClockError: A configuration of the schedule or of an alternative is not supported by the GPU.
     """
 
-    def __init__(self, schedule: ClockSchedule, timeline: StepTimeline, *, device: int = 0,
-                 control_clocks: bool = False, latency_s: float | None = None, lead_s: float | None = None,
-                 min_dwell_s: float = 0.0, read_back: bool = True, worker: str = "process", anchor: str = "auto",
-                 nvml: bool | None = None, anchor_every: int | None = None, time_all_steps: bool = False,
-                 follow_pace: bool = False, alternatives: Sequence[ClockSchedule] = (),
-                 costs: PlanningCosts | None = None, allow_clock_control: bool | None = None,
-                 lookahead_s: float | None = None) -> None:
+    def __init__(
+        self,
+        schedule: ClockSchedule,
+        timeline: StepTimeline,
+        *,
+        device: int = 0,
+        control_clocks: bool = False,
+        latency_s: float | None = None,
+        lead_s: float | None = None,
+        min_dwell_s: float = 0.0,
+        read_back: bool = True,
+        worker: str = "process",
+        anchor: str = "auto",
+        nvml: bool | None = None,
+        anchor_every: int | None = None,
+        time_all_steps: bool = False,
+        follow_pace: bool = False,
+        alternatives: Sequence[ClockSchedule] = (),
+        costs: PlanningCosts | None = None,
+        allow_clock_control: bool | None = None,
+        lookahead_s: float | None = None,
+    ) -> None:
         if anchor not in ANCHOR_SOURCES:
             raise DeployError(f"anchor source {anchor!r} is not known.", f"use one of {list(ANCHOR_SOURCES)}.")
         check_anchor_every(anchor_every)
@@ -209,8 +226,10 @@ class ClockController:
         self.control_clocks = bool(control_clocks)
         self.use_nvml = nvml_present() if nvml is None else bool(nvml)
         if self.control_clocks and not self.use_nvml:
-            raise GpuUnavailableError("clock control was asked for, but NVML sees no NVIDIA GPU on this machine.",
-                                      "run on a GPU machine (rlclock doctor), or use the dry-run mode.")
+            raise GpuUnavailableError(
+                "clock control was asked for, but NVML sees no NVIDIA GPU on this machine.",
+                "run on a GPU machine (rlclock doctor), or use the dry-run mode.",
+            )
         if latency_s is None:
             latency_s = default_latency_s(self._gpu_name() if self.use_nvml else None)
         self.plan: SwitchPlan = plan_switches(schedule, timeline, float(latency_s), lead_s, min_dwell_s)
@@ -218,17 +237,24 @@ class ClockController:
         """Plans 1.. as schedules (plan 0 is :attr:`schedule`)."""
         for i, alt in enumerate(self.alternatives, 1):
             if isinstance(alt, ClockSchedule) and alt.power_limit_w != schedule.power_limit_w:
-                raise DeployError(f"alternative {i} ({alt.name!r}) runs under power limit {alt.power_limit_w} W, plan "
-                                  f"0 under {schedule.power_limit_w} W: the power limit is set once for the job.",
-                                  "give every plan of one run the same power limit (or none).")
-        self.plans: tuple[SwitchPlan, ...] = (self.plan, *(
-            _alternative_plan(i, alt, timeline, float(latency_s), lead_s, min_dwell_s)
-            for i, alt in enumerate(self.alternatives, 1)))
+                raise DeployError(
+                    f"alternative {i} ({alt.name!r}) runs under power limit {alt.power_limit_w} W, plan "
+                    f"0 under {schedule.power_limit_w} W: the power limit is set once for the job.",
+                    "give every plan of one run the same power limit (or none).",
+                )
+        self.plans: tuple[SwitchPlan, ...] = (
+            self.plan,
+            *(
+                _alternative_plan(i, alt, timeline, float(latency_s), lead_s, min_dwell_s)
+                for i, alt in enumerate(self.alternatives, 1)
+            ),
+        )
         """Every plan a step can run: 0 from :attr:`schedule`, 1.. from :attr:`alternatives`."""
         self.pattern = PlanPattern(len(self.plans))
         """Which plan each step runs (:meth:`set_pattern`; :meth:`plan_of`)."""
-        self.anchor_every = (default_anchor_every(self.plan, self.plans[1:]) if anchor_every is None
-                             else int(anchor_every))
+        self.anchor_every = (
+            default_anchor_every(self.plan, self.plans[1:]) if anchor_every is None else int(anchor_every)
+        )
         self.time_all_steps = bool(time_all_steps)
         self.follow_pace = bool(follow_pace)
         self.read_back = bool(read_back)
@@ -236,13 +262,17 @@ class ClockController:
         if anchor == "auto":
             anchor = "cuda" if cuda_present() else "host"
         if anchor == "cuda" and not cuda_present():
-            raise GpuUnavailableError("CUDA step anchors were asked for, but PyTorch sees no CUDA GPU.",
-                                      "use anchor='host' (or 'auto') on a machine without a GPU.")
+            raise GpuUnavailableError(
+                "CUDA step anchors were asked for, but PyTorch sees no CUDA GPU.",
+                "use anchor='host' (or 'auto') on a machine without a GPU.",
+            )
         self.anchor_source = anchor
         self.costs = costs
         if costs is not None and costs.n != len(timeline):
-            raise DeployError(f"the planning costs have {costs.n} kernels, the timeline {len(timeline)}.",
-                              "build both from a profile of the same training step.")
+            raise DeployError(
+                f"the planning costs have {costs.n} kernels, the timeline {len(timeline)}.",
+                "build both from a profile of the same training step.",
+            )
         self.report: ControllerReport | None = None
         self.anchor_log: AnchorLog | None = None
         """After :meth:`close`: what the step anchors saw, per marked step (raw data of the report)."""
@@ -290,18 +320,26 @@ class ClockController:
                 return self
             if self.report is not None:
                 raise DeployError("this clock controller was closed.", "create a new ClockController.")
-            settings = {"plan": self.plan.to_dict(), "device": self.device,
-                        "control_clocks": self.control_clocks, "nvml": self.use_nvml,
-                        "read_back": self.read_back, "anchor_every": self.anchor_every,
-                        "follow_pace": self.follow_pace, "power_limit_w": self.schedule.power_limit_w}
+            settings = {
+                "plan": self.plan.to_dict(),
+                "device": self.device,
+                "control_clocks": self.control_clocks,
+                "nvml": self.use_nvml,
+                "read_back": self.read_back,
+                "anchor_every": self.anchor_every,
+                "follow_pace": self.follow_pace,
+                "power_limit_w": self.schedule.power_limit_w,
+            }
             if len(self.plans) > 1:
                 settings["alternatives"] = [p.to_dict() for p in self.plans[1:]]
                 settings["patterns"] = self.pattern.to_list()
             handle = WorkerHandle(settings, self.worker_mode)
             try:
-                self._anchors = (CudaAnchors(handle.send_anchor, on_point=handle.send_point)
-                                 if self.anchor_source == "cuda"
-                                 else HostAnchors(handle.send_anchor, handle.send_point))
+                self._anchors = (
+                    CudaAnchors(handle.send_anchor, on_point=handle.send_point)
+                    if self.anchor_source == "cuda"
+                    else HostAnchors(handle.send_anchor, handle.send_point)
+                )
             except BaseException:
                 handle.stop()
                 raise
@@ -365,13 +403,17 @@ class ClockController:
                 controller.
         """
         if self.report is not None:
-            raise DeployError("this clock controller was closed, so its steps cannot change plans any more.",
-                              "set the pattern before leaving the controller's block.")
+            raise DeployError(
+                "this clock controller was closed, so its steps cannot change plans any more.",
+                "set the pattern before leaving the controller's block.",
+            )
         first = self.steps
         start = first if from_step is None else from_step
         if not isinstance(start, bool) and isinstance(start, numbers.Integral) and start < first:
-            raise DeployError(f"step {start} has already started ({first} steps so far), so its plan cannot change.",
-                              f"pass from_step >= {first}, or leave it unset for the next step.")
+            raise DeployError(
+                f"step {start} has already started ({first} steps so far), so its plan cannot change.",
+                f"pass from_step >= {first}, or leave it unset for the next step.",
+            )
         with self._lock:
             checked = self.pattern.set(pattern, start)
             if self._handle is not None:
@@ -399,16 +441,31 @@ class ClockController:
                 _reset_after_failure(self.device, info.get("power_limit"))
             self.anchor_log = log if log is not None else AnchorLog(self.anchor_source)
             self.worker_result = result
-            self.report = build_report(self.plan, self.anchor_log, result, info, self.worker_mode,
-                                       steps=self.steps, anchor_every=self.anchor_every, plans=self.plans,
-                                       plan_of=self.pattern.plan_of)
+            self.report = build_report(
+                self.plan,
+                self.anchor_log,
+                result,
+                info,
+                self.worker_mode,
+                steps=self.steps,
+                anchor_every=self.anchor_every,
+                plans=self.plans,
+                plan_of=self.pattern.plan_of,
+            )
             if self._handle.send_errors:
                 self.report.notes.append(f"{self._handle.send_errors} step anchors could not be sent to the worker")
             if self.costs is not None:
                 try:
-                    self.report.delivered = deliver(self.plans, self.costs, self.timeline.start_s,
-                                                    self.timeline.duration_s, self.anchor_log,
-                                                    result.get("records", []), self.dry_run, self.pattern.plan_of)
+                    self.report.delivered = deliver(
+                        self.plans,
+                        self.costs,
+                        self.timeline.start_s,
+                        self.timeline.duration_s,
+                        self.anchor_log,
+                        result.get("records", []),
+                        self.dry_run,
+                        self.pattern.plan_of,
+                    )
                 except DeployError as exc:
                     self.report.notes.append(f"delivered figures not judged: {exc}")
             self._handle = None
@@ -423,18 +480,28 @@ class ClockController:
     def __repr__(self) -> str:
         mode = "live" if self.control_clocks else "dry-run"
         plans = f", {len(self.plans)} plans" if len(self.plans) > 1 else ""
-        return (f"ClockController({mode}, GPU {self.device}, {len(self.schedule)} kernels, "
-                f"{self.plan.n_switches} switches per step{plans}, worker {self.worker_mode}, anchors "
-                f"{self.anchor_source} every {self.anchor_every} steps)")
+        return (
+            f"ClockController({mode}, GPU {self.device}, {len(self.schedule)} kernels, "
+            f"{self.plan.n_switches} switches per step{plans}, worker {self.worker_mode}, anchors "
+            f"{self.anchor_source} every {self.anchor_every} steps)"
+        )
 
 
-def _alternative_plan(index: int, schedule: ClockSchedule, timeline: StepTimeline, latency_s: float,
-                      lead_s: float | None, min_dwell_s: float) -> SwitchPlan:
+def _alternative_plan(
+    index: int,
+    schedule: ClockSchedule,
+    timeline: StepTimeline,
+    latency_s: float,
+    lead_s: float | None,
+    min_dwell_s: float,
+) -> SwitchPlan:
     """Plan ``index`` (an alternative schedule) on the controller's timeline, with the same latency, lead and
     dwell as plan 0."""
     if not isinstance(schedule, ClockSchedule):
-        raise DeployError(f"alternative {index} is a {type(schedule).__name__}, not a ClockSchedule.",
-                          "pass alternatives=[ClockSchedule, ...] (ClockSchedule.load(path) reads a schedule file).")
+        raise DeployError(
+            f"alternative {index} is a {type(schedule).__name__}, not a ClockSchedule.",
+            "pass alternatives=[ClockSchedule, ...] (ClockSchedule.load(path) reads a schedule file).",
+        )
     timeline.check_length(len(schedule), f"alternative {index} ({schedule.name!r})")
     return plan_switches(schedule, timeline, latency_s, lead_s, min_dwell_s)
 
@@ -444,8 +511,10 @@ def check_anchor_every(anchor_every: int | None) -> None:
     if anchor_every is None:
         return
     if isinstance(anchor_every, bool) or not isinstance(anchor_every, numbers.Integral) or anchor_every < 1:
-        raise DeployError(f"anchor_every must be a whole number of steps >= 1, found {anchor_every!r}.",
-                          "leave it unset for the default.")
+        raise DeployError(
+            f"anchor_every must be a whole number of steps >= 1, found {anchor_every!r}.",
+            "leave it unset for the default.",
+        )
 
 
 def _reset_after_failure(device: int, power_limit: dict[str, Any] | None) -> None:
@@ -458,6 +527,8 @@ def _reset_after_failure(device: int, power_limit: dict[str, Any] | None) -> Non
     try:
         reset_clocks([device], power_limit=found_w is not None, power_limit_w=found_w)
     except Exception as exc:  # the watchdog is the last line; say what happened
-        print(f"rlclock: could not reset the clocks of GPU {device} after the switch worker failed: {exc} "
-              "(run rlclock reset-clocks)", flush=True)
-
+        print(
+            f"rlclock: could not reset the clocks of GPU {device} after the switch worker failed: {exc} "
+            "(run rlclock reset-clocks)",
+            flush=True,
+        )

@@ -60,8 +60,10 @@ class PlanningCosts:
     def __post_init__(self) -> None:
         t, e = np.asarray(self.time_s, dtype=float), np.asarray(self.energy_j, dtype=float)
         if t.ndim != 2 or t.shape != e.shape or t.shape[1] != len(self.configs):
-            raise DeployError(f"planning costs need (kernels, configurations) tables for {len(self.configs)} "
-                              f"configurations; found {t.shape} and {e.shape}.")
+            raise DeployError(
+                f"planning costs need (kernels, configurations) tables for {len(self.configs)} "
+                f"configurations; found {t.shape} and {e.shape}."
+            )
         object.__setattr__(self, "time_s", t)
         object.__setattr__(self, "energy_j", e)
 
@@ -88,16 +90,25 @@ class PlanningCosts:
         try:
             return self.configs.index(config)
         except ValueError:
-            raise DeployError(f"the planning model has no costs for configuration {config}.",
-                              "price plans of the configurations the planning model was built for.") from None
+            raise DeployError(
+                f"the planning model has no costs for configuration {config}.",
+                "price plans of the configurations the planning model was built for.",
+            ) from None
 
-    def cost(self, start_s: np.ndarray, duration_s: np.ndarray, land_s: np.ndarray,
-             configs: Sequence[ClockConfig], before: ClockConfig) -> tuple[float, float]:
+    def cost(
+        self,
+        start_s: np.ndarray,
+        duration_s: np.ndarray,
+        land_s: np.ndarray,
+        configs: Sequence[ClockConfig],
+        before: ClockConfig,
+    ) -> tuple[float, float]:
         """``(seconds, joules)`` of the step with kernels at ``start_s`` and switches landing at ``land_s`` into
         ``configs`` (:func:`~rlclock.backends.executable.landed_cost`)."""
         cols = np.array([self.column(c) for c in configs], dtype=np.int64)
-        t, e = landed_cost(self.time_s, self.energy_j, start_s, duration_s, np.asarray(land_s, dtype=float), cols,
-                           self.column(before))
+        t, e = landed_cost(
+            self.time_s, self.energy_j, start_s, duration_s, np.asarray(land_s, dtype=float), cols, self.column(before)
+        )
         return float(np.cumsum(t)[-1]), float(np.cumsum(e)[-1])
 
     def planned(self, plan: SwitchPlan, start_s: np.ndarray, duration_s: np.ndarray) -> tuple[float, float]:
@@ -163,10 +174,12 @@ class Delivered:
         """One line: planned and delivered saving and slowdown."""
         if not self.steps:
             return f"delivered: not judged ({'; '.join(self.notes) or 'no timed step'})"
-        return (f"planned {100 * self.planned_saving:.2f} % energy at {100 * self.planned_slowdown:+.2f} % time; "
-                f"{self.verb} {100 * self.saving:.2f} % at {100 * self.slowdown:+.2f} % over {self.steps} steps "
-                f"(slowest step {100 * self.worst_slowdown:+.2f} %; planning model, kernels placed from the "
-                f"{self.placed})")
+        return (
+            f"planned {100 * self.planned_saving:.2f} % energy at {100 * self.planned_slowdown:+.2f} % time; "
+            f"{self.verb} {100 * self.saving:.2f} % at {100 * self.slowdown:+.2f} % over {self.steps} steps "
+            f"(slowest step {100 * self.worst_slowdown:+.2f} %; planning model, kernels placed from the "
+            f"{self.placed})"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -189,9 +202,16 @@ def _place(timeline_s: np.ndarray, span_s: float, marks: list[tuple[float, float
     return out
 
 
-def deliver(plans: Sequence[SwitchPlan], costs: PlanningCosts, timeline_start_s: np.ndarray,
-            timeline_duration_s: np.ndarray, log: AnchorLog, records: Sequence[Sequence[Any]], dry_run: bool,
-            plan_of: Callable[[int], int] | None = None) -> Delivered:
+def deliver(
+    plans: Sequence[SwitchPlan],
+    costs: PlanningCosts,
+    timeline_start_s: np.ndarray,
+    timeline_duration_s: np.ndarray,
+    log: AnchorLog,
+    records: Sequence[Sequence[Any]],
+    dry_run: bool,
+    plan_of: Callable[[int], int] | None = None,
+) -> Delivered:
     """The run's planned and delivered figures (module docstring).
 
     Args:
@@ -207,13 +227,22 @@ def deliver(plans: Sequence[SwitchPlan], costs: PlanningCosts, timeline_start_s:
     plan = plans[0]
     plan_of = plan_of or (lambda _step: 0)
     if costs.n != len(timeline_start_s):
-        raise DeployError(f"the planning model has {costs.n} kernels, the timeline {len(timeline_start_s)}.",
-                          "price the step the timeline was made for.")
+        raise DeployError(
+            f"the planning model has {costs.n} kernels, the timeline {len(timeline_start_s)}.",
+            "price the step the timeline was made for.",
+        )
     start, dur = np.asarray(timeline_start_s, dtype=float), np.asarray(timeline_duration_s, dtype=float)
     auto_t, auto_e = costs.auto_time_s, costs.auto_energy_j
     planned = [costs.planned(p, start, dur) for p in plans]
-    out = Delivered(costs.source, "", dry_run, auto_time_s=auto_t, auto_energy_j=auto_e,
-                    planned_saving=1.0 - planned[0][1] / auto_e, planned_slowdown=planned[0][0] / auto_t - 1.0)
+    out = Delivered(
+        costs.source,
+        "",
+        dry_run,
+        auto_time_s=auto_t,
+        auto_energy_j=auto_e,
+        planned_saving=1.0 - planned[0][1] / auto_e,
+        planned_slowdown=planned[0][0] / auto_t - 1.0,
+    )
     anchors = log.final_anchors_s()
     steps = np.asarray(log.step, dtype=np.int64)
     busy = np.asarray(log.busy_s, dtype=float)
@@ -243,8 +272,7 @@ def deliver(plans: Sequence[SwitchPlan], costs: PlanningCosts, timeline_start_s:
     kinds = set()
     first = int(steps[0]) if steps.size else 0
     for i, step in enumerate(steps.tolist()):
-        paused = i > 0 and math.isfinite(med) and math.isfinite(periods[i - 1]) and \
-            periods[i - 1] > PAUSE_FACTOR * med
+        paused = i > 0 and math.isfinite(med) and math.isfinite(periods[i - 1]) and periods[i - 1] > PAUSE_FACTOR * med
         if step == first or paused:
             continue
         a = anchors[i]
@@ -269,8 +297,9 @@ def deliver(plans: Sequence[SwitchPlan], costs: PlanningCosts, timeline_start_s:
     for which in sorted({int(x) for x in rows[:, 1]}):
         arr = rows[rows[:, 1] == which, 2:]
         n = arr.shape[0]
-        out.per_plan.append([which, n, 1.0 - float(arr[:, 1].sum()) / (n * auto_e),
-                             float(arr[:, 0].sum()) / (n * auto_t) - 1.0])
+        out.per_plan.append(
+            [which, n, 1.0 - float(arr[:, 1].sum()) / (n * auto_e), float(arr[:, 0].sum()) / (n * auto_t) - 1.0]
+        )
         if which == 0:
             out.steps = n
             out.saving, out.slowdown = out.per_plan[-1][2], out.per_plan[-1][3]
@@ -281,14 +310,21 @@ def deliver(plans: Sequence[SwitchPlan], costs: PlanningCosts, timeline_start_s:
     return out
 
 
-def execution_for(timeline: Any, latency_s: float, lead_s: float | None = None,
-                  min_dwell_s: float = 0.0, mode: str = "settled") -> Execution:
+def execution_for(
+    timeline: Any, latency_s: float, lead_s: float | None = None, min_dwell_s: float = 0.0, mode: str = "settled"
+) -> Execution:
     """The clock a plan for ``timeline`` (a :class:`~rlclock.deploy.timeline.StepTimeline`) will run on: its kernels,
     the controller's rule, and the located steps' jitter (the planner judges plans by it)."""
     from rlclock.deploy.plan import rule_of
 
-    return Execution(timeline.start_s, timeline.duration_s, timeline.period_s,
-                     rule_of(latency_s, lead_s, min_dwell_s), timeline.jitter_s, mode)
+    return Execution(
+        timeline.start_s,
+        timeline.duration_s,
+        timeline.period_s,
+        rule_of(latency_s, lead_s, min_dwell_s),
+        timeline.jitter_s,
+        mode,
+    )
 
 
 def costs_of(backend: Any, source: str) -> PlanningCosts:
@@ -298,8 +334,9 @@ def costs_of(backend: Any, source: str) -> PlanningCosts:
     return PlanningCosts(t, e, tuple(backend.configs), source)
 
 
-def simulated_costs(gpu: str, trace: Any, auto_time_s: np.ndarray, configs: Sequence[ClockConfig],
-                    latency_s: float) -> PlanningCosts:
+def simulated_costs(
+    gpu: str, trace: Any, auto_time_s: np.ndarray, configs: Sequence[ClockConfig], latency_s: float
+) -> PlanningCosts:
     """Planning costs from the GPU's preset (:class:`~rlclock.backends.simulated.SimulatedGpu`) over a profiled
     step, anchored on its measured kernel times, for ``configs`` (the driver's own first): a schedule given without
     a policy is priced so.
@@ -316,8 +353,10 @@ def simulated_costs(gpu: str, trace: Any, auto_time_s: np.ndarray, configs: Sequ
 
     spec = get_spec(gpu)
     t = np.asarray(auto_time_s, dtype=float)
-    kernels = [replace(k, measured=(Measurement(gpu=spec.key, time_s=float(t[i]), source="profile"),))
-               for i, k in enumerate(trace)]
+    kernels = [
+        replace(k, measured=(Measurement(gpu=spec.key, time_s=float(t[i]), source="profile"),))
+        for i, k in enumerate(trace)
+    ]
     cols = tuple(dict.fromkeys([AUTO, *configs]))
     backend = SimulatedGpu(spec, trace.with_kernels(kernels), cols, latency_s, anchor=True)
     return costs_of(backend, f"{spec.key} preset on the profiled step")

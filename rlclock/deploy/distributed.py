@@ -92,8 +92,9 @@ def nvml_index(cuda_index: int | None, fallback: int) -> int:
     return fallback
 
 
-def share(info: RankInfo, schedule: ClockSchedule | None, timeline: StepTimeline | None
-          ) -> tuple[ClockSchedule, StepTimeline]:
+def share(
+    info: RankInfo, schedule: ClockSchedule | None, timeline: StepTimeline | None
+) -> tuple[ClockSchedule, StepTimeline]:
     """Rank 0's schedule and timeline on every rank (a broadcast; every rank must call it).
 
     Args:
@@ -112,11 +113,16 @@ def share(info: RankInfo, schedule: ClockSchedule | None, timeline: StepTimeline
 
     payload: list[Any] = [None]
     if info.is_root:
-        payload = [{"schedule": schedule.to_dict(), "timeline": timeline.to_dict()}
-                   if schedule is not None and timeline is not None else {"error": "rank 0 built no schedule"}]
+        payload = [
+            {"schedule": schedule.to_dict(), "timeline": timeline.to_dict()}
+            if schedule is not None and timeline is not None
+            else {"error": "rank 0 built no schedule"}
+        ]
     dist.broadcast_object_list(payload, src=0)
     data = payload[0]
     if not isinstance(data, dict) or "error" in data:
-        raise DeployError(f"rank {info.rank} received no schedule from rank 0 ({(data or {}).get('error')}).",
-                          "see rank 0's error above.")
+        raise DeployError(
+            f"rank {info.rank} received no schedule from rank 0 ({(data or {}).get('error')}).",
+            "see rank 0's error above.",
+        )
     return ClockSchedule.from_dict(data["schedule"]), StepTimeline.from_dict(data["timeline"])

@@ -53,17 +53,28 @@ class CandidateSchedules:
         return tuple(s.name for s in self.schedules)
 
 
-def candidate_schedules(policy: Any, trace: KernelTrace, auto_time_s: np.ndarray, latency_s: float,
-                        budgets: tuple[float, ...] = LEARN_BUDGETS, time_limit_s: float = PLAN_TIME_LIMIT_S,
-                        search: bool = False, execution: Execution | None = None) -> CandidateSchedules:
+def candidate_schedules(
+    policy: Any,
+    trace: KernelTrace,
+    auto_time_s: np.ndarray,
+    latency_s: float,
+    budgets: tuple[float, ...] = LEARN_BUDGETS,
+    time_limit_s: float = PLAN_TIME_LIMIT_S,
+    search: bool = False,
+    execution: Execution | None = None,
+) -> CandidateSchedules:
     """The candidate plans for a profiled step on ``policy``'s planning model (its GPU and action set), as
     schedules: auto, the exact optima at ``budgets``, and the policy's own plan at its budget (where it differs).
     With an ``execution`` (the step's timeline and the controller's rule), each is the configuration every kernel
     runs at when the controller executes it, and its slowdown and saving are judged so."""
     model = policy.backend_for(trace, auto_time_s, None, latency_s)
     own = policy.plan(model, float(policy.budget), search=search, whole_job=False, execution=execution)
-    cand = candidate_plans(model, budgets=budgets, time_limit_s=time_limit_s,
-                           extra=[(f"policy at {100 * float(policy.budget):g} %", np.asarray(own.requests))])
+    cand = candidate_plans(
+        model,
+        budgets=budgets,
+        time_limit_s=time_limit_s,
+        extra=[(f"policy at {100 * float(policy.budget):g} %", np.asarray(own.requests))],
+    )
     plans = [np.asarray(p, dtype=np.int64) for p in cand.plans]
     slowdown, saving = np.asarray(cand.slowdown, dtype=float), np.asarray(cand.saving, dtype=float)
     if execution is not None:
@@ -73,10 +84,12 @@ def candidate_schedules(policy: Any, trace: KernelTrace, auto_time_s: np.ndarray
         plans = [j.runs for j in judged]
         slowdown = np.array([j.planned_time_s / auto_t - 1.0 for j in judged])
         saving = np.array([1.0 - j.planned_energy_j / auto_e for j in judged])
-    schedules = tuple(ClockSchedule(policy.configs, p.tolist(), name=label)
-                      for p, label in zip(plans, cand.labels, strict=True))
-    return CandidateSchedules(schedules, slowdown, saving, cand.parts,
-                              costs_of(model, f"policy {policy.gpu_key} on the profiled step"))
+    schedules = tuple(
+        ClockSchedule(policy.configs, p.tolist(), name=label) for p, label in zip(plans, cand.labels, strict=True)
+    )
+    return CandidateSchedules(
+        schedules, slowdown, saving, cand.parts, costs_of(model, f"policy {policy.gpu_key} on the profiled step")
+    )
 
 
 class _Marks:
@@ -122,12 +135,14 @@ class LiveLearner:
         seed: Seed of where auto runs in each cycle.
     """
 
-    def __init__(self, candidates: CandidateSchedules, budget: float, cuda: bool | None = None, lag_steps: int = 2,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, candidates: CandidateSchedules, budget: float, cuda: bool | None = None, lag_steps: int = 2, seed: int = 0
+    ) -> None:
         self.candidates = candidates
         self.budget = float(budget)
-        self.tracker = PairedTracker(budget, list(candidates.slowdown), list(candidates.saving), candidates.parts,
-                                     seed=seed)
+        self.tracker = PairedTracker(
+            budget, list(candidates.slowdown), list(candidates.saving), candidates.parts, seed=seed
+        )
         self.lag_steps = int(lag_steps)
         self._marks = _Marks(cuda)
         self._pending: deque[tuple[int, Any]] = deque()  # (arm, start mark) of steps not yet read
@@ -159,14 +174,22 @@ class LiveLearner:
         mu, cov = paired.posterior()
         labels = self.candidates.labels
         return {
-            "steps": self.steps, "read": len(self.step_time_s), "budget": self.budget, "plans": list(labels),
+            "steps": self.steps,
+            "read": len(self.step_time_s),
+            "budget": self.budget,
+            "plans": list(labels),
             "model_slowdown": [float(x) for x in self.candidates.slowdown],
             "model_saving": [float(x) for x in self.candidates.saving],
             "ran": [int(x) for x in self.ran],
-            "committed": {"lo": mix.lo, "hi": mix.hi, "share_hi": mix.share_hi, "label": mix.label(),
-                          "measured_slowdown": float(np.expm1(w @ mu)),
-                          "sd": float(np.sqrt(max(float(w @ cov @ w), 0.0))),
-                          "model_saving": float(w @ self.candidates.saving)},
+            "committed": {
+                "lo": mix.lo,
+                "hi": mix.hi,
+                "share_hi": mix.share_hi,
+                "label": mix.label(),
+                "measured_slowdown": float(np.expm1(w @ mu)),
+                "sd": float(np.sqrt(max(float(w @ cov @ w), 0.0))),
+                "model_saving": float(w @ self.candidates.saving),
+            },
             "median_step_s": float(np.median(self.step_time_s)) if self.step_time_s else None,
         }
 
@@ -175,9 +198,14 @@ class LiveLearner:
         s = self.summary()
         c = s["committed"]
         labels = s["plans"]
-        plan = labels[c["lo"]] if c["lo"] == c["hi"] or c["share_hi"] <= 0 else (
-            f"{labels[c['lo']]} / {labels[c['hi']]} at {100 * c['share_hi']:.0f} %")
-        return (f"learned over {s['steps']} steps ({s['read']} timed): committed to plan {plan} — measured slowdown "
-                f"{100 * c['measured_slowdown']:+.2f} % ± {100 * c['sd']:.2f} % (budget {100 * self.budget:g} %), "
-                f"planning-model saving {100 * c['model_saving']:.1f} %; auto ran on "
-                f"{100 * s['ran'][0] / max(1, s['steps']):.0f} % of steps")
+        plan = (
+            labels[c["lo"]]
+            if c["lo"] == c["hi"] or c["share_hi"] <= 0
+            else (f"{labels[c['lo']]} / {labels[c['hi']]} at {100 * c['share_hi']:.0f} %")
+        )
+        return (
+            f"learned over {s['steps']} steps ({s['read']} timed): committed to plan {plan} — measured slowdown "
+            f"{100 * c['measured_slowdown']:+.2f} % ± {100 * c['sd']:.2f} % (budget {100 * self.budget:g} %), "
+            f"planning-model saving {100 * c['model_saving']:.1f} %; auto ran on "
+            f"{100 * s['ran'][0] / max(1, s['steps']):.0f} % of steps"
+        )

@@ -24,17 +24,23 @@ def check_pattern(pattern: Sequence[int], n_plans: int) -> tuple[int, ...]:
         DeployError: The pattern is empty, not a sequence of whole numbers, or names a plan that does not exist.
     """
     if isinstance(pattern, (str, bytes)) or not isinstance(pattern, Sequence):
-        raise DeployError(f"a plan pattern is a sequence of plan indices, found {pattern!r}.",
-                          "pass e.g. [0, 1] to alternate plan 0 (the schedule) and plan 1 (the first alternative).")
+        raise DeployError(
+            f"a plan pattern is a sequence of plan indices, found {pattern!r}.",
+            "pass e.g. [0, 1] to alternate plan 0 (the schedule) and plan 1 (the first alternative).",
+        )
     if not pattern:
-        raise DeployError("the plan pattern is empty, so no step would have a plan.",
-                          "pass at least one plan index, e.g. [0] for the schedule alone.")
+        raise DeployError(
+            "the plan pattern is empty, so no step would have a plan.",
+            "pass at least one plan index, e.g. [0] for the schedule alone.",
+        )
     out: list[int] = []
     for p in pattern:
         if isinstance(p, bool) or not isinstance(p, numbers.Integral) or not 0 <= p < n_plans:
-            raise DeployError(f"plan index {p!r} in the pattern {list(pattern)!r} does not name a plan: there are "
-                              f"{n_plans} (0: the schedule, 1..{n_plans - 1}: the alternatives).",
-                              f"use whole numbers from 0 to {n_plans - 1}, or pass more alternatives.")
+            raise DeployError(
+                f"plan index {p!r} in the pattern {list(pattern)!r} does not name a plan: there are "
+                f"{n_plans} (0: the schedule, 1..{n_plans - 1}: the alternatives).",
+                f"use whole numbers from 0 to {n_plans - 1}, or pass more alternatives.",
+            )
         out.append(int(p))
     return tuple(out)
 
@@ -60,8 +66,10 @@ class PlanPattern:
         """
         checked = check_pattern(pattern, self.n_plans)
         if isinstance(from_step, bool) or not isinstance(from_step, numbers.Integral) or from_step < 0:
-            raise DeployError(f"from_step must be a step number >= 0, found {from_step!r}.",
-                              "leave it unset for the first step not started yet.")
+            raise DeployError(
+                f"from_step must be a step number >= 0, found {from_step!r}.",
+                "leave it unset for the first step not started yet.",
+            )
         keep = bisect.bisect_left(self._starts, int(from_step))
         del self._starts[keep:], self._patterns[keep:]
         self._starts.append(int(from_step))

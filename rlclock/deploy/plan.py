@@ -158,35 +158,56 @@ class SwitchPlan:
 
     def describe(self) -> str:
         """One line: segments, switches, skipped segments, latency."""
-        return (f"{len(self.segments)} segments, {self.n_switches} switches per step "
-                f"({sum(e.pre_issued for e in self.events)} issued during the previous step), "
-                f"{len(self.skipped)} segments too short to switch for, latency {self.latency_s * 1e3:g} ms, "
-                f"lead {self.lead_s * 1e3:g} ms, step period {self.period_s * 1e3:.3f} ms, "
-                f"{100 * self.on_plan_fraction:.1f} % of kernel time at the requested clocks")
+        return (
+            f"{len(self.segments)} segments, {self.n_switches} switches per step "
+            f"({sum(e.pre_issued for e in self.events)} issued during the previous step), "
+            f"{len(self.skipped)} segments too short to switch for, latency {self.latency_s * 1e3:g} ms, "
+            f"lead {self.lead_s * 1e3:g} ms, step period {self.period_s * 1e3:.3f} ms, "
+            f"{100 * self.on_plan_fraction:.1f} % of kernel time at the requested clocks"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (for reports and for the worker process)."""
         return {
             "segments": [[s.first_kernel, s.stop_kernel, str(s.config), s.start_s, s.end_s] for s in self.segments],
             "events": [[e.segment, str(e.config), e.issue_s, e.land_s, e.start_s, e.end_s] for e in self.events],
-            "skipped": list(self.skipped), "initial": str(self.initial), "latency_s": self.latency_s,
-            "lead_s": self.lead_s, "min_dwell_s": self.min_dwell_s, "period_s": self.period_s,
-            "span_s": self.span_s, "on_plan_fraction": self.on_plan_fraction, "points_s": list(self.points_s),
+            "skipped": list(self.skipped),
+            "initial": str(self.initial),
+            "latency_s": self.latency_s,
+            "lead_s": self.lead_s,
+            "min_dwell_s": self.min_dwell_s,
+            "period_s": self.period_s,
+            "span_s": self.span_s,
+            "on_plan_fraction": self.on_plan_fraction,
+            "points_s": list(self.points_s),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SwitchPlan:
         """Parse :meth:`to_dict` output."""
         try:
-            segs = tuple(Segment(i, int(a), int(b), ClockConfig.parse(c), float(s), float(e))
-                         for i, (a, b, c, s, e) in enumerate(data["segments"]))
-            events = tuple(SwitchEvent(int(j), ClockConfig.parse(c), float(i), float(land), float(s), float(e))
-                           for j, c, i, land, s, e in data["events"])
+            segs = tuple(
+                Segment(i, int(a), int(b), ClockConfig.parse(c), float(s), float(e))
+                for i, (a, b, c, s, e) in enumerate(data["segments"])
+            )
+            events = tuple(
+                SwitchEvent(int(j), ClockConfig.parse(c), float(i), float(land), float(s), float(e))
+                for j, c, i, land, s, e in data["events"]
+            )
             lead = data["lead_s"] if "lead_s" in data else data["lookahead_s"]  # the key before 0.2.0
-            return cls(segs, events, tuple(int(x) for x in data["skipped"]), ClockConfig.parse(data["initial"]),
-                       float(data["latency_s"]), float(lead), float(data["min_dwell_s"]),
-                       float(data["period_s"]), float(data["span_s"]), float(data["on_plan_fraction"]),
-                       tuple(float(x) for x in data.get("points_s", ())))
+            return cls(
+                segs,
+                events,
+                tuple(int(x) for x in data["skipped"]),
+                ClockConfig.parse(data["initial"]),
+                float(data["latency_s"]),
+                float(lead),
+                float(data["min_dwell_s"]),
+                float(data["period_s"]),
+                float(data["span_s"]),
+                float(data["on_plan_fraction"]),
+                tuple(float(x) for x in data.get("points_s", ())),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise DeployError(f"malformed switch plan: {exc}.") from None
 
@@ -201,8 +222,14 @@ def rule_of(latency_s: float, lead_s: float | None = None, min_dwell_s: float = 
     try:
         return SwitchRule.of(float(latency_s), lead_s, float(min_dwell_s))
     except RuleError as exc:
-        fix = (f"use an issue lead (--lead) of at least {latency_s:g} s, or leave it out for the default "
-               f"({latency_s + LEAD_MARGIN_S:g} s).") if "lead" in str(exc) else None
+        fix = (
+            (
+                f"use an issue lead (--lead) of at least {latency_s:g} s, or leave it out for the default "
+                f"({latency_s + LEAD_MARGIN_S:g} s)."
+            )
+            if "lead" in str(exc)
+            else None
+        )
         raise DeployError(str(exc), fix) from None
 
 
@@ -215,8 +242,10 @@ def _indices(schedule: ClockSchedule) -> np.ndarray:
 
 def _segments(schedule: ClockSchedule, seg: Segments) -> tuple[Segment, ...]:
     configs = schedule.configs
-    return tuple(Segment(j, int(a), int(b), configs[int(c)], float(s), float(e)) for j, (a, b, c, s, e) in
-                 enumerate(zip(seg.first, seg.stop, seg.config, seg.start_s, seg.end_s, strict=True)))
+    return tuple(
+        Segment(j, int(a), int(b), configs[int(c)], float(s), float(e))
+        for j, (a, b, c, s, e) in enumerate(zip(seg.first, seg.stop, seg.config, seg.start_s, seg.end_s, strict=True))
+    )
 
 
 def segments_of(schedule: ClockSchedule, timeline: StepTimeline) -> tuple[Segment, ...]:
@@ -229,13 +258,23 @@ def plan_from(schedule: ClockSchedule, timeline: StepTimeline, rule: SwitchRule,
     """The :class:`SwitchPlan` of switches :func:`~rlclock.backends.executable.execute` found for ``schedule``."""
     segs = _segments(schedule, executed.segments)
     configs = schedule.configs
-    events = tuple(SwitchEvent(int(j), configs[int(c)], float(i), float(land), segs[int(j)].start_s,
-                               segs[int(j)].end_s)
-                   for j, c, i, land in zip(executed.segment, executed.config, executed.issue_s, executed.land_s,
-                                            strict=True))
-    return SwitchPlan(segs, events, executed.skipped, configs[executed.initial], rule.latency_s, rule.lead_s,
-                      rule.min_dwell_s, timeline.period_s, timeline.span_s, executed.on_plan_fraction,
-                      tuple(float(x) for x in timeline.points_s))
+    events = tuple(
+        SwitchEvent(int(j), configs[int(c)], float(i), float(land), segs[int(j)].start_s, segs[int(j)].end_s)
+        for j, c, i, land in zip(executed.segment, executed.config, executed.issue_s, executed.land_s, strict=True)
+    )
+    return SwitchPlan(
+        segs,
+        events,
+        executed.skipped,
+        configs[executed.initial],
+        rule.latency_s,
+        rule.lead_s,
+        rule.min_dwell_s,
+        timeline.period_s,
+        timeline.span_s,
+        executed.on_plan_fraction,
+        tuple(float(x) for x in timeline.points_s),
+    )
 
 
 def check_lead(latency_s: float, lead_s: float | None = None) -> float:
@@ -249,8 +288,13 @@ def check_lead(latency_s: float, lead_s: float | None = None) -> float:
     return rule_of(latency_s, lead_s).lead_s
 
 
-def plan_switches(schedule: ClockSchedule, timeline: StepTimeline, latency_s: float,
-                  lead_s: float | None = None, min_dwell_s: float = 0.0) -> SwitchPlan:
+def plan_switches(
+    schedule: ClockSchedule,
+    timeline: StepTimeline,
+    latency_s: float,
+    lead_s: float | None = None,
+    min_dwell_s: float = 0.0,
+) -> SwitchPlan:
     """The switches that apply ``schedule`` on ``timeline``, step after step (the rule of
     :mod:`rlclock.backends.executable`).
 

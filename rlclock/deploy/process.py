@@ -83,21 +83,26 @@ class WorkerHandle:
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         cmd = [sys.executable, "-m", "rlclock.deploy.worker", "--fd", str(fd), "--parent", str(os.getpid())]
         try:
-            self._process = subprocess.Popen(cmd, pass_fds=(fd,), stdin=subprocess.DEVNULL, env=env,
-                                             start_new_session=True)
+            self._process = subprocess.Popen(
+                cmd, pass_fds=(fd,), stdin=subprocess.DEVNULL, env=env, start_new_session=True
+            )
         finally:
             os.close(fd)
         self._conn.send(self.settings)
         if not self._conn.poll(READY_TIMEOUT_S):
             self._kill()
-            raise DeployError(f"the clock switch worker did not start within {READY_TIMEOUT_S:g} s.",
-                              "check that 'python -m rlclock.deploy.worker' runs in this environment.")
+            raise DeployError(
+                f"the clock switch worker did not start within {READY_TIMEOUT_S:g} s.",
+                "check that 'python -m rlclock.deploy.worker' runs in this environment.",
+            )
         try:
             kind, payload = self._conn.recv()
         except (EOFError, OSError):
             self._kill()
-            raise DeployError("the clock switch worker process ended while starting.",
-                              "run 'python -m rlclock.deploy.worker --help' to see why it cannot start.") from None
+            raise DeployError(
+                "the clock switch worker process ended while starting.",
+                "run 'python -m rlclock.deploy.worker --help' to see why it cannot start.",
+            ) from None
         if kind == "error":
             self._process.wait(10)
             raise payload if isinstance(payload, RlclockError) else DeployError(str(payload))

@@ -66,8 +66,17 @@ class SwitchRecord(_RecordFields):
 
     plan: int
 
-    def __new__(cls, status: str, step: int, event: int, planned_s: float, issued_s: float, call_s: float,
-                estimated: bool, plan: int = 0) -> SwitchRecord:
+    def __new__(
+        cls,
+        status: str,
+        step: int,
+        event: int,
+        planned_s: float,
+        issued_s: float,
+        call_s: float,
+        estimated: bool,
+        plan: int = 0,
+    ) -> SwitchRecord:
         self = super().__new__(cls, status, step, event, planned_s, issued_s, call_s, estimated)
         self.plan = int(plan)
         return self
@@ -262,18 +271,25 @@ class ControllerReport:
             f"  anchor delay: {self.anchor_delay.ms()}; driver call: {self.call_time.ms()}",
         ]
         if len(self.per_plan) > 1:
-            lines.append(f"  plans: boundary switches {self.boundary}, superseded {self.superseded}, replaced "
-                         f"{self.replaced}, overtaken {self.overtaken}")
-            lines += [f"  plan {f.plan}: {f.steps} steps, issued {f.issued} (boundary {f.boundary}), switch-time "
-                      f"error {f.switch_error.ms()}, late {f.late} of {f.switch_error.n}" for f in self.per_plan]
+            lines.append(
+                f"  plans: boundary switches {self.boundary}, superseded {self.superseded}, replaced "
+                f"{self.replaced}, overtaken {self.overtaken}"
+            )
+            lines += [
+                f"  plan {f.plan}: {f.steps} steps, issued {f.issued} (boundary {f.boundary}), switch-time "
+                f"error {f.switch_error.ms()}, late {f.late} of {f.switch_error.n}"
+                for f in self.per_plan
+            ]
         if self.power_limit is not None:
             lines.append(f"  power limit: {power_limit_text(self.power_limit)}")
         if self.readbacks:
             matched = "" if self.readback_matched is None else f", at the requested clocks {self.readback_matched}"
             lines.append(f"  read-backs {self.readbacks}{matched}")
         if self.energy_j is not None and self.energy_time_s:
-            lines.append(f"  energy {self.energy_j:.1f} J over {self.energy_time_s:.2f} s "
-                         f"({self.energy_j / self.energy_time_s:.1f} W)")
+            lines.append(
+                f"  energy {self.energy_j:.1f} J over {self.energy_time_s:.2f} s "
+                f"({self.energy_j / self.energy_time_s:.1f} W)"
+            )
         if self.delivered is not None:
             lines.append(f"  {self.delivered.line()}")
         if self.compared is not None:
@@ -318,10 +334,17 @@ def _json_default(x: Any) -> Any:
     return str(x)
 
 
-def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any], info: dict[str, Any],
-                 worker: str, steps: int | None = None, anchor_every: int = 1,
-                 plans: Sequence[SwitchPlan] | None = None,
-                 plan_of: Callable[[int], int] | None = None) -> ControllerReport:
+def build_report(
+    plan: SwitchPlan,
+    log: AnchorLog,
+    worker_result: dict[str, Any],
+    info: dict[str, Any],
+    worker: str,
+    steps: int | None = None,
+    anchor_every: int = 1,
+    plans: Sequence[SwitchPlan] | None = None,
+    plan_of: Callable[[int], int] | None = None,
+) -> ControllerReport:
     """Put the anchors and the worker's records together (module docstring).
 
     Args:
@@ -340,9 +363,15 @@ def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any]
     if plan_of is None:
         plan_of = PlanPattern(len(plans)).plan_of  # no pattern: plan 0 throughout
 
-    rep = ControllerReport(mode=str(info.get("mode", "?")), gpu_name=info.get("gpu_name"),
-                           device=info.get("device"), worker=worker, anchor_source=log.source, plan=plan,
-                           power_limit=info.get("power_limit"))
+    rep = ControllerReport(
+        mode=str(info.get("mode", "?")),
+        gpu_name=info.get("gpu_name"),
+        device=info.get("device"),
+        worker=worker,
+        anchor_source=log.source,
+        plan=plan,
+        power_limit=info.get("power_limit"),
+    )
     marked = np.asarray(log.step, dtype=np.int64)
     rep.steps = int(marked.size) if steps is None else int(steps)
     rep.anchor_every = int(anchor_every)
@@ -359,8 +388,12 @@ def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any]
     med = rep.step_time_s
 
     def pause(i: int) -> bool:  # the interval from mark i to the next holds a pause
-        return 0 <= i < periods.size and math.isfinite(med) and math.isfinite(periods[i]) and \
-            periods[i] > PAUSE_FACTOR * med
+        return (
+            0 <= i < periods.size
+            and math.isfinite(med)
+            and math.isfinite(periods[i])
+            and periods[i] > PAUSE_FACTOR * med
+        )
 
     rep.pace = float(worker_result.get("pace", 1.0))
     rep.points = int(worker_result.get("points", 0))
@@ -430,13 +463,13 @@ def build_report(plan: SwitchPlan, log: AnchorLog, worker_result: dict[str, Any]
     rep.notes += [f"anchor thread: {e}" for e in log.errors]
     ended = worker_result.get("ended")
     if not worker_result:
-        rep.notes.append("the switch worker did not report back (it may have died); in live mode its watchdog "
-                         "restores the clocks")
+        rep.notes.append(
+            "the switch worker did not report back (it may have died); in live mode its watchdog restores the clocks"
+        )
     elif ended not in (None, "stopped"):
         rep.notes.append(f"the switch worker ended early: {ended}")
     if worker_result.get("restore_error"):
-        rep.notes.append(f"restoring the clocks failed: {worker_result['restore_error']} "
-                         "(run rlclock reset-clocks)")
+        rep.notes.append(f"restoring the clocks failed: {worker_result['restore_error']} (run rlclock reset-clocks)")
     return rep
 
 

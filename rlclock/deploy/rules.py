@@ -21,8 +21,14 @@ from rlclock.schedule import ClockConfig, ClockSchedule
 from rlclock.workload.trace import KernelTrace
 
 
-def class_windows(trace: KernelTrace, auto_time_s: np.ndarray, latency_s: float, tensor_config: ClockConfig,
-                  other_config: ClockConfig, min_latencies: float = 2.0) -> ClockSchedule:
+def class_windows(
+    trace: KernelTrace,
+    auto_time_s: np.ndarray,
+    latency_s: float,
+    tensor_config: ClockConfig,
+    other_config: ClockConfig,
+    min_latencies: float = 2.0,
+) -> ClockSchedule:
     """The schedule of the module's rule.
 
     Args:
@@ -58,8 +64,9 @@ def class_windows(trace: KernelTrace, auto_time_s: np.ndarray, latency_s: float,
     return ClockSchedule.from_configs(per_kernel, "gemm-heavy/memory-bound windows")
 
 
-def class_windows_builder(tensor_config: ClockConfig, other_config: ClockConfig,
-                          min_latencies: float = 2.0) -> Callable[[KernelTrace, np.ndarray, float], ClockSchedule]:
+def class_windows_builder(
+    tensor_config: ClockConfig, other_config: ClockConfig, min_latencies: float = 2.0
+) -> Callable[[KernelTrace, np.ndarray, float], ClockSchedule]:
     """:func:`class_windows` as a schedule builder for :func:`rlclock.deploy.clocked`."""
 
     def build(trace: KernelTrace, auto_time_s: np.ndarray, latency_s: float) -> ClockSchedule:

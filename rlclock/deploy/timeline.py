@@ -69,34 +69,48 @@ class StepTimeline:
         start = np.asarray(self.start_s, dtype=float).reshape(-1)
         dur = np.asarray(self.duration_s, dtype=float).reshape(-1)
         if start.size == 0 or start.shape != dur.shape:
-            raise DeployError(f"a step timeline needs one start and one duration per kernel; found {start.size} "
-                              f"starts and {dur.size} durations.", "build it from a profile of the step.")
+            raise DeployError(
+                f"a step timeline needs one start and one duration per kernel; found {start.size} "
+                f"starts and {dur.size} durations.",
+                "build it from a profile of the step.",
+            )
         if not (np.all(np.isfinite(start)) and np.all(np.isfinite(dur))) or np.any(dur < 0) or np.any(start < 0):
-            raise DeployError("a step timeline holds negative or non-finite start offsets or durations.",
-                              "build it from a profile of the step (offsets and durations in seconds, >= 0).")
+            raise DeployError(
+                "a step timeline holds negative or non-finite start offsets or durations.",
+                "build it from a profile of the step (offsets and durations in seconds, >= 0).",
+            )
         if np.any(np.diff(start) < 0):
             i = int(np.flatnonzero(np.diff(start) < 0)[0]) + 1
-            raise DeployError(f"kernel {i} of the step timeline starts before kernel {i - 1} "
-                              f"({start[i]:.6g} s < {start[i - 1]:.6g} s); starts must be in execution order.",
-                              "sort the kernels by their start time.")
+            raise DeployError(
+                f"kernel {i} of the step timeline starts before kernel {i - 1} "
+                f"({start[i]:.6g} s < {start[i - 1]:.6g} s); starts must be in execution order.",
+                "sort the kernels by their start time.",
+            )
         span = float(np.max(start + dur))
         period = float(self.period_s)
         if not math.isfinite(period) or period <= 0:
-            raise DeployError(f"a step timeline needs a step period > 0 s, found {self.period_s!r}.",
-                              "give the anchor-to-anchor time of back-to-back steps, in seconds.")
+            raise DeployError(
+                f"a step timeline needs a step period > 0 s, found {self.period_s!r}.",
+                "give the anchor-to-anchor time of back-to-back steps, in seconds.",
+            )
         if self.names and len(self.names) != start.size:
             raise DeployError(f"a step timeline has {start.size} kernels but {len(self.names)} names.")
         points = tuple(int(x) for x in self.points)
         if any(not 0 <= x <= start.size for x in points) or any(b < a for a, b in itertools.pairwise(points)):
-            raise DeployError(f"a step timeline's points must be kernel indices in 0..{start.size}, in order; "
-                              f"found {list(points)[:8]}.", "locate the points in a profile of the step.")
+            raise DeployError(
+                f"a step timeline's points must be kernel indices in 0..{start.size}, in order; "
+                f"found {list(points)[:8]}.",
+                "locate the points in a profile of the step.",
+            )
         object.__setattr__(self, "points", points)
         if self.jitter_s is not None:
             jitter = np.asarray(self.jitter_s, dtype=float)
             if jitter.ndim != 2 or jitter.shape[1] != start.size or not np.all(np.isfinite(jitter)):
-                raise DeployError(f"a step timeline's jitter needs one finite offset per kernel and located step; "
-                                  f"found shape {jitter.shape} for {start.size} kernels.",
-                                  "locate the kernels in the running steps (rlclock.deploy.capture.StepTimer).")
+                raise DeployError(
+                    f"a step timeline's jitter needs one finite offset per kernel and located step; "
+                    f"found shape {jitter.shape} for {start.size} kernels.",
+                    "locate the kernels in the running steps (rlclock.deploy.capture.StepTimer).",
+                )
             jitter.setflags(write=False)
             object.__setattr__(self, "jitter_s", jitter)
         start.setflags(write=False)
@@ -110,8 +124,10 @@ class StepTimeline:
         return int(self.start_s.size)
 
     def __repr__(self) -> str:
-        return (f"StepTimeline({len(self)} kernels, span {self.span_s * 1e3:.3f} ms, "
-                f"period {self.period_s * 1e3:.3f} ms, source {self.source!r})")
+        return (
+            f"StepTimeline({len(self)} kernels, span {self.span_s * 1e3:.3f} ms, "
+            f"period {self.period_s * 1e3:.3f} ms, source {self.source!r})"
+        )
 
     @property
     def end_s(self) -> np.ndarray:
@@ -140,7 +156,8 @@ class StepTimeline:
         if len(self) != n_kernels:
             raise ScheduleError(
                 f"{what} has {n_kernels} kernel invocations but the step timeline has {len(self)}.",
-                "build the schedule and the timeline from a profile of the same training step.")
+                "build the schedule and the timeline from a profile of the same training step.",
+            )
 
     def fitted(self, period_s: float, source: str | None = None) -> StepTimeline:
         """The same kernels re-spaced for a step that runs in ``period_s`` (measured without the profiler).
@@ -185,9 +202,14 @@ class StepTimeline:
 
     # -- constructors ------------------------------------------------------------------------------------
     @classmethod
-    def from_durations(cls, duration_s: Sequence[float] | np.ndarray, gap_s: float = 0.0,
-                       period_s: float | None = None, names: Sequence[str] = (),
-                       source: str = "durations") -> StepTimeline:
+    def from_durations(
+        cls,
+        duration_s: Sequence[float] | np.ndarray,
+        gap_s: float = 0.0,
+        period_s: float | None = None,
+        names: Sequence[str] = (),
+        source: str = "durations",
+    ) -> StepTimeline:
         """Kernels back to back (``gap_s`` apart) from the anchor on.
 
         Args:
@@ -226,17 +248,26 @@ class StepTimeline:
             if not auto:
                 raise DeployError(
                     f"kernel {i} ({k.name!r}) of trace {trace.name!r} has no auto-clock measurement"
-                    + (f" on {gpu!r}" if gpu else "") + ", so its place in the step is unknown.",
-                    "profile the step (rlclock profile, or let rlclock.deploy.clocked profile it).")
+                    + (f" on {gpu!r}" if gpu else "")
+                    + ", so its place in the step is unknown.",
+                    "profile the step (rlclock profile, or let rlclock.deploy.clocked profile it).",
+                )
             dur.append(auto[0].time_s)
         return cls.from_durations(dur, gap_s, names=[k.name for k in trace], source=f"trace {trace.name}")
 
     # -- I/O ---------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
-        out = {"format": TIMELINE_FORMAT, "version": TIMELINE_VERSION, "period_s": self.period_s,
-               "start_s": self.start_s.tolist(), "duration_s": self.duration_s.tolist(),
-               "names": list(self.names), "source": self.source, "points": list(self.points)}
+        out = {
+            "format": TIMELINE_FORMAT,
+            "version": TIMELINE_VERSION,
+            "period_s": self.period_s,
+            "start_s": self.start_s.tolist(),
+            "duration_s": self.duration_s.tolist(),
+            "names": list(self.names),
+            "source": self.source,
+            "points": list(self.points),
+        }
         if self.jitter_s is not None:
             out["jitter_s"] = self.jitter_s.tolist()
         return out
@@ -245,16 +276,27 @@ class StepTimeline:
     def from_dict(cls, data: Any) -> StepTimeline:
         """Parse :meth:`to_dict` output."""
         if not isinstance(data, dict) or data.get("format") != TIMELINE_FORMAT:
-            raise DeployError(f"not an rlclock step timeline (expected 'format': {TIMELINE_FORMAT!r}).",
-                              "pass a file written by StepTimeline.save or rlclock apply --save.")
+            raise DeployError(
+                f"not an rlclock step timeline (expected 'format': {TIMELINE_FORMAT!r}).",
+                "pass a file written by StepTimeline.save or rlclock apply --save.",
+            )
         if data.get("version") != TIMELINE_VERSION:
-            raise DeployError(f"step timeline version {data.get('version')!r} is not supported "
-                              f"(this rlclock reads version {TIMELINE_VERSION}).", "re-profile the step.")
+            raise DeployError(
+                f"step timeline version {data.get('version')!r} is not supported "
+                f"(this rlclock reads version {TIMELINE_VERSION}).",
+                "re-profile the step.",
+            )
         try:
             jitter = data.get("jitter_s")
-            return cls(np.asarray(data["start_s"], dtype=float), np.asarray(data["duration_s"], dtype=float),
-                       float(data["period_s"]), tuple(data.get("names", ())), str(data.get("source", "")),
-                       tuple(data.get("points", ())), None if jitter is None else np.asarray(jitter, dtype=float))
+            return cls(
+                np.asarray(data["start_s"], dtype=float),
+                np.asarray(data["duration_s"], dtype=float),
+                float(data["period_s"]),
+                tuple(data.get("names", ())),
+                str(data.get("source", "")),
+                tuple(data.get("points", ())),
+                None if jitter is None else np.asarray(jitter, dtype=float),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise DeployError(f"malformed step timeline: {exc}.", "re-profile the step.") from None
 
@@ -279,5 +321,6 @@ class StepTimeline:
                     return cls.from_dict(json.loads(f.read()))
             return cls.from_dict(json.loads(path.read_text()))
         except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise DeployError(f"cannot read step timeline {str(path)!r}: {exc}.",
-                              "pass a file written by StepTimeline.save.") from None
+            raise DeployError(
+                f"cannot read step timeline {str(path)!r}: {exc}.", "pass a file written by StepTimeline.save."
+            ) from None

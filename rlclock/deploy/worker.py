@@ -199,9 +199,16 @@ class SwitchWorker:
         DeployError: A bad anchor spacing, or alternatives made for another step or latency.
     """
 
-    def __init__(self, plan: SwitchPlan, control: Any, read_back: bool = True,
-                 clock: Callable[[], float] = time.monotonic, anchor_every: int = 1,
-                 follow_pace: bool = False, alternatives: Sequence[SwitchPlan] = ()) -> None:
+    def __init__(
+        self,
+        plan: SwitchPlan,
+        control: Any,
+        read_back: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        anchor_every: int = 1,
+        follow_pace: bool = False,
+        alternatives: Sequence[SwitchPlan] = (),
+    ) -> None:
         if anchor_every < 1:
             raise DeployError(f"anchor_every must be >= 1 step, found {anchor_every!r}.")
         for i, alt in enumerate(alternatives, 1):
@@ -209,7 +216,9 @@ class SwitchWorker:
                 raise DeployError(
                     f"alternative plan {i} was made with latency {alt.latency_s:g} s, lead {alt.lead_s:g} s "
                     f"and step period {alt.period_s:g} s, plan 0 with {plan.latency_s:g}, {plan.lead_s:g} and "
-                    f"{plan.period_s:g} s.", "plan every alternative on the same timeline with the same latency.")
+                    f"{plan.period_s:g} s.",
+                    "plan every alternative on the same timeline with the same latency.",
+                )
         self.plan = plan
         self.plans: tuple[SwitchPlan, ...] = (plan, *alternatives)
         """Every plan a step can run: 0 is ``plan``, 1.. the alternatives."""
@@ -296,8 +305,17 @@ class SwitchWorker:
         """When the next task is due (``None`` if none is pending)."""
         return self._tasks[0].due_s if self._tasks else None
 
-    def _push(self, due_s: float, kind: str, step: int, event: int, anchor_s: float, estimated: bool,
-              planned_s: float | None = None, plan: int = 0) -> None:
+    def _push(
+        self,
+        due_s: float,
+        kind: str,
+        step: int,
+        event: int,
+        anchor_s: float,
+        estimated: bool,
+        planned_s: float | None = None,
+        plan: int = 0,
+    ) -> None:
         self._seq += 1
         planned = due_s if planned_s is None else planned_s
         task = _Task(due_s, self._seq, kind, step, event, anchor_s, estimated, planned, plan)
@@ -372,8 +390,9 @@ class SwitchWorker:
                     if self.plan_of(step + n) == plan:
                         self._schedule(step, n, i, anchor_s, period_s, horizon, pace, plan)
         if len(self.plans) > 1:
-            ahead = max(0, math.ceil(-min(self.issue_offset_s(-1, pace, q) for q in range(len(self.plans)))
-                                     / period_s - 1e-9))
+            ahead = max(
+                0, math.ceil(-min(self.issue_offset_s(-1, pace, q) for q in range(len(self.plans))) / period_s - 1e-9)
+            )
             for n in range(self.anchor_every + ahead + 1):
                 if self.needs_boundary(step + n):
                     self._schedule(step, n, -1, anchor_s, period_s, horizon, pace, self.plan_of(step + n))
@@ -427,8 +446,9 @@ class SwitchWorker:
         moved = False
         for t in self._tasks:
             if t.kind in ("switch", "boundary") and (
-                    t.step > step or (t.step == step and t.event >= 0
-                                      and self.plans[t.plan].events[t.event].start_s >= planned[point])):
+                t.step > step
+                or (t.step == step and t.event >= 0 and self.plans[t.plan].events[t.event].start_s >= planned[point])
+            ):
                 keep.append(self._retimed(t, step, anchor_s, period, pace, t.estimated))
                 moved = True
             else:
@@ -439,16 +459,24 @@ class SwitchWorker:
             self._targets[s] = anchor_s + (s - step) * period
         self.points += moved
 
-    def _retimed(self, t: _Task, step: int, anchor_s: float, period_s: float, pace: float,
-                 estimated: bool) -> _Task:
+    def _retimed(self, t: _Task, step: int, anchor_s: float, period_s: float, pace: float, estimated: bool) -> _Task:
         """Task ``t`` timed from step ``step``'s anchor ``anchor_s`` (its own step's anchor ``period_s`` per step
         after it)."""
         target = anchor_s + (t.step - step) * period_s
         due = target + self.issue_offset_s(t.event, pace, t.plan)
         return _Task(due, t.seq, t.kind, t.step, t.event, target, estimated, due, t.plan)
 
-    def _schedule(self, step: int, n: int, event: int, anchor_s: float, period_s: float, horizon_s: float,
-                  pace: float, plan: int = 0) -> None:
+    def _schedule(
+        self,
+        step: int,
+        n: int,
+        event: int,
+        anchor_s: float,
+        period_s: float,
+        horizon_s: float,
+        pace: float,
+        plan: int = 0,
+    ) -> None:
         """Schedule event ``event`` of plan ``plan`` for step ``step + n`` unless it is scheduled or done, or due
         after the horizon (event -1: the step's boundary switch)."""
         key = (step + n, plan, event)
@@ -481,8 +509,10 @@ class SwitchWorker:
             earliest = self._last_issue_s + self.latency_s
             if now < earliest:  # rule 3: one switch at a time
                 self._seq += 1
-                heapq.heappush(self._tasks, _Task(earliest, self._seq, t.kind, t.step, t.event, t.anchor_s,
-                                                  t.estimated, t.planned_s, t.plan))
+                heapq.heappush(
+                    self._tasks,
+                    _Task(earliest, self._seq, t.kind, t.step, t.event, t.anchor_s, t.estimated, t.planned_s, t.plan),
+                )
                 continue
             self._done(t)
             newest_step, newest_plan = self._newest
@@ -523,13 +553,21 @@ class SwitchWorker:
             return
         plan = self.plans[t.plan]
         requested = plan.events[t.event].config if t.event >= 0 else plan.initial
-        self.reads.append((t.step, t.event, self.clock(), rec.sm_clock_mhz, rec.mem_clock_mhz,
-                           "/".join(rec.reasons), str(requested)))
+        self.reads.append(
+            (t.step, t.event, self.clock(), rec.sm_clock_mhz, rec.mem_clock_mhz, "/".join(rec.reasons), str(requested))
+        )
 
     def result(self) -> dict[str, Any]:
         """What the worker did, as plain data for the training process."""
-        return {"records": list(self.records), "reads": list(self.reads), "period_s": self.period_s,
-                "pace": self.pace, "resyncs": self.resyncs, "points": self.points, "superseded": self.superseded}
+        return {
+            "records": list(self.records),
+            "reads": list(self.reads),
+            "period_s": self.period_s,
+            "pace": self.pace,
+            "resyncs": self.resyncs,
+            "points": self.points,
+            "superseded": self.superseded,
+        }
 
 
 # -- the loop ----------------------------------------------------------------------------------------------
@@ -538,7 +576,8 @@ class SwitchWorker:
 def pattern_message(pattern: Sequence[int], from_step: int) -> bytes:
     """The message that sets a plan pattern from step ``from_step`` on (:data:`PATTERN_MESSAGE`)."""
     return PATTERN_MESSAGE.pack(b"A", int(from_step), len(pattern)) + b"".join(
-        PATTERN_INDEX.pack(int(p)) for p in pattern)
+        PATTERN_INDEX.pack(int(p)) for p in pattern
+    )
 
 
 def _handle(worker: SwitchWorker, data: bytes) -> bool:
@@ -554,8 +593,9 @@ def _handle(worker: SwitchWorker, data: bytes) -> bool:
     elif data[:1] == b"A" and len(data) >= PATTERN_MESSAGE.size:
         _, from_step, n = PATTERN_MESSAGE.unpack_from(data)
         if len(data) == PATTERN_MESSAGE.size + n * PATTERN_INDEX.size:
-            pattern = [PATTERN_INDEX.unpack_from(data, PATTERN_MESSAGE.size + i * PATTERN_INDEX.size)[0]
-                       for i in range(n)]
+            pattern = [
+                PATTERN_INDEX.unpack_from(data, PATTERN_MESSAGE.size + i * PATTERN_INDEX.size)[0] for i in range(n)
+            ]
             with contextlib.suppress(DeployError):  # the controller checked it; a bad one changes nothing
                 worker.set_pattern(pattern, int(from_step))
     return True
@@ -614,12 +654,14 @@ def build_control(settings: dict[str, Any], handle_signals: bool) -> Any:
         from rlclock.gpu.clocks import ClockControl
 
         control: ClockControl | PlanOnlyControl = ClockControl(
-            int(settings["device"]), control_clocks=bool(settings["control_clocks"]),
-            handle_signals=handle_signals)
+            int(settings["device"]), control_clocks=bool(settings["control_clocks"]), handle_signals=handle_signals
+        )
     else:
         if settings["control_clocks"]:
-            raise DeployError("clock control was asked for, but this machine has no NVML to set clocks with.",
-                              "run on a machine with an NVIDIA GPU and driver, or use the dry-run mode.")
+            raise DeployError(
+                "clock control was asked for, but this machine has no NVML to set clocks with.",
+                "run on a machine with an NVIDIA GPU and driver, or use the dry-run mode.",
+            )
         control = PlanOnlyControl()
     try:
         for c in dict.fromkeys(c for plan in plans for c in plan.configs):
@@ -643,9 +685,14 @@ def worker_from_settings(settings: dict[str, Any], control: Any) -> SwitchWorker
     """The worker the controller's settings describe (``plan``, ``alternatives``, ``patterns``
     (:meth:`PlanPattern.to_list`), ``read_back``, ``anchor_every``, ``follow_pace``), on ``control``."""
     plan, *alternatives = plans_from_settings(settings)
-    worker = SwitchWorker(plan, control, read_back=bool(settings.get("read_back", True)),
-                          anchor_every=int(settings.get("anchor_every", 1)),
-                          follow_pace=bool(settings.get("follow_pace", False)), alternatives=alternatives)
+    worker = SwitchWorker(
+        plan,
+        control,
+        read_back=bool(settings.get("read_back", True)),
+        anchor_every=int(settings.get("anchor_every", 1)),
+        follow_pace=bool(settings.get("follow_pace", False)),
+        alternatives=alternatives,
+    )
     worker.pattern = PlanPattern.from_list(settings.get("patterns", ()), len(worker.plans))  # nothing scheduled yet
     return worker
 
@@ -654,9 +701,13 @@ def describe_control(control: Any) -> dict[str, Any]:
     """Mode, GPU and process of a worker's control, and the power limit it set (or would have), for the report."""
     device = getattr(control, "device", None)
     limits = getattr(control, "power_limit_history", [])
-    return {"mode": ("dry-run" if control.dry_run else "live") if device is not None else "plan-only",
-            "gpu_name": getattr(device, "name", None), "device": getattr(control, "device_index", None),
-            "pid": os.getpid(), "power_limit": limits[0].as_dict() if limits else None}
+    return {
+        "mode": ("dry-run" if control.dry_run else "live") if device is not None else "plan-only",
+        "gpu_name": getattr(device, "name", None),
+        "device": getattr(control, "device_index", None),
+        "pid": os.getpid(),
+        "power_limit": limits[0].as_dict() if limits else None,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

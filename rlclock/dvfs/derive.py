@@ -43,22 +43,60 @@ class UnitRates:
 
 
 RATES: dict[tuple[int, int], UnitRates] = {
-    (7, 0): UnitRates({"fp16": 1024}, 128, 2048, 6e6 / 80, 1.0,
-                      "V100: 125 TFLOP/s fp16 = 1024 × 80 SMs × 1.53 GHz; 6 MB of L2"),
-    (7, 5): UnitRates({"fp16": 1024}, 128, 1024, 4e6 / 40, 0.5,
-                      "T4: 65 TFLOP/s fp16 = 1024 × 40 SMs × 1.59 GHz; 4 MB of L2"),
-    (8, 0): UnitRates({"fp16": 2048, "bf16": 2048, "tf32": 1024}, 128, 2048, 40e6 / 108, 1.0,
-                      "A100: 312 TFLOP/s bf16 = 2048 × 108 SMs × 1.41 GHz; 40 MB of L2"),
-    (8, 6): UnitRates({"fp16": 1024, "bf16": 1024, "tf32": 512}, 256, 1536, 6e6 / 84, 0.5,
-                      "A40: 150 TFLOP/s fp16 = 1024 × 84 SMs × 1.74 GHz, 6 MB of L2; RTX 3080 Ti half the rate per SM"),
-    (8, 9): UnitRates({"fp16": 1024, "bf16": 1024, "tf32": 512, "fp8": 2048}, 256, 1536, 96e6 / 142, 0.5,
-                      "L40S: 362 TFLOP/s bf16 = 1024 × 142 SMs × 2.52 GHz, 96 MB of L2; RTX 4090 half the rate per SM"),
-    (9, 0): UnitRates({"fp16": 4096, "bf16": 4096, "tf32": 2048, "fp8": 8192}, 256, 2048, 50e6 / 132, 1.0,
-                      "H100 SXM: 989 TFLOP/s bf16 = 4096 × 132 SMs × 1.83 GHz; 50 MB of L2"),
-    (10, 0): UnitRates({"fp16": 8192, "bf16": 8192, "tf32": 4096, "fp8": 16384}, 256, 2048, 126e6 / 148, 1.0,
-                       "B200: 2.25 PFLOP/s bf16 dense over 148 SMs; 126 MB of L2"),
-    (12, 0): UnitRates({"fp16": 1024, "bf16": 1024, "tf32": 512, "fp8": 2048}, 256, 1536, 96e6 / 170, 0.5,
-                       "RTX PRO 6000 Blackwell; RTX 5090 (GeForce, 170 SMs, 96 MB of L2) half the rate per SM"),
+    (7, 0): UnitRates(
+        {"fp16": 1024}, 128, 2048, 6e6 / 80, 1.0, "V100: 125 TFLOP/s fp16 = 1024 × 80 SMs × 1.53 GHz; 6 MB of L2"
+    ),
+    (7, 5): UnitRates(
+        {"fp16": 1024}, 128, 1024, 4e6 / 40, 0.5, "T4: 65 TFLOP/s fp16 = 1024 × 40 SMs × 1.59 GHz; 4 MB of L2"
+    ),
+    (8, 0): UnitRates(
+        {"fp16": 2048, "bf16": 2048, "tf32": 1024},
+        128,
+        2048,
+        40e6 / 108,
+        1.0,
+        "A100: 312 TFLOP/s bf16 = 2048 × 108 SMs × 1.41 GHz; 40 MB of L2",
+    ),
+    (8, 6): UnitRates(
+        {"fp16": 1024, "bf16": 1024, "tf32": 512},
+        256,
+        1536,
+        6e6 / 84,
+        0.5,
+        "A40: 150 TFLOP/s fp16 = 1024 × 84 SMs × 1.74 GHz, 6 MB of L2; RTX 3080 Ti half the rate per SM",
+    ),
+    (8, 9): UnitRates(
+        {"fp16": 1024, "bf16": 1024, "tf32": 512, "fp8": 2048},
+        256,
+        1536,
+        96e6 / 142,
+        0.5,
+        "L40S: 362 TFLOP/s bf16 = 1024 × 142 SMs × 2.52 GHz, 96 MB of L2; RTX 4090 half the rate per SM",
+    ),
+    (9, 0): UnitRates(
+        {"fp16": 4096, "bf16": 4096, "tf32": 2048, "fp8": 8192},
+        256,
+        2048,
+        50e6 / 132,
+        1.0,
+        "H100 SXM: 989 TFLOP/s bf16 = 4096 × 132 SMs × 1.83 GHz; 50 MB of L2",
+    ),
+    (10, 0): UnitRates(
+        {"fp16": 8192, "bf16": 8192, "tf32": 4096, "fp8": 16384},
+        256,
+        2048,
+        126e6 / 148,
+        1.0,
+        "B200: 2.25 PFLOP/s bf16 dense over 148 SMs; 126 MB of L2",
+    ),
+    (12, 0): UnitRates(
+        {"fp16": 1024, "bf16": 1024, "tf32": 512, "fp8": 2048},
+        256,
+        1536,
+        96e6 / 170,
+        0.5,
+        "RTX PRO 6000 Blackwell; RTX 5090 (GeForce, 170 SMs, 96 MB of L2) half the rate per SM",
+    ),
 }
 """Peak unit rates by compute capability (datasheets; each entry's ``example`` shows the arithmetic). A capability
 not listed takes the nearest lower one of the same major version, else the nearest lower listed; below 7.0 (no
@@ -117,8 +155,11 @@ def rates_for(cc: tuple[int, int]) -> tuple[tuple[int, int], UnitRates]:
         SpecError: ``cc`` is below 7.0 (Pascal and older: no tensor cores, and no locked clocks through NVML).
     """
     if cc < min(RATES):
-        raise SpecError(f"compute capability {cc[0]}.{cc[1]} is older than Volta (7.0): rlclock neither models such a "
-                        "GPU nor can lock its clocks through NVML.", "use a GPU of compute capability 7.0 or newer.")
+        raise SpecError(
+            f"compute capability {cc[0]}.{cc[1]} is older than Volta (7.0): rlclock neither models such a "
+            "GPU nor can lock its clocks through NVML.",
+            "use a GPU of compute capability 7.0 or newer.",
+        )
     same_major = [k for k in RATES if k[0] == cc[0] and k <= cc]
     key = max(same_major) if same_major else max(k for k in RATES if k <= cc)
     return key, RATES[key]
@@ -142,23 +183,34 @@ def spec_from_facts(facts: DeviceFacts) -> GpuSpec:
     """
     where = f"GPU {facts.name!r}"
     if not facts.clocks or not any(facts.clocks.values()):
-        raise SpecError(f"{where}: NVML lists no supported clocks, so rlclock cannot plan clocks for it.",
-                        "this GPU does not support clock control through NVML (GeForce cards before Volta do not); "
-                        "check with rlclock doctor.")
+        raise SpecError(
+            f"{where}: NVML lists no supported clocks, so rlclock cannot plan clocks for it.",
+            "this GPU does not support clock control through NVML (GeForce cards before Volta do not); "
+            "check with rlclock doctor.",
+        )
     cc_key, rates = rates_for(facts.compute_capability)
-    sm = facts.sm_count or (facts.cuda_cores // (int(rates.simt_fp32) // FP32_LANES_PER_SM_DIVISOR)
-                            if facts.cuda_cores else 0)
+    sm = facts.sm_count or (
+        facts.cuda_cores // (int(rates.simt_fp32) // FP32_LANES_PER_SM_DIVISOR) if facts.cuda_cores else 0
+    )
     if sm <= 0 or facts.mem_bus_bits <= 0 or facts.power_limit_w <= 0:
-        raise SpecError(f"{where}: the GPU did not report its SM count, memory bus width or power limit "
-                        f"(SMs {sm}, bus {facts.mem_bus_bits} bits, limit {facts.power_limit_w:g} W).",
-                        "write a GPU spec file for it (the preset format; see docs/simulator.md) and pass it with "
-                        "--gpu my-gpu.yaml.")
+        raise SpecError(
+            f"{where}: the GPU did not report its SM count, memory bus width or power limit "
+            f"(SMs {sm}, bus {facts.mem_bus_bits} bits, limit {facts.power_limit_w:g} W).",
+            "write a GPU spec file for it (the preset format; see docs/simulator.md) and pass it with "
+            "--gpu my-gpu.yaml.",
+        )
     memory = "hbm" if facts.mem_bus_bits >= HBM_BUS_BITS else "gddr"
     base = get_spec(BASE_FOR_MEMORY[memory])
     share = rates.geforce_tensor_share if facts.geforce else 1.0
-    tensor = {dt: rates.tensor[dt] * share if dt in rates.tensor else
-              rates.tensor["fp16"] * share if dt == "fp8" and cc_key >= (8, 0) else  # fp8 data on fp16 units
-              rates.simt_fp32 for dt in ("fp16", "bf16", "tf32", "fp8")}  # a type the tensor cores lack: FP32 units
+    tensor = {
+        dt: rates.tensor[dt] * share
+        if dt in rates.tensor
+        else rates.tensor["fp16"] * share
+        if dt == "fp8" and cc_key >= (8, 0)
+        # fp8 data on fp16 units
+        else rates.simt_fp32
+        for dt in ("fp16", "bf16", "tf32", "fp8")
+    }  # a type the tensor cores lack: FP32 units
     tensor["fp32"] = tensor["tf32"]
     clocks = {int(m): tuple(sorted((int(c) for c in cs), reverse=True)) for m, cs in facts.clocks.items() if cs}
     default_mem = facts.default_mem_mhz if facts.default_mem_mhz in clocks else max(clocks)
@@ -182,24 +234,34 @@ def spec_from_facts(facts: DeviceFacts) -> GpuSpec:
     by_capability = [what for what, read in asked.items() if not read]
     sources = {
         "hardware": f"read from the GPU — NVML: name, clock table, memory bus, default power limit, compute capability "
-                    f"{cc}{', brand GeForce' if facts.geforce else ''}"
-                    + (f"; CUDA: {', '.join(from_cuda)}" if from_cuda else "")
-                    + (f"; by compute capability (CUDA not asked): {', '.join(by_capability)}" if by_capability else "")
-                    + (" (SM count from NVML's core count)" if not facts.sm_count else ""),
+        f"{cc}{', brand GeForce' if facts.geforce else ''}"
+        + (f"; CUDA: {', '.join(from_cuda)}" if from_cuda else "")
+        + (f"; by compute capability (CUDA not asked): {', '.join(by_capability)}" if by_capability else "")
+        + (" (SM count from NVML's core count)" if not facts.sm_count else ""),
         "rates": f"by compute capability {'.'.join(map(str, cc_key))} (rlclock.dvfs.derive.RATES: {rates.example})"
-                 + (", tensor rate with fp32 accumulation halved on a GeForce card" if facts.geforce else ""),
+        + (", tensor rate with fp32 accumulation halved on a GeForce card" if facts.geforce else ""),
         "model": f"generic: the {base.key} preset's fitted parameters ({memory.upper()} memory), core power scaled by "
-                 f"SM count ×{core_scale:.3g}, memory background power by bus width ×{mem_scale:.3g}, voltage knee by "
-                 f"top clock ×{clock_scale:.3g}; not fitted to this GPU (rlclock calibrate fits it)",
+        f"SM count ×{core_scale:.3g}, memory background power by bus width ×{mem_scale:.3g}, voltage knee by "
+        f"top clock ×{clock_scale:.3g}; not fitted to this GPU (rlclock calibrate fits it)",
         "switch_latency_s": f"the {base.key} preset's (not measured on this GPU)",
         "base": base.key,
     }
     return GpuSpec(
-        key=key_of(facts.name), name=facts.name,
+        key=key_of(facts.name),
+        name=facts.name,
         architecture=facts.architecture or architecture_of(facts.compute_capability) or base.architecture,
-        sm_count=int(sm), threads_per_sm=int(threads), mem_bus_bits=int(facts.mem_bus_bits), l2_bytes=float(l2),
-        clocks=clocks, default_mem_mhz=int(default_mem), power_limit_w=float(facts.power_limit_w),
+        sm_count=int(sm),
+        threads_per_sm=int(threads),
+        mem_bus_bits=int(facts.mem_bus_bits),
+        l2_bytes=float(l2),
+        clocks=clocks,
+        default_mem_mhz=int(default_mem),
+        power_limit_w=float(facts.power_limit_w),
         idle_power_w=base.idle_power_w * facts.power_limit_w / base.power_limit_w,
-        tensor_flops_per_cycle_per_sm=tensor, simt_flops_per_cycle_per_sm=float(rates.simt_fp32),
-        switch_latency_s=base.switch_latency_s, model=replace(p, **changes), sources=sources,
-        fitted_to="")
+        tensor_flops_per_cycle_per_sm=tensor,
+        simt_flops_per_cycle_per_sm=float(rates.simt_fp32),
+        switch_latency_s=base.switch_latency_s,
+        model=replace(p, **changes),
+        sources=sources,
+        fitted_to="",
+    )

@@ -66,9 +66,12 @@ class KernelArrays:
         return KernelArrays(**{k: getattr(self, k)[i] for k in self.__dataclass_fields__})
 
     def scaled(self, work: np.ndarray, activity: np.ndarray, cap: np.ndarray | None = None) -> KernelArrays:
-        return replace(self, work_scale=np.asarray(work, float).reshape(-1, 1),
-                       activity_scale=np.asarray(activity, float).reshape(-1, 1),
-                       cap_scale=self.cap_scale if cap is None else np.asarray(cap, float).reshape(-1, 1))
+        return replace(
+            self,
+            work_scale=np.asarray(work, float).reshape(-1, 1),
+            activity_scale=np.asarray(activity, float).reshape(-1, 1),
+            cap_scale=self.cap_scale if cap is None else np.asarray(cap, float).reshape(-1, 1),
+        )
 
 
 def kernel_arrays(kernels: Sequence[Kernel], spec: GpuSpec) -> KernelArrays:
@@ -87,9 +90,15 @@ def kernel_arrays(kernels: Sequence[Kernel], spec: GpuSpec) -> KernelArrays:
         is_attention=col([k.category == "attention" for k in kernels], bool),
         is_simt_gemm=col([k.category == "gemm" and not t for k, t in zip(kernels, is_tensor)], bool),
         is_memset=col([activity_kind(k.name) == "memset" for k in kernels], bool),
-        is_norm=col([k.category == "norm" and not t
-                     and not rms_norm_forward(k.name, k.launch_op.name if k.launch_op else None)
-                     for k, t in zip(kernels, is_tensor)], bool),
+        is_norm=col(
+            [
+                k.category == "norm"
+                and not t
+                and not rms_norm_forward(k.name, k.launch_op.name if k.launch_op else None)
+                for k, t in zip(kernels, is_tensor)
+            ],
+            bool,
+        ),
         access=col([ACCESS_CLASSES.index(k.access) for k in kernels], int),
         wave_eff=col([_wave_efficiency(k, spec.sm_count) for k in kernels]),
         mlp_bytes=col([16.0 if k.mlp_bytes is None else k.mlp_bytes for k in kernels]),
@@ -220,8 +229,11 @@ def components(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: n
     t_tensor = ka.work_scale * ka.tensor_flops / tensor_rate
     # A SIMT GEMM's operand loads and address math are what keeps it below the FP32 peak (``eta_simt_gemm``);
     # other SIMT kernels pay ``simt_ops_per_byte`` for theirs.
-    simt_ops = np.where(ka.is_simt_gemm, ka.simt_flops / p.eta_simt_gemm,
-                        ka.simt_flops + p.simt_ops_per_byte * (ka.read_bytes + ka.write_bytes) * ~ka.is_tensor)
+    simt_ops = np.where(
+        ka.is_simt_gemm,
+        ka.simt_flops / p.eta_simt_gemm,
+        ka.simt_flops + p.simt_ops_per_byte * (ka.read_bytes + ka.write_bytes) * ~ka.is_tensor,
+    )
     if p.norm_ops_per_written_byte > 0:
         simt_ops = simt_ops + p.norm_ops_per_written_byte * ka.write_bytes * ka.is_norm  # per element produced
     if p.loop_ops_per_element > 0:
@@ -299,8 +311,7 @@ def l2_served_fraction(ka: KernelArrays, spec: GpuSpec) -> np.ndarray:
     return np.where(ka.is_tensor, 0.0, p.l2_hit_fraction * np.clip(1.0 - footprint / resident, 0.0, 1.0))
 
 
-def power_w(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: np.ndarray,
-            comp: Components) -> np.ndarray:
+def power_w(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: np.ndarray, comp: Components) -> np.ndarray:
     """Board power of each kernel at effective clocks (W)."""
     p = spec.model
     v = voltage_v(spec, core_mhz)
@@ -310,8 +321,14 @@ def power_w(ka: KernelArrays, spec: GpuSpec, core_mhz: np.ndarray, mem_mhz: np.n
     # issue-busy second than other SIMT work (``c_simt_gemm_w`` on top of ``c_simt_w``).
     c_simt = p.c_simt_w + p.c_simt_gemm_w * ka.is_simt_gemm
     activity = p.c_tensor_w * comp.t_tensor / t + c_simt * comp.t_simt / t
-    core_dyn = v * v * (core_mhz * 1e-3 * (p.c_clock_w + ka.activity_scale * activity)
-                        + ka.activity_scale * p.e_xbar_j_per_byte * bytes_rate)
+    core_dyn = (
+        v
+        * v
+        * (
+            core_mhz * 1e-3 * (p.c_clock_w + ka.activity_scale * activity)
+            + ka.activity_scale * p.e_xbar_j_per_byte * bytes_rate
+        )
+    )
     if p.e_smem_j_per_byte > 0:  # shared-memory accesses (kernels that count them)
         onchip_rate = ka.work_scale * ka.onchip_bytes / t
         core_dyn = core_dyn + v * v * ka.activity_scale * p.e_smem_j_per_byte * onchip_rate
@@ -326,8 +343,12 @@ def gap_power_w(spec: GpuSpec, core_mhz: float, mem_mhz: float) -> float:
     p = spec.model
     core_mhz = float(reached_core_mhz(spec, core_mhz))
     v = float(voltage_v(spec, np.array([core_mhz]))[0])
-    return (p.p_const_w + p.k_leak_w_per_v * v + v * v * core_mhz * 1e-3 * p.c_clock_w
-            + p.p_mem_bg_w * mem_mhz / spec.max_mem_mhz)
+    return (
+        p.p_const_w
+        + p.k_leak_w_per_v * v
+        + v * v * core_mhz * 1e-3 * p.c_clock_w
+        + p.p_mem_bg_w * mem_mhz / spec.max_mem_mhz
+    )
 
 
 @dataclass(frozen=True)
@@ -350,8 +371,9 @@ def config_arrays(spec: GpuSpec, configs: Sequence[ClockConfig]) -> tuple[np.nda
     return core, mem
 
 
-def predict(ka: KernelArrays, spec: GpuSpec, configs: Sequence[ClockConfig],
-            power_limit_w: float | None = None) -> Prediction:
+def predict(
+    ka: KernelArrays, spec: GpuSpec, configs: Sequence[ClockConfig], power_limit_w: float | None = None
+) -> Prediction:
     """Time, power and energy of every kernel at every configuration, the power cap applied.
 
     The GPU runs a kernel at the requested core clock unless its power would exceed the limit; then at the
@@ -362,8 +384,9 @@ def predict(ka: KernelArrays, spec: GpuSpec, configs: Sequence[ClockConfig],
     return predict_clocks(ka, spec, req_core, mem, power_limit_w)
 
 
-def predict_clocks(ka: KernelArrays, spec: GpuSpec, req_core_mhz: np.ndarray, mem_mhz: np.ndarray,
-                   power_limit_w: float | None = None) -> Prediction:
+def predict_clocks(
+    ka: KernelArrays, spec: GpuSpec, req_core_mhz: np.ndarray, mem_mhz: np.ndarray, power_limit_w: float | None = None
+) -> Prediction:
     """:func:`predict` for explicit requested-clock arrays ``(1, C)``."""
     cap = (spec.power_limit_w if power_limit_w is None else power_limit_w) * ka.cap_scale
     shape = np.broadcast_shapes((len(ka), 1), req_core_mhz.shape)
@@ -388,8 +411,15 @@ def predict_clocks(ka: KernelArrays, spec: GpuSpec, req_core_mhz: np.ndarray, me
     return Prediction(time_s=t, power_w=pw, energy_j=pw * t, core_mhz=core, mem_mhz=mem, capped=over)
 
 
-def anchor(ka: KernelArrays, spec: GpuSpec, time_s: np.ndarray, energy_j: np.ndarray,
-           iterations: int = 30, core_mhz: np.ndarray | None = None, mem_mhz: np.ndarray | None = None) -> KernelArrays:
+def anchor(
+    ka: KernelArrays,
+    spec: GpuSpec,
+    time_s: np.ndarray,
+    energy_j: np.ndarray,
+    iterations: int = 30,
+    core_mhz: np.ndarray | None = None,
+    mem_mhz: np.ndarray | None = None,
+) -> KernelArrays:
     """Scale each kernel's work (and switching activity) so that the model reproduces measured auto points.
 
     Args:
@@ -442,5 +472,10 @@ def _static_power(ka: KernelArrays, spec: GpuSpec, pred: Prediction) -> np.ndarr
     v = voltage_v(spec, pred.core_mhz)
     bytes_rate = ka.work_scale * (ka.read_bytes + ka.write_bytes) / pred.time_s
     dram_share = 1.0 - l2_served_fraction(ka, spec) if p.l2_hit_fraction > 0 else 1.0
-    return (p.p_const_w + p.k_leak_w_per_v * v + v * v * pred.core_mhz * 1e-3 * p.c_clock_w
-            + p.p_mem_bg_w * pred.mem_mhz / spec.max_mem_mhz + p.e_dram_j_per_byte * bytes_rate * dram_share)
+    return (
+        p.p_const_w
+        + p.k_leak_w_per_v * v
+        + v * v * pred.core_mhz * 1e-3 * p.c_clock_w
+        + p.p_mem_bg_w * pred.mem_mhz / spec.max_mem_mhz
+        + p.e_dram_j_per_byte * bytes_rate * dram_share
+    )

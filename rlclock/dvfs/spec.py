@@ -63,20 +63,40 @@ def memory_locks_of(architecture: str, mem_clocks_mhz: Collection[int] | None) -
 
 
 PARAMETER_RANGES: dict[str, tuple[float, float, str]] = {
-    "v_min_v": (0.5, 0.9, "V"), "v_max_v": (0.8, 1.2, "V"), "f_ridge_mhz": (300.0, 2500.0, "MHz"),
-    "p_const_w": (0.0, 300.0, "W"), "k_leak_w_per_v": (0.0, 300.0, "W/V"), "c_clock_w": (0.0, 300.0, "W/GHz at 1 V"),
-    "c_tensor_w": (1.0, 800.0, "W/GHz at 1 V"), "c_simt_w": (0.0, 800.0, "W/GHz at 1 V"),
-    "e_xbar_j_per_byte": (0.0, 3e-10, "J/B at 1 V"), "p_mem_bg_w": (0.0, 300.0, "W"),
-    "e_dram_j_per_byte": (0.0, 3e-10, "J/B"), "eta_gemm": (0.5, 1.0, ""), "eta_attention": (0.3, 1.0, ""),
-    "eta_stream": (0.5, 1.0, ""), "eta_gather": (0.3, 1.0, ""), "eta_reduce": (0.3, 1.0, ""),
-    "simt_ops_per_byte": (0.0, 40.0, "ops/B"), "lat_core_cycles": (10.0, 2000.0, "core cycles"),
-    "lat_mem_cycles": (500.0, 10000.0, "memory cycles"), "smooth_p": (1.5, 12.0, ""), "launch_s": (5e-7, 5e-6, "s"),
-    "reduce_overhead_cycles": (0.0, 2e5, "core cycles"), "eta_simt_gemm": (0.2, 1.0, ""),
-    "c_simt_gemm_w": (0.0, 800.0, "W/GHz at 1 V"), "memset_s": (0.0, 1e-5, "s"), "l2_hit_fraction": (0.0, 1.0, ""),
-    "l2_resident_bytes": (0.0, 512e6, "B"), "l2_bytes_per_cycle": (0.0, 1e4, "B/cycle"),
-    "norm_ops_per_written_byte": (0.0, 50.0, "ops/B"), "loop_ops_per_element": (0.0, 1000.0, "ops"),
-    "narrow_load_ops": (0.0, 1000.0, "ops"), "boost_max_mhz": (0.0, 4000.0, "MHz"),
-    "smem_bytes_per_cycle": (0.0, 512.0, "B/cycle per SM"), "e_smem_j_per_byte": (0.0, 3e-10, "J/B at 1 V"),
+    "v_min_v": (0.5, 0.9, "V"),
+    "v_max_v": (0.8, 1.2, "V"),
+    "f_ridge_mhz": (300.0, 2500.0, "MHz"),
+    "p_const_w": (0.0, 300.0, "W"),
+    "k_leak_w_per_v": (0.0, 300.0, "W/V"),
+    "c_clock_w": (0.0, 300.0, "W/GHz at 1 V"),
+    "c_tensor_w": (1.0, 800.0, "W/GHz at 1 V"),
+    "c_simt_w": (0.0, 800.0, "W/GHz at 1 V"),
+    "e_xbar_j_per_byte": (0.0, 3e-10, "J/B at 1 V"),
+    "p_mem_bg_w": (0.0, 300.0, "W"),
+    "e_dram_j_per_byte": (0.0, 3e-10, "J/B"),
+    "eta_gemm": (0.5, 1.0, ""),
+    "eta_attention": (0.3, 1.0, ""),
+    "eta_stream": (0.5, 1.0, ""),
+    "eta_gather": (0.3, 1.0, ""),
+    "eta_reduce": (0.3, 1.0, ""),
+    "simt_ops_per_byte": (0.0, 40.0, "ops/B"),
+    "lat_core_cycles": (10.0, 2000.0, "core cycles"),
+    "lat_mem_cycles": (500.0, 10000.0, "memory cycles"),
+    "smooth_p": (1.5, 12.0, ""),
+    "launch_s": (5e-7, 5e-6, "s"),
+    "reduce_overhead_cycles": (0.0, 2e5, "core cycles"),
+    "eta_simt_gemm": (0.2, 1.0, ""),
+    "c_simt_gemm_w": (0.0, 800.0, "W/GHz at 1 V"),
+    "memset_s": (0.0, 1e-5, "s"),
+    "l2_hit_fraction": (0.0, 1.0, ""),
+    "l2_resident_bytes": (0.0, 512e6, "B"),
+    "l2_bytes_per_cycle": (0.0, 1e4, "B/cycle"),
+    "norm_ops_per_written_byte": (0.0, 50.0, "ops/B"),
+    "loop_ops_per_element": (0.0, 1000.0, "ops"),
+    "narrow_load_ops": (0.0, 1000.0, "ops"),
+    "boost_max_mhz": (0.0, 4000.0, "MHz"),
+    "smem_bytes_per_cycle": (0.0, 512.0, "B/cycle per SM"),
+    "e_smem_j_per_byte": (0.0, 3e-10, "J/B at 1 V"),
     "xbar_bytes_per_cycle": (0.0, 64.0, "B/cycle per SM"),
 }
 """The documented range of every model parameter (low, high, unit): what a calibration may fit it to and what a
@@ -243,8 +263,9 @@ class GpuSpec:
         if not self.memory_locks:
             object.__setattr__(self, "memory_locks", memory_locks_of(self.architecture, self.clocks))
         elif self.memory_locks not in MEMORY_LOCKS:
-            raise SpecError(f"GPU spec {self.key}: memory_locks {self.memory_locks!r} is not one of "
-                            f"{list(MEMORY_LOCKS)}.")
+            raise SpecError(
+                f"GPU spec {self.key}: memory_locks {self.memory_locks!r} is not one of {list(MEMORY_LOCKS)}."
+            )
 
     # -- clock table -------------------------------------------------------------------------------
     @cached_property
@@ -323,15 +344,19 @@ class GpuSpec:
         if not self.generic:
             return None
         if "base" in self.sources:  # built from what the GPU reports (rlclock.dvfs.derive): no preset key to name
-            return (f"note: {self.name} has no preset; its spec was built from what it reports, with the "
-                    f"{self.sources['base']} preset's model scaled to it — its figures are estimates. Calibrate it on "
-                    "the GPU: rlclock calibrate --device N --control-clocks --out my-gpu.yaml (no --gpu needed), or "
-                    "write the built spec with rlclock doctor --spec-out my-gpu.yaml and fit a sweep measured "
-                    "elsewhere: rlclock calibrate --table SWEEP.csv --gpu my-gpu.yaml --out my-gpu-fitted.yaml.")
-        return (f"note: the {self.key} preset is generic — its model parameters were carried over from other GPUs, "
-                f"not fitted to an {self.name}; its figures are estimates. Calibrate it on the GPU: rlclock calibrate "
-                f"--device 0 --control-clocks --gpu {self.key} --out my-gpu.yaml, or from a sweep measured elsewhere: "
-                f"rlclock calibrate --table SWEEP.csv --gpu {self.key} --out my-gpu.yaml (rlclock calibrate --help).")
+            return (
+                f"note: {self.name} has no preset; its spec was built from what it reports, with the "
+                f"{self.sources['base']} preset's model scaled to it — its figures are estimates. Calibrate it on "
+                "the GPU: rlclock calibrate --device N --control-clocks --out my-gpu.yaml (no --gpu needed), or "
+                "write the built spec with rlclock doctor --spec-out my-gpu.yaml and fit a sweep measured "
+                "elsewhere: rlclock calibrate --table SWEEP.csv --gpu my-gpu.yaml --out my-gpu-fitted.yaml."
+            )
+        return (
+            f"note: the {self.key} preset is generic — its model parameters were carried over from other GPUs, "
+            f"not fitted to an {self.name}; its figures are estimates. Calibrate it on the GPU: rlclock calibrate "
+            f"--device 0 --control-clocks --gpu {self.key} --out my-gpu.yaml, or from a sweep measured elsewhere: "
+            f"rlclock calibrate --table SWEEP.csv --gpu {self.key} --out my-gpu.yaml (rlclock calibrate --help)."
+        )
 
     @property
     def runtime_memory(self) -> bool:
@@ -350,7 +375,8 @@ class GpuSpec:
                 f"{where}: {self.name} cannot switch its memory clock while a job runs ({self.memory_locks} memory "
                 f"locks), but memory clocks {locked} MHz are asked for.",
                 f"keep one memory clock, the job's (mem_mhz: [{self.default_mem_mhz}] by default); which one pays "
-                f"for a whole job is the job-memory baseline of rlclock baselines.")
+                f"for a whole job is the job-memory baseline of rlclock baselines.",
+            )
 
     def bandwidth_bytes_per_s(self, mem_mhz: float) -> float:
         """Peak DRAM bandwidth at a memory clock (double data rate over the bus)."""
@@ -433,19 +459,30 @@ def _clock_table(raw: Any, where: str) -> dict[int, tuple[int, ...]]:
 
 def spec_to_mapping(spec: GpuSpec) -> dict[str, Any]:
     """``spec`` in the preset format (what :func:`spec_from_mapping` reads back to an equal spec)."""
+
     def clock_range(cores: Sequence[int]) -> dict[str, int] | list[int]:
         v = sorted(cores)
         steps = {b - a for a, b in itertools.pairwise(v)}
         return {"min": v[0], "max": v[-1], "step": steps.pop()} if len(steps) == 1 else list(cores)
 
     return {
-        "key": spec.key, "name": spec.name, "architecture": spec.architecture, "sm_count": spec.sm_count,
-        "threads_per_sm": spec.threads_per_sm, "mem_bus_bits": spec.mem_bus_bits, "l2_bytes": spec.l2_bytes,
-        "clocks": {int(m): clock_range(c) for m, c in spec.clocks.items()}, "default_mem_mhz": spec.default_mem_mhz,
-        "power_limit_w": spec.power_limit_w, "idle_power_w": spec.idle_power_w,
+        "key": spec.key,
+        "name": spec.name,
+        "architecture": spec.architecture,
+        "sm_count": spec.sm_count,
+        "threads_per_sm": spec.threads_per_sm,
+        "mem_bus_bits": spec.mem_bus_bits,
+        "l2_bytes": spec.l2_bytes,
+        "clocks": {int(m): clock_range(c) for m, c in spec.clocks.items()},
+        "default_mem_mhz": spec.default_mem_mhz,
+        "power_limit_w": spec.power_limit_w,
+        "idle_power_w": spec.idle_power_w,
         "tensor_flops_per_cycle_per_sm": dict(spec.tensor_flops_per_cycle_per_sm),
-        "simt_flops_per_cycle_per_sm": spec.simt_flops_per_cycle_per_sm, "switch_latency_s": spec.switch_latency_s,
-        "memory_locks": spec.memory_locks, "fitted_to": spec.fitted_to, "model": spec.model.as_dict(),
+        "simt_flops_per_cycle_per_sm": spec.simt_flops_per_cycle_per_sm,
+        "switch_latency_s": spec.switch_latency_s,
+        "memory_locks": spec.memory_locks,
+        "fitted_to": spec.fitted_to,
+        "model": spec.model.as_dict(),
         "sources": dict(spec.sources),
     }
 
@@ -467,9 +504,23 @@ def spec_from_mapping(data: Any, where: str) -> GpuSpec:
     """Build and validate a :class:`GpuSpec` from its YAML mapping."""
     if not isinstance(data, dict):
         raise SpecError(f"{where}: a GPU spec must be a mapping.")
-    required = ["key", "name", "architecture", "sm_count", "threads_per_sm", "mem_bus_bits", "l2_bytes", "clocks",
-                "default_mem_mhz", "power_limit_w", "idle_power_w", "tensor_flops_per_cycle_per_sm",
-                "simt_flops_per_cycle_per_sm", "switch_latency_s", "model"]
+    required = [
+        "key",
+        "name",
+        "architecture",
+        "sm_count",
+        "threads_per_sm",
+        "mem_bus_bits",
+        "l2_bytes",
+        "clocks",
+        "default_mem_mhz",
+        "power_limit_w",
+        "idle_power_w",
+        "tensor_flops_per_cycle_per_sm",
+        "simt_flops_per_cycle_per_sm",
+        "switch_latency_s",
+        "model",
+    ]
     missing = [r for r in required if r not in data]
     if missing:
         raise SpecError(f"{where}: GPU spec lacks {missing}.")
@@ -504,9 +555,11 @@ def spec_from_mapping(data: Any, where: str) -> GpuSpec:
         raise SpecError(f"{where}: switch latency must be >= 0, power limit and SM count > 0.")
     boost = spec.model.boost_max_mhz
     if 0 < boost < spec.min_core_mhz:
-        raise SpecError(f"{where}: model parameter boost_max_mhz {boost:g} is below the lowest core clock "
-                        f"{spec.min_core_mhz} MHz; give the highest clock the GPU runs at, or 0 for the top of its "
-                        "clock table.")
+        raise SpecError(
+            f"{where}: model parameter boost_max_mhz {boost:g} is below the lowest core clock "
+            f"{spec.min_core_mhz} MHz; give the highest clock the GPU runs at, or 0 for the top of its "
+            "clock table."
+        )
     return spec
 
 
@@ -530,8 +583,9 @@ def get_spec(key: str) -> GpuSpec:
     file (a path ending in ``.yaml``/``.yml``, e.g. one written by ``rlclock calibrate``)."""
     if key.lower().endswith((".yaml", ".yml")):
         if not Path(key).is_file():
-            raise SpecError(f"GPU spec file {key} does not exist.",
-                            "give the path of a GPU spec YAML, or a preset key.")
+            raise SpecError(
+                f"GPU spec file {key} does not exist.", "give the path of a GPU spec YAML, or a preset key."
+            )
         return load_spec_file(key)
     k = _ALIASES.get(key.lower(), key.lower())
     keys = preset_keys()

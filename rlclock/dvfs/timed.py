@@ -42,11 +42,25 @@ def _measured_time_s(k: Kernel, spec: GpuSpec) -> float | None:
 def _nominal(k: Kernel) -> Kernel:
     category = classify(k.name, k.launch_op.name if k.launch_op else None)
     if category in ("gemm", "attention"):
-        return replace(k, category=category, flops=NOMINAL_FLOPS, dram_read_bytes=0.0, dram_write_bytes=0.0,
-                       dtype="bf16" if k.dtype == "fp32" else k.dtype, access="stream", gemm_bmnk=None)
-    return replace(k, category=category if category not in ("gemm", "attention", "other") else "elementwise",
-                   flops=0.0, dram_read_bytes=NOMINAL_BYTES, dram_write_bytes=NOMINAL_BYTES, access="stream",
-                   gemm_bmnk=None)
+        return replace(
+            k,
+            category=category,
+            flops=NOMINAL_FLOPS,
+            dram_read_bytes=0.0,
+            dram_write_bytes=0.0,
+            dtype="bf16" if k.dtype == "fp32" else k.dtype,
+            access="stream",
+            gemm_bmnk=None,
+        )
+    return replace(
+        k,
+        category=category if category not in ("gemm", "attention", "other") else "elementwise",
+        flops=0.0,
+        dram_read_bytes=NOMINAL_BYTES,
+        dram_write_bytes=NOMINAL_BYTES,
+        access="stream",
+        gemm_bmnk=None,
+    )
 
 
 def work_from_time(kernels: Sequence[Kernel], spec: GpuSpec) -> list[Kernel]:
@@ -69,8 +83,9 @@ def work_from_time(kernels: Sequence[Kernel], spec: GpuSpec) -> list[Kernel]:
     want = np.array(times)
     scale = np.ones(len(picked))
     for _ in range(FIT_ROUNDS):  # the model is not linear in the work (L2 residency, the power cap): iterate
-        got = predict(kernel_arrays([_scaled(k, w) for k, w in zip(nominal, scale, strict=True)], spec), spec,
-                      [ClockConfig()]).time_s[:, 0]
+        got = predict(
+            kernel_arrays([_scaled(k, w) for k, w in zip(nominal, scale, strict=True)], spec), spec, [ClockConfig()]
+        ).time_s[:, 0]
         ratio = want / np.maximum(got, 1e-12)
         scale = scale * ratio
         if np.all(np.abs(ratio - 1.0) < 1e-3):

@@ -14,10 +14,24 @@ import numpy as np
 from rlclock.dvfs.spec import GpuSpec
 
 HIDDEN_RANGES: dict[str, float] = {
-    "v_min_v": 0.05, "v_max_v": 0.05, "f_ridge_mhz": 0.15, "p_const_w": 0.30, "k_leak_w_per_v": 0.30,
-    "c_clock_w": 0.20, "c_tensor_w": 0.20, "c_simt_w": 0.20, "e_xbar_j_per_byte": 0.30, "p_mem_bg_w": 0.30,
-    "e_dram_j_per_byte": 0.30, "eta_gemm": 0.08, "eta_stream": 0.15, "eta_reduce": 0.15,
-    "simt_ops_per_byte": 0.30, "lat_core_cycles": 0.30, "lat_mem_cycles": 0.30, "smem_bytes_per_cycle": 0.30,
+    "v_min_v": 0.05,
+    "v_max_v": 0.05,
+    "f_ridge_mhz": 0.15,
+    "p_const_w": 0.30,
+    "k_leak_w_per_v": 0.30,
+    "c_clock_w": 0.20,
+    "c_tensor_w": 0.20,
+    "c_simt_w": 0.20,
+    "e_xbar_j_per_byte": 0.30,
+    "p_mem_bg_w": 0.30,
+    "e_dram_j_per_byte": 0.30,
+    "eta_gemm": 0.08,
+    "eta_stream": 0.15,
+    "eta_reduce": 0.15,
+    "simt_ops_per_byte": 0.30,
+    "lat_core_cycles": 0.30,
+    "lat_mem_cycles": 0.30,
+    "smem_bytes_per_cycle": 0.30,
     "e_smem_j_per_byte": 0.30,
 }
 """Relative half-widths of the uniform draws of a hidden GPU's parameters around a preset's: voltage end points

@@ -18,8 +18,9 @@ RESET_OPTIONS = ("workload", "time_price")
 """What ``reset(options=...)`` takes: the index of the workload of a family, and the price of time in J/s."""
 
 
-def start_of(episodes: Sequence[EpisodeTables], rng: np.random.Generator, options: Mapping[str, Any] | None
-             ) -> tuple[int, float]:
+def start_of(
+    episodes: Sequence[EpisodeTables], rng: np.random.Generator, options: Mapping[str, Any] | None
+) -> tuple[int, float]:
     """The workload and the price of time (J/s) a new episode starts with: from ``options`` where given,
     otherwise drawn with ``rng`` (the workload first, for a family; then the price around its ``time_price``).
 
@@ -34,8 +35,10 @@ def start_of(episodes: Sequence[EpisodeTables], rng: np.random.Generator, option
     if "workload" in options:
         idx = options["workload"]
         if isinstance(idx, bool) or not isinstance(idx, (int, np.integer)) or not 0 <= idx < len(episodes):
-            raise EnvUsageError(f"workload {idx!r} is outside this env's {len(episodes)} workloads.",
-                            f"give a whole number from 0 to {len(episodes) - 1}.")
+            raise EnvUsageError(
+                f"workload {idx!r} is outside this env's {len(episodes)} workloads.",
+                f"give a whole number from 0 to {len(episodes) - 1}.",
+            )
         idx = int(idx)
     elif len(episodes) > 1:
         idx = int(rng.integers(len(episodes)))
@@ -118,8 +121,9 @@ class BatchCore:
             line = (1.0 + r.budget) * ep.auto_prefix_s[kj + 1]
             over = max(0.0, self.time_s[j] - line)
             saved = ep.auto_energy_j[kj] - out.energy_j[j] - self.price[j] * (out.time_s[j] - ep.auto_time_s[kj])
-            rewards[j] = r.scale * (saved / ep.auto_total_j
-                                    - r.overrun_penalty * (over - self.overrun_s[j]) / ep.auto_total_s)
+            rewards[j] = r.scale * (
+                saved / ep.auto_total_j - r.overrun_penalty * (over - self.overrun_s[j]) / ep.auto_total_s
+            )
             self.overrun_s[j] = over
             done[j] = kj + 1 >= ep.n
             info = {
@@ -133,8 +137,12 @@ class BatchCore:
                 "in_effect": int(out.started_at[j]),
             }
             if done[j]:
-                info.update(saving=float(1.0 - self.energy_j[j] / ep.auto_total_j), auto_energy_j=ep.auto_total_j,
-                            auto_time_s=ep.auto_total_s, off_plan_time_s=float(self.off_plan_s[j]))
+                info.update(
+                    saving=float(1.0 - self.energy_j[j] / ep.auto_total_j),
+                    auto_energy_j=ep.auto_total_j,
+                    auto_time_s=ep.auto_total_s,
+                    off_plan_time_s=float(self.off_plan_s[j]),
+                )
             infos.append(info)
         self.k += 1
         return rewards, done, infos
@@ -167,8 +175,9 @@ class BatchCore:
             obs[r, lay.entry("pending")] = np.where(flying[:, None], cf[np.maximum(pend, 0)], 0.0)
             obs[r, lay.index("in_flight")] = flying
             lat = ep.backend.latency_s
-            obs[r, lay.index("time_to_land")] = (np.where(flying, np.minimum(1.0, st.land_in_s[r] / lat), 0.0)
-                                                 if lat > 0 else 0.0)
+            obs[r, lay.index("time_to_land")] = (
+                np.where(flying, np.minimum(1.0, st.land_in_s[r] / lat), 0.0) if lat > 0 else 0.0
+            )
             obs[r, lay.index("price")] = price_feature(rel)
             obs[r, lay.index("time_left")] = remaining_feature(ep.auto_total_s - ep.auto_prefix_s[k], lat)
             obs[r, lay.index("latency")] = latency_feature(lat)

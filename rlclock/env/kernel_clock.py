@@ -24,9 +24,11 @@ RENDER_FPS = 30
 
 def render_line(core: BatchCore, run: int, n_kernels: int, configs: Sequence[ClockConfig]) -> str:
     """One run's state as a line: kernel, time and energy so far, switches, the configuration in effect."""
-    return (f"kernel {int(core.k[run])}/{n_kernels}  time {core.time_s[run] * 1e3:.2f} ms  "
-            f"energy {core.energy_j[run]:.2f} J  switches {int(core.switches[run])}  "
-            f"in effect {configs[int(core.state.current[run])]}")
+    return (
+        f"kernel {int(core.k[run])}/{n_kernels}  time {core.time_s[run] * 1e3:.2f} ms  "
+        f"energy {core.energy_j[run]:.2f} J  switches {int(core.switches[run])}  "
+        f"in effect {configs[int(core.state.current[run])]}"
+    )
 
 
 class KernelClockEnv(gym.Env):
@@ -132,8 +134,12 @@ class KernelClockEnv(gym.Env):
 
     metadata = {"render_modes": ["human", "ansi", "rgb_array"], "render_fps": RENDER_FPS}
 
-    def __init__(self, spec: str | Path | Mapping[str, Any] | EnvSpec | Sequence[Any] = DEFAULT_ENV,
-                 render_mode: str | None = None, **overrides: Any) -> None:
+    def __init__(
+        self,
+        spec: str | Path | Mapping[str, Any] | EnvSpec | Sequence[Any] = DEFAULT_ENV,
+        render_mode: str | None = None,
+        **overrides: Any,
+    ) -> None:
         specs: list[Any] = list(spec) if isinstance(spec, (list, tuple)) else [spec]
         if not specs:
             raise SpecError("KernelClockEnv needs at least one env spec.")
@@ -144,7 +150,8 @@ class KernelClockEnv(gym.Env):
             if ep.backend.configs != first.backend.configs or ep.lookahead != first.lookahead:
                 raise SpecError(
                     f"env spec {s.name!r} has another action set or lookahead than {self.specs[0].name!r}; a family "
-                    "must share its GPU, action grid and lookahead.")
+                    "must share its GPU, action grid and lookahead."
+                )
         self.configs: tuple[ClockConfig, ...] = first.backend.configs
         self.lookahead = first.lookahead
         self.n_slots = first.look.n_slots
@@ -152,8 +159,9 @@ class KernelClockEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(self.n_slots + 1)
         self.observation_space = gym.spaces.Box(-1.0, 2.0, (obs_size(self.lookahead, self.n_slots),), np.float32)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise EnvUsageError(f"render_mode {render_mode!r} is not supported; use 'human', 'ansi', 'rgb_array' or "
-                            "None.")
+            raise EnvUsageError(
+                f"render_mode {render_mode!r} is not supported; use 'human', 'ansi', 'rgb_array' or None."
+            )
         self.render_mode = render_mode
         self._core = BatchCore(1)
         self._ep = first
@@ -181,8 +189,9 @@ class KernelClockEnv(gym.Env):
     def step(self, action):
         a = int(action)
         if not 0 <= a <= self.n_slots:
-            raise EnvUsageError(f"action {action!r} is outside the action space of {self.n_slots} candidate slots "
-                            "and keep.")
+            raise EnvUsageError(
+                f"action {action!r} is outside the action space of {self.n_slots} candidate slots and keep."
+            )
         reward, done, info = self._core.step(np.array([a]))
         if self.render_mode == "rgb_array":
             self._in_effect.append(int(self._core.state.current[0]))
@@ -200,7 +209,7 @@ class KernelClockEnv(gym.Env):
             config = self.configs[i]
             height = round(RENDER_HEIGHT * min(1.0, (config.core_mhz or top) / top))
             colour = _MEMORY_COLOURS[mems.index(config.mem_mhz or 0) % len(_MEMORY_COLOURS)]
-            image[RENDER_HEIGHT - height:, col] = colour
+            image[RENDER_HEIGHT - height :, col] = colour
         return image
 
     def render(self) -> str | np.ndarray | None:

@@ -50,16 +50,38 @@ class EpisodeTables:
     def build(cls, backend: GpuBackend, reward: RewardSpec, lookahead: int) -> EpisodeTables:
         t, e = backend.tables
         auto = backend.auto_run()
-        window = kernel_window(backend.trace, backend.spec, auto.kernel_time_s, auto.kernel_energy_j,
-                               backend.latency_s, t, e, backend.configs, lookahead)
+        window = kernel_window(
+            backend.trace,
+            backend.spec,
+            auto.kernel_time_s,
+            auto.kernel_energy_j,
+            backend.latency_s,
+            t,
+            e,
+            backend.configs,
+            lookahead,
+        )
         prefix = np.concatenate([[0.0], np.cumsum(auto.kernel_time_s)])
         price = reward.time_price
         if price == "optimum":
             price = optimum_for(backend, reward.budget).lam_j_per_s
         look = StepLookahead(t, e, auto.kernel_time_s, auto.kernel_energy_j, backend.latency_s, backend.configs)
-        return cls(backend, reward, lookahead, t, e, auto.kernel_time_s, auto.kernel_energy_j, prefix,
-                   float(auto.time_s), float(auto.energy_j), window, config_features(backend.spec, backend.configs),
-                   float(price), look)
+        return cls(
+            backend,
+            reward,
+            lookahead,
+            t,
+            e,
+            auto.kernel_time_s,
+            auto.kernel_energy_j,
+            prefix,
+            float(auto.time_s),
+            float(auto.energy_j),
+            window,
+            config_features(backend.spec, backend.configs),
+            float(price),
+            look,
+        )
 
     @property
     def n(self) -> int:

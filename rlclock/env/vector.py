@@ -35,11 +35,15 @@ class KernelClockVectorEnv(gym.vector.VectorEnv):
         **overrides: Top-level spec fields to replace.
     """
 
-    metadata = {"render_modes": ["human", "ansi"], "render_fps": RENDER_FPS,
-                "autoreset_mode": AutoresetMode.SAME_STEP}
+    metadata = {"render_modes": ["human", "ansi"], "render_fps": RENDER_FPS, "autoreset_mode": AutoresetMode.SAME_STEP}
 
-    def __init__(self, num_envs: int = 1, spec: str | Path | Mapping[str, Any] | EnvSpec | Sequence[Any] = DEFAULT_ENV,
-                 render_mode: str | None = None, **overrides: Any) -> None:
+    def __init__(
+        self,
+        num_envs: int = 1,
+        spec: str | Path | Mapping[str, Any] | EnvSpec | Sequence[Any] = DEFAULT_ENV,
+        render_mode: str | None = None,
+        **overrides: Any,
+    ) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise EnvUsageError(f"num_envs must be a whole number >= 1, found {num_envs!r}.")
         self.proto = KernelClockEnv(spec, render_mode=render_mode, **overrides)
@@ -61,11 +65,14 @@ class KernelClockVectorEnv(gym.vector.VectorEnv):
         self._core.start(which, [self.episodes[i] for i, _ in starts], np.array([p for _, p in starts]))
 
     def _start_info(self, which: np.ndarray) -> dict[str, Any]:
-        return {"workload": np.array([self.proto.specs[int(self._workload[j])].name for j in which], dtype=object),
-                "time_price": self._core.price[which].copy()}
+        return {
+            "workload": np.array([self.proto.specs[int(self._workload[j])].name for j in which], dtype=object),
+            "time_price": self._core.price[which].copy(),
+        }
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start every copy (``options``: ``workload`` and ``time_price``, as for the single env, for all)."""
         super().reset(seed=seed)
         every = np.arange(self.num_envs)
@@ -76,8 +83,10 @@ class KernelClockVectorEnv(gym.vector.VectorEnv):
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         acts = np.asarray(actions, dtype=np.int64).reshape(-1)
         if acts.shape != (self.num_envs,) or acts.min() < 0 or acts.max() > self.proto.n_slots:
-            raise EnvUsageError(f"actions {np.asarray(actions).tolist()} are not {self.num_envs} slot indices in "
-                            f"0..{self.proto.n_slots} (the last is keep).")
+            raise EnvUsageError(
+                f"actions {np.asarray(actions).tolist()} are not {self.num_envs} slot indices in "
+                f"0..{self.proto.n_slots} (the last is keep)."
+            )
         rewards, done, per_run = self._core.step(acts)
         obs = self._core.observation()
         keys = [k for k in per_run[0] if all(k in info for info in per_run)]

@@ -143,9 +143,17 @@ class ClockReadback:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
-        return {"requested": str(self.requested), "calls": list(self.calls), "applied": self.applied,
-                "dry_run": self.dry_run, "sm_clock_mhz": self.sm_clock_mhz, "mem_clock_mhz": self.mem_clock_mhz,
-                "reasons": list(self.reasons), "set_latency_s": self.set_latency_s, "time_s": self.time_s}
+        return {
+            "requested": str(self.requested),
+            "calls": list(self.calls),
+            "applied": self.applied,
+            "dry_run": self.dry_run,
+            "sm_clock_mhz": self.sm_clock_mhz,
+            "mem_clock_mhz": self.mem_clock_mhz,
+            "reasons": list(self.reasons),
+            "set_latency_s": self.set_latency_s,
+            "time_s": self.time_s,
+        }
 
 
 @dataclass(frozen=True)
@@ -177,9 +185,16 @@ class PowerLimitReadback:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
-        return {"requested_w": self.requested_w, "found_w": self.found_w, "calls": list(self.calls),
-                "applied": self.applied, "dry_run": self.dry_run, "power_limit_w": self.power_limit_w,
-                "set_latency_s": self.set_latency_s, "time_s": self.time_s}
+        return {
+            "requested_w": self.requested_w,
+            "found_w": self.found_w,
+            "calls": list(self.calls),
+            "applied": self.applied,
+            "dry_run": self.dry_run,
+            "power_limit_w": self.power_limit_w,
+            "set_latency_s": self.set_latency_s,
+            "time_s": self.time_s,
+        }
 
 
 def _watts(power_w: float) -> str:
@@ -248,10 +263,18 @@ class ClockControl:
     :class:`PowerLimitReadback`, kept in ``power_limit_history`` with the records of its restores.
     """
 
-    def __init__(self, device: int = 0, *, control_clocks: bool = False, watchdog: bool = True,
-                 handle_signals: bool = True, supported: Mapping[int, Sequence[int]] | None = None,
-                 memory_locks: str | None = None, allow_clock_control: bool | None = None,
-                 dry_run: bool | None = None) -> None:
+    def __init__(
+        self,
+        device: int = 0,
+        *,
+        control_clocks: bool = False,
+        watchdog: bool = True,
+        handle_signals: bool = True,
+        supported: Mapping[int, Sequence[int]] | None = None,
+        memory_locks: str | None = None,
+        allow_clock_control: bool | None = None,
+        dry_run: bool | None = None,
+    ) -> None:
         if allow_clock_control is not None:
             renamed_keyword("ClockControl", "allow_clock_control", "control_clocks", "0.2.0")
             control_clocks = control_clocks or allow_clock_control
@@ -293,10 +316,12 @@ class ClockControl:
             except NvmlNotSupportedError:
                 supported = None
         self.supported: dict[int, tuple[int, ...]] | None = (
-            None if supported is None else {int(m): tuple(int(c) for c in v) for m, v in supported.items()})
+            None if supported is None else {int(m): tuple(int(c) for c in v) for m, v in supported.items()}
+        )
         if memory_locks is None:
-            memory_locks = memory_locks_of(self.device.architecture(),
-                                           None if self.supported is None else tuple(self.supported))
+            memory_locks = memory_locks_of(
+                self.device.architecture(), None if self.supported is None else tuple(self.supported)
+            )
         if memory_locks not in MEMORY_LOCKS:
             raise ClockError(f"memory_locks {memory_locks!r} is not one of {list(MEMORY_LOCKS)}.")
         self.memory_locks: str = memory_locks
@@ -380,26 +405,34 @@ class ClockControl:
         """The parsed configuration, or :class:`ClockError` if this GPU does not support it."""
         c = ClockConfig.parse(config)
         if c.mem_mhz is not None and self.memory_locks != "runtime" and c.mem_mhz != self.memory_in_effect_mhz:
-            held = (f"the memory clock in effect ({self.memory_in_effect_mhz} MHz)" if self.memory_in_effect_mhz
-                    else "core clocks only")
+            held = (
+                f"the memory clock in effect ({self.memory_in_effect_mhz} MHz)"
+                if self.memory_in_effect_mhz
+                else "core clocks only"
+            )
             raise ClockError(
                 f"GPU {self.device_index} ({self.device.name}) cannot lock its memory clock while running "
                 f"({self.memory_locks} memory locks): memory {c.mem_mhz} MHz was asked for.",
                 f"plan {held}; a different memory clock is a whole-job choice (on Hopper: nvidia-smi "
-                "--lock-memory-clocks-deferred, applied when the GPU is next initialised).")
+                "--lock-memory-clocks-deferred, applied when the GPU is next initialised).",
+            )
         if self.supported is None or c.is_auto:
             return c
         mems = sorted(self.supported, reverse=True)
         if c.mem_mhz is not None and c.mem_mhz not in self.supported:
-            raise ClockError(f"memory clock {c.mem_mhz} MHz is not supported by GPU {self.device_index} "
-                             f"({self.device.name}).", f"use one of {mems} MHz.")
+            raise ClockError(
+                f"memory clock {c.mem_mhz} MHz is not supported by GPU {self.device_index} ({self.device.name}).",
+                f"use one of {mems} MHz.",
+            )
         if c.core_mhz is not None:
             cores = self.supported[c.mem_mhz if c.mem_mhz is not None else mems[0]]
             if c.core_mhz not in cores:
                 raise ClockError(
                     f"core clock {c.core_mhz} MHz is not supported at memory "
                     f"{c.mem_mhz if c.mem_mhz is not None else mems[0]} MHz by GPU {self.device_index} "
-                    f"({self.device.name}).", f"use one of {min(cores)}–{max(cores)} MHz from the supported table.")
+                    f"({self.device.name}).",
+                    f"use one of {min(cores)}–{max(cores)} MHz from the supported table.",
+                )
         return c
 
     def validate_power_limit(self, power_limit_w: float | None) -> float | None:
@@ -412,10 +445,15 @@ class ClockControl:
         if power_limit_w is None:
             return None
         gpu = f"GPU {self.device_index} ({self.device.name})"
-        if isinstance(power_limit_w, bool) or not isinstance(power_limit_w, numbers.Real) or not math.isfinite(
-                power_limit_w):
-            raise ClockError(f"power limit {power_limit_w!r} for {gpu} is not a finite number of watts.",
-                             "pass watts as a number, e.g. 550, or None for the limit in effect before.")
+        if (
+            isinstance(power_limit_w, bool)
+            or not isinstance(power_limit_w, numbers.Real)
+            or not math.isfinite(power_limit_w)
+        ):
+            raise ClockError(
+                f"power limit {power_limit_w!r} for {gpu} is not a finite number of watts.",
+                "pass watts as a number, e.g. 550, or None for the limit in effect before.",
+            )
         with self._lock:
             if self._power_range_w is None:
                 try:
@@ -423,13 +461,16 @@ class ClockControl:
                 except NvmlNotSupportedError:
                     raise NvmlNotSupportedError(
                         f"the power limit of {gpu} cannot be changed through NVML: the GPU or its driver reports no "
-                        "settable range.", "leave the power limit unset (None) on this GPU; rlclock doctor shows "
-                        "what it supports.") from None
+                        "settable range.",
+                        "leave the power limit unset (None) on this GPU; rlclock doctor shows what it supports.",
+                    ) from None
             lo, hi = self._power_range_w
         w = round(float(power_limit_w), 3)
         if not lo <= w <= hi:
-            raise ClockError(f"power limit {_watts(w)} W is outside the range of {gpu}: {_watts(lo)}–{_watts(hi)} W.",
-                             f"ask for a limit within {_watts(lo)}–{_watts(hi)} W (rlclock doctor shows the range).")
+            raise ClockError(
+                f"power limit {_watts(w)} W is outside the range of {gpu}: {_watts(lo)}–{_watts(hi)} W.",
+                f"ask for a limit within {_watts(lo)}–{_watts(hi)} W (rlclock doctor shows the range).",
+            )
         return w
 
     # -- control ----------------------------------------------------------------------------------
@@ -544,15 +585,17 @@ class ClockControl:
             raise ClockError(
                 f"this clock control of GPU {self.device_index} belongs to process {self._owner.pid}; process "
                 f"{os.getpid()} was forked from it and cannot change its clocks.",
-                "create a ClockControl in the process that changes the clocks (one per GPU), not in a forked child.")
+                "create a ClockControl in the process that changes the clocks (one per GPU), not in a forked child.",
+            )
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ClockError(f"the clock control of GPU {self.device_index} is closed.",
-                             "create a new ClockControl.")
+            raise ClockError(f"the clock control of GPU {self.device_index} is closed.", "create a new ClockControl.")
         if self._refusal is not None:
-            raise ClockError(self._refusal, "find what ends the watchdog process (the OOM killer, a kill "
-                             "command), then create a new ClockControl.")
+            raise ClockError(
+                self._refusal,
+                "find what ends the watchdog process (the OOM killer, a kill command), then create a new ClockControl.",
+            )
 
     def _take_gpu(self) -> None:
         """Take the GPU's lock, give back what a holder that has ended left changed, and write this holder's
@@ -602,9 +645,12 @@ class ClockControl:
             raise ClockRestoreError(
                 f"GPU {self.device_index} ({self.device.name}) was left changed by {who}, which has ended; "
                 f"{', '.join(done) + ', but ' if done else ''}{', and '.join(left)} ({errors[0].message}).",
-                f"run rlclock reset-clocks --device {self.device_index} (as root), then try again.")
-        _say(f"rlclock: GPU {self.device_index} ({self.device.name}) was left with locked clocks or a changed power "
-             f"limit by {who}, which ended without giving them back; {', '.join(done)} before taking control.")
+                f"run rlclock reset-clocks --device {self.device_index} (as root), then try again.",
+            )
+        _say(
+            f"rlclock: GPU {self.device_index} ({self.device.name}) was left with locked clocks or a changed power "
+            f"limit by {who}, which ended without giving them back; {', '.join(done)} before taking control."
+        )
 
     def _forget(self) -> None:
         """In a child forked from the owner: let go of the owner's lock and watchdog pipe; never restore."""
@@ -620,9 +666,11 @@ class ClockControl:
         if self._gpu_lock is not None:
             wd = self._watchdog
             self._gpu_lock.update(
-                armed=sorted(self._armed), power_found_w=self._power_found_w if self._power_changed else None,
+                armed=sorted(self._armed),
+                power_found_w=self._power_found_w if self._power_changed else None,
                 power_w=self._power_limit_w if self._power_changed else None,
-                watchdog=None if wd is None else {"pid": wd.pid})
+                watchdog=None if wd is None else {"pid": wd.pid},
+            )
 
     def _release(self) -> None:
         """Everything is given back: stop the watchdog, release the GPU, remove the hooks."""
@@ -675,22 +723,28 @@ class ClockControl:
             except RlclockError as exc:
                 why = f"a new one did not start ({exc.message})"
         if why is not None:
-            self._refusal = (f"the clock watchdog of {gpu} (pid {dead.pid}) {how} and {why}: without a watchdog "
-                             "the clocks would stay changed if this process were killed, so no more changes are "
-                             "made.")
+            self._refusal = (
+                f"the clock watchdog of {gpu} (pid {dead.pid}) {how} and {why}: without a watchdog "
+                "the clocks would stay changed if this process were killed, so no more changes are "
+                "made."
+            )
             try:
                 self._restore_all()
                 given = "gave the clocks and power limit back"
             except RlclockError as exc:
                 given = f"could not give everything back ({exc.message})"
             _say(f"rlclock: {self._refusal[:-1]}; {given}.")
-            raise ClockError(self._refusal, "find what ends the watchdog process (the OOM killer, a kill command), "
-                             "then create a new ClockControl.")
+            raise ClockError(
+                self._refusal,
+                "find what ends the watchdog process (the OOM killer, a kill command), then create a new ClockControl.",
+            )
         self._watchdog = wd
         self._watchdog_restarts += 1
         self._ledger()
-        _say(f"rlclock: the clock watchdog of {gpu} (pid {dead.pid}) {how}; started a new one (pid {wd.pid}), "
-             "which guards what this process has changed.")
+        _say(
+            f"rlclock: the clock watchdog of {gpu} (pid {dead.pid}) {how}; started a new one (pid {wd.pid}), "
+            "which guards what this process has changed."
+        )
         return wd
 
     def _watchdog_ended(self, wd: Watchdog) -> None:
@@ -757,7 +811,8 @@ class ClockControl:
                     raise ClockError(
                         f"GPU {self.device_index} ({self.device.name}) refused a runtime memory lock ({exc}).",
                         "plan core clocks only (the memory clock in effect); on Hopper a memory clock is locked "
-                        "deferred for a whole job (nvidia-smi --lock-memory-clocks-deferred).") from None
+                        "deferred for a whole job (nvidia-smi --lock-memory-clocks-deferred).",
+                    ) from None
                 if "core" in name:
                     core = args[0] if args else None
                 else:
@@ -767,8 +822,9 @@ class ClockControl:
         self._current = target
         if target.is_auto and not self._dry_run:
             self._clocks_back()
-        return self._record(target, tuple(_fmt(c) for c in calls), bool(calls) and not self._dry_run, latency,
-                            read_back)
+        return self._record(
+            target, tuple(_fmt(c) for c in calls), bool(calls) and not self._dry_run, latency, read_back
+        )
 
     def _clocks_back(self) -> None:
         """The clocks are at the driver defaults: nothing for any way out to reset."""
@@ -791,7 +847,7 @@ class ClockControl:
         if self._dirty or not self._current.is_auto:
             domains = ["core"]
             if self.memory_locks == "runtime" or self._mem_locked:  # never touch a memory lock this object
-                domains.append("mem")                                 # cannot have taken
+                domains.append("mem")  # cannot have taken
             calls = [(_RESET[d], ()) for d in domains]
             t0 = time.perf_counter()
             left: list[_Left] = []
@@ -804,8 +860,10 @@ class ClockControl:
             latency = time.perf_counter() - t0
             if left:
                 domains_left = {x.domain for x in left}
-                self._current = ClockConfig(self._current.core_mhz if "core" in domains_left else None,
-                                            self._current.mem_mhz if "mem" in domains_left else None)
+                self._current = ClockConfig(
+                    self._current.core_mhz if "core" in domains_left else None,
+                    self._current.mem_mhz if "mem" in domains_left else None,
+                )
                 return None, left
             self._clocks_back()
         self._current = AUTO
@@ -817,12 +875,14 @@ class ClockControl:
             return left[0].error
         first = next(x for x in left if not isinstance(x.error, ClockPermissionError))
         wd = self._watchdog
-        guard = (f"; its watchdog (pid {wd.pid}) tries again when this process ends"
-                 if wd is not None and wd.alive else "")
+        guard = (
+            f"; its watchdog (pid {wd.pid}) tries again when this process ends" if wd is not None and wd.alive else ""
+        )
         return ClockRestoreError(
             f"could not give GPU {self.device_index} ({self.device.name}) back: {', and '.join(x.what for x in left)} "
             f"({first.error.message.rstrip('.')}; {first.tries} tries){guard}.",
-            f"run rlclock reset-clocks --device {self.device_index} (as root).")
+            f"run rlclock reset-clocks --device {self.device_index} (as root).",
+        )
 
     def _restore_all(self) -> ClockReadback:
         """Restore the clocks and the power limit; both are tried, and one error says everything that is left."""
@@ -833,8 +893,9 @@ class ClockControl:
         assert rec is not None
         return rec
 
-    def _change_power_limit(self, requested_w: float | None, target_w: float | None,
-                            read_back: bool = True) -> PowerLimitReadback:
+    def _change_power_limit(
+        self, requested_w: float | None, target_w: float | None, read_back: bool = True
+    ) -> PowerLimitReadback:
         current = self._power_limit_w if self._power_limit_w is not None else self._power_found_w
         calls: tuple[str, ...] = ()
         latency = 0.0
@@ -885,15 +946,21 @@ class ClockControl:
             in_effect = nvml.try_read(self.device.power_limit_w)
             if not (isinstance(in_effect, float) and round(in_effect, 3) == found):  # not back, truly
                 now = _watts(in_effect) if isinstance(in_effect, float) else _watts(self._power_limit_w or found)
-                return [_Left("power", f"the power limit is left at {now} W (found {_watts(found)} W)", tries,
-                              error)]
+                return [_Left("power", f"the power limit is left at {now} W (found {_watts(found)} W)", tries, error)]
         self._power_limit_w = found
         self._power_back()
         self._record_power(None, (f"set_power_limit_w({_watts(found)})",), True, latency, quiet=True)
         return []
 
-    def _record_power(self, requested_w: float | None, calls: tuple[str, ...], applied: bool, latency: float,
-                      read_back: bool = True, quiet: bool = False) -> PowerLimitReadback:
+    def _record_power(
+        self,
+        requested_w: float | None,
+        calls: tuple[str, ...],
+        applied: bool,
+        latency: float,
+        read_back: bool = True,
+        quiet: bool = False,
+    ) -> PowerLimitReadback:
         power: float | None = None
         if read_back:
             try:
@@ -903,13 +970,28 @@ class ClockControl:
             except RlclockError:
                 if not quiet:
                     raise
-        rec = PowerLimitReadback(None if requested_w is None else float(requested_w), self._power_found_w, calls,
-                                 applied, self._dry_run, power, latency, time.monotonic())
+        rec = PowerLimitReadback(
+            None if requested_w is None else float(requested_w),
+            self._power_found_w,
+            calls,
+            applied,
+            self._dry_run,
+            power,
+            latency,
+            time.monotonic(),
+        )
         self._power_history.append(rec)
         return rec
 
-    def _record(self, requested: ClockConfig, calls: tuple[str, ...], applied: bool, latency: float,
-                read_back: bool = True, quiet: bool = False) -> ClockReadback:
+    def _record(
+        self,
+        requested: ClockConfig,
+        calls: tuple[str, ...],
+        applied: bool,
+        latency: float,
+        read_back: bool = True,
+        quiet: bool = False,
+    ) -> ClockReadback:
         sm: int | None = None
         mem: int | None = None
         reasons: tuple[str, ...] = ()
@@ -980,9 +1062,14 @@ class GpuReset:
     ok: bool
 
 
-def reset_gpus(devices: Sequence[int] | None = None, dry_run: bool = False, power_limit: bool = True,
-               power_limit_w: float | None = None, force: bool = False,
-               wait_s: float | None = None) -> list[GpuReset]:
+def reset_gpus(
+    devices: Sequence[int] | None = None,
+    dry_run: bool = False,
+    power_limit: bool = True,
+    power_limit_w: float | None = None,
+    force: bool = False,
+    wait_s: float | None = None,
+) -> list[GpuReset]:
     """Reset the locked core and memory clocks of ``devices`` (default: all GPUs) to the driver defaults, and a
     power limit that differs from the driver's default limit to that default — each call retried, each GPU's result
     said in one line.
@@ -1012,8 +1099,14 @@ def reset_gpus(devices: Sequence[int] | None = None, dry_run: bool = False, powe
     return [_reset_gpu(index, dry_run, power_limit, power_limit_w, force, wait_s) for index in indices]
 
 
-def reset_clocks(devices: Sequence[int] | None = None, dry_run: bool = False, power_limit: bool = True,
-                 power_limit_w: float | None = None, force: bool = False, wait_s: float | None = None) -> list[str]:
+def reset_clocks(
+    devices: Sequence[int] | None = None,
+    dry_run: bool = False,
+    power_limit: bool = True,
+    power_limit_w: float | None = None,
+    force: bool = False,
+    wait_s: float | None = None,
+) -> list[str]:
     """:func:`reset_gpus`, as its lines; raises if any GPU could not be given back or was left alone.
 
     Raises:
@@ -1030,17 +1123,21 @@ def reset_clocks(devices: Sequence[int] | None = None, dry_run: bool = False, po
     return [r.line for r in results]
 
 
-def _reset_gpu(index: int, dry_run: bool, power_limit: bool, power_limit_w: float | None, force: bool,
-               wait_s: float | None) -> GpuReset:
+def _reset_gpu(
+    index: int, dry_run: bool, power_limit: bool, power_limit_w: float | None, force: bool, wait_s: float | None
+) -> GpuReset:
     dev = nvml.NvmlDevice(index)
     gpu = f"GPU {index} ({dev.name})"
     key = gpu_key(dev)
     if dry_run:
         power = _reset_power_limit(dev, True, power_limit_w) if power_limit else ""
         holder = ownership.probe(key)
-        busy = ("" if holder is None else
-                f"; it is controlled now by another rlclock process: {ownership.describe_holder(holder)} "
-                "(left alone unless --force)")
+        busy = (
+            ""
+            if holder is None
+            else f"; it is controlled now by another rlclock process: {ownership.describe_holder(holder)} "
+            "(left alone unless --force)"
+        )
         return GpuReset(index, f"{gpu}: would reset the locked core and memory clocks{power}{busy}.", holder is None)
     lock: GpuLock | None = None
     forced = ""
@@ -1048,7 +1145,7 @@ def _reset_gpu(index: int, dry_run: bool, power_limit: bool, power_limit_w: floa
         lock = GpuLock.acquire(index, key, dev.name, wait_s)
     except GpuBusyError as exc:
         if not force:
-            return GpuReset(index, f"{gpu}: left alone: {exc.message[len(gpu) + 1:].strip()} Fix: {exc.fix}", False)
+            return GpuReset(index, f"{gpu}: left alone: {exc.message[len(gpu) + 1 :].strip()} Fix: {exc.fix}", False)
         forced = " (forced: another rlclock process controls it)"
     left: list[str] = []
     try:
@@ -1060,8 +1157,10 @@ def _reset_gpu(index: int, dry_run: bool, power_limit: bool, power_limit_w: floa
             elif isinstance(error, ClockPermissionError):
                 raise error
             elif not isinstance(error, NvmlNotSupportedError):  # not supported: that domain cannot be locked
-                left.append(f"could not reset the locked {_DOMAIN_NAME[domain]} clock after {tries} tries "
-                            f"({error.message.rstrip('.')})")
+                left.append(
+                    f"could not reset the locked {_DOMAIN_NAME[domain]} clock after {tries} tries "
+                    f"({error.message.rstrip('.')})"
+                )
         power = ""
         if power_limit:
             power = _reset_power_limit(dev, False, power_limit_w)
@@ -1069,11 +1168,21 @@ def _reset_gpu(index: int, dry_run: bool, power_limit: bool, power_limit_w: floa
                 left.append(power[2:])
                 power = ""
         s = nvml.try_read(dev.clocks)
-        now = (f"now SM {s.sm_clock_mhz} MHz, memory {s.mem_clock_mhz} MHz" if isinstance(s, nvml.ClockSample)
-               else "clocks unreadable now")
-        line = (f"{gpu}: reset the locked {' and '.join(done) or 'no'} clock(s){forced}; {now}{power}"
-                + ("; but " + "; ".join(left) + f". Fix: run rlclock reset-clocks --device {index} again (as root); "
-                   "if it keeps failing, rlclock doctor shows the GPU's state" if left else "") + ".")
+        now = (
+            f"now SM {s.sm_clock_mhz} MHz, memory {s.mem_clock_mhz} MHz"
+            if isinstance(s, nvml.ClockSample)
+            else "clocks unreadable now"
+        )
+        line = (
+            f"{gpu}: reset the locked {' and '.join(done) or 'no'} clock(s){forced}; {now}{power}"
+            + (
+                "; but " + "; ".join(left) + f". Fix: run rlclock reset-clocks --device {index} again (as root); "
+                "if it keeps failing, rlclock doctor shows the GPU's state"
+                if left
+                else ""
+            )
+            + "."
+        )
         return GpuReset(index, line, not left)
     finally:
         if lock is not None:
@@ -1085,8 +1194,9 @@ def _reset_power_limit(dev: nvml.NvmlDevice, dry_run: bool, to_w: float | None =
     returns the clause saying so (``"; could not ..."`` when it failed)."""
     try:
         in_effect = round(dev.power_limit_w(), 3)
-        target, what = ((round(dev.default_power_limit_w(), 3), "default") if to_w is None
-                        else (round(float(to_w), 3), "as found"))
+        target, what = (
+            (round(dev.default_power_limit_w(), 3), "default") if to_w is None else (round(float(to_w), 3), "as found")
+        )
     except NvmlNotSupportedError:
         return "; power limit not supported by this GPU or its driver (left alone)"
     if in_effect == target:
@@ -1100,6 +1210,8 @@ def _reset_power_limit(dev: nvml.NvmlDevice, dry_run: bool, to_w: float | None =
     if isinstance(error, NvmlNotSupportedError):
         return "; power limit not supported by this GPU or its driver (left alone)"
     if error is not None:
-        return (f"; could not set the power limit back from {_watts(in_effect)} W to {_watts(target)} W after "
-                f"{tries} tries ({error.message.rstrip('.')})")
+        return (
+            f"; could not set the power limit back from {_watts(in_effect)} W to {_watts(target)} W after "
+            f"{tries} tries ({error.message.rstrip('.')})"
+        )
     return f"; {change}{tries_note(tries)}"

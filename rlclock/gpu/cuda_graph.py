@@ -23,9 +23,22 @@ from typing import Any, cast
 from rlclock.errors import CudaGraphError, GpuUnavailableError
 from rlclock.gpu import graph_pruning
 
-NODE_TYPES = {0: "kernel", 1: "memcpy", 2: "memset", 3: "host", 4: "graph", 5: "empty", 6: "wait_event",
-              7: "event_record", 8: "semaphore_signal", 9: "semaphore_wait", 10: "mem_alloc", 11: "mem_free",
-              12: "batch_mem_op", 13: "conditional"}
+NODE_TYPES = {
+    0: "kernel",
+    1: "memcpy",
+    2: "memset",
+    3: "host",
+    4: "graph",
+    5: "empty",
+    6: "wait_event",
+    7: "event_record",
+    8: "semaphore_signal",
+    9: "semaphore_wait",
+    10: "mem_alloc",
+    11: "mem_free",
+    12: "batch_mem_op",
+    13: "conditional",
+}
 """``CUgraphNodeType`` values and the names rlclock uses for them."""
 
 _p = ctypes.c_void_p
@@ -35,23 +48,44 @@ _sz = ctypes.c_size_t
 class _KernelNodeParams(ctypes.Structure):
     """``CUDA_KERNEL_NODE_PARAMS_v2``."""
 
-    _fields_ = [("func", _p), ("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
-                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
-                ("sharedMemBytes", ctypes.c_uint), ("kernelParams", _p), ("extra", _p), ("kern", _p), ("ctx", _p)]
+    _fields_ = [
+        ("func", _p),
+        ("gridDimX", ctypes.c_uint),
+        ("gridDimY", ctypes.c_uint),
+        ("gridDimZ", ctypes.c_uint),
+        ("blockDimX", ctypes.c_uint),
+        ("blockDimY", ctypes.c_uint),
+        ("blockDimZ", ctypes.c_uint),
+        ("sharedMemBytes", ctypes.c_uint),
+        ("kernelParams", _p),
+        ("extra", _p),
+        ("kern", _p),
+        ("ctx", _p),
+    ]
 
 
 class _MemsetNodeParams(ctypes.Structure):
     """``CUDA_MEMSET_NODE_PARAMS``."""
 
-    _fields_ = [("dst", ctypes.c_uint64), ("pitch", _sz), ("value", ctypes.c_uint), ("elementSize", ctypes.c_uint),
-                ("width", _sz), ("height", _sz)]
+    _fields_ = [
+        ("dst", ctypes.c_uint64),
+        ("pitch", _sz),
+        ("value", ctypes.c_uint),
+        ("elementSize", ctypes.c_uint),
+        ("width", _sz),
+        ("height", _sz),
+    ]
 
 
 class _EdgeData(ctypes.Structure):
     """``CUgraphEdgeData``."""
 
-    _fields_ = [("from_port", ctypes.c_ubyte), ("to_port", ctypes.c_ubyte), ("type", ctypes.c_ubyte),
-                ("reserved", ctypes.c_ubyte * 5)]
+    _fields_ = [
+        ("from_port", ctypes.c_ubyte),
+        ("to_port", ctypes.c_ubyte),
+        ("type", ctypes.c_ubyte),
+        ("reserved", ctypes.c_ubyte * 5),
+    ]
 
 
 _SIGNATURES: dict[str, tuple[type, ...]] = {
@@ -90,8 +124,10 @@ class CudaDriver:
         try:
             self._lib = ctypes.CDLL("libcuda.so.1")
         except OSError:
-            raise GpuUnavailableError("no NVIDIA GPU/CUDA driver on this machine (libcuda.so.1 not found).",
-                                      "run on a machine with an NVIDIA GPU and driver.") from None
+            raise GpuUnavailableError(
+                "no NVIDIA GPU/CUDA driver on this machine (libcuda.so.1 not found).",
+                "run on a machine with an NVIDIA GPU and driver.",
+            ) from None
         self._fns: dict[str, Any] = {}
 
     def has(self, name: str) -> bool:
@@ -124,8 +160,10 @@ class CudaDriver:
             raise CudaGraphError(f"the CUDA driver lacks {name}.", "update the NVIDIA driver (CUDA 12.3 or newer).")
         rc = f(*args)
         if rc != 0:
-            raise CudaGraphError(f"{name} failed with {self.error_text(rc)}.",
-                                 "this graph or driver does not support the operation; run rlclock doctor.")
+            raise CudaGraphError(
+                f"{name} failed with {self.error_text(rc)}.",
+                "this graph or driver does not support the operation; run rlclock doctor.",
+            )
 
 
 @lru_cache(maxsize=1)
@@ -249,9 +287,15 @@ class GraphView:
         if t == "kernel":
             params = _KernelNodeParams()
             self.drv.call("cuGraphKernelNodeGetParams_v2", _p(h), ctypes.byref(params))
-            return GraphNode(p, t, tuple(self.preds[p]), self._kernel_name(params),
-                             (params.gridDimX, params.gridDimY, params.gridDimZ),
-                             (params.blockDimX, params.blockDimY, params.blockDimZ), int(params.sharedMemBytes))
+            return GraphNode(
+                p,
+                t,
+                tuple(self.preds[p]),
+                self._kernel_name(params),
+                (params.gridDimX, params.gridDimY, params.gridDimZ),
+                (params.blockDimX, params.blockDimY, params.blockDimZ),
+                int(params.sharedMemBytes),
+            )
         if t == "memset":
             ms = _MemsetNodeParams()
             self.drv.call("cuGraphMemsetNodeGetParams", _p(h), ctypes.byref(ms))

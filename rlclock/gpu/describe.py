@@ -25,8 +25,11 @@ def _cuda_properties(uuid: str) -> tuple[int, int, float]:
         for i in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(i)
             if str(getattr(props, "uuid", "")).lower().removeprefix("gpu-") == want:
-                return (int(props.multi_processor_count), int(getattr(props, "max_threads_per_multi_processor", 0)),
-                        float(getattr(props, "L2_cache_size", 0)))
+                return (
+                    int(props.multi_processor_count),
+                    int(getattr(props, "max_threads_per_multi_processor", 0)),
+                    float(getattr(props, "L2_cache_size", 0)),
+                )
     except (ImportError, OSError, RuntimeError, AttributeError):  # no PyTorch, broken CUDA libraries, no device
         pass
     return 0, 0, 0.0
@@ -46,10 +49,19 @@ def device_facts(index: int) -> DeviceFacts:
         sm, threads, l2 = 0, 0, 0.0
     clocks = dev.supported_clocks()
     return DeviceFacts(
-        name=dev.name, architecture=dev.architecture(), compute_capability=dev.compute_capability(),
-        cuda_cores=dev.cuda_cores(), sm_count=sm, threads_per_sm=threads, l2_bytes=l2,
-        mem_bus_bits=dev.memory_bus_bits(), clocks=clocks, default_mem_mhz=max(clocks) if clocks else 0,
-        power_limit_w=dev.default_power_limit_w(), geforce=dev.is_geforce())
+        name=dev.name,
+        architecture=dev.architecture(),
+        compute_capability=dev.compute_capability(),
+        cuda_cores=dev.cuda_cores(),
+        sm_count=sm,
+        threads_per_sm=threads,
+        l2_bytes=l2,
+        mem_bus_bits=dev.memory_bus_bits(),
+        clocks=clocks,
+        default_mem_mhz=max(clocks) if clocks else 0,
+        power_limit_w=dev.default_power_limit_w(),
+        geforce=dev.is_geforce(),
+    )
 
 
 def spec_for_device(index: int, gpu: str | None = None) -> tuple[GpuSpec, str]:
@@ -74,6 +86,7 @@ def spec_for_device(index: int, gpu: str | None = None) -> tuple[GpuSpec, str]:
     try:
         return spec_from_facts(device_facts(index)), "derived"
     except RlclockError as exc:
-        raise SpecError(f"GPU {index} ({name}) has no preset, and a spec could not be built from what it reports: "
-                        f"{exc.message}", exc.fix or "write a GPU spec file for it (the preset format) and pass "
-                        "--gpu FILE.") from None
+        raise SpecError(
+            f"GPU {index} ({name}) has no preset, and a spec could not be built from what it reports: {exc.message}",
+            exc.fix or "write a GPU spec file for it (the preset format) and pass --gpu FILE.",
+        ) from None

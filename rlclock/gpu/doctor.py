@@ -17,8 +17,15 @@ from rlclock.errors import RlclockError
 from rlclock.gpu import nvml
 from rlclock.version import __version__
 
-_GRAPH_FUNCTIONS = ("cuGraphClone", "cuGraphNodeFindInClone", "cuGraphDestroyNode", "cuGraphKernelNodeGetParams_v2",
-                    "cuGraphInstantiateWithFlags", "cuGraphAddChildGraphNode", "cuFuncGetName")
+_GRAPH_FUNCTIONS = (
+    "cuGraphClone",
+    "cuGraphNodeFindInClone",
+    "cuGraphDestroyNode",
+    "cuGraphKernelNodeGetParams_v2",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphAddChildGraphNode",
+    "cuFuncGetName",
+)
 
 
 @dataclass
@@ -46,14 +53,17 @@ class DoctorReport:
         return "\n".join(out)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"facts": dict(self.facts), "gpus": self.gpus,
-                "capabilities": [{"what": w, "possible": ok, "why": why} for w, ok, why in self.capabilities]}
+        return {
+            "facts": dict(self.facts),
+            "gpus": self.gpus,
+            "capabilities": [{"what": w, "possible": ok, "why": why} for w, ok, why in self.capabilities],
+        }
 
 
 MEMORY_LOCK_MEANING = {
     "runtime": "the memory clock can be switched between kernels, like the core clock",
     "deferred": "the memory clock is locked only for a whole job (nvidia-smi --lock-memory-clocks-deferred, applied "
-                "when the GPU is next initialised); plans switch the core clock at the memory clock in effect",
+    "when the GPU is next initialised); plans switch the core clock at the memory clock in effect",
     "none": "one memory clock: plans switch the core clock only",
 }
 """What each memory-lock capability (:data:`rlclock.dvfs.spec.MEMORY_LOCKS`) means for a plan."""
@@ -82,8 +92,9 @@ def _gpu_details(index: int, period_s: float) -> dict[str, Any]:
     d["power_w"] = nvml.try_read(dev.power_w)
     d["temperature_c"] = nvml.try_read(dev.temperature_c)
     s = nvml.try_read(dev.clocks)
-    d["clocks_now"] = s if isinstance(s, str) else {"sm_mhz": s.sm_clock_mhz, "mem_mhz": s.mem_clock_mhz,
-                                                   "reasons": list(s.reasons)}
+    d["clocks_now"] = (
+        s if isinstance(s, str) else {"sm_mhz": s.sm_clock_mhz, "mem_mhz": s.mem_clock_mhz, "reasons": list(s.reasons)}
+    )
     table = nvml.try_read(dev.supported_clocks)
     d["supported_clocks"] = table if isinstance(table, str) else {str(m): _range(c) for m, c in table.items()}
     locks = memory_locks_of(dev.architecture(), None if isinstance(table, str) else tuple(table))
@@ -92,17 +103,26 @@ def _gpu_details(index: int, period_s: float) -> dict[str, Any]:
         spec, origin = spec_for_device(index)
         d["preset"] = spec.key if origin == "preset" else None
         if origin == "derived":
-            d["derived_spec"] = (f"{spec.key}: {spec.sm_count} SMs, {spec.threads_per_sm} threads/SM, L2 "
-                                 f"{spec.l2_bytes / 2 ** 20:.0f} MiB, {spec.mem_bus_bits}-bit memory, bf16 "
-                                 f"{spec.tensor_flops_per_cycle_per_sm.get('bf16', 0):g} FLOP/cycle/SM — built from "
-                                 "what the GPU reports (rlclock doctor --spec-out FILE writes it)")
-        carried = (f"the {spec.sources['base']} preset's fit, scaled to this GPU" if origin == "derived"
-                   else "carried over from other GPUs")
-        d["preset_model"] = (f"fitted to {spec.fitted_to}" if not spec.generic else
-                             f"generic ({carried}): calibrate with rlclock calibrate --device {index} --control-clocks")
+            d["derived_spec"] = (
+                f"{spec.key}: {spec.sm_count} SMs, {spec.threads_per_sm} threads/SM, L2 "
+                f"{spec.l2_bytes / 2**20:.0f} MiB, {spec.mem_bus_bits}-bit memory, bf16 "
+                f"{spec.tensor_flops_per_cycle_per_sm.get('bf16', 0):g} FLOP/cycle/SM — built from "
+                "what the GPU reports (rlclock doctor --spec-out FILE writes it)"
+            )
+        carried = (
+            f"the {spec.sources['base']} preset's fit, scaled to this GPU"
+            if origin == "derived"
+            else "carried over from other GPUs"
+        )
+        d["preset_model"] = (
+            f"fitted to {spec.fitted_to}"
+            if not spec.generic
+            else f"generic ({carried}): calibrate with rlclock calibrate --device {index} --control-clocks"
+        )
         if not isinstance(table, str) and origin == "preset":
             same = {int(m): tuple(sorted(c)) for m, c in table.items()} == {
-                m: tuple(sorted(c)) for m, c in spec.clocks.items()}
+                m: tuple(sorted(c)) for m, c in spec.clocks.items()
+            }
             d["preset_clock_table"] = "matches" if same else "differs from the GPU's (update the preset)"
     except RlclockError as exc:
         d["preset"] = None
@@ -151,9 +171,19 @@ def diagnose(period_s: float = 1.0) -> DoctorReport:
         d = _gpu_details(i, period_s if i == 0 else 0.0)
         r.gpus.append(d)
         r.facts.append((f"GPU {i}", f"{d['name']} (preset {d.get('preset') or 'none'})"))
-        for key in ("derived_spec", "power_limit_w", "default_power_limit_w", "power_limit_range_w", "power_w",
-                    "temperature_c", "clocks_now", "energy_counter_period_s", "preset_clock_table", "preset_model",
-                    "memory_locks"):
+        for key in (
+            "derived_spec",
+            "power_limit_w",
+            "default_power_limit_w",
+            "power_limit_range_w",
+            "power_w",
+            "temperature_c",
+            "clocks_now",
+            "energy_counter_period_s",
+            "preset_clock_table",
+            "preset_model",
+            "memory_locks",
+        ):
             if key in d:
                 v = d[key]
                 if key == "power_limit_range_w" and isinstance(v, list):
@@ -168,24 +198,46 @@ def diagnose(period_s: float = 1.0) -> DoctorReport:
     has_gpu = n > 0
     energy = has_gpu and not isinstance(r.gpus[0].get("energy_counter_j"), str)
     r.capabilities.append(("simulate, train, evaluate on simulated or recorded GPUs", True, ""))
-    r.capabilities.append(("profile a layer into a trace (rlclock profile)", torch_cuda and graph_ok,
-                           "" if torch_cuda and graph_ok else ("PyTorch sees no CUDA GPU" if not torch_cuda
-                                                               else graph_why)))
-    r.capabilities.append(("measure kernels at auto clocks (rlclock measure, dry run)",
-                           torch_cuda and graph_ok and energy,
-                           "" if energy else "no NVIDIA GPU/NVML energy counter"))
-    ctl_why = "" if has_gpu and root else ("no NVIDIA GPU/NVML" if not has_gpu else
-                                          "needs root; observe (dry-run) mode works without it")
-    r.capabilities.append(("lock clocks (--control-clocks; read back after every change)", has_gpu and root,
-                           ctl_why or "opt-in only; restored on exit, signals and by a watchdog process"))
+    r.capabilities.append(
+        (
+            "profile a layer into a trace (rlclock profile)",
+            torch_cuda and graph_ok,
+            "" if torch_cuda and graph_ok else ("PyTorch sees no CUDA GPU" if not torch_cuda else graph_why),
+        )
+    )
+    r.capabilities.append(
+        (
+            "measure kernels at auto clocks (rlclock measure, dry run)",
+            torch_cuda and graph_ok and energy,
+            "" if energy else "no NVIDIA GPU/NVML energy counter",
+        )
+    )
+    ctl_why = (
+        ""
+        if has_gpu and root
+        else ("no NVIDIA GPU/NVML" if not has_gpu else "needs root; observe (dry-run) mode works without it")
+    )
+    r.capabilities.append(
+        (
+            "lock clocks (--control-clocks; read back after every change)",
+            has_gpu and root,
+            ctl_why or "opt-in only; restored on exit, signals and by a watchdog process",
+        )
+    )
     unsettable = [str(g["index"]) for g in r.gpus if isinstance(g["power_limit_range_w"], str)]
-    power_why = ctl_why or (f"GPU(s) {', '.join(unsettable)} report no settable power limit range" if unsettable
-                            else "")
-    r.capabilities.append(("set a whole-job power limit (--control-clocks; read back after the change)",
-                           has_gpu and root and not unsettable,
-                           power_why or "opt-in only; set back on exit, signals and by a watchdog process"))
-    r.capabilities.append(("reset clocks left locked and power limits left changed (rlclock reset-clocks)",
-                           has_gpu and root, ctl_why))
+    power_why = ctl_why or (
+        f"GPU(s) {', '.join(unsettable)} report no settable power limit range" if unsettable else ""
+    )
+    r.capabilities.append(
+        (
+            "set a whole-job power limit (--control-clocks; read back after the change)",
+            has_gpu and root and not unsettable,
+            power_why or "opt-in only; set back on exit, signals and by a watchdog process",
+        )
+    )
+    r.capabilities.append(
+        ("reset clocks left locked and power limits left changed (rlclock reset-clocks)", has_gpu and root, ctl_why)
+    )
     return r
 
 

@@ -52,8 +52,9 @@ def topological_order(preds: Sequence[Sequence[int]]) -> list[int]:
     return out
 
 
-def dependency_memsets(node: int, types: Sequence[str], preds: Sequence[Sequence[int]],
-                       kernels_back: int = 0) -> list[int]:
+def dependency_memsets(
+    node: int, types: Sequence[str], preds: Sequence[Sequence[int]], kernels_back: int = 0
+) -> list[int]:
     """The memset nodes ``node`` depends on through non-kernel predecessors (sorted).
 
     Args:
@@ -120,8 +121,9 @@ def isolation_set(node: int, types: Sequence[str], preds: Sequence[Sequence[int]
     return sorted({node, *dependency_memsets(node, types, preds, kernels_back)})
 
 
-def segment_set(order: Sequence[int], start: int, stop: int, types: Sequence[str],
-                preds: Sequence[Sequence[int]]) -> list[int]:
+def segment_set(
+    order: Sequence[int], start: int, stop: int, types: Sequence[str], preds: Sequence[Sequence[int]]
+) -> list[int]:
     """The nodes of the segment ``order[start:stop]`` plus the memsets its first node depends on.
 
     Args:

@@ -25,16 +25,34 @@ from rlclock.schedule import AUTO, ClockConfig
 from rlclock.workload.trace import KernelTrace, Measurement
 
 
-def row_from_stats(index: int, op: str, name: str, config: ClockConfig, stats: WindowStats,
-                   source: str = "isolated", **extra: Any) -> MeasurementRow:
+def row_from_stats(
+    index: int, op: str, name: str, config: ClockConfig, stats: WindowStats, source: str = "isolated", **extra: Any
+) -> MeasurementRow:
     """A table row from a window measurement."""
     return MeasurementRow(
-        kernel=index, op=op, name=name, config=str(config), time_s=stats.time_s, energy_j=stats.energy_j,
-        power_w=stats.power_w, sm_clock_mhz=stats.sm_clock_mhz, mem_clock_mhz=stats.mem_clock_mhz,
-        reasons=stats.reasons, time_cv=stats.time_cv, energy_cv=stats.energy_cv, windows=stats.windows,
-        units=stats.units, window_s=stats.window_s, source=source,
-        extra={"reason_fractions": stats.reason_fractions, "busy_fraction": round(stats.busy_fraction, 4),
-               "per_window": [list(p) for p in stats.per_window], **extra})
+        kernel=index,
+        op=op,
+        name=name,
+        config=str(config),
+        time_s=stats.time_s,
+        energy_j=stats.energy_j,
+        power_w=stats.power_w,
+        sm_clock_mhz=stats.sm_clock_mhz,
+        mem_clock_mhz=stats.mem_clock_mhz,
+        reasons=stats.reasons,
+        time_cv=stats.time_cv,
+        energy_cv=stats.energy_cv,
+        windows=stats.windows,
+        units=stats.units,
+        window_s=stats.window_s,
+        source=source,
+        extra={
+            "reason_fractions": stats.reason_fractions,
+            "busy_fraction": round(stats.busy_fraction, 4),
+            "per_window": [list(p) for p in stats.per_window],
+            **extra,
+        },
+    )
 
 
 def require_clock_control(control: ClockControl | None, config: ClockConfig) -> None:
@@ -44,7 +62,8 @@ def require_clock_control(control: ClockControl | None, config: ClockConfig) -> 
     if control is None or control.dry_run:
         raise ClockControlDisabledError(
             f"measuring at {config} needs the clocks set, but clock control is off (dry run).",
-            "enable it (--control-clocks / control_clocks: true, as root) or measure only 'auto'.")
+            "enable it (--control-clocks / control_clocks: true, as root) or measure only 'auto'.",
+        )
 
 
 class KernelMeasurer:
@@ -59,8 +78,15 @@ class KernelMeasurer:
         target_batch_s: GPU time per launch of an isolated replay, seconds.
     """
 
-    def __init__(self, captured: Any, trace: KernelTrace, device: NvmlDevice, control: ClockControl | None = None,
-                 settings: MeasureSettings = MeasureSettings(), target_batch_s: float = 0.002) -> None:
+    def __init__(
+        self,
+        captured: Any,
+        trace: KernelTrace,
+        device: NvmlDevice,
+        control: ClockControl | None = None,
+        settings: MeasureSettings = MeasureSettings(),
+        target_batch_s: float = 0.002,
+    ) -> None:
         self.captured = captured
         self.trace = trace
         self.device = device
@@ -78,26 +104,40 @@ class KernelMeasurer:
             self.control.apply(config)
         k = self.trace[index]
         ref = next((m.time_s for m in k.measured if m.source == "in-sequence"), None)
-        runner, info = isolated_runner(self.captured.view, self.captured.entries[index], self.target_batch_s,
-                                       reference_s=ref)
+        runner, info = isolated_runner(
+            self.captured.view, self.captured.entries[index], self.target_batch_s, reference_s=ref
+        )
         try:
             stats = measure(runner, self.sampler, self.settings)
         finally:
             runner.close()
-        return row_from_stats(index, k.op, k.name, config, stats, memsets=info.memsets, copies=info.copies,
-                              kernels_back=info.kernels_back, valid=not info.early_exit,
-                              in_sequence_time_s=ref)
+        return row_from_stats(
+            index,
+            k.op,
+            k.name,
+            config,
+            stats,
+            memsets=info.memsets,
+            copies=info.copies,
+            kernels_back=info.kernels_back,
+            valid=not info.early_exit,
+            in_sequence_time_s=ref,
+        )
 
     def close(self) -> None:
         """Stop the energy sampler."""
         self.sampler.stop()
 
 
-def measure_trace(measurer: Callable[[int, ClockConfig], MeasurementRow], trace: KernelTrace,
-                  configs: Sequence[ClockConfig] = (AUTO,), indices: Sequence[int] | None = None,
-                  table: MeasurementTable | None = None,
-                  progress: Callable[[MeasurementRow], None] | None = None,
-                  save: Callable[[MeasurementTable], Any] | None = None) -> MeasurementTable:
+def measure_trace(
+    measurer: Callable[[int, ClockConfig], MeasurementRow],
+    trace: KernelTrace,
+    configs: Sequence[ClockConfig] = (AUTO,),
+    indices: Sequence[int] | None = None,
+    table: MeasurementTable | None = None,
+    progress: Callable[[MeasurementRow], None] | None = None,
+    save: Callable[[MeasurementTable], Any] | None = None,
+) -> MeasurementTable:
     """Measure every selected (entry, configuration) pair the table lacks, each once.
 
     Args:
@@ -143,14 +183,18 @@ def table_meta(device: NvmlDevice, trace: KernelTrace, settings: MeasureSettings
     """Metadata of a table measured on ``device``: GPU, driver, trace, date, settings, mode."""
     from rlclock.gpu import nvml
 
-    return {"gpu": device.name, "uuid": nvml.try_read(lambda: device.uuid),
-            "driver": nvml.try_read(nvml.driver_version), "trace": trace.name,
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "settings": {"window_s": settings.window_s, "warmup_s": settings.warmup_s, "repeats": settings.repeats},
-            "clock_mode": mode,
-            "method": "each kernel replayed alone from the captured CUDA graph (its dependency memsets kept), "
-                      "copies chained in one graph; time from CUDA events; energy from NVML's total-energy counter "
-                      "over tick-aligned windows after warm-up; energy per launch = window power x time per launch"}
+    return {
+        "gpu": device.name,
+        "uuid": nvml.try_read(lambda: device.uuid),
+        "driver": nvml.try_read(nvml.driver_version),
+        "trace": trace.name,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "settings": {"window_s": settings.window_s, "warmup_s": settings.warmup_s, "repeats": settings.repeats},
+        "clock_mode": mode,
+        "method": "each kernel replayed alone from the captured CUDA graph (its dependency memsets kept), "
+        "copies chained in one graph; time from CUDA events; energy from NVML's total-energy counter "
+        "over tick-aligned windows after warm-up; energy per launch = window power x time per launch",
+    }
 
 
 def attach_measurements(trace: KernelTrace, table: MeasurementTable, gpu: str | None = None) -> KernelTrace:
@@ -170,8 +214,17 @@ def attach_measurements(trace: KernelTrace, table: MeasurementTable, gpu: str | 
         for r in table:
             if r.kernel == i and r.name == k.name and r.extra.get("valid", True):
                 c = r.clock
-                new.append(Measurement(gpu=gpu, time_s=r.time_s, energy_j=r.energy_j, core_mhz=c.core_mhz,
-                                       mem_mhz=c.mem_mhz, sm_clock_mhz=r.sm_clock_mhz, source=r.source))
+                new.append(
+                    Measurement(
+                        gpu=gpu,
+                        time_s=r.time_s,
+                        energy_j=r.energy_j,
+                        core_mhz=c.core_mhz,
+                        mem_mhz=c.mem_mhz,
+                        sm_clock_mhz=r.sm_clock_mhz,
+                        source=r.source,
+                    )
+                )
         keep = tuple(m for m in k.measured if m not in new and not (m.source == "isolated" and m.gpu == gpu))
         kernels.append(replace(k, measured=tuple(new) + keep))
     return trace.with_kernels(kernels)

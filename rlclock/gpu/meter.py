@@ -76,7 +76,8 @@ class MeasureSettings:
             raise MeasurementError(
                 f"measurement settings window_s={self.window_s}, warmup_s={self.warmup_s}, repeats={self.repeats}, "
                 f"queue_depth={self.queue_depth} are invalid.",
-                "use window_s > 0, warmup_s >= 0, repeats >= 1, queue_depth >= 1.")
+                "use window_s > 0, warmup_s >= 0, repeats >= 1, queue_depth >= 1.",
+            )
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,8 @@ def measure(runner: Runner, sampler: EnergySampler, settings: MeasureSettings = 
             raise MeasurementError(
                 f"the energy windows did not complete within {settings.timeout_s:g} s "
                 f"({len(sampler.ticks)} counter ticks seen).",
-                "check that the GPU's energy counter advances (rlclock doctor) or raise the timeout.")
+                "check that the GPU's energy counter advances (rlclock doctor) or raise the timeout.",
+            )
         tick = sampler.last_tick()
         if tick is None or tick is seen_tick or tick.time_s < warm_end:
             continue

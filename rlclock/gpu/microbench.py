@@ -25,8 +25,15 @@ from rlclock.errors import GpuUnavailableError, MeasurementError
 from rlclock.gpu.runners import StreamTiming
 from rlclock.workload.trace import Kernel
 
-TRITON_KERNELS: tuple[str, ...] = ("fma_bound", "dram_stream", "simt_stream", "l2_stream", "smem_bound",
-                                   "reduction_narrow", "latency_stream")
+TRITON_KERNELS: tuple[str, ...] = (
+    "fma_bound",
+    "dram_stream",
+    "simt_stream",
+    "l2_stream",
+    "smem_bound",
+    "reduction_narrow",
+    "latency_stream",
+)
 """Suite kernels written in Triton (they need the ``triton`` package, which CUDA builds of PyTorch bring)."""
 TORCH_KERNELS: tuple[str, ...] = ("gemm_large", "gemm_small", "reduction")
 """Suite kernels run as PyTorch operators (cuBLAS, sum)."""
@@ -42,8 +49,10 @@ def _triton() -> dict[str, Any]:
         import triton
         import triton.language as tl
     except ImportError as exc:
-        raise MeasurementError(f"the suite's Triton kernels need the triton package ({exc}).",
-                               "install a CUDA build of PyTorch (it brings triton), or pip install triton.") from None
+        raise MeasurementError(
+            f"the suite's Triton kernels need the triton package ({exc}).",
+            "install a CUDA build of PyTorch (it brings triton), or pip install triton.",
+        ) from None
 
     @triton.jit
     def fma_chain(x_ptr, y_ptr, n, a, b, iters, BLOCK: tl.constexpr, UNROLL: tl.constexpr):
@@ -103,8 +112,14 @@ def _triton() -> dict[str, Any]:
             mask = offs < n
             tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=mask), mask=mask)
 
-    _kernels.update(fma_chain=fma_chain, fma_once=fma_once, fma_stream=fma_stream, onchip_reduce=onchip_reduce,
-                    column_sums=column_sums, strided_copy=strided_copy)
+    _kernels.update(
+        fma_chain=fma_chain,
+        fma_once=fma_once,
+        fma_stream=fma_stream,
+        onchip_reduce=onchip_reduce,
+        column_sums=column_sums,
+        strided_copy=strided_copy,
+    )
     return _kernels
 
 
@@ -119,8 +134,14 @@ class SuiteRunner(StreamTiming):
         buffers: Tensors the kernel uses (kept alive with the graph).
     """
 
-    def __init__(self, name: str, step: Callable[[], object], target_batch_s: float = 0.005, max_copies: int = 4000,
-                 buffers: tuple[Any, ...] = ()) -> None:
+    def __init__(
+        self,
+        name: str,
+        step: Callable[[], object],
+        target_batch_s: float = 0.005,
+        max_copies: int = 4000,
+        buffers: tuple[Any, ...] = (),
+    ) -> None:
         import torch
 
         self._torch = torch
@@ -202,12 +223,15 @@ def realise(kernel: Kernel, threads_per_sm: int = 2048, target_batch_s: float = 
     import torch
 
     if not torch.cuda.is_available():
-        raise GpuUnavailableError("the calibration sweep runs CUDA kernels, and this machine has no CUDA device.",
-                                  "run it on the GPU to calibrate, or fit a table measured there (--table).")
+        raise GpuUnavailableError(
+            "the calibration sweep runs CUDA kernels, and this machine has no CUDA device.",
+            "run it on the GPU to calibrate, or fit a table measured there (--table).",
+        )
     name = kernel.name
     if name not in TRITON_KERNELS + TORCH_KERNELS:
-        raise MeasurementError(f"{name!r} is not a kernel of the calibration suite.",
-                               f"use one of {list(TRITON_KERNELS + TORCH_KERNELS)}.")
+        raise MeasurementError(
+            f"{name!r} is not a kernel of the calibration suite.", f"use one of {list(TRITON_KERNELS + TORCH_KERNELS)}."
+        )
     dev = torch.device("cuda")
     a_coef, b_coef = 0.999, 1e-3
     if name in ("gemm_large", "gemm_small"):
@@ -215,14 +239,26 @@ def realise(kernel: Kernel, threads_per_sm: int = 2048, target_batch_s: float = 
         x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
         w = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
         out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
-        done = replace(kernel, flops=2.0 * m * n * k, dram_read_bytes=2.0 * (m * k + k * n),
-                       dram_write_bytes=2.0 * m * n, dtype="bf16", gemm_bmnk=(1, m, n, k))
+        done = replace(
+            kernel,
+            flops=2.0 * m * n * k,
+            dram_read_bytes=2.0 * (m * k + k * n),
+            dram_write_bytes=2.0 * m * n,
+            dtype="bf16",
+            gemm_bmnk=(1, m, n, k),
+        )
         return SuiteRunner(name, lambda: torch.matmul(x, w, out=out), target_batch_s, buffers=(x, w, out)), done
     if name == "reduction":
         src = torch.rand(_elements(kernel.dram_read_bytes), device=dev)
         out = torch.empty((), device=dev)
-        done = replace(kernel, flops=float(src.numel()), dram_read_bytes=4.0 * src.numel(), dram_write_bytes=4.0,
-                       dtype="fp32", access="reduce")
+        done = replace(
+            kernel,
+            flops=float(src.numel()),
+            dram_read_bytes=4.0 * src.numel(),
+            dram_write_bytes=4.0,
+            dtype="fp32",
+            access="reduce",
+        )
         return SuiteRunner(name, lambda: torch.sum(src, dim=0, out=out), target_batch_s, buffers=(src, out)), done
     tk = _triton()
     if name == "fma_bound":
@@ -231,8 +267,15 @@ def realise(kernel: Kernel, threads_per_sm: int = 2048, target_batch_s: float = 
         iters = max(1, round(kernel.flops / (2.0 * n * unroll)))
         x, y = torch.rand(n, device=dev), torch.empty(n, device=dev)
         grid = (triton_cdiv(n, block),)
-        done = replace(kernel, flops=2.0 * n * iters * unroll, dram_read_bytes=4.0 * n, dram_write_bytes=4.0 * n,
-                       dtype="fp32", launch_grid=(grid[0], 1, 1), launch_block=(block, 1, 1))
+        done = replace(
+            kernel,
+            flops=2.0 * n * iters * unroll,
+            dram_read_bytes=4.0 * n,
+            dram_write_bytes=4.0 * n,
+            dtype="fp32",
+            launch_grid=(grid[0], 1, 1),
+            launch_block=(block, 1, 1),
+        )
 
         def fma_step() -> None:
             tk["fma_chain"][grid](x, y, n, a_coef, b_coef, iters, BLOCK=block, UNROLL=unroll, num_warps=4)
@@ -243,8 +286,15 @@ def realise(kernel: Kernel, threads_per_sm: int = 2048, target_batch_s: float = 
         n = _elements(kernel.dram_read_bytes)
         src, dst = torch.rand(n, device=dev), torch.empty(n, device=dev)
         grid = (triton_cdiv(n, block),)
-        done = replace(kernel, flops=0.0, dram_read_bytes=4.0 * n, dram_write_bytes=4.0 * n, dtype="fp32",
-                       launch_grid=None, launch_block=None)
+        done = replace(
+            kernel,
+            flops=0.0,
+            dram_read_bytes=4.0 * n,
+            dram_write_bytes=4.0 * n,
+            dtype="fp32",
+            launch_grid=None,
+            launch_block=None,
+        )
 
         def dram_step() -> None:
             tk["strided_copy"][grid](src, dst, n, BLOCK=block, num_warps=8)
@@ -280,9 +330,16 @@ def realise(kernel: Kernel, threads_per_sm: int = 2048, target_batch_s: float = 
         # per element and iteration: a multiply-add, its share of the column sum, and a multiply
         iters = max(1, round(kernel.flops / (4.0 * n)))
         x, y = torch.rand(n, device=dev), torch.empty(n, device=dev)
-        done = replace(kernel, flops=4.0 * n * iters, dram_read_bytes=4.0 * n, dram_write_bytes=4.0 * n,
-                       dtype="fp32", launch_grid=(tiles, 1, 1), launch_block=(128, 1, 1),
-                       onchip_bytes=8.0 * n * iters)  # each element through shared memory once each way, per iteration
+        done = replace(
+            kernel,
+            flops=4.0 * n * iters,
+            dram_read_bytes=4.0 * n,
+            dram_write_bytes=4.0 * n,
+            dtype="fp32",
+            launch_grid=(tiles, 1, 1),
+            launch_block=(128, 1, 1),
+            onchip_bytes=8.0 * n * iters,
+        )  # each element through shared memory once each way, per iteration
 
         def smem_step() -> None:
             tk["onchip_reduce"][(tiles,)](x, y, a_coef, b_coef, iters, TILE=tile, num_warps=4)
@@ -296,9 +353,16 @@ def realise(kernel: Kernel, threads_per_sm: int = 2048, target_batch_s: float = 
         rows = max(1, _elements(kernel.dram_read_bytes) // cols)
         x = torch.rand(rows, cols, device=dev)
         out = torch.empty(blocks, cols, device=dev)
-        done = replace(kernel, flops=float(rows * cols), dram_read_bytes=4.0 * rows * cols,
-                       dram_write_bytes=4.0 * blocks * cols, dtype="fp32", access="reduce",
-                       launch_grid=(blocks, 1, 1), launch_block=(32 * warps, 1, 1))
+        done = replace(
+            kernel,
+            flops=float(rows * cols),
+            dram_read_bytes=4.0 * rows * cols,
+            dram_write_bytes=4.0 * blocks * cols,
+            dtype="fp32",
+            access="reduce",
+            launch_grid=(blocks, 1, 1),
+            launch_block=(32 * warps, 1, 1),
+        )
 
         def narrow_step() -> None:
             tk["column_sums"][(blocks,)](x, out, rows, COLS=cols, num_warps=warps)
@@ -308,8 +372,15 @@ def realise(kernel: Kernel, threads_per_sm: int = 2048, target_batch_s: float = 
     block = 4 * 32 * warps  # four fp32 (one 16-byte vector) per thread per iteration
     n = _elements(kernel.dram_read_bytes)
     src, dst = torch.rand(n, device=dev), torch.empty(n, device=dev)
-    done = replace(kernel, flops=0.0, dram_read_bytes=4.0 * n, dram_write_bytes=4.0 * n, dtype="fp32",
-                   launch_grid=(blocks, 1, 1), launch_block=(32 * warps, 1, 1))
+    done = replace(
+        kernel,
+        flops=0.0,
+        dram_read_bytes=4.0 * n,
+        dram_write_bytes=4.0 * n,
+        dtype="fp32",
+        launch_grid=(blocks, 1, 1),
+        launch_block=(32 * warps, 1, 1),
+    )
 
     def latency_step() -> None:
         tk["strided_copy"][(blocks,)](src, dst, n, BLOCK=block, num_warps=warps)

@@ -56,8 +56,18 @@ NVML_ERROR_FREQ_NOT_SUPPORTED = 24
 _CLOCK_GRAPHICS = 0
 _CLOCK_SM = 1
 _CLOCK_MEM = 2
-ARCHITECTURES: dict[int, str] = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere",
-                                 8: "Ada", 9: "Hopper", 10: "Blackwell", 13: "Rubin"}
+ARCHITECTURES: dict[int, str] = {
+    2: "Kepler",
+    3: "Maxwell",
+    4: "Pascal",
+    5: "Volta",
+    6: "Turing",
+    7: "Ampere",
+    8: "Ada",
+    9: "Hopper",
+    10: "Blackwell",
+    13: "Rubin",
+}
 """NVML's ``nvmlDeviceArchitecture_t`` values → architecture names."""
 _TEMPERATURE_GPU = 0
 _GEFORCE_BRANDS = frozenset({5, 15})
@@ -332,8 +342,9 @@ class NvmlDevice:
 
     def compute_capability(self) -> tuple[int, int]:
         """The CUDA compute capability ``(major, minor)``."""
-        major, minor = self._do("reading the compute capability", self._nvml.nvmlDeviceGetCudaComputeCapability,
-                                self._handle)
+        major, minor = self._do(
+            "reading the compute capability", self._nvml.nvmlDeviceGetCudaComputeCapability, self._handle
+        )
         return int(major), int(minor)
 
     def cuda_cores(self) -> int:
@@ -381,20 +392,23 @@ class NvmlDevice:
 
     def default_power_limit_w(self) -> float:
         """The power limit the driver uses when none is set (its default), watts."""
-        mw = self._do("reading the default power limit", self._nvml.nvmlDeviceGetPowerManagementDefaultLimit,
-                      self._handle)
+        mw = self._do(
+            "reading the default power limit", self._nvml.nvmlDeviceGetPowerManagementDefaultLimit, self._handle
+        )
         return float(mw) / 1e3
 
     def power_limit_range_w(self) -> tuple[float, float]:
         """The lowest and highest power limit that can be set, watts."""
-        min_mw, max_mw = self._do("reading the power limit range",
-                                  self._nvml.nvmlDeviceGetPowerManagementLimitConstraints, self._handle)
+        min_mw, max_mw = self._do(
+            "reading the power limit range", self._nvml.nvmlDeviceGetPowerManagementLimitConstraints, self._handle
+        )
         return float(min_mw) / 1e3, float(max_mw) / 1e3
 
     def temperature_c(self) -> float:
         """GPU core temperature, °C."""
-        return float(self._do("reading the temperature", self._nvml.nvmlDeviceGetTemperature, self._handle,
-                              _TEMPERATURE_GPU))
+        return float(
+            self._do("reading the temperature", self._nvml.nvmlDeviceGetTemperature, self._handle, _TEMPERATURE_GPU)
+        )
 
     # -- clocks -----------------------------------------------------------------------------------
     def sm_clock_mhz(self) -> int:
@@ -403,13 +417,13 @@ class NvmlDevice:
 
     def mem_clock_mhz(self) -> int:
         """Current memory clock, MHz."""
-        return int(self._do("reading the memory clock", self._nvml.nvmlDeviceGetClockInfo, self._handle,
-                            _CLOCK_MEM))
+        return int(self._do("reading the memory clock", self._nvml.nvmlDeviceGetClockInfo, self._handle, _CLOCK_MEM))
 
     def max_sm_clock_mhz(self) -> int:
         """Highest SM clock, MHz."""
-        return int(self._do("reading the maximum SM clock", self._nvml.nvmlDeviceGetMaxClockInfo, self._handle,
-                            _CLOCK_SM))
+        return int(
+            self._do("reading the maximum SM clock", self._nvml.nvmlDeviceGetMaxClockInfo, self._handle, _CLOCK_SM)
+        )
 
     def clock_event_mask(self) -> int:
         """The raw clock-event reason bit mask (see :data:`CLOCK_EVENT_REASONS`)."""
@@ -429,14 +443,17 @@ class NvmlDevice:
 
     def supported_mem_clocks_mhz(self) -> tuple[int, ...]:
         """Supported memory clocks, MHz, descending."""
-        v = self._do("reading the supported memory clocks", self._nvml.nvmlDeviceGetSupportedMemoryClocks,
-                     self._handle)
+        v = self._do("reading the supported memory clocks", self._nvml.nvmlDeviceGetSupportedMemoryClocks, self._handle)
         return tuple(sorted((int(x) for x in v), reverse=True))
 
     def supported_core_clocks_mhz(self, mem_mhz: int) -> tuple[int, ...]:
         """Supported core (graphics) clocks at memory clock ``mem_mhz``, MHz, descending."""
-        v = self._do(f"reading the supported core clocks at memory {mem_mhz} MHz",
-                     self._nvml.nvmlDeviceGetSupportedGraphicsClocks, self._handle, int(mem_mhz))
+        v = self._do(
+            f"reading the supported core clocks at memory {mem_mhz} MHz",
+            self._nvml.nvmlDeviceGetSupportedGraphicsClocks,
+            self._handle,
+            int(mem_mhz),
+        )
         return tuple(sorted((int(x) for x in v), reverse=True))
 
     def supported_clocks(self) -> dict[int, tuple[int, ...]]:
@@ -446,13 +463,23 @@ class NvmlDevice:
     # -- clock and power limit control (privileged) -----------------------------------------------
     def set_locked_core_clocks(self, min_mhz: int, max_mhz: int) -> None:
         """Lock the core clock into ``[min_mhz, max_mhz]`` (root; Volta and newer)."""
-        self._do(f"locking the core clock to {min_mhz}-{max_mhz} MHz", self._nvml.nvmlDeviceSetGpuLockedClocks,
-                 self._handle, int(min_mhz), int(max_mhz))
+        self._do(
+            f"locking the core clock to {min_mhz}-{max_mhz} MHz",
+            self._nvml.nvmlDeviceSetGpuLockedClocks,
+            self._handle,
+            int(min_mhz),
+            int(max_mhz),
+        )
 
     def set_locked_mem_clocks(self, min_mhz: int, max_mhz: int) -> None:
         """Lock the memory clock into ``[min_mhz, max_mhz]`` (root; Ampere and newer)."""
-        self._do(f"locking the memory clock to {min_mhz}-{max_mhz} MHz", self._nvml.nvmlDeviceSetMemoryLockedClocks,
-                 self._handle, int(min_mhz), int(max_mhz))
+        self._do(
+            f"locking the memory clock to {min_mhz}-{max_mhz} MHz",
+            self._nvml.nvmlDeviceSetMemoryLockedClocks,
+            self._handle,
+            int(min_mhz),
+            int(max_mhz),
+        )
 
     def reset_locked_core_clocks(self) -> None:
         """Give the core clock back to the driver (root)."""
@@ -465,8 +492,9 @@ class NvmlDevice:
     def set_power_limit_w(self, power_limit_w: float) -> None:
         """Set the board power limit, watts (root; NVML takes whole milliwatts, so it is rounded to one)."""
         mw = round(float(power_limit_w) * 1e3)
-        self._do(f"setting the power limit to {mw / 1e3:g} W", self._nvml.nvmlDeviceSetPowerManagementLimit,
-                 self._handle, mw)
+        self._do(
+            f"setting the power limit to {mw / 1e3:g} W", self._nvml.nvmlDeviceSetPowerManagementLimit, self._handle, mw
+        )
 
 
 def try_read(fn: Callable[[], T]) -> T | str:

@@ -58,6 +58,7 @@ RECORD_VERSION = 1
 
 # -- processes -------------------------------------------------------------------------------------------------------
 
+
 def process_start(pid: int) -> int | None:
     """Start time of process ``pid`` in clock ticks since boot (``/proc/<pid>/stat``), ``None`` when unknown."""
     try:
@@ -133,8 +134,10 @@ class ProcessId:
 
 # -- retries ---------------------------------------------------------------------------------------------------------
 
-def retry(call: Callable[[], object], tries: int | None = None,
-          backoff_s: float | None = None) -> tuple[int, RlclockError | None]:
+
+def retry(
+    call: Callable[[], object], tries: int | None = None, backoff_s: float | None = None
+) -> tuple[int, RlclockError | None]:
     """Call ``call`` until it succeeds, at most ``tries`` times, pausing ``backoff_s`` (doubling) between tries.
 
     An error that another try cannot change — the function is not supported (nothing to restore), or permission is
@@ -171,6 +174,7 @@ def tries_note(tries: int) -> str:
 
 
 # -- the lock --------------------------------------------------------------------------------------------------------
+
 
 def lock_dir() -> Path:
     """The directory of the GPU locks (see the module docstring)."""
@@ -223,20 +227,27 @@ def _open(path: Path) -> tuple[int, bool]:
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
             except OSError:
-                raise ClockError(f"the GPU's lock file {path} cannot be opened by this user.",
-                                 f"remove it (as root: rm {path}) when no rlclock process runs on this GPU.") from None
+                raise ClockError(
+                    f"the GPU's lock file {path} cannot be opened by this user.",
+                    f"remove it (as root: rm {path}) when no rlclock process runs on this GPU.",
+                ) from None
             writable = False
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise ClockError(f"the GPU's lock file {path} is a symbolic link; rlclock does not follow it.",
-                                 f"remove it (as root: rm {path}).") from None
-            raise ClockError(f"cannot open the GPU's lock file {path}: {exc.strerror}.",
-                             f"set {LOCK_DIR_ENV} to a directory every user can write to.") from None
+                raise ClockError(
+                    f"the GPU's lock file {path} is a symbolic link; rlclock does not follow it.",
+                    f"remove it (as root: rm {path}).",
+                ) from None
+            raise ClockError(
+                f"cannot open the GPU's lock file {path}: {exc.strerror}.",
+                f"set {LOCK_DIR_ENV} to a directory every user can write to.",
+            ) from None
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
             os.close(fd)
-            raise ClockError(f"the GPU's lock file {path} is not a plain file of its own.",
-                             f"remove it (as root: rm {path}).")
+            raise ClockError(
+                f"the GPU's lock file {path} is not a plain file of its own.", f"remove it (as root: rm {path})."
+            )
         return fd, writable
     raise ClockError(f"the GPU's lock file {path} keeps appearing and disappearing.", "try again.")
 
@@ -291,8 +302,10 @@ def describe_holder(record: dict[str, Any] | None) -> str:
     """The holder of a lock as a message names it: ``"pid 123 (python train.py, user alice, since 12:00:03)"``."""
     if not record or not isinstance(record.get("pid"), int):
         return "a process that has not said who it is"
-    text = (f"pid {record['pid']} ({record.get('command', '?')}, user {record.get('user', '?')}, "
-            f"since {record.get('since', '?')})")
+    text = (
+        f"pid {record['pid']} ({record.get('command', '?')}, user {record.get('user', '?')}, "
+        f"since {record.get('since', '?')})"
+    )
     if not holder_alive(record):
         wd = record.get("watchdog") or {}
         who = f"its clock watchdog (pid {wd['pid']})" if isinstance(wd, dict) and wd.get("pid") else "its watchdog"
@@ -373,7 +386,8 @@ class GpuLock:
                     raise GpuBusyError(
                         f"GPU {index} ({name}) is controlled by another rlclock process: {describe_holder(record)}.",
                         "wait until it ends (it gives the clocks back), or stop it; one rlclock process controls a "
-                        f"GPU at a time (lock {path}).") from None
+                        f"GPU at a time (lock {path}).",
+                    ) from None
                 time.sleep(0.05)
                 continue
             if not _same_file(fd, path):  # the holder before removed the file after we opened it: try the new one
@@ -381,9 +395,11 @@ class GpuLock:
                 continue
             if not writable:  # free, but this user could not say who holds it: refuse rather than hold it unnamed
                 os.close(fd)
-                raise ClockError(f"the lock file of GPU {index} ({name}), {path}, belongs to another user; no process "
-                                 "holds it now, but this user cannot write its name into it.",
-                                 f"remove it (as root: rm {path}), then try again.")
+                raise ClockError(
+                    f"the lock file of GPU {index} ({name}), {path}, belongs to another user; no process "
+                    "holds it now, but this user cannot write its name into it.",
+                    f"remove it (as root: rm {path}), then try again.",
+                )
             return cls(fd, path, index, _read(fd))
 
     @classmethod
@@ -393,12 +409,25 @@ class GpuLock:
 
     def claim(self, pid: int, start: int | None, gpu_name: str, key: str) -> None:
         """Write this holder's record (after any clean-up of what the previous holder left)."""
-        self.record = {"version": RECORD_VERSION, "pid": pid, "start": start, "uid": os.geteuid(), "user": _user(),
-                       "command": process_command(pid), "host": socket.gethostname(), "gpu": self.index,
-                       "name": gpu_name, "uuid": key,
-                       "since": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-                       "state": "held", "watchdog": None, "armed": [], "power_found_w": None, "power_w": None,
-                       "left": ""}
+        self.record = {
+            "version": RECORD_VERSION,
+            "pid": pid,
+            "start": start,
+            "uid": os.geteuid(),
+            "user": _user(),
+            "command": process_command(pid),
+            "host": socket.gethostname(),
+            "gpu": self.index,
+            "name": gpu_name,
+            "uuid": key,
+            "since": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "state": "held",
+            "watchdog": None,
+            "armed": [],
+            "power_found_w": None,
+            "power_w": None,
+            "left": "",
+        }
         self._write()
 
     def update(self, **fields: Any) -> None:

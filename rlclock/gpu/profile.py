@@ -38,8 +38,10 @@ def _require_cuda() -> Any:
     except ImportError:  # pragma: no cover - torch is a dependency
         raise GpuUnavailableError("PyTorch is not installed.", "pip install torch (with CUDA).") from None
     if not torch.cuda.is_available():
-        raise GpuUnavailableError("profiling needs an NVIDIA GPU with CUDA, and PyTorch sees none.",
-                                  "run on a GPU machine (rlclock doctor says what is missing).")
+        raise GpuUnavailableError(
+            "profiling needs an NVIDIA GPU with CUDA, and PyTorch sees none.",
+            "run on a GPU machine (rlclock doctor says what is missing).",
+        )
     return torch
 
 
@@ -86,8 +88,9 @@ class CapturedStep:
         return [self.view.nodes[p].name for p in self.entries]
 
 
-def capture_step(cfg: TransformerConfig, warmup: int = 3, seed: int = 0, eager_profile: bool = False
-                 ) -> tuple[CapturedStep, list[DeviceEvent]]:
+def capture_step(
+    cfg: TransformerConfig, warmup: int = 3, seed: int = 0, eager_profile: bool = False
+) -> tuple[CapturedStep, list[DeviceEvent]]:
     """Build, warm up and capture a layer's forward + backward.
 
     Args:
@@ -143,20 +146,26 @@ def capture_for_trace(trace: KernelTrace, seed: int = 0) -> CapturedStep:
     """
     cfg_raw = trace.meta.get("config")
     if trace.meta.get("generator") != GENERATOR or not isinstance(cfg_raw, dict):
-        raise CudaGraphError(f"trace {trace.name!r} was not written by rlclock profile, so its step cannot be "
-                             "re-captured.", "profile the layer with rlclock profile first.")
+        raise CudaGraphError(
+            f"trace {trace.name!r} was not written by rlclock profile, so its step cannot be re-captured.",
+            "profile the layer with rlclock profile first.",
+        )
     captured, _ = capture_step(TransformerConfig(**cfg_raw), seed=seed)
     types = trace.meta.get("entry_types", list(ENTRY_NODE_TYPES))
     captured.entries = captured.view.positions(*types)
     names = captured.entry_names()
-    expected = [k.name if captured.view.types[p] == "kernel" else "" for k, p in zip(trace, captured.entries,
-                                                                                       strict=False)]
+    expected = [
+        k.name if captured.view.types[p] == "kernel" else "" for k, p in zip(trace, captured.entries, strict=False)
+    ]
     if len(names) != len(trace) or names != expected:
-        bad = next((i for i, (a, b) in enumerate(zip(names, expected, strict=False)) if a != b), min(len(names),
-                                                                                                      len(trace)))
+        bad = next(
+            (i for i, (a, b) in enumerate(zip(names, expected, strict=False)) if a != b), min(len(names), len(trace))
+        )
         raise CudaGraphError(
             f"the step captured here has {len(names)} kernels, the trace {trace.name!r} {len(trace)}; they first "
-            f"differ at entry {bad}.", "re-profile on this machine (rlclock profile) with the same software.")
+            f"differ at entry {bad}.",
+            "re-profile on this machine (rlclock profile) with the same software.",
+        )
     return captured
 
 
@@ -196,8 +205,10 @@ def _chunks(events: list[DeviceEvent], kinds: tuple[str, ...], per: int, replays
     if per == 0 or len(sel) != per * replays:
         raise CudaGraphError(
             f"the profiler saw {len(sel)} {'/'.join(kinds)} executions in {replays} graph replays, expected "
-            f"{per * replays}.", "make sure nothing else runs on the GPU while profiling.")
-    return [sel[r * per:(r + 1) * per] for r in range(replays)]
+            f"{per * replays}.",
+            "make sure nothing else runs on the GPU while profiling.",
+        )
+    return [sel[r * per : (r + 1) * per] for r in range(replays)]
 
 
 def step_time_s(replay: Any, launches: int = 20) -> float:
@@ -246,8 +257,9 @@ def profile_layer(cfg: TransformerConfig, replays: int = 20, seed: int = 0, name
     memsets = [e for e in events if e.kind == "memset"]
     memset_s = sum(e.dur_us for e in memsets) * 1e-6 / replays
     prof_names = [e.name for e in chunks[0]]
-    graph_names = [view.nodes[p].name if view.types[p] == "kernel" else prof_names[j]
-                   for j, p in enumerate(captured.entries)]
+    graph_names = [
+        view.nodes[p].name if view.types[p] == "kernel" else prof_names[j] for j, p in enumerate(captured.entries)
+    ]
     graph_names = [g if g and g != "unknown_kernel" else prof_names[j] for j, g in enumerate(graph_names)]
     mismatches = sum(1 for a, b in zip(prof_names, graph_names, strict=False) if a != b)
     eager_dev = [e for e in eager if e.kind in ("kernel", "memcpy")]
@@ -266,10 +278,18 @@ def profile_layer(cfg: TransformerConfig, replays: int = 20, seed: int = 0, name
         op = ev.op if ev is not None else None
         kind = view.types[p]
         cat = classify(graph_names[j], op.name if op else None) if kind == "kernel" else "copy"
-        entries.append(ProfiledEntry(
-            name=graph_names[j] if kind == "kernel" else "memcpy", category=cat, phase=phase, time_s=durations[j],
-            grid=node.grid, block=node.block, op=op,
-            nbytes=(ev.nbytes if ev is not None else None) if kind == "memcpy" else None))
+        entries.append(
+            ProfiledEntry(
+                name=graph_names[j] if kind == "kernel" else "memcpy",
+                category=cat,
+                phase=phase,
+                time_s=durations[j],
+                grid=node.grid,
+                block=node.block,
+                op=op,
+                nbytes=(ev.nbytes if ev is not None else None) if kind == "memcpy" else None,
+            )
+        )
     gpu_name = torch.cuda.get_device_name()
     kernels, stats = map_to_kernels(entries, cfg, gpu_name)
     step_s = step_time_s(captured.replay)
@@ -288,12 +308,28 @@ def profile_layer(cfg: TransformerConfig, replays: int = 20, seed: int = 0, name
         "entry_node_types": [view.types[p] for p in captured.entries],
         "entry_types": sorted({view.types[p] for p in captured.entries}),
         "memset_bytes": [view.nodes[p].memset_bytes for p in view.positions("memset")],
-        "in_sequence": {"replays": replays, "kernel_time_s": sum(durations), "memset_time_s": memset_s,
-                        "step_event_time_s": step_s, "source": "torch.profiler (CUPTI) over CUDA graph replays"},
+        "in_sequence": {
+            "replays": replays,
+            "kernel_time_s": sum(durations),
+            "memset_time_s": memset_s,
+            "step_event_time_s": step_s,
+            "source": "torch.profiler (CUPTI) over CUDA graph replays",
+        },
         "mapping": stats.as_dict(),
         "notes": notes,
     }
-    trace = KernelTrace(name or f"{cfg.style}-c{cfg.hidden}-h{cfg.heads}-t{cfg.seq}-b{cfg.batch}-{cfg.dtype}-layer",
-                        kernels, meta)
-    return ProfileResult(trace, captured, stats, view.counts(), sum(durations), memset_s, step_s,
-                         sum(1 for j in range(per) if j in match), mismatches, notes)
+    trace = KernelTrace(
+        name or f"{cfg.style}-c{cfg.hidden}-h{cfg.heads}-t{cfg.seq}-b{cfg.batch}-{cfg.dtype}-layer", kernels, meta
+    )
+    return ProfileResult(
+        trace,
+        captured,
+        stats,
+        view.counts(),
+        sum(durations),
+        memset_s,
+        step_s,
+        sum(1 for j in range(per) if j in match),
+        mismatches,
+        notes,
+    )

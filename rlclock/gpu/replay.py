@@ -102,8 +102,14 @@ class ScheduleReplay:
     records: list[dict[str, Any]] = field(default_factory=list)
 
 
-def replay_schedule(captured: Any, schedule: ClockSchedule, control: ClockControl, device: NvmlDevice,
-                    settings: MeasureSettings = MeasureSettings(), read_back: bool = False) -> ScheduleReplay:
+def replay_schedule(
+    captured: Any,
+    schedule: ClockSchedule,
+    control: ClockControl,
+    device: NvmlDevice,
+    settings: MeasureSettings = MeasureSettings(),
+    read_back: bool = False,
+) -> ScheduleReplay:
     """Run ``schedule`` segment by segment, back to back, and measure time and energy per step (under the board
     power limit it names, set through ``control`` first and given back with the clocks).
 
@@ -115,8 +121,10 @@ def replay_schedule(captured: Any, schedule: ClockSchedule, control: ClockContro
         ClockError: Its power limit is outside the GPU's range.
     """
     if len(schedule) != len(captured.entries):
-        raise ScheduleError(f"schedule {schedule.name!r} has {len(schedule)} entries, the captured step "
-                            f"{len(captured.entries)}.", "build the schedule for this trace.")
+        raise ScheduleError(
+            f"schedule {schedule.name!r} has {len(schedule)} entries, the captured step {len(captured.entries)}.",
+            "build the schedule for this trace.",
+        )
     seg = SegmentedStep(captured, schedule, control, read_back=True)
     try:
         if schedule.power_limit_w is not None:

@@ -124,8 +124,14 @@ def _single_time_s(view: GraphView, kept: list[int]) -> tuple[int, float]:
         raise
 
 
-def isolated_runner(view: GraphView, position: int, target_batch_s: float = 0.002, max_copies: int = 2000,
-                    reference_s: float | None = None, max_kernels_back: int = 3) -> tuple[GraphRunner, IsolationInfo]:
+def isolated_runner(
+    view: GraphView,
+    position: int,
+    target_batch_s: float = 0.002,
+    max_copies: int = 2000,
+    reference_s: float | None = None,
+    max_kernels_back: int = 3,
+) -> tuple[GraphRunner, IsolationInfo]:
     """A runner replaying the node at ``position`` alone, with its real arguments and its memsets.
 
     Args:

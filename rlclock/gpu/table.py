@@ -114,16 +114,22 @@ def _row_from_dict(d: Any, i: int, source: str) -> MeasurementRow:
         if name in d and (not isinstance(d[name], str) or not d[name]):
             raise MeasurementError(f"{where}: {name} is {d[name]!r}; expected text.", FIX)
     reasons, extra = d.get("reasons", ()), d.get("extra", {})
-    if not isinstance(reasons, (list, tuple)) or not all(isinstance(r, str) for r in reasons) \
-            or not isinstance(extra, dict):
+    if (
+        not isinstance(reasons, (list, tuple))
+        or not all(isinstance(r, str) for r in reasons)
+        or not isinstance(extra, dict)
+    ):
         raise MeasurementError(f"{where}: 'reasons' must be a list of text and 'extra' an object.", FIX)
     try:
         config = str(ClockConfig.parse(d["config"])) if isinstance(d["config"], str) else None
     except ClockError:
         config = None
     if config is None:
-        raise MeasurementError(f"{where}: config {d['config']!r} is not a clock configuration (CORE@MEM in MHz, "
-                               "'auto' for a free domain).", FIX)
+        raise MeasurementError(
+            f"{where}: config {d['config']!r} is not a clock configuration (CORE@MEM in MHz, "
+            "'auto' for a free domain).",
+            FIX,
+        )
     problem = measurement_problem(d["time_s"], d["energy_j"])
     if problem is not None:
         raise MeasurementError(f"{where} ({d['name']!r} at {config}): {problem}.", FIX)
@@ -173,18 +179,24 @@ class MeasurementTable:
             c = ClockConfig.parse(config)
             try:
                 if c.mem_mhz is not None and c.mem_mhz not in spec.mem_clocks_mhz:
-                    raise ClockError(f"memory clock {c.mem_mhz} MHz is not one of {spec.name}'s "
-                                     f"{list(spec.mem_clocks_mhz)}.")
+                    raise ClockError(
+                        f"memory clock {c.mem_mhz} MHz is not one of {spec.name}'s {list(spec.mem_clocks_mhz)}."
+                    )
                 spec.validate(c)
             except ClockError as exc:
-                raise MeasurementError(f"{source}: rows at {config}, which {spec.name} cannot run ({exc.message})",
-                                       "measure the table on this GPU with `rlclock measure`, or name the GPU it "
-                                       "was measured on.") from None
+                raise MeasurementError(
+                    f"{source}: rows at {config}, which {spec.name} cannot run ({exc.message})",
+                    "measure the table on this GPU with `rlclock measure`, or name the GPU it was measured on.",
+                ) from None
 
     # -- I/O ---------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {"format": TABLE_FORMAT, "version": TABLE_VERSION, "meta": self.meta,
-                "rows": [r.as_dict() for r in self]}
+        return {
+            "format": TABLE_FORMAT,
+            "version": TABLE_VERSION,
+            "meta": self.meta,
+            "rows": [r.as_dict() for r in self],
+        }
 
     def save(self, path: str | Path) -> Path:
         """Write JSON (atomically: a temporary file renamed into place); returns the path."""
@@ -198,8 +210,24 @@ class MeasurementTable:
     def save_csv(self, path: str | Path) -> Path:
         """Write the rows as CSV (one line per row; reasons joined with ``|``) for reading by eye."""
         path = Path(path)
-        cols = ["kernel", "op", "name", "config", "time_s", "energy_j", "power_w", "sm_clock_mhz",
-                "mem_clock_mhz", "reasons", "time_cv", "energy_cv", "windows", "units", "window_s", "source"]
+        cols = [
+            "kernel",
+            "op",
+            "name",
+            "config",
+            "time_s",
+            "energy_j",
+            "power_w",
+            "sm_clock_mhz",
+            "mem_clock_mhz",
+            "reasons",
+            "time_cv",
+            "energy_cv",
+            "windows",
+            "units",
+            "window_s",
+            "source",
+        ]
         with path.open("w", newline="") as f:
             w = csv.writer(f)
             w.writerow(cols)
@@ -213,11 +241,16 @@ class MeasurementTable:
     def from_dict(cls, data: Any, source: str = "<dict>") -> MeasurementTable:
         """Parse and validate the on-disk form."""
         if not isinstance(data, dict) or data.get("format") != TABLE_FORMAT:
-            raise MeasurementError(f"{source} is not an rlclock measurement table (expected format "
-                                   f"{TABLE_FORMAT!r}).", "give a file written by rlclock measure.")
+            raise MeasurementError(
+                f"{source} is not an rlclock measurement table (expected format {TABLE_FORMAT!r}).",
+                "give a file written by rlclock measure.",
+            )
         if data.get("version") != TABLE_VERSION:
-            raise MeasurementError(f"{source}: table version {data.get('version')!r} is not supported (this rlclock "
-                                   f"reads version {TABLE_VERSION}).", "re-measure with this rlclock.")
+            raise MeasurementError(
+                f"{source}: table version {data.get('version')!r} is not supported (this rlclock "
+                f"reads version {TABLE_VERSION}).",
+                "re-measure with this rlclock.",
+            )
         rows = data.get("rows")
         meta = data.get("meta", {})
         if not isinstance(rows, list) or not isinstance(meta, dict):
@@ -227,6 +260,7 @@ class MeasurementTable:
     @classmethod
     def load(cls, path: str | Path) -> MeasurementTable:
         """Read and validate a table file."""
-        data = read_json(path, "measurement table", MeasurementError,
-                         "check the path, or write one with rlclock measure.")
+        data = read_json(
+            path, "measurement table", MeasurementError, "check the path, or write one with rlclock measure."
+        )
         return cls.from_dict(data, str(path))

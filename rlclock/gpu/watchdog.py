@@ -67,9 +67,11 @@ DOMAINS = {"core": ("core", "reset_locked_core_clocks"), "mem": ("memory", "rese
 """Clock domain → (its name in messages, the NvmlDevice method that gives it back)."""
 
 _ROOT = str(Path(__file__).resolve().parents[2])
-_BOOT = ("import sys; sys.path[:] = [e for e in sys.path if e]; import types; p = types.ModuleType('rlclock'); "
-         f"p.__path__ = [{str(Path(_ROOT) / 'rlclock')!r}]; sys.modules['rlclock'] = p; "
-         "from rlclock.gpu.watchdog import main; raise SystemExit(main(sys.argv[1:]))")
+_BOOT = (
+    "import sys; sys.path[:] = [e for e in sys.path if e]; import types; p = types.ModuleType('rlclock'); "
+    f"p.__path__ = [{str(Path(_ROOT) / 'rlclock')!r}]; sys.modules['rlclock'] = p; "
+    "from rlclock.gpu.watchdog import main; raise SystemExit(main(sys.argv[1:]))"
+)
 """The watchdog's ``python -c`` program: the package without its ``__init__`` (see the module docstring); the
 current directory is taken off the path, so no file there shadows a module it imports."""
 
@@ -89,9 +91,16 @@ class Watchdog:
         NvmlError: The watchdog could not start or could not open NVML.
     """
 
-    def __init__(self, devices: Sequence[int], poll_s: float = 0.5, *, lock: GpuLock | None = None,
-                 tries: int | None = None, backoff_s: float | None = None,
-                 on_exit: Callable[[Watchdog], None] | None = None) -> None:
+    def __init__(
+        self,
+        devices: Sequence[int],
+        poll_s: float = 0.5,
+        *,
+        lock: GpuLock | None = None,
+        tries: int | None = None,
+        backoff_s: float | None = None,
+        on_exit: Callable[[Watchdog], None] | None = None,
+    ) -> None:
         from rlclock.gpu import ownership
 
         self.devices = tuple(int(d) for d in devices)
@@ -102,18 +111,38 @@ class Watchdog:
         read_fd, self._write_fd = os.pipe()
         env = dict(os.environ)
         env["PYTHONPATH"] = _ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        cmd = [sys.executable, "-c", _BOOT, "--fd", str(read_fd), "--owner", str(owner.pid),
-               "--owner-start", str(owner.start if owner.start is not None else -1),
-               "--devices", ",".join(map(str, self.devices)), "--poll", str(poll_s),
-               "--tries", str(ownership.RESTORE_TRIES if tries is None else tries),
-               "--backoff", str(ownership.RESTORE_BACKOFF_S if backoff_s is None else backoff_s)]
+        cmd = [
+            sys.executable,
+            "-c",
+            _BOOT,
+            "--fd",
+            str(read_fd),
+            "--owner",
+            str(owner.pid),
+            "--owner-start",
+            str(owner.start if owner.start is not None else -1),
+            "--devices",
+            ",".join(map(str, self.devices)),
+            "--poll",
+            str(poll_s),
+            "--tries",
+            str(ownership.RESTORE_TRIES if tries is None else tries),
+            "--backoff",
+            str(ownership.RESTORE_BACKOFF_S if backoff_s is None else backoff_s),
+        ]
         pass_fds = [read_fd]
         if lock is not None and lock.held:
             cmd += ["--lock-fd", str(lock.fd), "--lock-path", str(lock.path)]
             pass_fds.append(lock.fd)
         try:
-            self.process = subprocess.Popen(cmd, pass_fds=pass_fds, stdin=subprocess.DEVNULL,
-                                            stdout=subprocess.PIPE, env=env, start_new_session=True)
+            self.process = subprocess.Popen(
+                cmd,
+                pass_fds=pass_fds,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+            )
         finally:
             os.close(read_fd)
         line = self._read_line(READY_TIMEOUT_S)
@@ -121,8 +150,10 @@ class Watchdog:
             self._close_pipe()
             self.process.kill()
             self.process.wait()
-            raise NvmlError(f"the clock watchdog process could not start ({line or 'no answer'}).",
-                            "check that NVML works (rlclock doctor).")
+            raise NvmlError(
+                f"the clock watchdog process could not start ({line or 'no answer'}).",
+                "check that NVML works (rlclock doctor).",
+            )
         self._on_exit = on_exit
         self._thread: threading.Thread | None = None
         if on_exit is not None:
@@ -236,6 +267,7 @@ class Watchdog:
 
 # -- the watchdog process ------------------------------------------------------------------------------------------
 
+
 def _say(line: str) -> None:
     """One line on stderr — the owner's, inherited; quiet if nobody reads it any more (the lock's record keeps what
     is left)."""
@@ -246,8 +278,9 @@ def _say(line: str) -> None:
 class _Guard:
     """What the watchdog process guards, and how it gives it back."""
 
-    def __init__(self, devices: Sequence[int], owner: ProcessId, tries: int, backoff_s: float,
-                 lock: GpuLock | None) -> None:
+    def __init__(
+        self, devices: Sequence[int], owner: ProcessId, tries: int, backoff_s: float, lock: GpuLock | None
+    ) -> None:
         self.devices = list(devices)
         self.owner = owner
         self.command = process_command(owner.pid)
@@ -312,8 +345,10 @@ class _Guard:
                     left.append(f"its {what} clock is left locked")
                     left_domains.add(domain)
             if reset:
-                done.append(f"reset its locked {' and '.join(reset)} clock{'s' if len(reset) > 1 else ''} to the "
-                            "driver's default")
+                done.append(
+                    f"reset its locked {' and '.join(reset)} clock{'s' if len(reset) > 1 else ''} to the "
+                    "driver's default"
+                )
             if index in self.power_limits_w:
                 found_w = self.power_limits_w[index]
                 tries = self._attempt(dev, errors, "set_power_limit_w", found_w)
@@ -327,8 +362,11 @@ class _Guard:
         for index, (done, left, errors) in by_gpu.items():
             if not done and not left:
                 continue
-            head = (f"rlclock watchdog: {who} ended without giving GPU {index} back; " if owner_gone
-                    else f"rlclock watchdog: as asked by {who}, for GPU {index}: ")
+            head = (
+                f"rlclock watchdog: {who} ended without giving GPU {index} back; "
+                if owner_gone
+                else f"rlclock watchdog: as asked by {who}, for GPU {index}: "
+            )
             if left:
                 status = LEFT_STATUS
                 text = head + ("; ".join(done) + ", but " if done else "") + ", and ".join(left)
@@ -395,9 +433,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if terminated:
             terminated.clear()
             if owner.alive():
-                _say(f"rlclock watchdog: SIGTERM ignored: process {owner.pid} still controls GPU(s) "
-                     f"{', '.join(map(str, devices))} and gives them back itself; this watchdog guards them until it "
-                     "ends.")
+                _say(
+                    f"rlclock watchdog: SIGTERM ignored: process {owner.pid} still controls GPU(s) "
+                    f"{', '.join(map(str, devices))} and gives them back itself; this watchdog guards them until it "
+                    "ends."
+                )
             else:
                 return guard.give_back(owner_gone=True)
         if not pipe_open:  # the owner closed its end but may still run: watch the process (often, at first)

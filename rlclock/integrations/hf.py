@@ -46,8 +46,9 @@ from rlclock.schedule import ClockSchedule
 try:
     import transformers
 except ModuleNotFoundError as exc:
-    raise missing_framework(exc, ("transformers",), "hf",
-                            "rlclock.integrations.hf (the Hugging Face Trainer callback)") from None
+    raise missing_framework(
+        exc, ("transformers",), "hf", "rlclock.integrations.hf (the Hugging Face Trainer callback)"
+    ) from None
 
 TrainerCallback: Any = transformers.TrainerCallback
 
@@ -69,11 +70,16 @@ class RlclockTrainerCallback(TrainerCallback):
         DeployError: An option ``clocked()`` does not take.
     """
 
-    def __init__(self, schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None, *,
-                 timeline: StepTimeline | str | Path | None = None, alternatives: Sequence[ClockSchedule] = (),
-                 watch: bool | int = False, **options: Any) -> None:
-        self.session = TrainingSession(schedule, timeline=timeline, alternatives=alternatives, watch=watch,
-                                       **options)
+    def __init__(
+        self,
+        schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None,
+        *,
+        timeline: StepTimeline | str | Path | None = None,
+        alternatives: Sequence[ClockSchedule] = (),
+        watch: bool | int = False,
+        **options: Any,
+    ) -> None:
+        self.session = TrainingSession(schedule, timeline=timeline, alternatives=alternatives, watch=watch, **options)
 
     @property
     def clocked(self) -> Clocked | None:

@@ -54,8 +54,12 @@ except ModuleNotFoundError as exc:
     try:
         import pytorch_lightning as pl
     except ModuleNotFoundError as missing:
-        raise missing_framework(missing, ("lightning", "pytorch_lightning"), "lightning",
-                                "rlclock.integrations.lightning (the Lightning callback)") from None
+        raise missing_framework(
+            missing,
+            ("lightning", "pytorch_lightning"),
+            "lightning",
+            "rlclock.integrations.lightning (the Lightning callback)",
+        ) from None
 
 Callback: Any = pl.Callback
 
@@ -78,12 +82,17 @@ class RlclockLightningCallback(Callback):
         DeployError: An option ``clocked()`` does not take.
     """
 
-    def __init__(self, schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None, *,
-                 timeline: StepTimeline | str | Path | None = None, alternatives: Sequence[ClockSchedule] = (),
-                 watch: bool | int = False, **options: Any) -> None:
+    def __init__(
+        self,
+        schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None,
+        *,
+        timeline: StepTimeline | str | Path | None = None,
+        alternatives: Sequence[ClockSchedule] = (),
+        watch: bool | int = False,
+        **options: Any,
+    ) -> None:
         super().__init__()
-        self.session = TrainingSession(schedule, timeline=timeline, alternatives=alternatives, watch=watch,
-                                       **options)
+        self.session = TrainingSession(schedule, timeline=timeline, alternatives=alternatives, watch=watch, **options)
         self._step_began_at: int | None = None  # trainer.global_step when the open step began
 
     @property

@@ -32,8 +32,9 @@ class MissingFrameworkError(DeployError, ModuleNotFoundError):
     """A callback's framework is not installed (also a ``ModuleNotFoundError``, so ``except ImportError`` sees it)."""
 
 
-def missing_framework(exc: ModuleNotFoundError, packages: Sequence[str], extra: str, what: str
-                      ) -> MissingFrameworkError:
+def missing_framework(
+    exc: ModuleNotFoundError, packages: Sequence[str], extra: str, what: str
+) -> MissingFrameworkError:
     """The error for a callback whose framework did not import.
 
     Args:
@@ -49,8 +50,9 @@ def missing_framework(exc: ModuleNotFoundError, packages: Sequence[str], extra: 
     if exc.name not in packages:
         raise exc
     names = " or ".join(p for p in packages if "." not in p)
-    return MissingFrameworkError(f"{what} needs the {names} package, which is not installed.",
-                                 f"pip install 'rlclock[{extra}]'.")
+    return MissingFrameworkError(
+        f"{what} needs the {names} package, which is not installed.", f"pip install 'rlclock[{extra}]'."
+    )
 
 
 class TrainingSession:
@@ -77,13 +79,21 @@ class TrainingSession:
         DeployError: An option ``clocked()`` does not take, or a ``watch`` that is not a bool or a count >= 1.
     """
 
-    def __init__(self, schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None, *,
-                 timeline: StepTimeline | str | Path | None = None, alternatives: Sequence[ClockSchedule] = (),
-                 watch: bool | int = False, **options: Any) -> None:
+    def __init__(
+        self,
+        schedule: ClockSchedule | ScheduleBuilder | str | Path | None = None,
+        *,
+        timeline: StepTimeline | str | Path | None = None,
+        alternatives: Sequence[ClockSchedule] = (),
+        watch: bool | int = False,
+        **options: Any,
+    ) -> None:
         DeploySettings.check_options(options)
         if not isinstance(watch, (bool, int)) or (not isinstance(watch, bool) and watch < 1):
-            raise DeployError(f"watch takes True, False or a whole number of blocks >= 1, found {watch!r}.",
-                              "pass watch=True to mark every block, watch=K for every K-th.")
+            raise DeployError(
+                f"watch takes True, False or a whole number of blocks >= 1, found {watch!r}.",
+                "pass watch=True to mark every block, watch=K for every K-th.",
+            )
         self._schedule = schedule
         self._timeline = timeline
         self._alternatives = tuple(alternatives)
@@ -155,8 +165,10 @@ class TrainingSession:
             The report (``None`` when no schedule was applied).
         """
         if failure is not None and self.active:
-            self._say(f"training stopped with {type(failure).__name__} after {self.steps} optimizer steps: "
-                      "closing the deployment (clocks restored)")
+            self._say(
+                f"training stopped with {type(failure).__name__} after {self.steps} optimizer steps: "
+                "closing the deployment (clocks restored)"
+            )
         return self._close(None if failure is None else type(failure).__name__)
 
     def _close(self, failure: str | None) -> ControllerReport | None:
@@ -180,8 +192,10 @@ class TrainingSession:
 
     def _close_at_exit(self) -> None:
         if self.active:
-            self._say(f"the interpreter is exiting after {self.steps} optimizer steps and training never said it "
-                      "ended (an exception in the training call?): closing the deployment (clocks restored)")
+            self._say(
+                f"the interpreter is exiting after {self.steps} optimizer steps and training never said it "
+                "ended (an exception in the training call?): closing the deployment (clocks restored)"
+            )
             self._close("the interpreter's exit")
 
     def _say(self, message: str) -> None:
@@ -191,4 +205,3 @@ class TrainingSession:
 
     def __repr__(self) -> str:
         return f"TrainingSession({self.clocked!r}, optimizer steps {self.steps})"
-

@@ -43,8 +43,14 @@ FEATURE_NAMES: tuple[str, ...] = (
 N_FEATURES = len(FEATURE_NAMES)
 
 
-def kernel_features(trace: KernelTrace, spec: GpuSpec, auto_time_s: np.ndarray, auto_energy_j: np.ndarray,
-                    latency_s: float, rows: np.ndarray | None = None) -> np.ndarray:
+def kernel_features(
+    trace: KernelTrace,
+    spec: GpuSpec,
+    auto_time_s: np.ndarray,
+    auto_energy_j: np.ndarray,
+    latency_s: float,
+    rows: np.ndarray | None = None,
+) -> np.ndarray:
     """Feature matrix ``(len(trace), N_FEATURES)`` (float32).
 
     Args:
@@ -68,7 +74,9 @@ def kernel_features(trace: KernelTrace, spec: GpuSpec, auto_time_s: np.ndarray, 
         i = int(np.flatnonzero(bad)[0])
         raise TraceError(
             f"kernel #{i} ({trace[i].name!r}) has auto time {t[i]!r} s and energy {e[i]!r} J; features need "
-            "finite values (time > 0).", "re-measure or re-simulate the trace.")
+            "finite values (time > 0).",
+            "re-measure or re-simulate the trace.",
+        )
     c = trace.columns
     total_s = t.sum()
     if rows is not None:
@@ -81,8 +89,11 @@ def kernel_features(trace: KernelTrace, spec: GpuSpec, auto_time_s: np.ndarray, 
     peak_bw = spec.bandwidth_bytes_per_s(spec.max_mem_mhz)
     f_hz = spec.abs_max_core_mhz * 1e6
     rate_by_dtype = np.array([spec.tensor_flops_per_cycle_per_sm.get(d, 1.0) for d in DTYPES])
-    peak_flops = np.where(tensor > 0, rate_by_dtype[c["dtype"]] * spec.sm_count * f_hz,
-                          spec.simt_flops_per_cycle_per_sm * spec.sm_count * f_hz)
+    peak_flops = np.where(
+        tensor > 0,
+        rate_by_dtype[c["dtype"]] * spec.sm_count * f_hz,
+        spec.simt_flops_per_cycle_per_sm * spec.sm_count * f_hz,
+    )
     ridge = peak_flops / peak_bw
     lat = max(latency_s, 1e-9)
     cols = [
@@ -158,8 +169,10 @@ def _reference_configs(configs: tuple) -> tuple[int, ...]:
     """Cached :func:`reference_configs` of a tuple of configurations."""
     locked = [(i, c) for i, c in enumerate(configs) if c.core_mhz is not None and c.mem_mhz is not None]
     if not locked:
-        raise SpecError("the kernels' clock response needs at least one locked core@memory pair in the action set.",
-                        "add locked pairs to the env spec's actions.")
+        raise SpecError(
+            "the kernels' clock response needs at least one locked core@memory pair in the action set.",
+            "add locked pairs to the env spec's actions.",
+        )
     mems = sorted({c.mem_mhz for _, c in locked})
     out = []
     for mem in (mems[-1], mems[0]):
@@ -170,8 +183,9 @@ def _reference_configs(configs: tuple) -> tuple[int, ...]:
     return tuple(out)
 
 
-def clock_response(t_tab: np.ndarray, e_tab: np.ndarray, configs, auto_time_s: np.ndarray,
-                   auto_energy_j: np.ndarray) -> np.ndarray:
+def clock_response(
+    t_tab: np.ndarray, e_tab: np.ndarray, configs, auto_time_s: np.ndarray, auto_energy_j: np.ndarray
+) -> np.ndarray:
     """``(n, N_RESPONSE)``: how each kernel answers to clocks on the planning model — at every reference
     configuration, log2 of time over auto time (clipped to [-1, 2], halved) and log2 of energy over auto
     energy (clipped to [-1, 1]). Memory-bound kernels show flat time and falling energy at a lower core
@@ -192,9 +206,18 @@ def distinct_kernels(trace: KernelTrace, row_ids: np.ndarray) -> tuple[np.ndarra
     return distinct(kernel * (int(row_ids.max()) + 1) + row_ids)
 
 
-def kernel_window(trace: KernelTrace, spec: GpuSpec, auto_time_s: np.ndarray, auto_energy_j: np.ndarray,
-                  latency_s: float, t_tab: np.ndarray, e_tab: np.ndarray, configs, lookahead: int,
-                  kernels: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+def kernel_window(
+    trace: KernelTrace,
+    spec: GpuSpec,
+    auto_time_s: np.ndarray,
+    auto_energy_j: np.ndarray,
+    latency_s: float,
+    t_tab: np.ndarray,
+    e_tab: np.ndarray,
+    configs,
+    lookahead: int,
+    kernels: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
     """``(n + lookahead, N_KERNEL_INPUTS)``: per kernel its shape features, its clock response and a valid
     flag, zero-padded past the end of the step; rows ``k .. k + lookahead`` are what a policy sees at ``k``.
     ``kernels``: :func:`distinct_kernels` of the step, to compute each distinct kernel's row once."""
@@ -204,7 +227,8 @@ def kernel_window(trace: KernelTrace, spec: GpuSpec, auto_time_s: np.ndarray, au
     distinct_rows = np.empty((len(rows), N_KERNEL_INPUTS), dtype=np.float32)
     distinct_rows[:, :N_FEATURES] = kernel_features(trace, spec, at, ae, latency_s, rows)
     distinct_rows[:, N_FEATURES : N_FEATURES + N_RESPONSE] = clock_response(
-        np.asarray(t_tab, float)[rows], np.asarray(e_tab, float)[rows], configs, at[rows], ae[rows])
+        np.asarray(t_tab, float)[rows], np.asarray(e_tab, float)[rows], configs, at[rows], ae[rows]
+    )
     distinct_rows[:, -1] = 1.0
     window = np.zeros((n + lookahead, N_KERNEL_INPUTS), dtype=np.float32)
     window[:n] = distinct_rows[ids]

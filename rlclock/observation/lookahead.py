@@ -73,8 +73,10 @@ def _memory_groups(mem_mhz: Sequence[int | None]) -> list[np.ndarray]:
         if m is not None:
             groups.setdefault(int(m), []).append(i)
     if not groups:
-        raise SpecError("the action set has no configuration with a memory clock; candidate slots need one.",
-                        "add locked core@memory pairs to the env spec's actions.")
+        raise SpecError(
+            "the action set has no configuration with a memory clock; candidate slots need one.",
+            "add locked core@memory pairs to the env spec's actions.",
+        )
     return [np.asarray(groups[m], dtype=np.int64) for m in sorted(groups)]
 
 
@@ -168,8 +170,13 @@ def _hash_powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     return powers, inverse
 
 
-def table_rows(t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarray, auto_energy_j: np.ndarray,
-               hint: tuple[Sequence[int], np.ndarray] | None = None) -> np.ndarray:
+def table_rows(
+    t_tab: np.ndarray,
+    e_tab: np.ndarray,
+    auto_time_s: np.ndarray,
+    auto_energy_j: np.ndarray,
+    hint: tuple[Sequence[int], np.ndarray] | None = None,
+) -> np.ndarray:
     """:func:`identical_rows` of a step's planning-model rows: per kernel its time and energy at every
     configuration and at auto. ``hint``: a proposed grouping ``(first, group)`` — the first kernel of each
     group and every kernel's group, as ``KernelTrace.unique_index`` —, taken if every kernel's row equals its
@@ -182,8 +189,14 @@ def table_rows(t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarray, au
     return identical_rows(np.column_stack(cols))
 
 
-def kernel_contexts(t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarray, auto_energy_j: np.ndarray,
-                    horizon_s: float, row_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def kernel_contexts(
+    t_tab: np.ndarray,
+    e_tab: np.ndarray,
+    auto_time_s: np.ndarray,
+    auto_energy_j: np.ndarray,
+    horizon_s: float,
+    row_ids: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """``(context, first)``: per kernel the index of its *context*, and the first kernel of each context.
 
     Two kernels share a context when the kernels from each over ``horizon_s`` of auto time ahead (or to the
@@ -206,8 +219,11 @@ def kernel_contexts(t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarra
     prefix = np.concatenate([[np.uint64(0)], np.cumsum(h * powers[:n])])
     with np.errstate(over="ignore"):
         length = (end - np.arange(n)).astype(np.uint64)
-        key = ((prefix[end] - prefix[:n]) * inverse[:n] + length * np.uint64(0xD6E8FEB86659FD93)
-               + reaches_end.astype(np.uint64) * np.uint64(0xA0761D6478BD642F))
+        key = (
+            (prefix[end] - prefix[:n]) * inverse[:n]
+            + length * np.uint64(0xD6E8FEB86659FD93)
+            + reaches_end.astype(np.uint64) * np.uint64(0xA0761D6478BD642F)
+        )
     context, first = distinct(key)
     order = np.argsort(first)  # contexts numbered in step order
     rank = np.empty_like(order)
@@ -219,8 +235,9 @@ _CHUNK = 1 << 15
 """Kernels per block of the running sums in :func:`_running_added` (bounds its memory on long steps)."""
 
 
-def _running_added(t: np.ndarray, e: np.ndarray, at: np.ndarray, ae: np.ndarray, power: float, rows: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def _running_added(
+    t: np.ndarray, e: np.ndarray, at: np.ndarray, ae: np.ndarray, power: float, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """At each kernel index of ``rows`` (any shape): the seconds and joules / ``power`` added over auto by all
     kernels before it (``(..., 2C)``, running sums in kernel order), and by that kernel itself.
 
@@ -281,9 +298,17 @@ class StepLookahead:
         kernel_groups: ``KernelTrace.unique_index`` of the step, if known (see :func:`table_rows`).
     """
 
-    def __init__(self, t_tab: np.ndarray, e_tab: np.ndarray, auto_time_s: np.ndarray, auto_energy_j: np.ndarray,
-                 latency_s: float, configs: Sequence, share_contexts: bool = True,
-                 kernel_groups: tuple[Sequence[int], np.ndarray] | None = None) -> None:
+    def __init__(
+        self,
+        t_tab: np.ndarray,
+        e_tab: np.ndarray,
+        auto_time_s: np.ndarray,
+        auto_energy_j: np.ndarray,
+        latency_s: float,
+        configs: Sequence,
+        share_contexts: bool = True,
+        kernel_groups: tuple[Sequence[int], np.ndarray] | None = None,
+    ) -> None:
         t = np.asarray(t_tab, float)
         e = np.asarray(e_tab, float)
         at = np.asarray(auto_time_s, float)
@@ -326,8 +351,10 @@ class StepLookahead:
         # per memory clock's group: the window sums of added time and energy, (U, W, group size) each, in float64
         # (near-ties between candidates stay resolved), contiguous for the ranking
         win = upto[:, _WINDOW_ENDS] - upto[:, _WINDOW_START, None]
-        self._win = [(np.ascontiguousarray(win[..., :C][..., g]), np.ascontiguousarray(win[..., C:][..., g]))
-                     for g in self._groups]
+        self._win = [
+            (np.ascontiguousarray(win[..., :C][..., g]), np.ascontiguousarray(win[..., C:][..., g]))
+            for g in self._groups
+        ]
         self.n_slots = 1 + len(CANDIDATE_PRICE_FACTORS) * len(CANDIDATE_WINDOWS) * len(self._groups)
         self._candidates: dict[float, np.ndarray] = {}
 
@@ -390,8 +417,14 @@ class StepLookahead:
         per bin clipped to [-1, 2], then the added energy per bin clipped to [-1, 1]."""
         return _clip(self._rows(u, configs))
 
-    def bin_features(self, u: np.ndarray | int, configs: np.ndarray | int, price_rel: float,
-                     extra: int = 0, out: np.ndarray | None = None) -> np.ndarray:
+    def bin_features(
+        self,
+        u: np.ndarray | int,
+        configs: np.ndarray | int,
+        price_rel: float,
+        extra: int = 0,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
         """``(..., 3 N_BINS + extra)`` float32 per context ``u`` and configuration (broadcast together): the
         clipped gain per bin at ``price_rel`` (:meth:`gains_of`), the clipped added time and energy per bin
         (:meth:`clipped`), then ``extra`` zeros (for the caller to fill) — written into ``out`` (``(..., 3
@@ -403,8 +436,15 @@ class StepLookahead:
         _clip(got, out=out[..., N_BINS : 3 * N_BINS])
         return out
 
-    def slot_features(self, k: np.ndarray, slots: np.ndarray, current: np.ndarray, price_rel: np.ndarray,
-                      config_feat: np.ndarray, contexts: bool = False) -> np.ndarray:
+    def slot_features(
+        self,
+        k: np.ndarray,
+        slots: np.ndarray,
+        current: np.ndarray,
+        price_rel: np.ndarray,
+        config_feat: np.ndarray,
+        contexts: bool = False,
+    ) -> np.ndarray:
         """``(R, n_slots, SLOT_WIDTH)`` for ``R`` decisions (kernels ``k`` — contexts, with ``contexts`` —,
         slot configurations ``slots`` ``(R, n_slots)``, configurations in effect ``current`` — ``-1`` flags
         none — and prices): per slot its configuration's features, then per bin its gain, added time and

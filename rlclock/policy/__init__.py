@@ -7,16 +7,26 @@ policy's best choices) and :mod:`.planner` (meeting a slowdown budget).
 """
 
 from rlclock.policy.checkpoint import (
-           CHECKPOINT_FORMAT,
-           CHECKPOINT_VERSION,
-           policy_meta,
-           read_checkpoint,
-           save_checkpoint,
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_VERSION,
+    policy_meta,
+    read_checkpoint,
+    save_checkpoint,
 )
 from rlclock.policy.clock_policy import DEFAULT_PRICE_REL, ClockPolicy
 from rlclock.policy.network import PolicyWeights
 from rlclock.policy.rollout import Plan
 from rlclock.policy.step import PlanningStep
 
-__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "DEFAULT_PRICE_REL", "ClockPolicy", "Plan", "PlanningStep",
-           "PolicyWeights", "policy_meta", "read_checkpoint", "save_checkpoint"]
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_VERSION",
+    "DEFAULT_PRICE_REL",
+    "ClockPolicy",
+    "Plan",
+    "PlanningStep",
+    "PolicyWeights",
+    "policy_meta",
+    "read_checkpoint",
+    "save_checkpoint",
+]

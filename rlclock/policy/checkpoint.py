@@ -86,8 +86,15 @@ def checkpoint_gpu(meta: dict[str, Any]) -> GpuSpec:
     return get_spec(str(meta["gpu_key"]))
 
 
-def policy_meta(gpu: GpuSpec, configs: Sequence[ClockConfig], lookahead: int, obs_entries: int, latency_s: float,
-                budget: float, extra: dict[str, Any]) -> dict[str, Any]:
+def policy_meta(
+    gpu: GpuSpec,
+    configs: Sequence[ClockConfig],
+    lookahead: int,
+    obs_entries: int,
+    latency_s: float,
+    budget: float,
+    extra: dict[str, Any],
+) -> dict[str, Any]:
     """The metadata a checkpoint carries (see the module docstring)."""
     return {
         "gpu_key": gpu.key,
@@ -159,30 +166,44 @@ def read_checkpoint(name: str | Path) -> tuple[PolicyWeights, dict[str, Any]]:
     meta_path, weights_path = folder / META_FILE, folder / WEIGHTS_FILE
     if not meta_path.is_file() or not weights_path.is_file():
         if (folder / "config.yaml").is_file():
-            raise CheckpointError(f"{folder} is a run folder whose policy was not saved yet (no policy/{META_FILE}).",
-                                  f"let the run save one (it does at its first evaluation), or continue it: "
-                                  f"rlclock train --resume {folder}.")
+            raise CheckpointError(
+                f"{folder} is a run folder whose policy was not saved yet (no policy/{META_FILE}).",
+                f"let the run save one (it does at its first evaluation), or continue it: "
+                f"rlclock train --resume {folder}.",
+            )
         missing = [f for f in (META_FILE, WEIGHTS_FILE) if not (folder / f).is_file()]
-        raise CheckpointError(f"{folder} is not an rlclock checkpoint (it lacks {' and '.join(missing)}).",
-                              "give a checkpoint folder (policy.safetensors + meta.json: a shipped name such as "
-                              "gpt3xl-rtx3080ti, a run folder, or its policy/ folder).")
+        raise CheckpointError(
+            f"{folder} is not an rlclock checkpoint (it lacks {' and '.join(missing)}).",
+            "give a checkpoint folder (policy.safetensors + meta.json: a shipped name such as "
+            "gpt3xl-rtx3080ti, a run folder, or its policy/ folder).",
+        )
     meta = read_json(meta_path, "checkpoint metadata", CheckpointError, _RETRAIN, max_bytes=16 << 20)
     if not isinstance(meta, dict):
-        raise CheckpointError(f"{meta_path}: the metadata must be a JSON object, found {type(meta).__name__}.",
-                              "give a folder written by `rlclock train`.")
+        raise CheckpointError(
+            f"{meta_path}: the metadata must be a JSON object, found {type(meta).__name__}.",
+            "give a folder written by `rlclock train`.",
+        )
     if meta.get("format") != CHECKPOINT_FORMAT or meta.get("version") != CHECKPOINT_VERSION:
-        raise CheckpointError(f"{meta_path}: format {meta.get('format')!r} v{meta.get('version')!r}, expected "
-                              f"{CHECKPOINT_FORMAT!r} v{CHECKPOINT_VERSION}.", "retrain or upgrade rlclock.")
+        raise CheckpointError(
+            f"{meta_path}: format {meta.get('format')!r} v{meta.get('version')!r}, expected "
+            f"{CHECKPOINT_FORMAT!r} v{CHECKPOINT_VERSION}.",
+            "retrain or upgrade rlclock.",
+        )
     if meta.get("feature_schema_version") != FEATURE_SCHEMA_VERSION:
         raise CheckpointError(
             f"{folder}: feature schema v{meta.get('feature_schema_version')} does not match this rlclock's "
-            f"v{FEATURE_SCHEMA_VERSION}.", "retrain the policy with this version of rlclock.")
+            f"v{FEATURE_SCHEMA_VERSION}.",
+            "retrain the policy with this version of rlclock.",
+        )
     missing = [key for key in REQUIRED_META if key not in meta]
     if missing:
         raise CheckpointError(f"{meta_path}: missing {missing}.", _RETRAIN)
     if meta.get("activation", "tanh") not in ACTIVATIONS:
-        raise CheckpointError(f"{meta_path}: activation {meta.get('activation')!r} is unknown; rlclock's policies "
-                              f"use {list(ACTIVATIONS)}.", _RETRAIN)
+        raise CheckpointError(
+            f"{meta_path}: activation {meta.get('activation')!r} is unknown; rlclock's policies "
+            f"use {list(ACTIVATIONS)}.",
+            _RETRAIN,
+        )
     validate(CheckpointMeta, meta, str(meta_path), CheckpointError, _RETRAIN)
     try:
         gpu = checkpoint_gpu(meta)
@@ -192,11 +213,14 @@ def read_checkpoint(name: str | Path) -> tuple[PolicyWeights, dict[str, Any]]:
         try:
             gpu.validate(c)
         except RlclockError as exc:
-            raise CheckpointError(f"{meta_path}: configuration {c!r} is not one {gpu.name} runs ({exc.message})",
-                                  _RETRAIN) from None
+            raise CheckpointError(
+                f"{meta_path}: configuration {c!r} is not one {gpu.name} runs ({exc.message})", _RETRAIN
+            ) from None
     if meta["clock_table"] != clock_table_digest(gpu):
-        raise CheckpointError(f"{folder}: clock table of {gpu.name} differs from the one the policy was trained "
-                              "on.", "retrain the policy for this GPU preset.")
+        raise CheckpointError(
+            f"{folder}: clock table of {gpu.name} differs from the one the policy was trained on.",
+            "retrain the policy for this GPU preset.",
+        )
     try:
         tensors = load_file(str(weights_path))
     except (SafetensorError, OSError) as exc:
@@ -208,28 +232,38 @@ def read_checkpoint(name: str | Path) -> tuple[PolicyWeights, dict[str, Any]]:
     return weights, meta
 
 
-def check_shapes(weights: PolicyWeights, meta: dict[str, Any], configs: Sequence[ClockConfig], lookahead: int
-                 ) -> None:
+def check_shapes(weights: PolicyWeights, meta: dict[str, Any], configs: Sequence[ClockConfig], lookahead: int) -> None:
     """Raise :class:`CheckpointError` unless the network fits the action set and the observation layout."""
     if not weights.hidden:
-        raise CheckpointError("the policy has no hidden layer; rlclock's policies have at least one.",
-                              "retrain the policy with this version of rlclock.")
+        raise CheckpointError(
+            "the policy has no hidden layer; rlclock's policies have at least one.",
+            "retrain the policy with this version of rlclock.",
+        )
     slots = n_slots(configs)
     if int(meta.get("candidate_slots", slots)) != slots:
-        raise CheckpointError(f"the policy was trained with {meta['candidate_slots']} candidate slots; its "
-                              f"listed action set gives {slots}.", "retrain the policy for this action set.")
+        raise CheckpointError(
+            f"the policy was trained with {meta['candidate_slots']} candidate slots; its "
+            f"listed action set gives {slots}.",
+            "retrain the policy for this action set.",
+        )
     expect = obs_size(lookahead, slots)
     w0 = weights.hidden[0][0]
     if w0.shape[1] != expect or int(meta["obs_size"]) != expect:
-        raise CheckpointError(f"policy expects {w0.shape[1]} observation entries, this rlclock builds {expect}.",
-                              "retrain the policy with this version of rlclock.")
+        raise CheckpointError(
+            f"policy expects {w0.shape[1]} observation entries, this rlclock builds {expect}.",
+            "retrain the policy with this version of rlclock.",
+        )
     for i, ((w, b), width) in enumerate(zip(weights.hidden, [w0.shape[1]] + [w.shape[0] for w, _ in weights.hidden])):
         if w.ndim != 2 or w.shape[1] != width or b.shape != (w.shape[0],):
-            raise CheckpointError(f"hidden layer {i} has weights {w.shape} and bias {b.shape}, which do not chain.",
-                                  "retrain the policy with this version of rlclock.")
+            raise CheckpointError(
+                f"hidden layer {i} has weights {w.shape} and bias {b.shape}, which do not chain.",
+                "retrain the policy with this version of rlclock.",
+            )
     head_w, head_b = weights.head
     if head_w.shape != (slots + 1, weights.hidden[-1][0].shape[0]) or head_b.shape != (slots + 1,):
-        raise CheckpointError(f"policy has {head_w.shape[0]} actions but its action set gives {slots} candidate "
-                              "slots (+ keep).", "retrain the policy for this action set.")
+        raise CheckpointError(
+            f"policy has {head_w.shape[0]} actions but its action set gives {slots} candidate slots (+ keep).",
+            "retrain the policy for this action set.",
+        )
     if not all(np.all(np.isfinite(a)) for layer in (*weights.hidden, weights.head) for a in layer):
         raise CheckpointError("the policy's weights hold NaN or infinity.", "retrain the policy.")

@@ -58,11 +58,14 @@ class ClockPolicy:
         try:
             self.gpu.check_runtime_configs(self.configs, "this checkpoint's action set")
         except RlclockError as exc:
-            raise CheckpointError(exc.message, "retrain it on an env spec whose actions keep one memory clock: "
-                                               f"{exc.fix}") from None
+            raise CheckpointError(
+                exc.message, f"retrain it on an env spec whose actions keep one memory clock: {exc.fix}"
+            ) from None
         if not any(c.core_mhz is not None and c.mem_mhz is not None for c in self.configs):
-            raise CheckpointError("the policy's action set has no locked core@memory pair; its kernel clock "
-                                  "response needs at least one.", "retrain with locked pairs in the env's actions.")
+            raise CheckpointError(
+                "the policy's action set has no locked core@memory pair; its kernel clock response needs at least one.",
+                "retrain with locked pairs in the env's actions.",
+            )
         self.evaluator = FirstLayerEvaluator(weights, self.gpu, self.configs, self.lookahead)
 
     @classmethod
@@ -89,12 +92,19 @@ class ClockPolicy:
         """Raise :class:`CheckpointError` unless ``gpu`` (a spec, preset key or NVML name) is the policy's GPU."""
         spec = get_spec(gpu) if isinstance(gpu, str) else gpu
         if spec.key != self.gpu.key or clock_table_digest(spec) != self.meta["clock_table"]:
-            raise CheckpointError(f"this policy was trained for {self.gpu.name}, not {spec.name}.",
-                                  f"use a checkpoint trained for {spec.key}, or train one.")
+            raise CheckpointError(
+                f"this policy was trained for {self.gpu.name}, not {spec.name}.",
+                f"use a checkpoint trained for {spec.key}, or train one.",
+            )
 
     # -- planning ---------------------------------------------------------------------------------------------
-    def backend_for(self, trace: KernelTrace, auto_time_s: np.ndarray | None = None,
-                    auto_energy_j: np.ndarray | None = None, latency_s: float | None = None) -> GpuBackend:
+    def backend_for(
+        self,
+        trace: KernelTrace,
+        auto_time_s: np.ndarray | None = None,
+        auto_energy_j: np.ndarray | None = None,
+        latency_s: float | None = None,
+    ) -> GpuBackend:
         """The planning model: a simulated backend of the policy's GPU over ``trace``, anchored on measured
         auto points if given."""
         from rlclock.backends.simulated import SimulatedGpu
@@ -104,10 +114,20 @@ class ClockPolicy:
             e = None if auto_energy_j is None else np.asarray(auto_energy_j, float)
             if t.shape != (len(trace),) or (e is not None and e.shape != t.shape):
                 raise CheckpointError(f"need {len(trace)} auto times (and energies), found {t.shape}.")
-            kernels = [replace(k, measured=(Measurement(gpu=self.gpu.key, time_s=float(t[i]),
-                                                        energy_j=None if e is None else float(e[i]),
-                                                        source="profile"),))
-                       for i, k in enumerate(trace)]
+            kernels = [
+                replace(
+                    k,
+                    measured=(
+                        Measurement(
+                            gpu=self.gpu.key,
+                            time_s=float(t[i]),
+                            energy_j=None if e is None else float(e[i]),
+                            source="profile",
+                        ),
+                    ),
+                )
+                for i, k in enumerate(trace)
+            ]
             trace = trace.with_kernels(kernels)
         lat = self.meta.get("latency_s", self.gpu.switch_latency_s) if latency_s is None else latency_s
         return SimulatedGpu(self.gpu, trace, self.configs, lat, anchor=True)
@@ -118,15 +138,27 @@ class ClockPolicy:
             return backend
         self.check_gpu(backend.spec)
         if tuple(backend.configs) != self.configs:
-            raise CheckpointError("the backend's configuration set differs from the policy's action set.",
-                                  "build the backend with policy.configs (or use policy.schedule without one).")
+            raise CheckpointError(
+                "the backend's configuration set differs from the policy's action set.",
+                "build the backend with policy.configs (or use policy.schedule without one).",
+            )
         return PlanningStep.of(backend)
 
-    def schedule(self, trace: KernelTrace, auto_time_s: np.ndarray | None = None,
-                 auto_energy_j: np.ndarray | None = None, latency_s: float | None = None,
-                 backend: GpuBackend | None = None, budget: float | None = None, meet_budget: bool = True,
-                 search: bool = True, ranks: int = SEARCH_RANKS, whole_job: bool = True,
-                 power_limits: bool = True, execution: Execution | None = None) -> ClockSchedule:
+    def schedule(
+        self,
+        trace: KernelTrace,
+        auto_time_s: np.ndarray | None = None,
+        auto_energy_j: np.ndarray | None = None,
+        latency_s: float | None = None,
+        backend: GpuBackend | None = None,
+        budget: float | None = None,
+        meet_budget: bool = True,
+        search: bool = True,
+        ranks: int = SEARCH_RANKS,
+        whole_job: bool = True,
+        power_limits: bool = True,
+        execution: Execution | None = None,
+    ) -> ClockSchedule:
         """The policy's clock schedule for one step of ``trace``.
 
         Args:
@@ -153,14 +185,34 @@ class ClockPolicy:
         """
         if backend is None:
             backend = self.backend_for(trace, auto_time_s, auto_energy_j, latency_s)
-        got = self.plan(backend, self.budget if budget is None else budget, meet_budget, search=search, ranks=ranks,
-                        whole_job=whole_job, power_limits=power_limits, execution=execution)
-        return ClockSchedule(self.configs, got.requests if got.runs is None else got.runs, name=got.name,
-                             power_limit_w=got.power_limit_w)
+        got = self.plan(
+            backend,
+            self.budget if budget is None else budget,
+            meet_budget,
+            search=search,
+            ranks=ranks,
+            whole_job=whole_job,
+            power_limits=power_limits,
+            execution=execution,
+        )
+        return ClockSchedule(
+            self.configs, got.requests if got.runs is None else got.runs, name=got.name, power_limit_w=got.power_limit_w
+        )
 
-    def plan(self, backend: GpuBackend | PlanningStep, budget: float, meet_budget: bool = True, prices: int = 24,
-             pairs: int = 2, mix_tries: int = 8, search: bool = False, ranks: int = SEARCH_RANKS,
-             whole_job: bool = True, power_limits: bool = True, execution: Execution | None = None) -> Plan:
+    def plan(
+        self,
+        backend: GpuBackend | PlanningStep,
+        budget: float,
+        meet_budget: bool = True,
+        prices: int = 24,
+        pairs: int = 2,
+        mix_tries: int = 8,
+        search: bool = False,
+        ranks: int = SEARCH_RANKS,
+        whole_job: bool = True,
+        power_limits: bool = True,
+        execution: Execution | None = None,
+    ) -> Plan:
         """The requested configuration per kernel and its cost on the planning model (:mod:`rlclock.policy.planner`).
 
         With ``meet_budget`` the planner tries ``prices`` prices of time, time-shares the ``pairs`` most
@@ -173,12 +225,15 @@ class ClockPolicy:
         """
         step = self.step_of(backend)
         if execution is not None and execution.n != step.n:
-            raise CheckpointError(f"the execution's timeline has {execution.n} kernels, the step {step.n}.",
-                                  "build both from a profile of the same training step.")
+            raise CheckpointError(
+                f"the execution's timeline has {execution.n} kernels, the step {step.n}.",
+                "build both from a profile of the same training step.",
+            )
         if not meet_budget:
             return planner.plan_at(self.evaluator, step, self.price_rel, search, ranks, execution)
-        got = planner.plan(self.evaluator, step, budget, prices, pairs, mix_tries, search, ranks=ranks,
-                           execution=execution)
+        got = planner.plan(
+            self.evaluator, step, budget, prices, pairs, mix_tries, search, ranks=ranks, execution=execution
+        )
         if not whole_job or isinstance(backend, PlanningStep):
             return got
         return cheapest(got, backend, budget, power_limits)
@@ -187,10 +242,17 @@ class ClockPolicy:
         """What several rollouts of one step share (:meth:`rlclock.policy.inputs.FirstLayerEvaluator.prepare`)."""
         return self.evaluator.prepare(self.step_of(backend))
 
-    def rollout(self, backend: GpuBackend | PlanningStep, price_rel: float | np.ndarray,
-                prepared: PreparedStep | None = None, timings: list[float] | None = None,
-                first_layer: list[np.ndarray] | None = None, overrides: Overrides | None = None,
-                start: int = 0) -> Plan:
+    def rollout(
+        self,
+        backend: GpuBackend | PlanningStep,
+        price_rel: float | np.ndarray,
+        prepared: PreparedStep | None = None,
+        timings: list[float] | None = None,
+        first_layer: list[np.ndarray] | None = None,
+        overrides: Overrides | None = None,
+        start: int = 0,
+    ) -> Plan:
         """One rollout at a price of time (:func:`rlclock.policy.rollout.rollout`)."""
-        return rollout(self.evaluator, self.step_of(backend), price_rel, prepared, timings, first_layer, overrides,
-                       start)
+        return rollout(
+            self.evaluator, self.step_of(backend), price_rel, prepared, timings, first_layer, overrides, start
+        )

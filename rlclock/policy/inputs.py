@@ -237,12 +237,29 @@ class FirstLayerEvaluator:
         K = self.lookahead
         first = self.first
         b1 = self.weights.hidden[0][1]
-        look = StepLookahead(step.time_s, step.energy_j, step.auto_time_s, step.auto_energy_j, step.latency_s,
-                             self.configs, kernel_groups=step.trace.unique_index)
+        look = StepLookahead(
+            step.time_s,
+            step.energy_j,
+            step.auto_time_s,
+            step.auto_energy_j,
+            step.latency_s,
+            self.configs,
+            kernel_groups=step.trace.unique_index,
+        )
         width = self.layout.window.stop
         kernels = distinct_kernels(step.trace, look.row_ids)
-        window = kernel_window(step.trace, self.gpu, step.auto_time_s, step.auto_energy_j, step.latency_s,
-                               step.time_s, step.energy_j, self.configs, K, kernels)
+        window = kernel_window(
+            step.trace,
+            self.gpu,
+            step.auto_time_s,
+            step.auto_energy_j,
+            step.latency_s,
+            step.time_s,
+            step.energy_j,
+            self.configs,
+            K,
+            kernels,
+        )
         prefix = np.concatenate([[0.0], np.cumsum(step.auto_time_s)])
         remaining = remaining_feature(float(prefix[-1]) - prefix[:-1], step.latency_s)
         situation, firsts = situations(kernels[0], look.context, remaining, K)
@@ -261,10 +278,16 @@ class FirstLayerEvaluator:
         if got is None:
             look = prepared.look
             m, H = prepared.base.shape
-            got = PriceTables(price_rel, look.context_candidates(price_rel), np.empty((look.n_contexts, H)), {},
-                              np.empty((m, H)), float(price_feature(price_rel)) * self.first.price,
-                              np.zeros(-(-look.n_contexts // CONTEXT_BLOCK), dtype=bool),
-                              np.zeros(-(-m // DECISION_BLOCK), dtype=bool))
+            got = PriceTables(
+                price_rel,
+                look.context_candidates(price_rel),
+                np.empty((look.n_contexts, H)),
+                {},
+                np.empty((m, H)),
+                float(price_feature(price_rel)) * self.first.price,
+                np.zeros(-(-look.n_contexts // CONTEXT_BLOCK), dtype=bool),
+                np.zeros(-(-m // DECISION_BLOCK), dtype=bool),
+            )
             if len(prepared.per_price) >= 32:
                 prepared.per_price.clear()
             prepared.per_price[price_rel] = got
@@ -303,8 +326,9 @@ class FirstLayerEvaluator:
         tables.slot_part[u] = (feats.reshape(len(u), -1) @ self.first.slots).astype(np.float64)
         tables.slot_done[blocks] = True
 
-    def decide(self, prepared: PreparedStep, tables: PriceTables, config: int, wanted: np.ndarray
-               ) -> tuple[Decisions, int]:
+    def decide(
+        self, prepared: PreparedStep, tables: PriceTables, config: int, wanted: np.ndarray
+    ) -> tuple[Decisions, int]:
         """The policy's decisions at the tables' price with configuration ``config`` in effect, computed for
         (at least) the situations ``wanted``, and how many it computed now: those not computed before, with
         the rest of their :data:`DECISION_BLOCK`, as one batch through the network."""
@@ -328,8 +352,7 @@ class FirstLayerEvaluator:
         got.ranked[rows] = np.argsort(-z, axis=1, kind="stable")[:, : got.ranked.shape[1]]  # ties: lower first
         return got, len(rows)
 
-    def now_rows(self, look: StepLookahead, tables: PriceTables, config: int, contexts: np.ndarray | int
-                 ) -> np.ndarray:
+    def now_rows(self, look: StepLookahead, tables: PriceTables, config: int, contexts: np.ndarray | int) -> np.ndarray:
         """``(U, H)``: the first layer's sum over everything that depends on configuration ``config`` being in
         effect, per context, at the tables' price — its bins, the in-effect flags of the slots holding it, its
         features —, valid (at least) in ``contexts`` (one or an array): their blocks are filled now if they were
@@ -337,8 +360,9 @@ class FirstLayerEvaluator:
         got = tables.now.get(config)
         if got is None:
             U = look.n_contexts
-            got = NowRows(np.empty((U, self.first.now.shape[1]), dtype=np.float32),
-                          np.zeros(-(-U // CONTEXT_BLOCK), dtype=bool))
+            got = NowRows(
+                np.empty((U, self.first.now.shape[1]), dtype=np.float32), np.zeros(-(-U // CONTEXT_BLOCK), dtype=bool)
+            )
             tables.now[config] = got
         S = look.n_slots
         for b in _missing(contexts, got.done, CONTEXT_BLOCK).tolist():
@@ -367,8 +391,9 @@ _HASH_MULTIPLIERS = np.random.default_rng(0x51A7).integers(1, 2**63, size=64, dt
 of the ids collide)."""
 
 
-def situations(kernel_ids: np.ndarray, context: np.ndarray, remaining: np.ndarray, lookahead: int
-               ) -> tuple[np.ndarray, np.ndarray]:
+def situations(
+    kernel_ids: np.ndarray, context: np.ndarray, remaining: np.ndarray, lookahead: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``(situation, first)``: per kernel a number shared by the kernels that see the same inputs but for the
     state and the price — the same kernel window (``kernel_ids``: equal numbers for equal rows of the window,
     :func:`~rlclock.observation.features.distinct_kernels`), look-ahead context and time left (which saturates

@@ -54,8 +54,13 @@ class LandingCosts:
         """The costs at one price of time, over the median step and every measured one of ``execution``."""
         cost = energy_j + price_j_per_s * time_s
         prefix = np.vstack([np.zeros((1, cost.shape[1])), np.cumsum(cost, axis=0)])
-        return cls(cost, prefix, placements(execution), np.asarray(execution.duration_s, dtype=float),
-                   float(execution.period_s))
+        return cls(
+            cost,
+            prefix,
+            placements(execution),
+            np.asarray(execution.duration_s, dtype=float),
+            float(execution.period_s),
+        )
 
     def _terms(self, lands: np.ndarray, old: np.ndarray, new: np.ndarray) -> np.ndarray:
         """``(m, q)`` what each landing (``q`` of them, any shape flattened) adds to each placement's cost: its
@@ -113,7 +118,7 @@ def placements(execution: Execution) -> np.ndarray:
 def _drop(lands: list[float], configs: list[int], i: int) -> tuple[list[float], list[int], int]:
     """The landings without landing ``i``, and without those that then change nothing, and the configuration held
     when none is left."""
-    ls, cs = lands[:i] + lands[i + 1:], configs[:i] + configs[i + 1:]
+    ls, cs = lands[:i] + lands[i + 1 :], configs[:i] + configs[i + 1 :]
     while len(cs) > 1:
         same = [j for j in range(len(cs)) if cs[j] == cs[j - 1]]
         if not same:
@@ -125,8 +130,15 @@ def _drop(lands: list[float], configs: list[int], i: int) -> tuple[list[float], 
     return ls, cs, cs[-1]
 
 
-def descend(costs: LandingCosts, lands: np.ndarray, configs: np.ndarray, grid_s: np.ndarray, latency_s: float,
-            hold: int, sweeps: int = SETTLE_SWEEPS) -> tuple[np.ndarray, np.ndarray, int]:
+def descend(
+    costs: LandingCosts,
+    lands: np.ndarray,
+    configs: np.ndarray,
+    grid_s: np.ndarray,
+    latency_s: float,
+    hold: int,
+    sweeps: int = SETTLE_SWEEPS,
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Coordinate descent of the mean cost over the landings (module docstring): each landing moved to the best time
     of ``grid_s`` that keeps it a latency from its neighbours (cyclically), or dropped where that costs less.
     Returns the landings (sorted), their configurations and the configuration held when no switch is left."""
@@ -171,5 +183,10 @@ def runs_of(lands: np.ndarray, configs: np.ndarray, execution: Execution, hold: 
     switches at ``lands``: from the first kernel starting one lookahead margin after each landing."""
     margin = execution.rule.lead_s - execution.rule.latency_s
     start = np.asarray(execution.start_s, dtype=float)
-    return in_effect_at(np.asarray(lands, dtype=float), np.asarray(configs, dtype=np.int64), hold, start - margin,
-                        float(execution.period_s))
+    return in_effect_at(
+        np.asarray(lands, dtype=float),
+        np.asarray(configs, dtype=np.int64),
+        hold,
+        start - margin,
+        float(execution.period_s),
+    )

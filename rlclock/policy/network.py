@@ -68,6 +68,7 @@ class PolicyWeights:
     def from_tensors(cls, t: dict[str, np.ndarray], activation: str) -> PolicyWeights:
         """Weights from :meth:`tensors` output (``KeyError`` for a missing tensor)."""
         n = len([k for k in t if k.startswith("hidden.") and k.endswith(".weight")])
-        hidden = tuple((t[f"hidden.{i}.weight"].astype(np.float64), t[f"hidden.{i}.bias"].astype(np.float64))
-                       for i in range(n))
+        hidden = tuple(
+            (t[f"hidden.{i}.weight"].astype(np.float64), t[f"hidden.{i}.bias"].astype(np.float64)) for i in range(n)
+        )
         return cls(hidden, (t["head.weight"].astype(np.float64), t["head.bias"].astype(np.float64)), activation)

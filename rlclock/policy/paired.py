@@ -62,7 +62,6 @@ class Mix:
         return f"a{self.lo}/{self.hi}:{self.share_hi:.2f}"
 
 
-
 PLAN_BUDGETS = (0.0, 0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.04, 0.06)
 """Planning budgets of the candidate plans (fractions)."""
 LATENCY_SCALES = (3.0,)
@@ -91,10 +90,14 @@ class Candidates:
     parts: np.ndarray
 
 
-def candidate_plans(model: SimulatedGpu, budgets: Sequence[float] = PLAN_BUDGETS,
-                    latency_scales: Sequence[float] = LATENCY_SCALES,
-                    latency_budgets: Sequence[float] = LATENCY_BUDGETS, time_limit_s: float = 20.0,
-                    extra: Sequence[tuple[str, np.ndarray]] = ()) -> Candidates:
+def candidate_plans(
+    model: SimulatedGpu,
+    budgets: Sequence[float] = PLAN_BUDGETS,
+    latency_scales: Sequence[float] = LATENCY_SCALES,
+    latency_budgets: Sequence[float] = LATENCY_BUDGETS,
+    time_limit_s: float = 20.0,
+    extra: Sequence[tuple[str, np.ndarray]] = (),
+) -> Candidates:
     """Auto and the planning model's exact latency-aware optima at ``budgets``, and at ``latency_budgets`` for each
     switching latency ``latency_scales`` times the model's, then the ``extra`` plans (label, per-kernel
     configuration indices: a policy's own plan, say), each plan once (all judged on the model as it is)."""
@@ -106,8 +109,9 @@ def candidate_plans(model: SimulatedGpu, budgets: Sequence[float] = PLAN_BUDGETS
     labels = ["auto"]
     for scale in (1.0, *latency_scales):
         for b in budgets if scale == 1.0 else latency_budgets:
-            plan = latency_aware_optimum(t, e, model.latency_s * scale, auto.time_s * (1 + b),
-                                         time_limit_s=time_limit_s).requests
+            plan = latency_aware_optimum(
+                t, e, model.latency_s * scale, auto.time_s * (1 + b), time_limit_s=time_limit_s
+            ).requests
             if any(np.array_equal(plan, p) for p in plans):
                 continue  # the same plan (e.g. auto itself, where no switch pays at that latency)
             plans.append(plan)
@@ -122,12 +126,12 @@ def candidate_plans(model: SimulatedGpu, budgets: Sequence[float] = PLAN_BUDGETS
     runs = [model.run_indices(p) for p in plans]
     slowdown = np.array([r.time_s / auto.time_s - 1 for r in runs])
     saving = np.array([1 - r.energy_j / auto.energy_j for r in runs])
-    instant = SimulatedGpu(model.spec, model.trace, model.configs, 0.0, anchor=model.anchor,
-                           power_limit_w=model.power_limit_w)
+    instant = SimulatedGpu(
+        model.spec, model.trace, model.configs, 0.0, anchor=model.anchor, power_limit_w=model.power_limit_w
+    )
     base = instant.auto_run().time_s
     clock = np.array([instant.run_indices(p).time_s / base - 1 for p in plans])
     return Candidates(plans, labels, slowdown, saving, np.c_[clock, slowdown - clock])
-
 
 
 class PairedSlowdown:
@@ -156,9 +160,16 @@ class PairedSlowdown:
         correlation: Widening of the standard error for readings that share auto steps (until batches tell).
     """
 
-    def __init__(self, model_slowdown: Sequence[float], parts: np.ndarray | None = None, scale_sd: float = 0.6,
-                 shape_sd: float = 0.3, floor: float = 0.01, reference_steps: int = 1,
-                 correlation: float = 1.25) -> None:
+    def __init__(
+        self,
+        model_slowdown: Sequence[float],
+        parts: np.ndarray | None = None,
+        scale_sd: float = 0.6,
+        shape_sd: float = 0.3,
+        floor: float = 0.01,
+        reference_steps: int = 1,
+        correlation: float = 1.25,
+    ) -> None:
         m = np.log1p(np.asarray(model_slowdown, dtype=float))
         if m.ndim != 1 or m.size < 1 or abs(m[0]) > 1e-12:
             raise ValueError("model_slowdown must list every arm, auto (slowdown 0) first.")
@@ -242,7 +253,7 @@ class PairedSlowdown:
             iid = (self.correlation * spread) ** 2 / n
             if n >= BATCHES * MIN_BATCH:
                 size = n // BATCHES
-                means = x[n - size * BATCHES:].reshape(BATCHES, size).mean(axis=1)
+                means = x[n - size * BATCHES :].reshape(BATCHES, size).mean(axis=1)
                 var[a] = max(float(means.var(ddof=1)) / BATCHES, 0.25 * iid)
             else:
                 var[a] = iid
@@ -257,10 +268,9 @@ class PairedSlowdown:
         # unknowns: (k_1 .. k_F, d_0 .. d_{n-1}); arm a's log slowdown is x_a . k + d_a (auto: 0; d_0 unused)
         h = np.zeros((a_n, f_n + a_n))
         h[:, :f_n] = self.x
-        h[1:, f_n + 1:] = np.eye(a_n - 1)
+        h[1:, f_n + 1 :] = np.eye(a_n - 1)
         prior_mean = np.concatenate([np.ones(f_n), np.zeros(a_n)])
-        prior_var = np.concatenate([np.full(f_n, self.scale_sd ** 2),
-                                    (self.shape_sd * self.m) ** 2 + self.floor ** 2])
+        prior_var = np.concatenate([np.full(f_n, self.scale_sd**2), (self.shape_sd * self.m) ** 2 + self.floor**2])
         prec = np.diag(1.0 / prior_var)
         rhs = prec @ prior_mean
         rows = np.flatnonzero(seen)
@@ -350,8 +360,15 @@ class GuardedSteps:
         span_steps: The span the safety layer keeps.
     """
 
-    def __init__(self, budget: float, model_slowdown: Sequence[float], parts: np.ndarray | None = None,
-                 margin: float = 0.005, z_safe: float = 2.5, span_steps: int = 100) -> None:
+    def __init__(
+        self,
+        budget: float,
+        model_slowdown: Sequence[float],
+        parts: np.ndarray | None = None,
+        margin: float = 0.005,
+        z_safe: float = 2.5,
+        span_steps: int = 100,
+    ) -> None:
         self.budget, self.z_safe = float(budget), float(z_safe)
         self.paired = PairedSlowdown(model_slowdown, parts)
         self.safety = StepSafety(budget, margin, span_steps)
@@ -378,8 +395,14 @@ class GuardedSteps:
         self.safety.record(arm)
 
 
-def best_mix(paired: PairedSlowdown, model_saving: Sequence[float] | np.ndarray, budget: float,
-             tolerance: float = 0.002, z: float = 2.0, grid: int = 51) -> Mix:
+def best_mix(
+    paired: PairedSlowdown,
+    model_saving: Sequence[float] | np.ndarray,
+    budget: float,
+    tolerance: float = 0.002,
+    z: float = 2.0,
+    grid: int = 51,
+) -> Mix:
     """The pair of arms neighbouring in estimated slowdown (among auto and the arms measured), time-shared step by
     step, that saves most by the planning model's ranking among those whose estimated slowdown is within ``budget``
     and whose slowdown ``z`` standard deviations up is within ``budget + tolerance`` (auto if none). Only neighbours
@@ -394,8 +417,11 @@ def best_mix(paired: PairedSlowdown, model_saving: Sequence[float] | np.ndarray,
     mu, cov = paired.posterior()
     share = np.linspace(0.0, 1.0, grid)[None, :]
     mean = (1 - share) * mu[lo][:, None] + share * mu[hi][:, None]
-    var = (1 - share) ** 2 * cov[lo, lo][:, None] + share ** 2 * cov[hi, hi][:, None] \
+    var = (
+        (1 - share) ** 2 * cov[lo, lo][:, None]
+        + share**2 * cov[hi, hi][:, None]
         + 2 * share * (1 - share) * cov[lo, hi][:, None]
+    )
     up = mean + z * np.sqrt(np.maximum(var, 0.0))
     ok = (np.expm1(mean) <= budget) & (np.expm1(up) <= budget + tolerance)
     gain = np.where(ok, (1 - share) * saving[lo][:, None] + share * saving[hi][:, None], -np.inf)
@@ -439,10 +465,21 @@ class PairedTracker:
         seed: Seed of where in each cycle auto runs.
     """
 
-    def __init__(self, budget: float, model_slowdown: Sequence[float], model_saving: Sequence[float],
-                 parts: np.ndarray | None = None, tolerance: float = 0.002, z: float = 2.0, reference_every: int = 2,
-                 settled_every: int = 8, probe_every: int = 2, margin: float = 0.005, z_safe: float = 2.5,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        budget: float,
+        model_slowdown: Sequence[float],
+        model_saving: Sequence[float],
+        parts: np.ndarray | None = None,
+        tolerance: float = 0.002,
+        z: float = 2.0,
+        reference_every: int = 2,
+        settled_every: int = 8,
+        probe_every: int = 2,
+        margin: float = 0.005,
+        z_safe: float = 2.5,
+        seed: int = 0,
+    ) -> None:
         self.budget, self.saving = float(budget), np.asarray(model_saving, dtype=float)
         self.guard = GuardedSteps(budget, model_slowdown, parts, margin, z_safe)
         self.tolerance, self.z = float(tolerance), float(z)
@@ -478,8 +515,11 @@ class PairedTracker:
         sd = np.sqrt(np.maximum(np.diag(cov), 1e-12))
         low = np.expm1(mu - self.z * sd)
         gain = float(mix.weights(paired.n_arms) @ self.saving)
-        could = [a for a in range(1, paired.n_arms)
-                 if a not in (mix.lo, mix.hi) and low[a] <= self.budget and self.saving[a] > gain]
+        could = [
+            a
+            for a in range(1, paired.n_arms)
+            if a not in (mix.lo, mix.hi) and low[a] <= self.budget and self.saving[a] > gain
+        ]
         if not could:
             return None
         line = math.log1p(self.budget)

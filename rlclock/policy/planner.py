@@ -32,6 +32,7 @@ the policy: its first choice at the price of the kernel's decision (one price, o
 search, another of its ``ranks`` best. Plans are weighed on the planning model — on a real GPU they are worth
 what the planning model is.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -84,8 +85,9 @@ class _Budget:
         """Plan at ``price`` (one, or one per kernel) with ``overrides`` (default: the searched prices'), the policy
         deciding from kernel ``start`` on; keep the plan if it fits and is the cheapest so far."""
         replaced = self.overrides if overrides is None else overrides
-        got = self.judged(rollout(self.evaluator, self.step, price, prepared=self.prepared, overrides=replaced,
-                                  start=start))
+        got = self.judged(
+            rollout(self.evaluator, self.step, price, prepared=self.prepared, overrides=replaced, start=start)
+        )
         self._keep_planned(got)
         if got.time_s <= self.limit_s and got.energy_j < self.best.energy_j:
             self.best = got
@@ -200,8 +202,7 @@ def search_ranked_choices(budget: _Budget, searches: int, ranks: int = SEARCH_RA
         price = queue.pop(0) if queue else _bracket(budget, grid)
         if price is None or price in budget.overrides:
             break
-        budget.overrides[price] = ranked_choices(budget.evaluator, budget.step, budget.prepared, price,
-                                                 ranks).overrides
+        budget.overrides[price] = ranked_choices(budget.evaluator, budget.step, budget.prepared, price, ranks).overrides
         budget.price_point(price)
 
 
@@ -251,8 +252,9 @@ def switch_earlier(budget: _Budget, grid: list[float], notches: int, tries: int)
         k = switches[done]
         start = switches[done - 1] + 1 if done else 1
         done += 1
-        kernels, prices, actions = _earlier_requests(budget, grid, notches, np.arange(start, k),
-                                                     int(requests[k - 1]), int(requests[k]))
+        kernels, prices, actions = _earlier_requests(
+            budget, grid, notches, np.arange(start, k), int(requests[k - 1]), int(requests[k])
+        )
         lo, hi = 0, len(kernels)
         base_prices, base_overrides, base_start = budget.best_prices, budget.best_overrides, budget.best_start
         for _ in range(tries):
@@ -278,8 +280,9 @@ _SLACK = 1e-5
 """Unused share of the time limit below which :func:`switch_earlier` stops."""
 
 
-def _earlier_requests(budget: _Budget, grid: list[float], notches: int, kernels: np.ndarray, current: int,
-                      target: int) -> tuple[np.ndarray, list[float], list[int]]:
+def _earlier_requests(
+    budget: _Budget, grid: list[float], notches: int, kernels: np.ndarray, current: int, target: int
+) -> tuple[np.ndarray, list[float], list[int]]:
     """The kernels among ``kernels`` (in order) where the policy requests ``target`` with ``current`` in effect, at
     the best plan's price there or up to ``notches`` grid steps lower, by its first choice or else its second:
     those kernels, the price at each and the second choice to take there (-1 where the first requests it)."""
@@ -318,15 +321,29 @@ def judged(got: Plan, step: PlanningStep, execution: Execution | None) -> Plan:
     return replace(got, time_s=j.planned_time_s, energy_j=j.planned_energy_j, runs=j.runs)
 
 
-def plan(evaluator: FirstLayerEvaluator, step: PlanningStep, budget: float, prices: int = 24, pairs: int = 2,
-         mix_tries: int = 8, search: bool = False, searches: int = 3, notches: int = 2,
-         ranks: int = SEARCH_RANKS, execution: Execution | None = None) -> Plan:
+def plan(
+    evaluator: FirstLayerEvaluator,
+    step: PlanningStep,
+    budget: float,
+    prices: int = 24,
+    pairs: int = 2,
+    mix_tries: int = 8,
+    search: bool = False,
+    searches: int = 3,
+    notches: int = 2,
+    ranks: int = SEARCH_RANKS,
+    execution: Execution | None = None,
+) -> Plan:
     """The cheapest plan within ``budget`` (a slowdown fraction against auto) on the planning model (module
     docstring); with an ``execution``, every plan is judged as the controller executes it (:func:`judged`)."""
     n = step.n
     auto_time_s, auto_energy_j = float(step.auto_time_s.sum()), float(step.auto_energy_j.sum())
-    if execution is not None and execution.mode == "margin" and execution.jitter_s is not None \
-            and len(execution.jitter_s):
+    if (
+        execution is not None
+        and execution.mode == "margin"
+        and execution.jitter_s is not None
+        and len(execution.jitter_s)
+    ):
         blind = execution.blind()
         first = plan(evaluator, step, budget, prices, pairs, mix_tries, search, searches, notches, ranks, blind)
         assert first.runs is not None
@@ -334,8 +351,19 @@ def plan(evaluator: FirstLayerEvaluator, step: PlanningStep, budget: float, pric
         margin = (got.time_s - got.planned_time_s) / auto_time_s
         if margin <= 0.0:
             return first
-        return plan(evaluator, step, max(0.0, budget - margin), prices, pairs, mix_tries, search, searches, notches,
-                    ranks, blind)
+        return plan(
+            evaluator,
+            step,
+            max(0.0, budget - margin),
+            prices,
+            pairs,
+            mix_tries,
+            search,
+            searches,
+            notches,
+            ranks,
+            blind,
+        )
     limit = auto_time_s * (1.0 + budget) * (1 + 1e-12)
     auto = Plan(np.zeros(n, dtype=np.int64), auto_time_s, auto_energy_j, 0)  # auto fits any budget
     if execution is not None:
@@ -380,8 +408,9 @@ def _settle_from(budget: _Budget, start: Plan, prices: int) -> None:
     price = np.log(step.mean_power_w)
     for _ in range(prices):
         costs = LandingCosts.of(t, e, float(np.exp(price)), ex)
-        lands, configs, hold = descend(costs, executed.land_s, executed.config, grid, ex.rule.latency_s,
-                                       executed.initial)
+        lands, configs, hold = descend(
+            costs, executed.land_s, executed.config, grid, ex.rule.latency_s, executed.initial
+        )
         runs = runs_of(lands, configs, ex, hold)
         got = ex.judge(runs, t, e, step.latency_s, runs=True)
         fit_t, fit_e = (got.time_s, got.energy_j) if ex.jittered else (got.planned_time_s, got.planned_energy_j)
@@ -394,14 +423,20 @@ def _settle_from(budget: _Budget, start: Plan, prices: int) -> None:
         price = 0.5 * (lo + hi)
 
 
-
-def plan_at(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float, search: bool = False,
-            ranks: int = SEARCH_RANKS, execution: Execution | None = None) -> Plan:
+def plan_at(
+    evaluator: FirstLayerEvaluator,
+    step: PlanningStep,
+    price_rel: float,
+    search: bool = False,
+    ranks: int = SEARCH_RANKS,
+    execution: Execution | None = None,
+) -> Plan:
     """The policy's plan at one price of time (no budget), with the search over its ``ranks`` best choices if
     asked, judged as the controller executes it with an ``execution``."""
     if not search:
         return judged(rollout(evaluator, step, price_rel), step, execution)
     prepared = evaluator.prepare(step)
     chosen = ranked_choices(evaluator, step, prepared, price_rel, ranks).overrides
-    return judged(rollout(evaluator, step, price_rel, prepared=prepared, overrides={price_rel: chosen}), step,
-                  execution)
+    return judged(
+        rollout(evaluator, step, price_rel, prepared=prepared, overrides={price_rel: chosen}), step, execution
+    )

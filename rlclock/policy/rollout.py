@@ -58,9 +58,16 @@ class Plan:
         return self.energy_j + weight_j_per_s * self.time_s
 
 
-def rollout(evaluator: FirstLayerEvaluator, step: PlanningStep, price_rel: float | np.ndarray,
-            prepared: PreparedStep | None = None, timings: list[float] | None = None,
-            first_layer: list[np.ndarray] | None = None, overrides: Overrides | None = None, start: int = 0) -> Plan:
+def rollout(
+    evaluator: FirstLayerEvaluator,
+    step: PlanningStep,
+    price_rel: float | np.ndarray,
+    prepared: PreparedStep | None = None,
+    timings: list[float] | None = None,
+    first_layer: list[np.ndarray] | None = None,
+    overrides: Overrides | None = None,
+    start: int = 0,
+) -> Plan:
     """The decision loop (numpy only) at a price of time ``price_rel`` (J/s per watt of mean auto power; one
     for the step or one per kernel).
 
@@ -173,8 +180,14 @@ class _KeepRuns:
     """The runs of kernels whose decisions keep the configuration in effect, found a window of kernels at a
     time from decisions computed in blocks (:meth:`FirstLayerEvaluator.decide`), and their accounting."""
 
-    def __init__(self, evaluator: FirstLayerEvaluator, step: PlanningStep, prepared: PreparedStep,
-                 tables: list[PriceTables], replaced: list[np.ndarray | None]) -> None:
+    def __init__(
+        self,
+        evaluator: FirstLayerEvaluator,
+        step: PlanningStep,
+        prepared: PreparedStep,
+        tables: list[PriceTables],
+        replaced: list[np.ndarray | None],
+    ) -> None:
         self.evaluator = evaluator
         self.step = step
         self.prepared = prepared

@@ -45,8 +45,13 @@ class Searched:
     objective_j: float
 
 
-def ranked_choices(evaluator: FirstLayerEvaluator, step: PlanningStep, prepared: PreparedStep,
-                   price_rel: float, ranks: int = SEARCH_RANKS) -> Searched:
+def ranked_choices(
+    evaluator: FirstLayerEvaluator,
+    step: PlanningStep,
+    prepared: PreparedStep,
+    price_rel: float,
+    ranks: int = SEARCH_RANKS,
+) -> Searched:
     """The plan of least ``energy + price·time`` among those taking one of the policy's ``ranks`` best choices (2
     to :data:`~rlclock.policy.inputs.RANKED`; all of them where it has fewer actions) at every decision, at one
     price (module docstring)."""
@@ -102,8 +107,11 @@ def _backwards(moves: list[tuple[np.ndarray, np.ndarray]], n: int, width: int) -
     rank = np.zeros((n, width), dtype=np.int64)
     same = (np.arange(n)[:, None] + 1) * width + np.arange(width)[None, :]
     keeps = [after == same for after, _ in moves]
-    lands = np.min([np.where(k, n, after // width) for k, (after, _) in zip(keeps, moves, strict=True)],
-                   axis=0).min(axis=1).tolist()
+    lands = (
+        np.min([np.where(k, n, after // width) for k, (after, _) in zip(keeps, moves, strict=True)], axis=0)
+        .min(axis=1)
+        .tolist()
+    )
     hi = n
     while hi > 0:  # the stretch [lo, hi): every switch from it lands at hi or later
         lo = hi - 1
@@ -111,8 +119,10 @@ def _backwards(moves: list[tuple[np.ndarray, np.ndarray]], n: int, width: int) -
             lo -= 1
         part = slice(lo, hi)
         kept = [k[part] for k in keeps]
-        switches = [np.where(k, np.inf, cost[part] + flat[np.where(k, 0, after[part])])
-                    for k, (after, cost) in zip(kept, moves, strict=True)]
+        switches = [
+            np.where(k, np.inf, cost[part] + flat[np.where(k, 0, after[part])])
+            for k, (after, cost) in zip(kept, moves, strict=True)
+        ]
         a = np.full((hi - lo, width), np.inf)  # the cost of keeping (the best-ranked choice that keeps)
         for k, (_, cost) in reversed(list(zip(kept, moves, strict=True))):
             a = np.where(k, cost[part], a)
@@ -124,14 +134,20 @@ def _backwards(moves: list[tuple[np.ndarray, np.ndarray]], n: int, width: int) -
             step *= 2
         value[part] = np.minimum(b, a + value[hi])
         after = value[lo + 1 : hi + 1]
-        rank[part] = np.argmin([np.where(k, cost[part] + after, switch)  # ties: the first minimum, best-ranked
-                                for k, (_, cost), switch in zip(kept, moves, switches, strict=True)], axis=0)
+        rank[part] = np.argmin(
+            [
+                np.where(k, cost[part] + after, switch)  # ties: the first minimum, best-ranked
+                for k, (_, cost), switch in zip(kept, moves, switches, strict=True)
+            ],
+            axis=0,
+        )
         hi = lo
     return value, rank
 
 
-def _choices(evaluator: FirstLayerEvaluator, prepared: PreparedStep, tab: PriceTables, land: np.ndarray,
-             ranks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _choices(
+    evaluator: FirstLayerEvaluator, prepared: PreparedStep, tab: PriceTables, land: np.ndarray, ranks: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(held, actions, requests)``: the configurations held at the decisions that the policy's ``ranks`` best
     choices reach from the step's start (auto), and per rank, kernel and held configuration (``(ranks, n,
     len(held))`` each) the policy's action there and the configuration it requests (at a decision they do not
@@ -179,14 +195,17 @@ def _choices(evaluator: FirstLayerEvaluator, prepared: PreparedStep, tab: PriceT
         carried = onwards
     held = np.flatnonzero(reached.any(axis=0))
     keep = prepared.look.n_slots
-    acts = [np.where(reached[:, c, None], tab.decided[c].ranked[situation, :ranks], keep)  # unreached: keep
-            for c in held.tolist()]
+    acts = [
+        np.where(reached[:, c, None], tab.decided[c].ranked[situation, :ranks], keep)  # unreached: keep
+        for c in held.tolist()
+    ]
     reqs = [_request(prepared, tab, c, a, 0, n) for c, a in zip(held.tolist(), acts, strict=True)]
     return held, np.stack(acts).transpose(2, 1, 0), np.stack(reqs).transpose(2, 1, 0)  # (ranks, n, len(held))
 
 
-def _request(prepared: PreparedStep, tab: PriceTables, current: int, action: np.ndarray, lo: int, hi: int
-             ) -> np.ndarray:
+def _request(
+    prepared: PreparedStep, tab: PriceTables, current: int, action: np.ndarray, lo: int, hi: int
+) -> np.ndarray:
     """Per kernel ``lo .. hi - 1`` the configuration ``action`` (``(hi - lo,)``, or ``(hi - lo, ranks)``) requests
     with ``current`` in effect (keep: ``current``)."""
     keep = prepared.look.n_slots

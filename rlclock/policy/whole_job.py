@@ -38,15 +38,23 @@ def cheapest(plan: Plan, backend: GpuBackend, budget: float, power_limits: bool 
     fixed = static(backend, budget)
     if fixed.evaluation.time_s <= limit_s and fixed.evaluation.energy_j < best.energy_j:
         requests = fixed.schedule.reindexed(backend.configs)
-        best = Plan(requests, fixed.evaluation.time_s, fixed.evaluation.energy_j, 0,
-                    name=f"static {fixed.schedule[0]}")
+        best = Plan(requests, fixed.evaluation.time_s, fixed.evaluation.energy_j, 0, name=f"static {fixed.schedule[0]}")
     if power_limits:
         try:
             capped = power_limit(backend, budget)
         except ScheduleError:
             return best
-        if capped.schedule.power_limit_w is not None and capped.evaluation.time_s <= limit_s \
-                and capped.evaluation.energy_j < best.energy_j:
-            best = Plan(np.zeros(backend.n_kernels, dtype=np.int64), capped.evaluation.time_s,
-                        capped.evaluation.energy_j, 0, capped.schedule.power_limit_w, capped.schedule.name)
+        if (
+            capped.schedule.power_limit_w is not None
+            and capped.evaluation.time_s <= limit_s
+            and capped.evaluation.energy_j < best.energy_j
+        ):
+            best = Plan(
+                np.zeros(backend.n_kernels, dtype=np.int64),
+                capped.evaluation.time_s,
+                capped.evaluation.energy_j,
+                0,
+                capped.schedule.power_limit_w,
+                capped.schedule.name,
+            )
     return best

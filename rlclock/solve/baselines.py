@@ -49,8 +49,18 @@ from rlclock.solve.lagrangian import best_within
 from rlclock.solve.optimum import Optimum, knapsack_optimum, latency_aware_optimum
 from rlclock.validation import check_budget
 
-BASELINES: tuple[str, ...] = ("auto", "max", "static", "pass-local", "pass-global", "kernel-local", "kernel-global",
-                              "latency-aware", "power-limit", "job-memory")
+BASELINES: tuple[str, ...] = (
+    "auto",
+    "max",
+    "static",
+    "pass-local",
+    "pass-global",
+    "kernel-local",
+    "kernel-global",
+    "latency-aware",
+    "power-limit",
+    "job-memory",
+)
 POWER_LIMIT_STEP_W = 25.0
 """Step between the power limits the ``power-limit`` baseline tries, W (Zeus steps its limits likewise)."""
 POWER_LIMIT_LOW = 0.4
@@ -134,14 +144,17 @@ def job_memory(backend: GpuBackend, budget: float) -> BaselineResult:
     """
     spec = backend.spec
     cores = sorted({c.core_mhz for c in backend.configs}, key=lambda f: -1 if f is None else f)
-    grid = [AUTO] + [ClockConfig(f, m) for m in spec.mem_clocks_mhz for f in cores
-                     if f is None or f in spec.core_clocks_mhz(m)]
+    grid = [AUTO] + [
+        ClockConfig(f, m) for m in spec.mem_clocks_mhz for f in cores if f is None or f in spec.core_clocks_mhz(m)
+    ]
     whole = backend.with_configs(grid)
     got = static(whole, budget)
     chosen = got.schedule[0]
-    return BaselineResult("job-memory", ClockSchedule.constant(chosen, backend.n_kernels,
-                                                               name=f"job-memory {spec.effective_mem_mhz(chosen)} MHz"),
-                          got.evaluation)
+    return BaselineResult(
+        "job-memory",
+        ClockSchedule.constant(chosen, backend.n_kernels, name=f"job-memory {spec.effective_mem_mhz(chosen)} MHz"),
+        got.evaluation,
+    )
 
 
 def power_limits_w(top_w: float) -> np.ndarray:
@@ -235,8 +248,9 @@ def latency_aware(backend: GpuBackend, budget: float, time_limit_s: float = 300.
     return _result(backend, opt.requests, "latency-aware", opt)
 
 
-def kernel_edp(backend: GpuBackend, max_slowdown: float = 0.5, steps: int = 24,
-               time_limit_s: float = 300.0) -> BaselineResult:
+def kernel_edp(
+    backend: GpuBackend, max_slowdown: float = 0.5, steps: int = 24, time_limit_s: float = 300.0
+) -> BaselineResult:
     """The latency-blind schedule with the lowest energy-delay product.
 
     The EDP optimum lies on the energy/time Pareto frontier; exact knapsack optima at slowdown budgets on a
@@ -278,8 +292,9 @@ def kernel_edp(backend: GpuBackend, max_slowdown: float = 0.5, steps: int = 24,
     return _result(backend, best[1].requests, "kernel-edp", best[1])
 
 
-def run_baselines(backend: GpuBackend, budget: float, names: Sequence[str] = BASELINES, edp: bool = False,
-                  time_limit_s: float = 300.0) -> list[BaselineResult]:
+def run_baselines(
+    backend: GpuBackend, budget: float, names: Sequence[str] = BASELINES, edp: bool = False, time_limit_s: float = 300.0
+) -> list[BaselineResult]:
     """Compute the named baselines (module table) at a slowdown budget, each evaluated on ``backend``; the two
     solvers (``kernel-global``, ``latency-aware``) stop after ``time_limit_s`` each with the best plan found."""
     unknown = [n for n in names if n not in BASELINES]
@@ -318,8 +333,9 @@ def run_baselines(backend: GpuBackend, budget: float, names: Sequence[str] = BAS
     return out
 
 
-def frontier(backend: GpuBackend, budgets: Sequence[float], latency_aware_too: bool = True,
-             time_limit_s: float = 120.0) -> dict[str, list[tuple[float, float]]]:
+def frontier(
+    backend: GpuBackend, budgets: Sequence[float], latency_aware_too: bool = True, time_limit_s: float = 120.0
+) -> dict[str, list[tuple[float, float]]]:
     """Energy-versus-slowdown frontiers: ``{name: [(time %, energy %), ...]}`` at each budget.
 
     ``kernel-global (planned)`` is the knapsack optimum as it plans (latency ignored);
@@ -328,20 +344,26 @@ def frontier(backend: GpuBackend, budgets: Sequence[float], latency_aware_too: b
     """
     t, e = backend.tables
     auto_run = backend.auto_run()
-    out: dict[str, list[tuple[float, float]]] = {"kernel-global (planned)": [], "kernel-global (with latency)": [],
-                                                  "latency-aware": []}
+    out: dict[str, list[tuple[float, float]]] = {
+        "kernel-global (planned)": [],
+        "kernel-global (with latency)": [],
+        "latency-aware": [],
+    }
     for b in budgets:
         limit = auto_run.time_s * (1.0 + b)
         k = knapsack_optimum(t, e, limit, time_limit_s)
-        out["kernel-global (planned)"].append((100 * (k.time_s / auto_run.time_s - 1),
-                                               100 * (k.energy_j / auto_run.energy_j - 1)))
+        out["kernel-global (planned)"].append(
+            (100 * (k.time_s / auto_run.time_s - 1), 100 * (k.energy_j / auto_run.energy_j - 1))
+        )
         r = backend.run_indices(k.requests)
-        out["kernel-global (with latency)"].append((100 * (r.time_s / auto_run.time_s - 1),
-                                                    100 * (r.energy_j / auto_run.energy_j - 1)))
+        out["kernel-global (with latency)"].append(
+            (100 * (r.time_s / auto_run.time_s - 1), 100 * (r.energy_j / auto_run.energy_j - 1))
+        )
         if latency_aware_too and backend.latency_s > 0:
             la = latency_aware_optimum(t, e, backend.latency_s, limit, time_limit_s=time_limit_s)
-            out["latency-aware"].append((100 * (la.time_s / auto_run.time_s - 1),
-                                         100 * (la.energy_j / auto_run.energy_j - 1)))
+            out["latency-aware"].append(
+                (100 * (la.time_s / auto_run.time_s - 1), 100 * (la.energy_j / auto_run.energy_j - 1))
+            )
     if not out["latency-aware"]:
         del out["latency-aware"]
     return out

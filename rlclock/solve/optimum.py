@@ -90,8 +90,10 @@ class Optimum:
         if not np.isfinite(self.lower_bound_j):
             return f"{why} after {self.solve_s:.1f} s: the best plan found, with no lower bound proven yet"
         gap = 100 * self.gap_j / max(self.energy_j, 1e-30)
-        return (f"{why} after {self.solve_s:.1f} s: the best plan found uses at most {gap:.3g} % more energy than "
-                "the optimum (proven lower bound)")
+        return (
+            f"{why} after {self.solve_s:.1f} s: the best plan found uses at most {gap:.3g} % more energy than "
+            "the optimum (proven lower bound)"
+        )
 
 
 @contextlib.contextmanager
@@ -132,10 +134,15 @@ class _Clock:
 
     def __init__(self, limit_s: float) -> None:
         self.start = _time.perf_counter()
-        if isinstance(limit_s, bool) or not isinstance(limit_s, (int, float, np.integer, np.floating)) \
-                or not limit_s > 0:
-            raise ScheduleError(f"the solver's time limit must be a number of seconds above 0, found {limit_s!r}.",
-                                "give a time limit above 0 (e.g. 60).")
+        if (
+            isinstance(limit_s, bool)
+            or not isinstance(limit_s, (int, float, np.integer, np.floating))
+            or not limit_s > 0
+        ):
+            raise ScheduleError(
+                f"the solver's time limit must be a number of seconds above 0, found {limit_s!r}.",
+                "give a time limit above 0 (e.g. 60).",
+            )
         self.deadline = self.start + float(limit_s)
 
     def check(self) -> None:
@@ -195,16 +202,29 @@ class _Answer:
         """Whether the best plan is proven optimal (within floating-point tolerance)."""
         return self.plan is not None and self.energy_j - self.lb <= self.tolerance_j()
 
-    def optimum(self, clock: _Clock, exact: bool | None = None, stopped: str = "", labels: int = 0,
-                lam: float | None = None) -> Optimum:
+    def optimum(
+        self, clock: _Clock, exact: bool | None = None, stopped: str = "", labels: int = 0, lam: float | None = None
+    ) -> Optimum:
         if self.plan is None:
-            raise ScheduleError(f"no plan within the time budget was found before the solver stopped at its "
-                                f"{stopped or 'limit'} ({clock.elapsed_s():.1f} s).",
-                                "give the solver more time (--time-limit) or allow more slowdown.")
+            raise ScheduleError(
+                f"no plan within the time budget was found before the solver stopped at its "
+                f"{stopped or 'limit'} ({clock.elapsed_s():.1f} s).",
+                "give the solver more time (--time-limit) or allow more slowdown.",
+            )
         req, tt, ee = self.plan
         proven = self.proven() if exact is None else exact
-        return Optimum(req, tt, ee, ee if proven else min(self.lb, ee), self.report_budget_s, clock.elapsed_s(), proven,
-                       labels=labels, lam_j_per_s=self.lam if lam is None else lam, stopped="" if proven else stopped)
+        return Optimum(
+            req,
+            tt,
+            ee,
+            ee if proven else min(self.lb, ee),
+            self.report_budget_s,
+            clock.elapsed_s(),
+            proven,
+            labels=labels,
+            lam_j_per_s=self.lam if lam is None else lam,
+            stopped="" if proven else stopped,
+        )
 
 
 def _groups(t: np.ndarray, e: np.ndarray, clock: _Clock) -> tuple[np.ndarray, np.ndarray] | None:
@@ -218,15 +238,15 @@ def _groups(t: np.ndarray, e: np.ndarray, clock: _Clock) -> tuple[np.ndarray, np
     h = np.empty(n)
     for s in range(0, n, _CHUNK_ROWS):
         clock.check()
-        h[s:s + _CHUNK_ROWS] = (t[s:s + _CHUNK_ROWS] * wt).sum(axis=1) + (e[s:s + _CHUNK_ROWS] * we).sum(axis=1)
+        h[s : s + _CHUNK_ROWS] = (t[s : s + _CHUNK_ROWS] * wt).sum(axis=1) + (e[s : s + _CHUNK_ROWS] * we).sum(axis=1)
         if s == 0 and n > _CHUNK_ROWS and np.unique(h[:_CHUNK_ROWS]).size > _CHUNK_ROWS // 2:
             return None
     _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
     for s in range(0, n, _CHUNK_ROWS):
         clock.check()
-        rep = first[inverse[s:s + _CHUNK_ROWS]]
-        if not (np.array_equal(t[rep], t[s:s + _CHUNK_ROWS]) and np.array_equal(e[rep], e[s:s + _CHUNK_ROWS])):
+        rep = first[inverse[s : s + _CHUNK_ROWS]]
+        if not (np.array_equal(t[rep], t[s : s + _CHUNK_ROWS]) and np.array_equal(e[rep], e[s : s + _CHUNK_ROWS])):
             both = np.concatenate([t, e], axis=1)
             _, first, inverse = np.unique(both, axis=0, return_index=True, return_inverse=True)
             return first, inverse.reshape(-1)
@@ -265,10 +285,10 @@ class _Relaxation:
         tt = ee = 0.0
         for s in range(0, G, _CHUNK_ROWS):
             self.clock.check()
-            c = lagrangian_choice(self.t[s:s + _CHUNK_ROWS], self.e[s:s + _CHUNK_ROWS], lam)
+            c = lagrangian_choice(self.t[s : s + _CHUNK_ROWS], self.e[s : s + _CHUNK_ROWS], lam)
             rows = np.arange(s, s + c.size)
-            choice[s:s + c.size] = c
-            w = self.counts[s:s + c.size]
+            choice[s : s + c.size] = c
+            w = self.counts[s : s + c.size]
             tt += float((w * self.t[rows, c]).sum())
             ee += float((w * self.e[rows, c]).sum())
         return choice, tt, ee
@@ -284,8 +304,10 @@ class _Relaxation:
             answer.bound(e0, 0.0)
             if t0 <= budget:
                 return 0.0, j0[self.group]
-            lo, hi = 0.0, float((self.counts[:, None] * self.e).sum() / max(float(
-                (self.counts[:, None] * self.t).sum()), 1e-30))
+            lo, hi = (
+                0.0,
+                float((self.counts[:, None] * self.e).sum() / max(float((self.counts[:, None] * self.t).sum()), 1e-30)),
+            )
             for _ in range(200):
                 jh, th, eh = self.totals(hi)
                 answer.bound(eh + hi * (th - budget), hi)
@@ -344,8 +366,10 @@ def knapsack_optimum(t: np.ndarray, e: np.ndarray, budget_s: float, time_limit_s
     fastest_group = np.argmin(relaxation.t, axis=1)
     fastest = float((relaxation.counts * relaxation.t[np.arange(len(fastest_group)), fastest_group]).sum())
     if fastest > budget_s * (1 + 1e-12):
-        raise ScheduleError(f"time budget {budget_s:.6g} s is infeasible: the fastest schedule takes {fastest:.6g} s.",
-                            "allow more slowdown.")
+        raise ScheduleError(
+            f"time budget {budget_s:.6g} s is infeasible: the fastest schedule takes {fastest:.6g} s.",
+            "allow more slowdown.",
+        )
     if answer.plan is None:
         fastest_choice = fastest_group[relaxation.group]
         answer.offer(fastest_choice, float(t[rows, fastest_choice].sum()), float(e[rows, fastest_choice].sum()))
@@ -370,8 +394,9 @@ _MILP_IMPORT_S = 1.5
 call, the knapsack answers with its relaxation's plan and bound."""
 
 
-def _knapsack_exact(t: np.ndarray, e: np.ndarray, budget_s: float, groups: _Relaxation, answer: _Answer,
-                    clock: _Clock) -> bool:
+def _knapsack_exact(
+    t: np.ndarray, e: np.ndarray, budget_s: float, groups: _Relaxation, answer: _Answer, clock: _Clock
+) -> bool:
     """The integer program over groups of identical invocations (HiGHS), within the clock's time; its plan and
     bound go to ``answer``. Returns whether HiGHS proved its plan optimal."""
     n = t.shape[0]
@@ -389,8 +414,7 @@ def _knapsack_exact(t: np.ndarray, e: np.ndarray, budget_s: float, groups: _Rela
     tg, eg = groups.t, groups.e
     order = np.lexsort((eg, tg), axis=1)
     ts, es = np.take_along_axis(tg, order, axis=1), np.take_along_axis(eg, order, axis=1)
-    best_before = np.concatenate([np.full((len(first), 1), np.inf), np.minimum.accumulate(es, axis=1)[:, :-1]],
-                                 axis=1)
+    best_before = np.concatenate([np.full((len(first), 1), np.inf), np.minimum.accumulate(es, axis=1)[:, :-1]], axis=1)
     keep = es < best_before - _EPS * np.abs(np.where(np.isfinite(best_before), best_before, 1.0))
     clock.check()
     sizes = keep.sum(axis=1)
@@ -400,14 +424,21 @@ def _knapsack_exact(t: np.ndarray, e: np.ndarray, budget_s: float, groups: _Rela
     a_eq = csr_matrix((np.ones(nv), (var_group, np.arange(nv))), shape=(len(first), nv))
     # scale time and energy to order one for the solver's tolerances
     t_scale, e_scale = float(tim.mean()) or 1.0, float(cost.mean()) or 1.0
-    cons = [LinearConstraint(a_eq, counts, counts), LinearConstraint(tim[None, :] / t_scale, -np.inf,
-                                                                     budget_s / t_scale)]
+    cons = [
+        LinearConstraint(a_eq, counts, counts),
+        LinearConstraint(tim[None, :] / t_scale, -np.inf, budget_s / t_scale),
+    ]
     left = 0.95 * clock.left_s()  # the rest: handing the plan out
     if left <= 0:
         raise _Stopped("time limit")
     with _quiet_solver():
-        res = milp(cost / e_scale, constraints=cons, integrality=np.ones(nv), bounds=Bounds(0, counts[var_group]),
-                   options={"mip_rel_gap": 0.0, "presolve": True, "time_limit": left})
+        res = milp(
+            cost / e_scale,
+            constraints=cons,
+            integrality=np.ones(nv),
+            bounds=Bounds(0, counts[var_group]),
+            options={"mip_rel_gap": 0.0, "presolve": True, "time_limit": left},
+        )
     bound = getattr(res, "mip_dual_bound", None)
     if bound is not None and np.isfinite(bound):
         answer.bound(float(bound) * e_scale, answer.lam)
@@ -435,10 +466,10 @@ def _prefix(a: np.ndarray, clock: _Clock | None = None) -> np.ndarray:
     for s in range(0, a.shape[0], _CHUNK_ROWS):
         if clock is not None:
             clock.check()
-        block = a[s:s + _CHUNK_ROWS]
+        block = a[s : s + _CHUNK_ROWS]
         seeded = np.empty((block.shape[0] + 1, a.shape[1]))
         seeded[0], seeded[1:] = out[s], block
-        out[s + 1:s + 1 + block.shape[0]] = np.cumsum(seeded, axis=0)[1:]
+        out[s + 1 : s + 1 + block.shape[0]] = np.cumsum(seeded, axis=0)[1:]
     return out
 
 
@@ -465,16 +496,21 @@ class SwitchDag:
         self.frac = np.empty((self.n, self.C))
         self.valid = np.empty((self.n, self.C), dtype=bool)  # the switch lands within the step
         for s in range(0, self.n, _CHUNK_ROWS):  # their memory touched a chunk at a time (a column's writes touch
-            if clock is not None:                # every page: the first column would take the time of all)
+            if clock is not None:  # every page: the first column would take the time of all)
                 clock.check()
-            self.land[s:s + _CHUNK_ROWS], self.frac[s:s + _CHUNK_ROWS], self.valid[s:s + _CHUNK_ROWS] = 0, 0.0, False
+            self.land[s : s + _CHUNK_ROWS], self.frac[s : s + _CHUNK_ROWS], self.valid[s : s + _CHUNK_ROWS] = (
+                0,
+                0.0,
+                False,
+            )
         self.reach = 0  # kernels a switch lands after its boundary, at most (how far ahead a pass looks)
         boundaries = np.arange(self.n)
         for c in range(self.C):
             if clock is not None:
                 clock.check()
-            land, frac = landing_table(np.ascontiguousarray(self.pt[:, c:c + 1]),
-                                       np.ascontiguousarray(self.t[:, c:c + 1]), self.latency_s)
+            land, frac = landing_table(
+                np.ascontiguousarray(self.pt[:, c : c + 1]), np.ascontiguousarray(self.t[:, c : c + 1]), self.latency_s
+            )
             self.land[:, c], self.frac[:, c], self.valid[:, c] = land[:, 0], frac[:, 0], land[:, 0] < self.n
             if self.n:
                 self.reach = max(self.reach, int((np.minimum(land[:, 0], self.n - 1) - boundaries).max()))
@@ -497,8 +533,14 @@ class SwitchDag:
         de = (pre_e + f[:, 0] * self.e[j, cols])[:, None] + (1.0 - f) * self.e[j, :]
         return j, dt, de, self.valid[i]
 
-    def backward(self, lam: float, want_path: bool = False, targets: np.ndarray | None = None,
-                 clock: _Clock | None = None, keep: bool = True):
+    def backward(
+        self,
+        lam: float,
+        want_path: bool = False,
+        targets: np.ndarray | None = None,
+        clock: _Clock | None = None,
+        keep: bool = True,
+    ):
         """Lagrangian cost-to-go ``V[i, c]`` of ``energy + lam·time`` (and the argmin arcs).
 
         ``targets`` (``(n, S)`` configuration indices), if given, restricts the switches issued at boundary
@@ -520,7 +562,7 @@ class SwitchDag:
             for s in range(0, n, _CHUNK_ROWS):
                 if clock is not None:
                     clock.check()
-                np.add(self.e[s:s + _CHUNK_ROWS], lam * self.t[s:s + _CHUNK_ROWS], out=W[s:s + _CHUNK_ROWS])
+                np.add(self.e[s : s + _CHUNK_ROWS], lam * self.t[s : s + _CHUNK_ROWS], out=W[s : s + _CHUNK_ROWS])
         cols = np.arange(C)
         diag = cols * (C + 1)
         barred = np.zeros(C, dtype=bool)
@@ -537,8 +579,9 @@ class SwitchDag:
                 Wj = self.e[j] + lam * self.t[j]
                 later = V[(j + 1) % R]
             f = self.frac[i]
-            before = (self.pe[j, cols] - self.pe[i, cols]) + lam * (self.pt[j, cols] - self.pt[i, cols]) \
-                + f * Wj[cols, cols]
+            before = (
+                (self.pe[j, cols] - self.pe[i, cols]) + lam * (self.pt[j, cols] - self.pt[i, cols]) + f * Wj[cols, cols]
+            )
             sw = (1.0 - f)[:, None] * Wj + later  # [c, b]: row c lands in kernel j[c], continues at b
             sw += before[:, None]
             sw.flat[diag] = np.inf
@@ -568,8 +611,7 @@ class SwitchDag:
             T[i] = np.where(stay, self.t[i] + T[i + 1], sw)
         return T
 
-    def follow(self, choice: np.ndarray, initial: int, clock: _Clock | None = None
-               ) -> tuple[np.ndarray, float, float]:
+    def follow(self, choice: np.ndarray, initial: int, clock: _Clock | None = None) -> tuple[np.ndarray, float, float]:
         """Requests, time and energy of the path that ``choice`` takes from ``(0, initial)``: from switch to
         switch (a stretch at one configuration summed from the running sums), so its cost grows with the switches
         taken, not the kernels (``clock``: a deadline checked every 1024 switches)."""
@@ -606,9 +648,16 @@ DEFAULT_MEMORY_BYTES = 2.5e9
 step's tables and trace it stays within 4 GB (benchmarks/solver_bounds.py)."""
 
 
-def latency_aware_optimum(t: np.ndarray, e: np.ndarray, latency_s: float, budget_s: float, initial: int = 0,
-                          lambda_iters: int = 40, time_limit_s: float = 300.0,
-                          max_memory_bytes: float = DEFAULT_MEMORY_BYTES) -> Optimum:
+def latency_aware_optimum(
+    t: np.ndarray,
+    e: np.ndarray,
+    latency_s: float,
+    budget_s: float,
+    initial: int = 0,
+    lambda_iters: int = 40,
+    time_limit_s: float = 300.0,
+    max_memory_bytes: float = DEFAULT_MEMORY_BYTES,
+) -> Optimum:
     """Exact minimum energy within ``budget_s`` under switching latency (module docstring).
 
     Args:
@@ -644,8 +693,16 @@ class _LatencySearch:
     """The stages of :func:`latency_aware_optimum`, each under the clock and the memory cap; what it found so far
     is in ``answer``."""
 
-    def __init__(self, t: np.ndarray, e: np.ndarray, latency_s: float, budget_s: float, initial: int, clock: _Clock,
-                 max_memory_bytes: float) -> None:
+    def __init__(
+        self,
+        t: np.ndarray,
+        e: np.ndarray,
+        latency_s: float,
+        budget_s: float,
+        initial: int,
+        clock: _Clock,
+        max_memory_bytes: float,
+    ) -> None:
         self.t, self.e, self.latency_s, self.initial, self.clock = t, e, latency_s, initial, clock
         self.n, self.C = t.shape
         self.memory = max_memory_bytes
@@ -659,8 +716,9 @@ class _LatencySearch:
         self.tmin: np.ndarray | None = None
         self.keep = True
         # the plan that keeps the clocks it starts with: a plan at once, whenever it fits
-        self.answer.offer(np.full(self.n, initial, dtype=np.int64), float(t[:, initial].sum()),
-                          float(e[:, initial].sum()))
+        self.answer.offer(
+            np.full(self.n, initial, dtype=np.int64), float(t[:, initial].sum()), float(e[:, initial].sum())
+        )
 
     @property
     def v_bytes(self) -> int:
@@ -673,8 +731,9 @@ class _LatencySearch:
     def result(self) -> Optimum:
         if self.exact:
             return self.answer.optimum(self.clock, exact=True, labels=self.labels, lam=self.lam_star)
-        return self.answer.optimum(self.clock, stopped=self.stopped, labels=self.labels,
-                                   lam=self.lam_star if self.dag is not None else None)
+        return self.answer.optimum(
+            self.clock, stopped=self.stopped, labels=self.labels, lam=self.lam_star if self.dag is not None else None
+        )
 
     def solve(self, lambda_iters: int) -> None:
         clock, answer, n, C, initial = self.clock, self.answer, self.n, self.C, self.initial
@@ -705,8 +764,14 @@ class _LatencySearch:
             return
         # cost-to-go tables kept for the band search's pruning: as many as the memory left holds (the band search
         # needs room for the fastest times and one forward table)
-        spare = min(_MAX_BOUNDS, max(0, int((self.memory - fixed - (2 if self.tmin is None else 1) * self.v_bytes)
-                                            // self.v_bytes))) if keep else 0
+        spare = (
+            min(
+                _MAX_BOUNDS,
+                max(0, int((self.memory - fixed - (2 if self.tmin is None else 1) * self.v_bytes) // self.v_bytes)),
+            )
+            if keep
+            else 0
+        )
         bounds: list[tuple[float, np.ndarray]] = [(0.0, V0)] if spare > 0 else []
         lo, hi = 0.0, float(self.e.sum() / max(float(self.t.sum()), 1e-30))  # the step's mean power first
         Vh = chh = None
@@ -793,15 +858,19 @@ class _LatencySearch:
         """The fastest plan: the budget is infeasible if even it misses it (else it is a plan)."""
         T, choice = _fastest(dag, self.clock, keep=self.keep)
         if T[0, self.initial] > self.answer.budget_s:
-            raise ScheduleError(f"time budget {self.raw_budget_s:.6g} s is infeasible: the fastest schedule takes "
-                                f"{T[0, self.initial]:.6g} s.", "allow more slowdown.")
+            raise ScheduleError(
+                f"time budget {self.raw_budget_s:.6g} s is infeasible: the fastest schedule takes "
+                f"{T[0, self.initial]:.6g} s.",
+                "allow more slowdown.",
+            )
         if self.keep:
             self.tmin = T
         del T
         self.answer.offer(*dag.follow(choice, self.initial, self.clock))
 
-    def _band_search(self, dag: SwitchDag, lam_star: float, V_star: np.ndarray,
-                     bounds: list[tuple[float, np.ndarray]], lb: float) -> None:
+    def _band_search(
+        self, dag: SwitchDag, lam_star: float, V_star: np.ndarray, bounds: list[tuple[float, np.ndarray]], lb: float
+    ) -> None:
         """Iterative deepening on the band above the bound: every path with energy <= lb + delta uses only arcs
         whose cheapest path through them costs <= lb + delta + lam·budget. If the best path on those arcs has
         energy <= lb + delta, it is optimal over the whole DAG; otherwise widen the band."""
@@ -817,12 +886,31 @@ class _LatencySearch:
         delta = max(2e-4 * abs(lb), tol)
         while True:
             cap = min(lb + delta, answer.energy_j)
-            arcs = _surviving_arcs(dag, self.initial, lam_star, V_star, cap + lam_star * budget_s + tol, clock,
-                                   max_arcs=(self.memory - used) / _BYTES_PER_ARC)
+            arcs = _surviving_arcs(
+                dag,
+                self.initial,
+                lam_star,
+                V_star,
+                cap + lam_star * budget_s + tol,
+                clock,
+                max_arcs=(self.memory - used) / _BYTES_PER_ARC,
+            )
             self.labels = max(self.labels, arcs[0].size)
             left = self.memory - used - arcs[0].size * _BYTES_PER_ARC
-            found = _band_search(dag, self.initial, arcs, budget_s, lam_star, V_star, lams, Vs, self.tmin,
-                                 cap + tol, clock, max_labels=left / _BYTES_PER_LABEL)
+            found = _band_search(
+                dag,
+                self.initial,
+                arcs,
+                budget_s,
+                lam_star,
+                V_star,
+                lams,
+                Vs,
+                self.tmin,
+                cap + tol,
+                clock,
+                max_labels=left / _BYTES_PER_LABEL,
+            )
             del arcs
             if found is not None:
                 answer.offer(*found)
@@ -839,8 +927,9 @@ _MAX_BOUNDS = 128
 thousands of kernels)."""
 
 
-def _keep_bound(bounds: list[tuple[float, np.ndarray]], item: tuple[float, np.ndarray], spare: int,
-                near: float) -> None:
+def _keep_bound(
+    bounds: list[tuple[float, np.ndarray]], item: tuple[float, np.ndarray], spare: int, near: float
+) -> None:
     """Keep a multiplier's cost-to-go for the band search's pruning, at most ``spare`` of them (the memory they
     may take): past it, the one whose multiplier lies farthest from ``near`` makes room."""
     if spare <= 0:
@@ -851,8 +940,9 @@ def _keep_bound(bounds: list[tuple[float, np.ndarray]], item: tuple[float, np.nd
         bounds.pop(far)
 
 
-def _time_share(dag: SwitchDag, ch_miss: np.ndarray, ch_fit: np.ndarray, initial: int, budget_s: float,
-                clock: _Clock | None = None) -> tuple[np.ndarray, float, float] | None:
+def _time_share(
+    dag: SwitchDag, ch_miss: np.ndarray, ch_fit: np.ndarray, initial: int, budget_s: float, clock: _Clock | None = None
+) -> tuple[np.ndarray, float, float] | None:
     """The cheapest plan that follows the choices of a multiplier that misses the budget up to some kernel
     boundary ``k`` and those of one that fits it from there (``k`` bisected; the Lagrangian heuristic that
     closes most of the gap two neighbouring multipliers leave)."""
@@ -899,8 +989,15 @@ _BYTES_PER_ARC = 6 * 8
 """Memory of one surviving arc (tail, head, time, energy and their indices)."""
 
 
-def _surviving_arcs(dag: SwitchDag, initial: int, lam: float, V: np.ndarray, limit: float,
-                    clock: _Clock | None = None, max_arcs: float = np.inf):
+def _surviving_arcs(
+    dag: SwitchDag,
+    initial: int,
+    lam: float,
+    V: np.ndarray,
+    limit: float,
+    clock: _Clock | None = None,
+    max_arcs: float = np.inf,
+):
     """Arcs ``(i, c) -> (i', b)`` lying on some path whose Lagrangian cost is at most ``limit``.
 
     Returns arrays ``(i, c, i2, b, dt, de)``; any path with energy at most the incumbent and time within the
@@ -944,9 +1041,20 @@ _BYTES_PER_LABEL = 48
 (with the arrays numpy makes on the way)."""
 
 
-def _band_search(dag: SwitchDag, initial: int, arcs, budget_s: float, lam_star: float, V_star: np.ndarray,
-                 lams: np.ndarray, Vs: np.ndarray, tmin: np.ndarray, cap_e: float, clock: _Clock | None = None,
-                 max_labels: float = np.inf) -> tuple[np.ndarray, float, float] | None:
+def _band_search(
+    dag: SwitchDag,
+    initial: int,
+    arcs,
+    budget_s: float,
+    lam_star: float,
+    V_star: np.ndarray,
+    lams: np.ndarray,
+    Vs: np.ndarray,
+    tmin: np.ndarray,
+    cap_e: float,
+    clock: _Clock | None = None,
+    max_labels: float = np.inf,
+) -> tuple[np.ndarray, float, float] | None:
     """Exact best path on the surviving arcs: label setting with dominance and bound pruning.
 
     Nodes are visited in order of their kernel boundary (the DAG's topological order). A partial path (label)
@@ -971,7 +1079,8 @@ def _band_search(dag: SwitchDag, initial: int, arcs, budget_s: float, lam_star: 
     last = np.append(first[1:], tail.size)
     span = {int(u): (int(a), int(b)) for u, a, b in zip(nodes, first, last)}
     pending: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {
-        initial: [(np.zeros(1), np.zeros(1), np.full(1, -1, dtype=np.int64))]}
+        initial: [(np.zeros(1), np.zeros(1), np.full(1, -1, dtype=np.int64))]
+    }
     parent_label: list[np.ndarray] = []
     via_arc: list[np.ndarray] = []
     n_labels = n_pending = 0

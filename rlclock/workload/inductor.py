@@ -35,8 +35,24 @@ from typing import Any
 from rlclock.workload.kernel_code import TRITON_PREFIX, Access, InductorCodeError, KernelCode
 from rlclock.workload.trace import LaunchOp, Shape
 
-POINTER_BYTES = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "fp8e4nv": 1, "fp8e5": 1, "fp8e4b15": 1,
-                 "i64": 8, "u64": 8, "i32": 4, "u32": 4, "i16": 2, "u16": 2, "i8": 1, "u8": 1, "i1": 1}
+POINTER_BYTES = {
+    "fp64": 8,
+    "fp32": 4,
+    "fp16": 2,
+    "bf16": 2,
+    "fp8e4nv": 1,
+    "fp8e5": 1,
+    "fp8e4b15": 1,
+    "i64": 8,
+    "u64": 8,
+    "i32": 4,
+    "u32": 4,
+    "i16": 2,
+    "u16": 2,
+    "i8": 1,
+    "u8": 1,
+    "i1": 1,
+}
 """Bytes per element of a Triton pointer type (``'*bf16'`` → 2)."""
 
 MUFU_OPS = 16.0
@@ -45,12 +61,34 @@ units of SIMT work (two per FP32 lane-cycle, a multiply-add two): an SM issues 1
 FP32 multiply-adds (compute capability 7.0–9.0, CUDA C++ Programming Guide, "Arithmetic Instructions"), so one costs
 eight lane-cycles."""
 MATH_OPS: dict[str, float] = {
-    "exp": MUFU_OPS + 2.0, "exp2": MUFU_OPS, "log": MUFU_OPS + 2.0, "log2": MUFU_OPS, "rsqrt": MUFU_OPS,
-    "sqrt": MUFU_OPS + 2.0, "sin": MUFU_OPS + 4.0, "cos": MUFU_OPS + 4.0, "div_rn": MUFU_OPS + 8.0,
-    "fdiv": MUFU_OPS + 2.0, "tanh": MUFU_OPS + 10.0, "sigmoid": 2.0 * MUFU_OPS + 4.0, "expm1": MUFU_OPS + 8.0,
-    "log1p": MUFU_OPS + 8.0, "pow": 2.0 * MUFU_OPS + 4.0, "erf": 40.0, "erfc": 40.0, "atan": 30.0, "atan2": 40.0,
-    "lgamma": 60.0, "isnan": 1.0, "isinf": 1.0, "abs": 1.0, "floor": 1.0, "ceil": 1.0, "signbit": 1.0,
-    "nextafter": 2.0, "fmod": MUFU_OPS + 8.0,
+    "exp": MUFU_OPS + 2.0,
+    "exp2": MUFU_OPS,
+    "log": MUFU_OPS + 2.0,
+    "log2": MUFU_OPS,
+    "rsqrt": MUFU_OPS,
+    "sqrt": MUFU_OPS + 2.0,
+    "sin": MUFU_OPS + 4.0,
+    "cos": MUFU_OPS + 4.0,
+    "div_rn": MUFU_OPS + 8.0,
+    "fdiv": MUFU_OPS + 2.0,
+    "tanh": MUFU_OPS + 10.0,
+    "sigmoid": 2.0 * MUFU_OPS + 4.0,
+    "expm1": MUFU_OPS + 8.0,
+    "log1p": MUFU_OPS + 8.0,
+    "pow": 2.0 * MUFU_OPS + 4.0,
+    "erf": 40.0,
+    "erfc": 40.0,
+    "atan": 30.0,
+    "atan2": 40.0,
+    "lgamma": 60.0,
+    "isnan": 1.0,
+    "isinf": 1.0,
+    "abs": 1.0,
+    "floor": 1.0,
+    "ceil": 1.0,
+    "signbit": 1.0,
+    "nextafter": 2.0,
+    "fmod": MUFU_OPS + 8.0,
 }
 """SIMT operations per call of a math function (``libdevice.erf``, ``tl_math.exp`` …), in the units of
 :data:`MUFU_OPS`: the special-function instruction the approximation uses, with its range reduction and scaling;
@@ -59,29 +97,76 @@ MATH_OPS: dict[str, float] = {
 DEFAULT_MATH_OPS = MUFU_OPS
 """Operations of a math function not in :data:`MATH_OPS`."""
 HELPER_OPS: dict[str, float] = {
-    "online_softmax_combine": 2.0 * MATH_OPS["exp"] + 6.0, "online_softmax_reduce": 2.0 * MATH_OPS["exp"] + 6.0,
-    "welford_combine": 10.0, "welford_reduce": 10.0, "welford": 10.0, "maximum": 1.0, "minimum": 1.0,
-    "max2": 1.0, "min2": 1.0, "sum2": 1.0, "any": 1.0, "prod": 1.0, "exp": MATH_OPS["exp"],
+    "online_softmax_combine": 2.0 * MATH_OPS["exp"] + 6.0,
+    "online_softmax_reduce": 2.0 * MATH_OPS["exp"] + 6.0,
+    "welford_combine": 10.0,
+    "welford_reduce": 10.0,
+    "welford": 10.0,
+    "maximum": 1.0,
+    "minimum": 1.0,
+    "max2": 1.0,
+    "min2": 1.0,
+    "sum2": 1.0,
+    "any": 1.0,
+    "prod": 1.0,
+    "exp": MATH_OPS["exp"],
 }
 """SIMT operations per element of the ``triton_helpers`` functions generated code calls (an online softmax step
 rescales the running sum: two exponentials, a maximum and a multiply-add; a Welford step updates a mean and a
 sum of squares)."""
-REDUCTIONS = ("sum", "max", "min", "argmax", "argmin", "prod", "xor_sum", "reduce", "max2", "min2", "sum2",
-              "online_softmax_reduce", "welford_reduce", "welford", "any", "all")
+REDUCTIONS = (
+    "sum",
+    "max",
+    "min",
+    "argmax",
+    "argmin",
+    "prod",
+    "xor_sum",
+    "reduce",
+    "max2",
+    "min2",
+    "sum2",
+    "online_softmax_reduce",
+    "welford_reduce",
+    "welford",
+    "any",
+    "all",
+)
 """Functions that reduce along a dimension: their result no longer varies along the reduction dimensions."""
 
-KINDS = {"poi": "pointwise", "red": "reduction", "per": "persistent_reduction", "tem": "template",
-         "for": "foreach", "mix": "reduction", "spl": "reduction", "sca": "scan", "sor": "sort"}
+KINDS = {
+    "poi": "pointwise",
+    "red": "reduction",
+    "per": "persistent_reduction",
+    "tem": "template",
+    "for": "foreach",
+    "mix": "reduction",
+    "spl": "reduction",
+    "sca": "scan",
+    "sor": "sort",
+}
 """Kernel kind by the name's second part (``triton_red_fused_…`` → ``reduction``)."""
 
 _RANGE_INDEX = re.compile(r"^(x|y|z|r\d*_?)index$")
 _NUMEL = re.compile(r"^(x|y|z|r\d*_?)numel$")
-_DTYPES = {"torch.float32": "float", "torch.float": "float", "torch.bfloat16": "c10::BFloat16",
-           "torch.float16": "c10::Half", "torch.half": "c10::Half", "torch.float64": "double",
-           "torch.int64": "long int", "torch.long": "long int", "torch.int32": "int", "torch.int": "int",
-           "torch.bool": "bool", "torch.uint8": "unsigned char", "torch.int8": "signed char",
-           "torch.int16": "short int", "torch.float8_e4m3fn": "c10::Float8_e4m3fn",
-           "torch.float8_e5m2": "c10::Float8_e5m2"}
+_DTYPES = {
+    "torch.float32": "float",
+    "torch.float": "float",
+    "torch.bfloat16": "c10::BFloat16",
+    "torch.float16": "c10::Half",
+    "torch.half": "c10::Half",
+    "torch.float64": "double",
+    "torch.int64": "long int",
+    "torch.long": "long int",
+    "torch.int32": "int",
+    "torch.int": "int",
+    "torch.bool": "bool",
+    "torch.uint8": "unsigned char",
+    "torch.int8": "signed char",
+    "torch.int16": "short int",
+    "torch.float8_e4m3fn": "c10::Float8_e4m3fn",
+    "torch.float8_e5m2": "c10::Float8_e5m2",
+}
 """Profiler type names (``Input type``) of the dtypes Inductor's code names."""
 
 
@@ -105,7 +190,7 @@ def _dict_literal(src: str, key: str) -> dict[str, Any]:
     for i in range(start, len(src)):
         depth += {"{": 1, "}": -1}.get(src[i], 0)
         if depth == 0:
-            text = src[start:i + 1]
+            text = src[start : i + 1]
             break
     else:
         return {}
@@ -168,8 +253,12 @@ class _Reader:
         if isinstance(node, ast.Constant):
             return {}
         if isinstance(node, ast.BinOp):
-            if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and isinstance(node.right, ast.Constant) \
-                    and isinstance(node.right.value, int) and node.right.value > 0:
+            if (
+                isinstance(node.op, (ast.FloorDiv, ast.Mod))
+                and isinstance(node.right, ast.Constant)
+                and isinstance(node.right.value, int)
+                and node.right.value > 0
+            ):
                 inner = self.card(node.left)
                 c = float(node.right.value)
                 if isinstance(node.op, ast.FloorDiv):
@@ -233,7 +322,7 @@ class _Reader:
             self.seen.add(key)
             ebytes = POINTER_BYTES.get(self.signature[ptr].lstrip("*"), 4)
             indirect = self.depends_on_load(index)
-            for is_store in ((False, True) if also_load else (store,)):
+            for is_store in (False, True) if also_load else (store,):
                 self.accesses.append(Access(ptr, is_store, self.elements(card), ebytes, self.loop, indirect))
         return card
 
@@ -251,8 +340,22 @@ class _Reader:
                     n += MATH_OPS.get(base, DEFAULT_MATH_OPS)
                 elif name.startswith("triton_helpers."):
                     n += HELPER_OPS.get(base, 1.0)
-                elif base in ("where", "maximum", "minimum", "sum", "max", "min", "argmax", "argmin", "to", "fma",
-                              "abs", "sigmoid", "exp", "log"):
+                elif base in (
+                    "where",
+                    "maximum",
+                    "minimum",
+                    "sum",
+                    "max",
+                    "min",
+                    "argmax",
+                    "argmin",
+                    "to",
+                    "fma",
+                    "abs",
+                    "sigmoid",
+                    "exp",
+                    "log",
+                ):
                     n += 2.0 if base in ("fma", "sigmoid", "exp", "log") else 1.0
         return n
 
@@ -280,8 +383,7 @@ class _Reader:
                     loaded = c if loaded is None else self._join(loaded, c)
                 elif name == "tl.store":
                     self.access(call, store=True)
-                elif name in ("tl.atomic_add", "tl.atomic_max", "tl.atomic_min", "tl.atomic_xchg",
-                              "tl.atomic_cas"):
+                elif name in ("tl.atomic_add", "tl.atomic_max", "tl.atomic_min", "tl.atomic_xchg", "tl.atomic_cas"):
                     self.access(call, store=True, also_load=True)
             if targets and all(_NUMEL.match(t) for t in targets):
                 continue
@@ -342,8 +444,9 @@ def parse_kernel(src: str, launch_numels: dict[str, float] | None = None) -> Ker
         if m and m.group(1) not in numels:
             value = (launch_numels or {}).get(p)
             if value is None:
-                raise InductorCodeError(f"kernel {fn.name}: the size {p} is not written in its source and was not "
-                                        "given at launch")
+                raise InductorCodeError(
+                    f"kernel {fn.name}: the size {p} is not written in its source and was not given at launch"
+                )
             numels[m.group(1)] = float(value)
     for alias, dim in (("r", "r0_"),):  # older code names the one reduction dimension r
         if alias in numels and dim not in numels:
@@ -354,10 +457,16 @@ def parse_kernel(src: str, launch_numels: dict[str, float] | None = None) -> Ker
     num_gb, flop = meta.get("kernel_num_gb"), meta.get("kernel_flop")
     dims = tuple((d, n) for d, n in numels.items() if not (d == "r" and "r0_" in numels))
     iterations = float(math.prod(n for _, n in dims)) if dims else 1.0
-    return KernelCode(fn.name, _kind(fn.name), dims, tuple(reader.accesses),
-                      reader.ops / iterations if iterations else 0.0, tuple(params),
-                      float(num_gb) * 1e9 if isinstance(num_gb, (int, float)) else None,
-                      float(flop) if isinstance(flop, (int, float)) else None)
+    return KernelCode(
+        fn.name,
+        _kind(fn.name),
+        dims,
+        tuple(reader.accesses),
+        reader.ops / iterations if iterations else 0.0,
+        tuple(params),
+        float(num_gb) * 1e9 if isinstance(num_gb, (int, float)) else None,
+        float(flop) if isinstance(flop, (int, float)) else None,
+    )
 
 
 def numels_at_launch(src: str, concrete: tuple[str, ...]) -> dict[str, float]:
@@ -378,6 +487,7 @@ def numels_at_launch(src: str, concrete: tuple[str, ...]) -> dict[str, float]:
 
 
 # -- an output-code module -------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class GraphLaunch:
@@ -407,9 +517,14 @@ class ModuleCode:
     launches: list[GraphLaunch] = field(default_factory=list)
 
 
-_EXTERN = {"extern_kernels.mm": "aten::mm", "extern_kernels.addmm": "aten::addmm", "extern_kernels.bmm": "aten::bmm",
-           "extern_kernels.baddbmm": "aten::baddbmm", "extern_kernels.convolution": "aten::convolution",
-           "extern_kernels._scaled_mm": "aten::_scaled_mm"}
+_EXTERN = {
+    "extern_kernels.mm": "aten::mm",
+    "extern_kernels.addmm": "aten::addmm",
+    "extern_kernels.bmm": "aten::bmm",
+    "extern_kernels.baddbmm": "aten::baddbmm",
+    "extern_kernels.convolution": "aten::convolution",
+    "extern_kernels._scaled_mm": "aten::_scaled_mm",
+}
 
 
 def _op_name(call: str) -> str | None:
@@ -437,8 +552,11 @@ class _Buffers:
             return _shape(node.args[1]), dtype
         if isinstance(node, ast.Subscript):
             return None, self.of(node.value)[1]
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr in ("view", "reshape"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("view", "reshape")
+        ):
             return _view_shape(node.args), self.of(node.func.value)[1]
         return None, None
 
@@ -454,8 +572,11 @@ class _Buffers:
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
             return
         target = stmt.targets[0]
-        names = [target.id] if isinstance(target, ast.Name) else [
-            t.id for t in getattr(target, "elts", []) if isinstance(t, ast.Name)]
+        names = (
+            [target.id]
+            if isinstance(target, ast.Name)
+            else [t.id for t in getattr(target, "elts", []) if isinstance(t, ast.Name)]
+        )
         value = stmt.value
         fname = _call_name(value)
         if fname.startswith("empty_strided") and isinstance(value, ast.Call) and len(value.args) >= 3:
@@ -502,8 +623,12 @@ def parse_module(src: str) -> ModuleCode:
         raise InductorCodeError(f"not Python source ({exc})") from None
     out = ModuleCode()
     for node in tree.body:
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
-                and _call_name(node.value).endswith("async_compile.triton") and len(node.value.args) >= 2:
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and _call_name(node.value).endswith("async_compile.triton")
+            and len(node.value.args) >= 2
+        ):
             name, text = node.value.args[0], node.value.args[1]
             if isinstance(name, ast.Constant) and isinstance(text, ast.Constant) and isinstance(text.value, str):
                 out.kernels[str(name.value)] = text.value
@@ -530,8 +655,11 @@ class _Launches:
         for sub in ast.walk(node):
             if isinstance(sub, ast.Call):
                 f = sub.func
-                if isinstance(f, ast.Subscript) and isinstance(f.slice, ast.Constant) \
-                        and ast.unparse(f.value).endswith("partitions"):
+                if (
+                    isinstance(f, ast.Subscript)
+                    and isinstance(f.slice, ast.Constant)
+                    and ast.unparse(f.value).endswith("partitions")
+                ):
                     return self.functions.get(f"partition_{f.slice.value!s}")
                 if isinstance(f, ast.Name) and f.id.startswith("partition_"):
                     return self.functions.get(f.id)
@@ -557,8 +685,9 @@ class _Launches:
             op = _launch_op(kname, value, self.buffers)
             if kname not in self.codes:
                 try:
-                    self.codes[kname] = parse_kernel(kernels[kname], numels_at_launch(kernels[kname],
-                                                                                      op.concrete_inputs))
+                    self.codes[kname] = parse_kernel(
+                        kernels[kname], numels_at_launch(kernels[kname], op.concrete_inputs)
+                    )
                 except InductorCodeError:
                     self.codes[kname] = None
             self.module.launches.append(GraphLaunch(kname, op, self.codes[kname]))
@@ -651,8 +780,28 @@ def _launch_op(name: str, call: ast.Call, buffers: _Buffers, receiver: ast.AST |
     return LaunchOp(name, tuple(a[0] for a in args), tuple(a[1] for a in args), tuple(a[2] for a in args))
 
 
-TENSOR_METHODS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "copy_", "zero_", "fill_", "add_", "mul_",
-                            "div_", "clone", "contiguous", "cumsum", "argmax", "index_put_", "scatter_add_"})
+TENSOR_METHODS = frozenset(
+    {
+        "sum",
+        "mean",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "copy_",
+        "zero_",
+        "fill_",
+        "add_",
+        "mul_",
+        "div_",
+        "clone",
+        "contiguous",
+        "cumsum",
+        "argmax",
+        "index_put_",
+        "scatter_add_",
+    }
+)
 """Tensor methods the output code calls that launch kernels of their own (``workspace[…].view(…).sum(dim=0)``)."""
 
 _SAME_TYPE = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
@@ -704,8 +853,9 @@ class InductorCode:
                 self._codes[key] = None
         return self._codes[key]
 
-    def align(self, names: list[str], kinds: list[str], ops: list[LaunchOp | None],
-              library_kind: Any = None) -> list[LaunchOp | None]:
+    def align(
+        self, names: list[str], kinds: list[str], ops: list[LaunchOp | None], library_kind: Any = None
+    ) -> list[LaunchOp | None]:
         """The operator of every kernel a graph replay launched, found in the output code's launches.
 
         A replayed CUDA graph's kernels carry no operator in the profile. Walking the step's device activities
@@ -767,7 +917,8 @@ class InductorCode:
                 (helper is not None and helper == last_kind)  # a split-K reduction, attention's pre-pass …
                 or (own == last_kind and not last_has_own)  # the call's main kernel after its helpers
                 or nxt is None
-                or (kind_of("", nxt.op.name) != own and helper is None and last_kind == own))
+                or (kind_of("", nxt.op.name) != own and helper is None and last_kind == own)
+            )
             if joins and last is not None:
                 out[i] = last
                 last_has_own = last_has_own or own == last_kind
@@ -780,13 +931,17 @@ class InductorCode:
                 cur = (cur[0], cur[1] + 1)
         return out
 
-    def _best_start(self, candidates: list[tuple[int, int]], names: list[str], kinds: list[str],
-                    ops: list[LaunchOp | None], i: int) -> tuple[int, int]:
+    def _best_start(
+        self, candidates: list[tuple[int, int]], names: list[str], kinds: list[str], ops: list[LaunchOp | None], i: int
+    ) -> tuple[int, int]:
         """Of the launches named like activity ``i``, the one whose graph goes on as the trace does (the most of
         the next :data:`LOOKAHEAD_LAUNCHES` generated kernels found in order after it; the latest loaded graph
         on a tie: a process may hold the code of graphs it no longer runs)."""
-        ahead = [n for n, k, op in zip(names[i + 1:], kinds[i + 1:], ops[i + 1:], strict=True)
-                 if op is None and k == "kernel" and n.startswith(TRITON_PREFIX)][:LOOKAHEAD_LAUNCHES]
+        ahead = [
+            n
+            for n, k, op in zip(names[i + 1 :], kinds[i + 1 :], ops[i + 1 :], strict=True)
+            if op is None and k == "kernel" and n.startswith(TRITON_PREFIX)
+        ][:LOOKAHEAD_LAUNCHES]
         return max(candidates, key=lambda c: (_score(self.modules[c[0]].launches, c[1] + 1, ahead), c[0], -c[1]))
 
 
@@ -799,11 +954,11 @@ HELPERS: dict[str, tuple[str, ...]] = {
 
 def _score(launches: list[GraphLaunch], q: int, ahead: list[str]) -> int:
     """How many of the trace's next generated kernels ``ahead`` follow launch ``q`` of a graph, in order."""
-    gen = [launch.name for launch in launches[q:q + 4 * len(ahead) + 8] if launch.generated]
+    gen = [launch.name for launch in launches[q : q + 4 * len(ahead) + 8] if launch.generated]
     score = 0
     for name in ahead:
         if name in gen:
-            gen = gen[gen.index(name) + 1:]
+            gen = gen[gen.index(name) + 1 :]
             score += 1
     return score
 

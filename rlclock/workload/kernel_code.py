@@ -67,11 +67,18 @@ class KernelCode:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form (:meth:`from_dict` reads it back)."""
-        return {"name": self.name, "kind": self.kind, "numels": [list(n) for n in self.numels],
-                "accesses": [[a.arg, int(a.store), a.elements, a.elem_bytes, a.loop, int(a.indirect)]
-                             for a in self.accesses],
-                "ops_per_element": self.ops_per_element, "args": list(self.args),
-                "inductor_bytes": self.inductor_bytes, "inductor_flops": self.inductor_flops}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "numels": [list(n) for n in self.numels],
+            "accesses": [
+                [a.arg, int(a.store), a.elements, a.elem_bytes, a.loop, int(a.indirect)] for a in self.accesses
+            ],
+            "ops_per_element": self.ops_per_element,
+            "args": list(self.args),
+            "inductor_bytes": self.inductor_bytes,
+            "inductor_flops": self.inductor_flops,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> KernelCode:
@@ -81,11 +88,17 @@ class KernelCode:
             InductorCodeError: A field is missing or of the wrong kind.
         """
         try:
-            return cls(str(d["name"]), str(d["kind"]), tuple((str(a), float(b)) for a, b in d["numels"]),
-                       tuple(Access(str(a[0]), bool(a[1]), float(a[2]), int(a[3]), int(a[4]), bool(a[5]))
-                             for a in d["accesses"]),
-                       float(d["ops_per_element"]), tuple(str(a) for a in d.get("args", ())),
-                       None if d.get("inductor_bytes") is None else float(d["inductor_bytes"]),
-                       None if d.get("inductor_flops") is None else float(d["inductor_flops"]))
+            return cls(
+                str(d["name"]),
+                str(d["kind"]),
+                tuple((str(a), float(b)) for a, b in d["numels"]),
+                tuple(
+                    Access(str(a[0]), bool(a[1]), float(a[2]), int(a[3]), int(a[4]), bool(a[5])) for a in d["accesses"]
+                ),
+                float(d["ops_per_element"]),
+                tuple(str(a) for a in d.get("args", ())),
+                None if d.get("inductor_bytes") is None else float(d["inductor_bytes"]),
+                None if d.get("inductor_flops") is None else float(d["inductor_flops"]),
+            )
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise InductorCodeError(f"generated kernel summary is malformed ({exc})") from None

@@ -21,8 +21,10 @@ _NAME_FIRST: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 _OPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gemm", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm", "aten::matmul")),
-    ("attention", ("scaled_dot_product", "aten::_flash_attention", "aten::_efficient_attention",
-                   "aten::_cudnn_attention")),
+    (
+        "attention",
+        ("scaled_dot_product", "aten::_flash_attention", "aten::_efficient_attention", "aten::_cudnn_attention"),
+    ),
     ("norm", ("layer_norm", "rms_norm", "group_norm", "batch_norm")),
     ("softmax", ("softmax", "cross_entropy", "nll_loss")),
     ("embedding", ("embedding", "index_select", "aten::index")),

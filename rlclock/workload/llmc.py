@@ -55,18 +55,25 @@ class LlmcConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise SpecError(f"llm.c config: {name!r} must be a positive integer, found {v!r}.")
         if self.hidden % self.heads:
-            raise SpecError(
-                f"llm.c config: hidden ({self.hidden}) must be divisible by heads ({self.heads})."
-            )
+            raise SpecError(f"llm.c config: hidden ({self.hidden}) must be divisible by heads ({self.heads}).")
 
 
 def _k(name: str, op: str, cat: str, phase: str, flops: float, rd: float, wr: float, **kw) -> Kernel:
-    return Kernel(name=name, op=op, category=cat, phase=phase, flops=float(flops),
-                  dram_read_bytes=float(rd), dram_write_bytes=float(wr), **kw)
+    return Kernel(
+        name=name,
+        op=op,
+        category=cat,
+        phase=phase,
+        flops=float(flops),
+        dram_read_bytes=float(rd),
+        dram_write_bytes=float(wr),
+        **kw,
+    )
 
 
-def _gemm(name: str, op: str, phase: str, b: int, m: int, n: int, k: int,
-          read_extra: float = 0.0, bias: bool = False) -> Kernel:
+def _gemm(
+    name: str, op: str, phase: str, b: int, m: int, n: int, k: int, read_extra: float = 0.0, bias: bool = False
+) -> Kernel:
     """A (batched) bf16 GEMM C[b,m,n] = A[b,m,k] · B[b,k,n] (+ bias)."""
     flops = 2.0 * b * m * n * k + (b * m * n if bias else 0)
     rd = BF16 * b * (m * k + k * n) + (BF16 * n if bias else 0) + read_extra
@@ -88,14 +95,38 @@ def layer_forward(cfg: LlmcConfig) -> list[Kernel]:
         _gemm("cublasGemmStridedBatched", "attn.av", f, BNH, T, HS, T),
         _k("unpermute_kernel", "attn.unpermute", "copy", f, 0, BF16 * M * C, BF16 * M * C, mlp_bytes=BF16),
         _gemm("matmul_forward_cublaslt", "attproj.fwd", f, 1, M, C, C, bias=True),
-        _k("fused_residual_forward_kernel5", "residual1+ln2.fwd", "norm", f, 10 * M * C,
-           BF16 * (2 * M * C + 2 * C), BF16 * 2 * M * C + FP32 * 2 * M, mlp_bytes=32.0),
+        _k(
+            "fused_residual_forward_kernel5",
+            "residual1+ln2.fwd",
+            "norm",
+            f,
+            10 * M * C,
+            BF16 * (2 * M * C + 2 * C),
+            BF16 * 2 * M * C + FP32 * 2 * M,
+            mlp_bytes=32.0,
+        ),
         _gemm("matmul_forward_cublaslt", "fc.fwd", f, 1, M, 4 * C, C, bias=True),
-        _k("gelu_forward_kernel2", "gelu.fwd", "elementwise", f, 15 * M * 4 * C, BF16 * M * 4 * C,
-           BF16 * M * 4 * C, mlp_bytes=16.0),
+        _k(
+            "gelu_forward_kernel2",
+            "gelu.fwd",
+            "elementwise",
+            f,
+            15 * M * 4 * C,
+            BF16 * M * 4 * C,
+            BF16 * M * 4 * C,
+            mlp_bytes=16.0,
+        ),
         _gemm("matmul_forward_cublaslt", "fcproj.fwd", f, 1, M, C, 4 * C, bias=True),
-        _k("fused_residual_forward_kernel5", "residual2+ln1.fwd", "norm", f, 10 * M * C,
-           BF16 * (2 * M * C + 2 * C), BF16 * 2 * M * C + FP32 * 2 * M, mlp_bytes=32.0),
+        _k(
+            "fused_residual_forward_kernel5",
+            "residual2+ln1.fwd",
+            "norm",
+            f,
+            10 * M * C,
+            BF16 * (2 * M * C + 2 * C),
+            BF16 * 2 * M * C + FP32 * 2 * M,
+            mlp_bytes=32.0,
+        ),
     ]
 
 
@@ -103,18 +134,42 @@ def _bias_backward(op: str, M: int, OC: int) -> list[Kernel]:
     """llm.c's matmul_backward_bias_kernel (partial column sums) and reduce_add_sum_kernel."""
     parts = 4  # partial sums written per output channel by the first kernel (grid rows)
     return [
-        _k("matmul_backward_bias_kernel9", f"{op}.dbias", "reduction", "backward", M * OC,
-           BF16 * M * OC, FP32 * parts * OC, mlp_bytes=16.0),
-        _k("reduce_add_sum_kernel", f"{op}.dbias_reduce", "reduction", "backward", parts * OC,
-           FP32 * parts * OC, BF16 * OC, mlp_bytes=16.0),
+        _k(
+            "matmul_backward_bias_kernel9",
+            f"{op}.dbias",
+            "reduction",
+            "backward",
+            M * OC,
+            BF16 * M * OC,
+            FP32 * parts * OC,
+            mlp_bytes=16.0,
+        ),
+        _k(
+            "reduce_add_sum_kernel",
+            f"{op}.dbias_reduce",
+            "reduction",
+            "backward",
+            parts * OC,
+            FP32 * parts * OC,
+            BF16 * OC,
+            mlp_bytes=16.0,
+        ),
     ]
 
 
 def _layernorm_backward(op: str, M: int, C: int) -> Kernel:
     """layernorm_backward_kernel10: dinp += f(dout, inp, mean, rstd, weight); dweight, dbias."""
-    return _k("layernorm_backward_kernel10", op, "norm", "backward", 20 * M * C,
-              BF16 * 3 * M * C + FP32 * 2 * M + BF16 * C, BF16 * M * C + FP32 * 2 * C,
-              access="reduce", mlp_bytes=16.0)
+    return _k(
+        "layernorm_backward_kernel10",
+        op,
+        "norm",
+        "backward",
+        20 * M * C,
+        BF16 * 3 * M * C + FP32 * 2 * M + BF16 * C,
+        BF16 * M * C + FP32 * 2 * C,
+        access="reduce",
+        mlp_bytes=16.0,
+    )
 
 
 def layer_backward(cfg: LlmcConfig) -> list[Kernel]:
@@ -124,12 +179,28 @@ def layer_backward(cfg: LlmcConfig) -> list[Kernel]:
     tri = BNH * T * (T + 1) / 2
     b = "backward"
     return [
-        _k("gelu_forward_kernel2", "gelu.recompute", "elementwise", b, 15 * M * 4 * C, BF16 * M * 4 * C,
-           BF16 * M * 4 * C, mlp_bytes=16.0),
+        _k(
+            "gelu_forward_kernel2",
+            "gelu.recompute",
+            "elementwise",
+            b,
+            15 * M * 4 * C,
+            BF16 * M * 4 * C,
+            BF16 * M * 4 * C,
+            mlp_bytes=16.0,
+        ),
         *_bias_backward("fcproj", M, C),
         _gemm("cublasLtMatmul", "fcproj.dinp", b, 1, M, 4 * C, C),
-        _k("gelu_backward_inplace_kernel", "gelu.bwd", "elementwise", b, 20 * M * 4 * C, BF16 * 2 * M * 4 * C,
-           BF16 * M * 4 * C, mlp_bytes=32.0),
+        _k(
+            "gelu_backward_inplace_kernel",
+            "gelu.bwd",
+            "elementwise",
+            b,
+            20 * M * 4 * C,
+            BF16 * 2 * M * 4 * C,
+            BF16 * M * 4 * C,
+            mlp_bytes=32.0,
+        ),
         _gemm("cublasLtMatmul", "fcproj.dweight", b, 1, C, 4 * C, M),
         *_bias_backward("fc", M, 4 * C)[:1],
         _gemm("cublasLtMatmul", "fc.dinp", b, 1, M, C, 4 * C),
@@ -138,16 +209,32 @@ def layer_backward(cfg: LlmcConfig) -> list[Kernel]:
         *_bias_backward("attproj", M, C),
         _gemm("cublasLtMatmul", "attproj.dinp", b, 1, M, C, C),
         _gemm("cublasLtMatmul", "attproj.dweight", b, 1, C, C, M),
-        _k("unpermute_kernel_backward", "attn.unpermute.bwd", "copy", b, 0, BF16 * M * C, BF16 * M * C,
-           mlp_bytes=BF16),
+        _k("unpermute_kernel_backward", "attn.unpermute.bwd", "copy", b, 0, BF16 * M * C, BF16 * M * C, mlp_bytes=BF16),
         _gemm("cublasGemmStridedBatched", "attn.datt", b, BNH, T, T, HS),
         _gemm("cublasGemmStridedBatched", "attn.dv", b, BNH, T, HS, T),
-        _k("softmax_autoregressive_backward_kernel", "attn.softmax.bwd", "softmax", b, 4 * tri,
-           BF16 * 2 * tri, BF16 * tri, access="reduce", mlp_bytes=16.0),
+        _k(
+            "softmax_autoregressive_backward_kernel",
+            "attn.softmax.bwd",
+            "softmax",
+            b,
+            4 * tri,
+            BF16 * 2 * tri,
+            BF16 * tri,
+            access="reduce",
+            mlp_bytes=16.0,
+        ),
         _gemm("cublasGemmStridedBatched", "attn.dq", b, BNH, T, HS, T),
         _gemm("cublasGemmStridedBatched", "attn.dk", b, BNH, T, HS, T),
-        _k("permute_kernel_backward", "attn.permute.bwd", "copy", b, 0, BF16 * 3 * M * C, BF16 * 3 * M * C,
-           mlp_bytes=3 * BF16),
+        _k(
+            "permute_kernel_backward",
+            "attn.permute.bwd",
+            "copy",
+            b,
+            0,
+            BF16 * 3 * M * C,
+            BF16 * 3 * M * C,
+            mlp_bytes=3 * BF16,
+        ),
         *_bias_backward("qkv", M, 3 * C)[:1],
         _gemm("cublasLtMatmul", "qkv.dinp", b, 1, M, C, 3 * C),
         _gemm("cublasLtMatmul", "qkv.dweight", b, 1, 3 * C, C, M),
@@ -161,24 +248,57 @@ def step_kernels(cfg: LlmcConfig) -> list[Kernel]:
     M = B * T
     f, b = "forward", "backward"
     pre = [
-        _k("encoder_forward_kernel3", "embed.fwd", "embedding", f, M * C,
-           BF16 * (M * C + T * C) + FP32 * M, BF16 * M * C, access="gather", mlp_bytes=32.0),
-        _k("layernorm_forward_kernel3", "ln1.fwd", "norm", f, 8 * M * C, BF16 * (M * C + 2 * C),
-           BF16 * M * C + FP32 * 2 * M, mlp_bytes=16.0),
+        _k(
+            "encoder_forward_kernel3",
+            "embed.fwd",
+            "embedding",
+            f,
+            M * C,
+            BF16 * (M * C + T * C) + FP32 * M,
+            BF16 * M * C,
+            access="gather",
+            mlp_bytes=32.0,
+        ),
+        _k(
+            "layernorm_forward_kernel3",
+            "ln1.fwd",
+            "norm",
+            f,
+            8 * M * C,
+            BF16 * (M * C + 2 * C),
+            BF16 * M * C + FP32 * 2 * M,
+            mlp_bytes=16.0,
+        ),
     ]
     head = [
         _gemm("matmul_forward_cublaslt", "lm_head.fwd", f, 1, M, Vp, C),
-        _k("fused_classifier_kernel5", "classifier", "softmax", f, 5 * M * Vp, BF16 * M * Vp + FP32 * M,
-           BF16 * M * Vp + FP32 * M, mlp_bytes=16.0),
+        _k(
+            "fused_classifier_kernel5",
+            "classifier",
+            "softmax",
+            f,
+            5 * M * Vp,
+            BF16 * M * Vp + FP32 * M,
+            BF16 * M * Vp + FP32 * M,
+            mlp_bytes=16.0,
+        ),
         _gemm("cublasLtMatmul", "lm_head.dinp", b, 1, M, C, Vp),
         _gemm("cublasLtMatmul", "lm_head.dweight", b, 1, Vp, C, M),
         _layernorm_backward("lnf.bwd", M, C),
     ]
     post = [
-        _k("wpe_backward_kernel", "embed.wpe.bwd", "reduction", b, M * C, BF16 * M * C, BF16 * T * C,
-           mlp_bytes=16.0),
-        _k("wte_backward_kernel", "embed.wte.bwd", "embedding", b, M * C, BF16 * 2 * M * C, BF16 * M * C,
-           access="gather", mlp_bytes=16.0),
+        _k("wpe_backward_kernel", "embed.wpe.bwd", "reduction", b, M * C, BF16 * M * C, BF16 * T * C, mlp_bytes=16.0),
+        _k(
+            "wte_backward_kernel",
+            "embed.wte.bwd",
+            "embedding",
+            b,
+            M * C,
+            BF16 * 2 * M * C,
+            BF16 * M * C,
+            access="gather",
+            mlp_bytes=16.0,
+        ),
     ]
     out = list(pre)
     fwd, bwd = layer_forward(cfg), layer_backward(cfg)
@@ -218,8 +338,15 @@ def paper_table() -> list[PaperKernel]:
     text = resources.files("rlclock.workload").joinpath("data/spaan2026_gpt3xl_rtx3080ti.csv").read_text()
     rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
     return [
-        PaperKernel(int(r["idx"]), r["kernel"], r["call"], float(r["t_auto_ms"]) / 1e3, float(r["e_auto_j"]),
-                    float(r["t_worst_ms"]) / 1e3, float(r["e_worst_j"]))
+        PaperKernel(
+            int(r["idx"]),
+            r["kernel"],
+            r["call"],
+            float(r["t_auto_ms"]) / 1e3,
+            float(r["e_auto_j"]),
+            float(r["t_worst_ms"]) / 1e3,
+            float(r["e_worst_j"]),
+        )
         for r in rows
     ]
 
@@ -237,9 +364,19 @@ def gpt3xl_step(cfg: LlmcConfig | None = None, paper_measurements: bool = False)
         The 897-invocation trace (for 24 layers).
     """
     cfg = cfg or LlmcConfig()
-    check_step_size("llm.c config", {"hidden": cfg.hidden, "heads": cfg.heads, "seq": cfg.seq, "batch": cfg.batch,
-                                     "vocab_padded": cfg.vocab_padded, "tokens": cfg.batch * cfg.seq},
-                    cfg.layers, lambda layers: len(step_kernels(replace(cfg, layers=layers))))
+    check_step_size(
+        "llm.c config",
+        {
+            "hidden": cfg.hidden,
+            "heads": cfg.heads,
+            "seq": cfg.seq,
+            "batch": cfg.batch,
+            "vocab_padded": cfg.vocab_padded,
+            "tokens": cfg.batch * cfg.seq,
+        },
+        cfg.layers,
+        lambda layers: len(step_kernels(replace(cfg, layers=layers))),
+    )
     kernels = step_kernels(cfg)
     if paper_measurements:
         if cfg != LlmcConfig():
@@ -250,8 +387,12 @@ def gpt3xl_step(cfg: LlmcConfig | None = None, paper_measurements: bool = False)
         table = paper_table()
         idx = _paper_index(cfg)
         kernels = [
-            replace(k, measured=(Measurement(gpu=PAPER_GPU, time_s=table[j].t_auto_s, energy_j=table[j].e_auto_j,
-                                             source="paper"),))
+            replace(
+                k,
+                measured=(
+                    Measurement(gpu=PAPER_GPU, time_s=table[j].t_auto_s, energy_j=table[j].e_auto_j, source="paper"),
+                ),
+            )
             for k, j in zip(kernels, idx)
         ]
     meta = {

@@ -21,8 +21,11 @@ from rlclock.workload.op_costs import Cost, Launch, costs, gemm_bmnk, kernel_fie
 from rlclock.workload.trace import Kernel, LaunchOp, Measurement
 from rlclock.workload.transformer import TransformerConfig, layer_kernels
 
-_COMPATIBLE = {frozenset({"elementwise", "copy"}), frozenset({"reduction", "copy"}),
-               frozenset({"reduction", "elementwise"})}
+_COMPATIBLE = {
+    frozenset({"elementwise", "copy"}),
+    frozenset({"reduction", "copy"}),
+    frozenset({"reduction", "elementwise"}),
+}
 _NEG = -1e9
 
 
@@ -75,8 +78,12 @@ class MappingStats:
     pairs: list[tuple[int, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
-        return {"mapped": self.mapped, "estimated": self.estimated, "time_only": self.time_only,
-                "unmatched_analytic": list(self.unmatched_analytic)}
+        return {
+            "mapped": self.mapped,
+            "estimated": self.estimated,
+            "time_only": self.time_only,
+            "unmatched_analytic": list(self.unmatched_analytic),
+        }
 
 
 def _same_gemm(a: tuple[int, int, int, int], b: tuple[int, int, int, int], exact: bool = False) -> bool:
@@ -147,13 +154,15 @@ def align(profiled: Sequence[ProfiledEntry], analytic: Sequence[Kernel]) -> dict
 
 def estimate(entries: Sequence[ProfiledEntry]) -> list[Cost]:
     """Each entry's cost from its operator call's shapes (:func:`rlclock.workload.op_costs.costs`)."""
-    launches = [Launch(e.name, "memcpy" if e.name == "memcpy" else "kernel", e.grid, e.block, e.nbytes)
-                for e in entries]
+    launches = [
+        Launch(e.name, "memcpy" if e.name == "memcpy" else "kernel", e.grid, e.block, e.nbytes) for e in entries
+    ]
     return costs([e.op for e in entries], launches)
 
 
-def map_to_kernels(entries: Sequence[ProfiledEntry], cfg: TransformerConfig,
-                   gpu: str) -> tuple[list[Kernel], MappingStats]:
+def map_to_kernels(
+    entries: Sequence[ProfiledEntry], cfg: TransformerConfig, gpu: str
+) -> tuple[list[Kernel], MappingStats]:
     """Kernels of the trace: analytic FLOPs/bytes where mapped, estimates or measured time otherwise.
 
     Args:
@@ -173,8 +182,13 @@ def map_to_kernels(entries: Sequence[ProfiledEntry], cfg: TransformerConfig,
             if i in pairs or e.bmnk is None:
                 continue
             for j, k in enumerate(analytic):
-                if (j not in taken and k.category == "gemm" and k.phase == e.phase and k.gemm_bmnk is not None
-                        and _same_gemm(e.bmnk, k.gemm_bmnk, exact)):
+                if (
+                    j not in taken
+                    and k.category == "gemm"
+                    and k.phase == e.phase
+                    and k.gemm_bmnk is not None
+                    and _same_gemm(e.bmnk, k.gemm_bmnk, exact)
+                ):
                     pairs[i] = j
                     taken.add(j)
                     break
@@ -188,10 +202,25 @@ def map_to_kernels(entries: Sequence[ProfiledEntry], cfg: TransformerConfig,
         block = e.block if e.block and all(x > 0 for x in e.block) else None
         if i in pairs:
             a = analytic[pairs[i]]
-            kernels.append(Kernel(name=e.name, op=a.op, category=a.category, phase=a.phase, flops=a.flops,
-                                  dram_read_bytes=a.dram_read_bytes, dram_write_bytes=a.dram_write_bytes,
-                                  dtype=a.dtype, layer=0, gemm_bmnk=a.gemm_bmnk, mlp_bytes=a.mlp_bytes,
-                                  access=a.access, launch_grid=grid, launch_block=block, measured=meas))
+            kernels.append(
+                Kernel(
+                    name=e.name,
+                    op=a.op,
+                    category=a.category,
+                    phase=a.phase,
+                    flops=a.flops,
+                    dram_read_bytes=a.dram_read_bytes,
+                    dram_write_bytes=a.dram_write_bytes,
+                    dtype=a.dtype,
+                    layer=0,
+                    gemm_bmnk=a.gemm_bmnk,
+                    mlp_bytes=a.mlp_bytes,
+                    access=a.access,
+                    launch_grid=grid,
+                    launch_block=block,
+                    measured=meas,
+                )
+            )
             stats.mapped += 1
             stats.pairs.append((i, a.op))
             continue
@@ -202,9 +231,19 @@ def map_to_kernels(entries: Sequence[ProfiledEntry], cfg: TransformerConfig,
         else:
             stats.time_only += 1
         opname = (e.op.name.split("::")[-1] if e.op else e.category).strip("_") or e.category
-        kernels.append(Kernel(name=e.name, op=f"extra.{e.phase[:3]}.{opname}.{extra}", phase=e.phase, layer=0,
-                              launch_grid=grid, launch_block=block, measured=meas, launch_op=e.op,
-                              **kernel_fields(est)))
+        kernels.append(
+            Kernel(
+                name=e.name,
+                op=f"extra.{e.phase[:3]}.{opname}.{extra}",
+                phase=e.phase,
+                layer=0,
+                launch_grid=grid,
+                launch_block=block,
+                measured=meas,
+                launch_op=e.op,
+                **kernel_fields(est),
+            )
+        )
     return kernels, stats
 
 
@@ -223,8 +262,15 @@ def refresh_analytic(trace_kernels: Sequence[Kernel], cfg: TransformerConfig) ->
     for k in trace_kernels:
         a = by_op.get(k.op)
         if a is not None:
-            k = replace(k, category=a.category, flops=a.flops, dram_read_bytes=a.dram_read_bytes,
-                        dram_write_bytes=a.dram_write_bytes, gemm_bmnk=a.gemm_bmnk, mlp_bytes=a.mlp_bytes,
-                        access=a.access)
+            k = replace(
+                k,
+                category=a.category,
+                flops=a.flops,
+                dram_read_bytes=a.dram_read_bytes,
+                dram_write_bytes=a.dram_write_bytes,
+                gemm_bmnk=a.gemm_bmnk,
+                mlp_bytes=a.mlp_bytes,
+                access=a.access,
+            )
         out.append(k)
     return out

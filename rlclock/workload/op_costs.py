@@ -74,8 +74,10 @@ REDUCE_VECTOR_ELEMENTS = 4
 contiguous rows (``ReduceOp``'s ``input_vec_size``, = ``vt0`` = 4: each iteration loads a vector and adds it into as
 many accumulators before the next load)."""
 GELU_FLOPS_PER_ELEMENT: dict[tuple[str, bool], float] = {
-    ("tanh", False): 20.0, ("tanh", True): 30.0,
-    ("none", False): 55.0, ("none", True): 75.0,
+    ("tanh", False): 20.0,
+    ("tanh", True): 30.0,
+    ("none", False): 55.0,
+    ("none", True): 75.0,
 }
 """SIMT operations per element of GELU, by ``(approximate, backward)`` (the model counts two per FP32 lane-cycle, a
 multiply-add as two). The tanh form: a cubic, ``tanhf`` and the scaling (its derivative adds ``1 - tanh²`` and the
@@ -85,24 +87,89 @@ derivative ``erff`` and ``expf`` together. The exact counts are the H200's (``do
 on the H200"): under the power cap its exact GELU takes x1.21 the time at x0.78 the clock, a kernel bound by its
 math, not its 256 MB of traffic; the tanh counts are the generator's (:mod:`rlclock.workload.transformer`)."""
 
-_ELEM_BYTES = {"c10::bfloat16": 2, "c10::half": 2, "float": 4, "double": 8, "long int": 8, "int": 4, "bool": 1,
-               "unsigned char": 1, "signed char": 1, "short int": 2, "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
-               "c10::float8_e4m3fnuz": 1, "c10::float8_e5m2fnuz": 1, "c10::complex<float>": 8}
-_DTYPES = {"c10::bfloat16": "bf16", "c10::half": "fp16", "float": "fp32", "double": "fp32",
-           "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "c10::float8_e4m3fnuz": "fp8",
-           "c10::float8_e5m2fnuz": "fp8"}
+_ELEM_BYTES = {
+    "c10::bfloat16": 2,
+    "c10::half": 2,
+    "float": 4,
+    "double": 8,
+    "long int": 8,
+    "int": 4,
+    "bool": 1,
+    "unsigned char": 1,
+    "signed char": 1,
+    "short int": 2,
+    "c10::float8_e4m3fn": 1,
+    "c10::float8_e5m2": 1,
+    "c10::float8_e4m3fnuz": 1,
+    "c10::float8_e5m2fnuz": 1,
+    "c10::complex<float>": 8,
+}
+_DTYPES = {
+    "c10::bfloat16": "bf16",
+    "c10::half": "fp16",
+    "float": "fp32",
+    "double": "fp32",
+    "c10::float8_e4m3fn": "fp8",
+    "c10::float8_e5m2": "fp8",
+    "c10::float8_e4m3fnuz": "fp8",
+    "c10::float8_e5m2fnuz": "fp8",
+}
 _GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "scaled_mm", "addmm_activation"})
-_COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isneginf", "isposinf", "isnan", "isinf", "isfinite",
-                          "logical_and", "logical_or", "logical_not", "logical_xor", "signbit"})
-_REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "norm", "linalg_vector_norm", "all", "any",
-                         "prod", "var", "std", "var_mean", "std_mean", "argmax", "argmin", "logsumexp",
-                         "count_nonzero"})
+_COMPARISONS = frozenset(
+    {
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "isneginf",
+        "isposinf",
+        "isnan",
+        "isinf",
+        "isfinite",
+        "logical_and",
+        "logical_or",
+        "logical_not",
+        "logical_xor",
+        "signbit",
+    }
+)
+_REDUCTIONS = frozenset(
+    {
+        "sum",
+        "mean",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "norm",
+        "linalg_vector_norm",
+        "all",
+        "any",
+        "prod",
+        "var",
+        "std",
+        "var_mean",
+        "std_mean",
+        "argmax",
+        "argmin",
+        "logsumexp",
+        "count_nonzero",
+    }
+)
 _FILLS = frozenset({"fill", "zero", "zeros", "ones", "full", "fill_", "zero_", "masked_fill"})
 _CAUSAL_ARG = {  # position of is_causal when the operator's schema cannot be read
-    "_scaled_dot_product_cudnn_attention": 6, "_scaled_dot_product_flash_attention": 4,
-    "_scaled_dot_product_efficient_attention": 6, "_scaled_dot_product_cudnn_attention_backward": 14,
-    "_scaled_dot_product_flash_attention_backward": 11, "_scaled_dot_product_efficient_attention_backward": 11,
-    "_flash_attention_forward": 8, "_efficient_attention_forward": 8, "scaled_dot_product_attention": 5}
+    "_scaled_dot_product_cudnn_attention": 6,
+    "_scaled_dot_product_flash_attention": 4,
+    "_scaled_dot_product_efficient_attention": 6,
+    "_scaled_dot_product_cudnn_attention_backward": 14,
+    "_scaled_dot_product_flash_attention_backward": 11,
+    "_scaled_dot_product_efficient_attention_backward": 11,
+    "_flash_attention_forward": 8,
+    "_efficient_attention_forward": 8,
+    "scaled_dot_product_attention": 5,
+}
 
 
 @dataclass(frozen=True)
@@ -164,6 +231,7 @@ class Cost:
 
 
 # -- reading an operator's arguments -------------------------------------------------------------------------
+
 
 def elem_bytes(type_name: str) -> int | None:
     """Bytes per element of a profiler type name (``"c10::BFloat16"`` → 2), ``None`` for non-tensors."""
@@ -335,8 +403,9 @@ def row_loads(launch: Launch, rows: float, row_read_bytes: float) -> float:
     return float(min(VECTOR_LOAD_BYTES, row_read_bytes / math.prod(launch.block)))
 
 
-def _spread(launches: Sequence[Launch], total: Cost, elements: float = 0.0,
-            read_bytes_per_element: float = 0.0) -> list[Cost]:
+def _spread(
+    launches: Sequence[Launch], total: Cost, elements: float = 0.0, read_bytes_per_element: float = 0.0
+) -> list[Cost]:
     """An operator's work done once by its kernels together (PyTorch splits a tensor too large for 32-bit
     offsets over several launches): each kernel gets a share in proportion to its launch size, and its loads
     in flight (:func:`loads_in_flight`); memsets and memcpys their own bytes."""
@@ -356,6 +425,7 @@ def _spread(launches: Sequence[Launch], total: Cost, elements: float = 0.0,
 
 # -- the rules ---------------------------------------------------------------------------------------------
 
+
 def _kind_cost(launch: Launch, category: str | None = None) -> Cost:
     """A memset's or memcpy's own bytes; an unknown kernel's nothing."""
     n = float(launch.nbytes or 0)
@@ -370,8 +440,20 @@ def _share(launches: Sequence[Launch], total: Cost) -> list[Cost]:
     """``total`` divided among kernels doing the same job, in proportion to their launch sizes."""
     weights = [lk.threads for lk in launches]
     s = sum(weights)
-    return [Cost(total.flops * w / s, total.read_bytes * w / s, total.write_bytes * w / s, total.category,
-                 total.dtype, total.access, total.gemm_bmnk, total.rule, total.mlp_bytes) for w in weights]
+    return [
+        Cost(
+            total.flops * w / s,
+            total.read_bytes * w / s,
+            total.write_bytes * w / s,
+            total.category,
+            total.dtype,
+            total.access,
+            total.gemm_bmnk,
+            total.rule,
+            total.mlp_bytes,
+        )
+        for w in weights
+    ]
 
 
 def _gemm(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
@@ -385,8 +467,9 @@ def _gemm(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     bias = ts[0] if _base(a.op.name) in ("addmm", "baddbmm") and ts else None
     read = float(sum(_numel(s) * e for _, s, e in operands) + (_numel(bias[1]) * bias[2] if bias else 0))
     write = float(b * m * n * eb)
-    mains = [i for i, lk in enumerate(launches) if lk.kind == "kernel" and _is_gemm_kernel(lk.name)] or \
-        [i for i, lk in enumerate(launches) if lk.kind == "kernel" and "reduce" not in lk.name.lower()]
+    mains = [i for i, lk in enumerate(launches) if lk.kind == "kernel" and _is_gemm_kernel(lk.name)] or [
+        i for i, lk in enumerate(launches) if lk.kind == "kernel" and "reduce" not in lk.name.lower()
+    ]
     out: list[Cost] = []
     for i, lk in enumerate(launches):
         low = lk.name.lower()
@@ -396,11 +479,21 @@ def _gemm(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
             simt = any(s in low for s in ("simt", "sgemm", "f32f32_f32f32"))
             dtype = "fp32" if simt else ("tf32" if a.dtype() == "fp32" else a.dtype())
             share = 1.0 / len(mains)
-            out.append(Cost(2.0 * b * m * n * k * share, read * share, write * share, "gemm", dtype,
-                            gemm_bmnk=bmnk, rule="gemm"))
+            out.append(
+                Cost(
+                    2.0 * b * m * n * k * share, read * share, write * share, "gemm", dtype, gemm_bmnk=bmnk, rule="gemm"
+                )
+            )
         elif "reduce" in low:
-            out.append(Cost(float(b * m * n * SPLIT_K_PARTS), float(4 * SPLIT_K_PARTS * b * m * n), write,
-                            "reduction", rule="gemm.split_k_reduce"))
+            out.append(
+                Cost(
+                    float(b * m * n * SPLIT_K_PARTS),
+                    float(4 * SPLIT_K_PARTS * b * m * n),
+                    write,
+                    "reduction",
+                    rule="gemm.split_k_reduce",
+                )
+            )
         else:
             out.append(Cost(0.0, 0.0, 0.0, classify(lk.name, a.op.name)))
     return out
@@ -431,8 +524,14 @@ def _attention(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     names = [lk.name.lower() for lk in launches]
     fp32_dq = any("convert_dq" in nm for nm in names)
     n_reduce = sum("reduce_head" in nm for nm in names)
-    mains = [i for i, lk in enumerate(launches) if lk.kind == "kernel" and classify(lk.name, a.op.name) == "attention"
-             and "reduce_head" not in names[i] and "philox" not in names[i]]
+    mains = [
+        i
+        for i, lk in enumerate(launches)
+        if lk.kind == "kernel"
+        and classify(lk.name, a.op.name) == "attention"
+        and "reduce_head" not in names[i]
+        and "philox" not in names[i]
+    ]
     out: list[Cost] = []
     for i, lk in enumerate(launches):
         nm = names[i]
@@ -452,11 +551,27 @@ def _attention(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
                 dk_dv = float(bsz * heads * sk * (d + dv) * eb) if n_reduce else kv_b  # grouped: per query head
                 read = q_b + kv_b + 2.0 * o_b + 8.0 * rows
                 write = (q_b * 4.0 / eb if fp32_dq else q_b) + dk_dv
-                out.append(Cost(ATTENTION_BACKWARD_FLOPS * fwd_flops * share, read * share, write * share,
-                                "attention", dtype, rule="attention.backward"))
+                out.append(
+                    Cost(
+                        ATTENTION_BACKWARD_FLOPS * fwd_flops * share,
+                        read * share,
+                        write * share,
+                        "attention",
+                        dtype,
+                        rule="attention.backward",
+                    )
+                )
             else:
-                out.append(Cost(fwd_flops * share, (q_b + kv_b) * share, (o_b + 4.0 * rows) * share, "attention",
-                                dtype, rule="attention.forward"))
+                out.append(
+                    Cost(
+                        fwd_flops * share,
+                        (q_b + kv_b) * share,
+                        (o_b + 4.0 * rows) * share,
+                        "attention",
+                        dtype,
+                        rule="attention.forward",
+                    )
+                )
         else:
             out.append(Cost(0.0, 0.0, 0.0, classify(lk.name, a.op.name), rule="attention.helper"))
     return out
@@ -547,8 +662,9 @@ def _softmax(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     else:
         to_float = a.concrete(2) == "True"
         read, write = n * eb * passes, n * (4 if to_float else eb)
-    return _spread(launches, Cost(5.0 * n, read, write, "softmax",
-                                  rule="softmax.backward" if backward else "softmax.forward"))
+    return _spread(
+        launches, Cost(5.0 * n, read, write, "softmax", rule="softmax.backward" if backward else "softmax.forward")
+    )
 
 
 def _norm(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
@@ -566,14 +682,39 @@ def _norm(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
         if lk.kind != "kernel":
             out.append(_kind_cost(lk))
         elif not backward:
-            out.append(Cost(8.0 * n, n * eb + 2.0 * hidden * 4.0, n * eb + 8.0 * rows, "norm", rule="norm.forward",
-                            mlp_bytes=row_loads(lk, rows, hidden * eb)))
+            out.append(
+                Cost(
+                    8.0 * n,
+                    n * eb + 2.0 * hidden * 4.0,
+                    n * eb + 8.0 * rows,
+                    "norm",
+                    rule="norm.forward",
+                    mlp_bytes=row_loads(lk, rows, hidden * eb),
+                )
+            )
         elif "gamma" in nm or "beta" in nm or ("weight" in nm and "input" not in nm):
-            out.append(Cost(4.0 * n, 2.0 * n * eb + 8.0 * rows, 2.0 * hidden * 4.0, "norm", access="reduce",
-                            rule="norm.backward.weight", mlp_bytes=gamma_beta_loads(eb, lk.name)))
+            out.append(
+                Cost(
+                    4.0 * n,
+                    2.0 * n * eb + 8.0 * rows,
+                    2.0 * hidden * 4.0,
+                    "norm",
+                    access="reduce",
+                    rule="norm.backward.weight",
+                    mlp_bytes=gamma_beta_loads(eb, lk.name),
+                )
+            )
         else:
-            out.append(Cost(10.0 * n, 2.0 * n * eb + 8.0 * rows + hidden * 4.0, n * eb, "norm",
-                            rule="norm.backward.input", mlp_bytes=row_loads(lk, rows, 2.0 * hidden * eb)))
+            out.append(
+                Cost(
+                    10.0 * n,
+                    2.0 * n * eb + 8.0 * rows + hidden * 4.0,
+                    n * eb,
+                    "norm",
+                    rule="norm.backward.input",
+                    mlp_bytes=row_loads(lk, rows, 2.0 * hidden * eb),
+                )
+            )
     return out
 
 
@@ -611,8 +752,15 @@ def _optimizer(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
             out.append(_kind_cost(lk))
             continue
         n = next(it)
-        out.append(Cost(flops_per * n, reads * eb * n, (writes * eb * n) if writes else 4.0, "elementwise",
-                        rule=rule if n else "unknown"))
+        out.append(
+            Cost(
+                flops_per * n,
+                reads * eb * n,
+                (writes * eb * n) if writes else 4.0,
+                "elementwise",
+                rule=rule if n else "unknown",
+            )
+        )
     return out
 
 
@@ -665,8 +813,10 @@ def _reduction(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     access = "stream" if rows_contiguous or out_n == 1.0 else "reduce"
     out = _spread(launches, Cost(n, n * eb, out_n * eb, "reduction", access=access, rule="reduction"))
     if rows_contiguous:  # the vectorized input loop: one vector of REDUCE_VECTOR_ELEMENTS in flight per thread
-        out = [replace(c, mlp_bytes=float(REDUCE_VECTOR_ELEMENTS * eb)) if "reduce_kernel<" in lk.name else c
-               for c, lk in zip(out, launches)]
+        out = [
+            replace(c, mlp_bytes=float(REDUCE_VECTOR_ELEMENTS * eb)) if "reduce_kernel<" in lk.name else c
+            for c, lk in zip(out, launches)
+        ]
     return out
 
 
@@ -677,8 +827,7 @@ def _conv(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
         return None
     (x, eb), (w, _) = (ts[1], ts[2]) if backward and len(ts) >= 3 else (ts[0], ts[1])
     stride = a.concrete_ints(4 if backward else 3) or [1] * (len(x) - 2)
-    spatial = [max(1, (x[2 + j] - w[2 + j]) // max(1, stride[min(j, len(stride) - 1)]) + 1)
-               for j in range(len(x) - 2)]
+    spatial = [max(1, (x[2 + j] - w[2 + j]) // max(1, stride[min(j, len(stride) - 1)]) + 1) for j in range(len(x) - 2)]
     fwd_flops = 2.0 * x[0] * w[0] * math.prod(w[1:]) * math.prod(spatial)
     out_b = float(x[0] * w[0] * math.prod(spatial) * eb)
     x_b, w_b = float(_numel(x) * eb), float(_numel(w) * eb)
@@ -690,9 +839,16 @@ def _conv(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
             out.append(_kind_cost(lk))
         elif i in mains:
             flops = (2.0 if backward else 1.0) * fwd_flops / len(mains)
-            out.append(Cost(flops, (x_b + w_b + (out_b if backward else 0.0)) / len(mains),
-                            (x_b + w_b if backward else out_b) / len(mains), "gemm",
-                            "tf32" if a.dtype() == "fp32" else a.dtype(), rule="conv"))
+            out.append(
+                Cost(
+                    flops,
+                    (x_b + w_b + (out_b if backward else 0.0)) / len(mains),
+                    (x_b + w_b if backward else out_b) / len(mains),
+                    "gemm",
+                    "tf32" if a.dtype() == "fp32" else a.dtype(),
+                    rule="conv",
+                )
+            )
         elif "nchw" in nm or "nhwc" in nm:
             out.append(Cost(0.0, x_b, x_b, "copy", rule="conv.layout"))
         else:
@@ -743,9 +899,15 @@ def _math_flops_per_element(a: _Args) -> float:
 Rule = Callable[[_Args, Sequence[Launch]], "list[Cost] | None"]
 
 
-_GENERATED_CATEGORY = {"pointwise": "elementwise", "foreach": "elementwise", "reduction": "reduction",
-                       "persistent_reduction": "reduction", "scan": "reduction", "sort": "reduction",
-                       "template": "gemm"}
+_GENERATED_CATEGORY = {
+    "pointwise": "elementwise",
+    "foreach": "elementwise",
+    "reduction": "reduction",
+    "persistent_reduction": "reduction",
+    "scan": "reduction",
+    "sort": "reduction",
+    "template": "gemm",
+}
 
 
 def _generated(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
@@ -783,8 +945,17 @@ def _generated(a: _Args, launches: Sequence[Launch]) -> list[Cost] | None:
     category = _GENERATED_CATEGORY.get(code.kind, "elementwise")
     access = "gather" if gathered > 0.5 * max(read + write, 1.0) else "stream"
     flops = code.ops_per_element * code.iterations
-    return [Cost(flops, read, write, category, access=access, rule=f"inductor.{code.kind}",
-                 mlp_bytes=_generated_loads_in_flight(code, launches[0], read))]
+    return [
+        Cost(
+            flops,
+            read,
+            write,
+            category,
+            access=access,
+            rule=f"inductor.{code.kind}",
+            mlp_bytes=_generated_loads_in_flight(code, launches[0], read),
+        )
+    ]
 
 
 GENERATED_MLP_BYTES = (16.0, 256.0)
@@ -905,11 +1076,15 @@ def refresh_costs(trace: KernelTrace, strict: bool = False) -> KernelTrace:
     carrying = [i for i, k in enumerate(trace) if k.launch_op is not None]
     measured = sum(1 for k in trace if k.measured)
     if measured and len(carrying) < 0.5 * measured:
-        _log.warning("trace %r: %d of its %d measured kernels carry no operator call (it was profiled before rlclock "
-                     "recorded them), so their costs cannot be derived again; they keep the costs they were written "
-                     "with, or are planned from their measured time. To refresh them, profile the step again "
-                     "(rlclock apply --save DIR -- python train.py).", trace.name, len(trace) - len(carrying),
-                     len(trace))
+        _log.warning(
+            "trace %r: %d of its %d measured kernels carry no operator call (it was profiled before rlclock "
+            "recorded them), so their costs cannot be derived again; they keep the costs they were written "
+            "with, or are planned from their measured time. To refresh them, profile the step again "
+            "(rlclock apply --save DIR -- python train.py).",
+            trace.name,
+            len(trace) - len(carrying),
+            len(trace),
+        )
     new = costs([trace[i].launch_op for i in carrying], [launch_of(trace[i]) for i in carrying], strict)
     kernels = list(trace)
     for i, c in zip(carrying, new, strict=True):
@@ -921,6 +1096,14 @@ def kernel_fields(c: Cost) -> dict[str, Any]:
     """The :class:`~rlclock.workload.trace.Kernel` fields a cost sets: a kernel no rule knew does no work by them
     and is marked to take its work from its measured time (``cost_from="time"``)."""
     timed = not c.known and c.flops == 0 and c.read_bytes + c.write_bytes == 0
-    return {"flops": c.flops, "dram_read_bytes": c.read_bytes, "dram_write_bytes": c.write_bytes,
-            "category": c.category, "dtype": c.dtype, "access": c.access, "gemm_bmnk": c.gemm_bmnk,
-            "mlp_bytes": c.mlp_bytes if c.known else None, "cost_from": "time" if timed else "rules"}
+    return {
+        "flops": c.flops,
+        "dram_read_bytes": c.read_bytes,
+        "dram_write_bytes": c.write_bytes,
+        "category": c.category,
+        "dtype": c.dtype,
+        "access": c.access,
+        "gemm_bmnk": c.gemm_bmnk,
+        "mlp_bytes": c.mlp_bytes if c.known else None,
+        "cost_from": "time" if timed else "rules",
+    }

@@ -98,9 +98,19 @@ def parse_chrome_trace(data: dict[str, Any]) -> list[DeviceEvent]:
         nbytes = args.get("bytes")
         ts = float(e["ts"])
         phase = None if bwd_start is None else ("forward" if ts < bwd_start else "backward")
-        out.append(DeviceEvent(str(e.get("name")), kind, ts, float(e.get("dur", 0.0)), _tuple(args.get("grid")),
-                               _tuple(args.get("block")), ops.get(ext) if isinstance(ext, int) else None,
-                               int(nbytes) if isinstance(nbytes, (int, float)) else None, phase))
+        out.append(
+            DeviceEvent(
+                str(e.get("name")),
+                kind,
+                ts,
+                float(e.get("dur", 0.0)),
+                _tuple(args.get("grid")),
+                _tuple(args.get("block")),
+                ops.get(ext) if isinstance(ext, int) else None,
+                int(nbytes) if isinstance(nbytes, (int, float)) else None,
+                phase,
+            )
+        )
     out.sort(key=lambda ev: ev.ts_us)
     return out
 

@@ -237,13 +237,16 @@ class KernelTrace(Sequence[Kernel]):
         meta: Free-form description: generator and its configuration, GPU it was profiled on, …
     """
 
-    def __init__(self, name: str, kernels: Sequence[Kernel], meta: Mapping[str, Any] | None = None,
-                 _validated: bool = False) -> None:
+    def __init__(
+        self, name: str, kernels: Sequence[Kernel], meta: Mapping[str, Any] | None = None, _validated: bool = False
+    ) -> None:
         if not kernels:
             raise TraceError(f"trace {name!r} has no kernels.", "give at least one kernel invocation.")
         if len(kernels) > MAX_KERNELS:
-            raise TraceError(f"trace {name!r} has {len(kernels)} kernels, more than rlclock plans ({MAX_KERNELS} at "
-                             "most).", "give a smaller step: fewer layers or a smaller batch of steps.")
+            raise TraceError(
+                f"trace {name!r} has {len(kernels)} kernels, more than rlclock plans ({MAX_KERNELS} at most).",
+                "give a smaller step: fewer layers or a smaller batch of steps.",
+            )
         self.name = name
         self.kernels: tuple[Kernel, ...] = tuple(kernels)
         self.meta: dict[str, Any] = dict(meta or {})
@@ -342,8 +345,10 @@ class KernelTrace(Sequence[Kernel]):
             _check_header(data, source)
             raise TraceError(f"{source}: 'kernels' must be a non-empty list.", TRACE_FIX)
         if len(raw) > MAX_KERNELS:
-            raise TraceError(f"{source}: {len(raw)} kernels, more than rlclock plans ({MAX_KERNELS} at most).",
-                             "give a smaller step: fewer layers or a smaller batch of steps.")
+            raise TraceError(
+                f"{source}: {len(raw)} kernels, more than rlclock plans ({MAX_KERNELS} at most).",
+                "give a smaller step: fewer layers or a smaller batch of steps.",
+            )
         shared = _Shared()
         return cls._from_parts(data, [_kernel_from_dict(d, i, source, shared) for i, d in enumerate(raw)], source)
 
@@ -365,8 +370,7 @@ class KernelTrace(Sequence[Kernel]):
         tmp = path.with_name(f".{path.name}.tmp")
         sep = (",", ":")
         head = {"format": TRACE_FORMAT, "version": TRACE_VERSION, "name": self.name, "meta": self.meta}
-        with (gzip.open(tmp, "wt", encoding="utf-8") if path.suffix == ".gz" else
-              tmp.open("w", encoding="utf-8")) as f:
+        with gzip.open(tmp, "wt", encoding="utf-8") if path.suffix == ".gz" else tmp.open("w", encoding="utf-8") as f:
             f.write(json.dumps(head, separators=sep)[:-1] + ',"kernels":[')
             for i, k in enumerate(self.kernels):
                 f.write(("," if i else "") + json.dumps(_kernel_to_dict(k), separators=sep))
@@ -383,7 +387,7 @@ class KernelTrace(Sequence[Kernel]):
         if not path.is_file():
             raise TraceError(f"trace file {str(path)!r} is not a regular file.", "give the path of a trace file.")
         try:
-            with (gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")) as f:
+            with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as f:
                 return _read_trace(_JsonStream(f, str(path)), str(path))
         except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
             raise TraceError(f"{path}: not a readable JSON trace ({exc}).", "re-create it with rlclock.") from None
@@ -423,8 +427,14 @@ def _upgrade_v1(kernels: list[Kernel]) -> None:
     """Read a version-1 trace's kernels as version 2, in place: a profiled kernel no rule knew carried no work, so it
     is one to plan from its measured time (``cost_from: "time"``)."""
     for i, k in enumerate(kernels):
-        if (k.measured and k.flops == 0 and k.dram_bytes == 0 and k.onchip_bytes is None
-                and "memset" not in k.name.lower() and "memcpy" not in k.name.lower()):
+        if (
+            k.measured
+            and k.flops == 0
+            and k.dram_bytes == 0
+            and k.onchip_bytes is None
+            and "memset" not in k.name.lower()
+            and "memcpy" not in k.name.lower()
+        ):
             kernels[i] = replace(k, cost_from="time")
 
 
@@ -454,7 +464,7 @@ class _JsonStream:
             return False
         data = self.f.read(_READ_BYTES)
         self.eof = not data
-        self.buf = self.buf[self.pos:] + self.decoder.decode(data, final=self.eof)
+        self.buf = self.buf[self.pos :] + self.decoder.decode(data, final=self.eof)
         self.pos = 0
         return not self.eof
 
@@ -519,8 +529,10 @@ def _read_trace(stream: _JsonStream, source: str) -> KernelTrace:
                 else:
                     while True:
                         if len(kernels) >= MAX_KERNELS:
-                            raise TraceError(f"{source}: more than {MAX_KERNELS} kernels, more than rlclock plans.",
-                                             "give a smaller step: fewer layers or a smaller batch of steps.")
+                            raise TraceError(
+                                f"{source}: more than {MAX_KERNELS} kernels, more than rlclock plans.",
+                                "give a smaller step: fewer layers or a smaller batch of steps.",
+                            )
                         kernels.append(_kernel_from_dict(stream.value(), len(kernels), source, shared))
                         sep = stream.peek()
                         stream.pos += 1
@@ -531,8 +543,9 @@ def _read_trace(stream: _JsonStream, source: str) -> KernelTrace:
             else:
                 header[key] = stream.value()
                 if key in ("format", "version"):
-                    _check_header({"format": TRACE_FORMAT, "version": TRACE_VERSION, "name": "x",
-                                   **{key: header[key]}}, source)
+                    _check_header(
+                        {"format": TRACE_FORMAT, "version": TRACE_VERSION, "name": "x", **{key: header[key]}}, source
+                    )
             sep = stream.peek()
             stream.pos += 1
             if sep == "}":
@@ -584,8 +597,11 @@ def _is_shape(v: Any) -> bool:
 
 def _launch_op_from_dict(d: Any, where: str, shared: _Shared | None = None) -> LaunchOp:
     if not isinstance(d, dict) or set(d) - _LAUNCH_OP_FIELDS or not isinstance(d.get("name"), str):
-        raise TraceError(f"{where}: 'launch_op' must be an object with a 'name' and only the fields "
-                         f"{sorted(_LAUNCH_OP_FIELDS)}; found {d!r}.", TRACE_FIX)
+        raise TraceError(
+            f"{where}: 'launch_op' must be an object with a 'name' and only the fields "
+            f"{sorted(_LAUNCH_OP_FIELDS)}; found {d!r}.",
+            TRACE_FIX,
+        )
     dims: list[Shape | tuple[Shape, ...]] = []
     for v in d.get("input_dims", []):
         if _is_shape(v):
@@ -593,8 +609,9 @@ def _launch_op_from_dict(d: Any, where: str, shared: _Shared | None = None) -> L
         elif isinstance(v, (list, tuple)) and all(_is_shape(x) for x in v):
             dims.append(tuple(tuple(x) for x in v))
         else:
-            raise TraceError(f"{where}: launch_op input dims {v!r} are neither a shape nor a list of shapes.",
-                             TRACE_FIX)
+            raise TraceError(
+                f"{where}: launch_op input dims {v!r} are neither a shape nor a list of shapes.", TRACE_FIX
+            )
     texts = {}
     for key in ("input_types", "concrete_inputs"):
         v = d.get(key, [])
@@ -615,12 +632,19 @@ def _launch_op_from_dict(d: Any, where: str, shared: _Shared | None = None) -> L
         numbers = [n for _, n in code.numels] + [x for a in code.accesses for x in (a.elements, a.elem_bytes, a.loop)]
         numbers += [x for x in (code.ops_per_element, code.inductor_bytes, code.inductor_flops) if x is not None]
         if not all(math.isfinite(x) and x >= 0 for x in numbers):
-            raise TraceError(f"{where}: launch_op 'code' holds a size or count that is not a finite number >= 0.",
-                             TRACE_FIX)
+            raise TraceError(
+                f"{where}: launch_op 'code' holds a size or count that is not a finite number >= 0.", TRACE_FIX
+            )
     if shared is None:
         return LaunchOp(d["name"], tuple(dims), texts["input_types"], texts["concrete_inputs"], call, code)
-    return LaunchOp(shared(d["name"]), shared(tuple(dims)), shared(texts["input_types"]),
-                    shared(texts["concrete_inputs"]), shared(call), code)
+    return LaunchOp(
+        shared(d["name"]),
+        shared(tuple(dims)),
+        shared(texts["input_types"]),
+        shared(texts["concrete_inputs"]),
+        shared(call),
+        code,
+    )
 
 
 def _where(i: int, d: Any) -> str:
@@ -656,7 +680,9 @@ def _kernel_from_dict(d: Any, i: int, source: str, shared: _Shared | None = None
         if not isinstance(m, dict) or set(m) - _MEASUREMENT_FIELDS or "gpu" not in m or "time_s" not in m:
             raise TraceError(
                 f"{where}: measurement #{j} must be an object with 'gpu' and 'time_s' and only the fields "
-                f"{sorted(_MEASUREMENT_FIELDS)}; found {m!r}.", TRACE_FIX)
+                f"{sorted(_MEASUREMENT_FIELDS)}; found {m!r}.",
+                TRACE_FIX,
+            )
         if shared is not None:
             m = {key: shared(v) for key, v in m.items()}
         try:
@@ -712,8 +738,9 @@ def _validate_kernel(k: Kernel, i: int, source: str = "trace") -> None:
         raise TraceError(f"{where}: 'layer' must be an integer >= -1, found {k.layer!r}.", TRACE_FIX)
     if k.mlp_bytes is not None and (not _is_num(k.mlp_bytes) or not math.isfinite(k.mlp_bytes) or k.mlp_bytes <= 0):
         raise TraceError(f"{where}: 'mlp_bytes' must be a finite number > 0, found {k.mlp_bytes!r}.", TRACE_FIX)
-    if k.onchip_bytes is not None and (not _is_num(k.onchip_bytes) or not math.isfinite(k.onchip_bytes)
-                                       or k.onchip_bytes < 0):
+    if k.onchip_bytes is not None and (
+        not _is_num(k.onchip_bytes) or not math.isfinite(k.onchip_bytes) or k.onchip_bytes < 0
+    ):
         raise TraceError(f"{where}: 'onchip_bytes' must be a finite number >= 0, found {k.onchip_bytes!r}.", TRACE_FIX)
     for key, n in (("gemm_bmnk", 4), ("launch_grid", 3), ("launch_block", 3)):
         v = getattr(k, key)
@@ -722,25 +749,41 @@ def _validate_kernel(k: Kernel, i: int, source: str = "trace") -> None:
     for j, m in enumerate(k.measured):
         problem = measurement_problem(m.time_s, m.energy_j)
         if problem is not None:
-            raise TraceError(f"{where}: measurement #{j}: {problem}.",
-                             "re-measure the kernel (rlclock profile / rlclock measure), or drop the measurement.")
+            raise TraceError(
+                f"{where}: measurement #{j}: {problem}.",
+                "re-measure the kernel (rlclock profile / rlclock measure), or drop the measurement.",
+            )
         if not isinstance(m.gpu, str) or not m.gpu or not isinstance(m.source, str):
-            raise TraceError(f"{where}: measurement #{j}: 'gpu' and 'source' must be text, found {m.gpu!r}, "
-                             f"{m.source!r}.", TRACE_FIX)
+            raise TraceError(
+                f"{where}: measurement #{j}: 'gpu' and 'source' must be text, found {m.gpu!r}, {m.source!r}.", TRACE_FIX
+            )
         for name in ("core_mhz", "mem_mhz"):
             v = getattr(m, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
-                raise TraceError(f"{where}: measurement #{j}: {name!r} must be a clock in MHz (a whole number > 0) "
-                                 f"or null for auto, found {v!r}.", TRACE_FIX)
-        if m.sm_clock_mhz is not None and (not _is_num(m.sm_clock_mhz) or not math.isfinite(m.sm_clock_mhz)
-                                           or m.sm_clock_mhz < 0):
-            raise TraceError(f"{where}: measurement #{j}: 'sm_clock_mhz' must be a number >= 0, found "
-                             f"{m.sm_clock_mhz!r}.", TRACE_FIX)
+                raise TraceError(
+                    f"{where}: measurement #{j}: {name!r} must be a clock in MHz (a whole number > 0) "
+                    f"or null for auto, found {v!r}.",
+                    TRACE_FIX,
+                )
+        if m.sm_clock_mhz is not None and (
+            not _is_num(m.sm_clock_mhz) or not math.isfinite(m.sm_clock_mhz) or m.sm_clock_mhz < 0
+        ):
+            raise TraceError(
+                f"{where}: measurement #{j}: 'sm_clock_mhz' must be a number >= 0, found {m.sm_clock_mhz!r}.", TRACE_FIX
+            )
 
 
-STEP_MAXIMA: Mapping[str, int] = {"hidden": 1 << 17, "ffn": 1 << 19, "heads": 1 << 12, "kv_heads": 1 << 12,
-                                   "seq": 1 << 22, "batch": 1 << 20, "vocab": 1 << 23, "vocab_padded": 1 << 23,
-                                   "tokens": 1 << 26}
+STEP_MAXIMA: Mapping[str, int] = {
+    "hidden": 1 << 17,
+    "ffn": 1 << 19,
+    "heads": 1 << 12,
+    "kv_heads": 1 << 12,
+    "seq": 1 << 22,
+    "batch": 1 << 20,
+    "vocab": 1 << 23,
+    "vocab_padded": 1 << 23,
+    "tokens": 1 << 26,
+}
 """The largest size of each dimension a generated step may have (``tokens``: batch × sequence) — several times
 the largest models trained today; past them a step's FLOPs mean nothing."""
 
@@ -762,12 +805,19 @@ def check_step_size(where: str, sizes: Mapping[str, int | None], layers: int, co
     for name, value in sizes.items():
         top = STEP_MAXIMA.get(name)
         if top is not None and value is not None and value > top:
-            raise SpecError(f"{where}: {name!r} is {value}, more than rlclock models ({top} at most).",
-                            f"give {name} of at most {top}.")
+            raise SpecError(
+                f"{where}: {name!r} is {value}, more than rlclock models ({top} at most).",
+                f"give {name} of at most {top}.",
+            )
     one = count(1)
     total = one if layers <= 1 else one + (layers - 1) * (count(2) - one)
-    check_kernels(total, where, SpecError, f"give fewer layers (at most about "
-                  f"{max(1, (MAX_KERNELS - one) // max(count(2) - one, 1) + 1)} for this shape).")
+    check_kernels(
+        total,
+        where,
+        SpecError,
+        f"give fewer layers (at most about "
+        f"{max(1, (MAX_KERNELS - one) // max(count(2) - one, 1) + 1)} for this shape).",
+    )
 
 
 def replace_kernel(k: Kernel, **changes: Any) -> Kernel:

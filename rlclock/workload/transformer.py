@@ -91,8 +91,10 @@ class TransformerConfig:
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"transformer config: {name!r} must be true or false, found {getattr(self, name)!r}.")
         if self.autocast and self.dtype not in ("bf16", "fp16"):
-            raise SpecError(f"transformer config: autocast runs in bf16 or fp16, not {self.dtype!r}.",
-                            "set dtype: bf16 (or fp16) with autocast: true.")
+            raise SpecError(
+                f"transformer config: autocast runs in bf16 or fp16, not {self.dtype!r}.",
+                "set dtype: bf16 (or fp16) with autocast: true.",
+            )
 
     @property
     def n_kv_heads(self) -> int:
@@ -133,10 +135,18 @@ class TransformerConfig:
         return self.layers * self.params_per_layer + head
 
 
-def _kern(name: str, op: str, cat: str, phase: str, flops: float, rd: float, wr: float, dtype: str,
-          **kw) -> Kernel:
-    return Kernel(name=name, op=op, category=cat, phase=phase, flops=float(flops), dram_read_bytes=float(rd),
-                  dram_write_bytes=float(wr), dtype=dtype, **kw)
+def _kern(name: str, op: str, cat: str, phase: str, flops: float, rd: float, wr: float, dtype: str, **kw) -> Kernel:
+    return Kernel(
+        name=name,
+        op=op,
+        category=cat,
+        phase=phase,
+        flops=float(flops),
+        dram_read_bytes=float(rd),
+        dram_write_bytes=float(wr),
+        dtype=dtype,
+        **kw,
+    )
 
 
 class _Builder:
@@ -148,35 +158,105 @@ class _Builder:
 
     def gemm(self, op: str, phase: str, m: int, n: int, k: int, bias: bool = False) -> Kernel:
         s = self.s
-        return _kern("gemm", op, "gemm", phase, 2.0 * m * n * k + (m * n if bias else 0),
-                     s * (m * k + k * n + (n if bias else 0)), s * m * n, self.c.dtype, gemm_bmnk=(1, m, n, k))
+        return _kern(
+            "gemm",
+            op,
+            "gemm",
+            phase,
+            2.0 * m * n * k + (m * n if bias else 0),
+            s * (m * k + k * n + (n if bias else 0)),
+            s * m * n,
+            self.c.dtype,
+            gemm_bmnk=(1, m, n, k),
+        )
 
     def ew(self, name: str, op: str, phase: str, n_in: int, n_out: int, elems: int, flops_per: float) -> Kernel:
         """An elementwise kernel reading ``n_in`` and writing ``n_out`` tensors of ``elems`` elements."""
-        return _kern(name, op, "elementwise", phase, flops_per * elems, self.s * n_in * elems,
-                     self.s * n_out * elems, self.c.dtype, mlp_bytes=16.0)
+        return _kern(
+            name,
+            op,
+            "elementwise",
+            phase,
+            flops_per * elems,
+            self.s * n_in * elems,
+            self.s * n_out * elems,
+            self.c.dtype,
+            mlp_bytes=16.0,
+        )
 
     def bias_grad(self, op: str, m: int, n: int) -> Kernel:
-        return _kern("reduce_kernel", op, "reduction", "backward", m * n, self.s * m * n, self.s * n,
-                     self.c.dtype, access="reduce", mlp_bytes=16.0)
+        return _kern(
+            "reduce_kernel",
+            op,
+            "reduction",
+            "backward",
+            m * n,
+            self.s * m * n,
+            self.s * n,
+            self.c.dtype,
+            access="reduce",
+            mlp_bytes=16.0,
+        )
 
     def norm_fwd(self, op: str) -> Kernel:
         c, s = self.c, self.s
         m, h = c.tokens, c.hidden
         if c.style == "gpt":
-            return _kern("vectorized_layer_norm_kernel", op, "norm", "forward", 8 * m * h, s * (m * h + 2 * h),
-                         s * m * h + F32 * 2 * m, c.dtype, access="reduce", mlp_bytes=16.0)
-        return _kern("rms_norm_kernel", op, "norm", "forward", 4 * m * h, s * (m * h + h), s * m * h + F32 * m,
-                     c.dtype, access="reduce", mlp_bytes=16.0)
+            return _kern(
+                "vectorized_layer_norm_kernel",
+                op,
+                "norm",
+                "forward",
+                8 * m * h,
+                s * (m * h + 2 * h),
+                s * m * h + F32 * 2 * m,
+                c.dtype,
+                access="reduce",
+                mlp_bytes=16.0,
+            )
+        return _kern(
+            "rms_norm_kernel",
+            op,
+            "norm",
+            "forward",
+            4 * m * h,
+            s * (m * h + h),
+            s * m * h + F32 * m,
+            c.dtype,
+            access="reduce",
+            mlp_bytes=16.0,
+        )
 
     def norm_bwd(self, op: str) -> list[Kernel]:
         c, s = self.c, self.s
         m, h = c.tokens, c.hidden
         stats = F32 * (2 if c.style == "gpt" else 1) * m
-        out = [_kern("layer_norm_backward_kernel", f"{op}.dx", "norm", "backward", 12 * m * h,
-                     s * (2 * m * h + h) + stats, s * m * h, c.dtype, access="reduce", mlp_bytes=16.0),
-               _kern("gamma_beta_backward_kernel", f"{op}.dw", "norm", "backward", 4 * m * h,
-                     s * 2 * m * h + stats, F32 * 2 * h, c.dtype, access="reduce", mlp_bytes=gamma_beta_loads(s))]
+        out = [
+            _kern(
+                "layer_norm_backward_kernel",
+                f"{op}.dx",
+                "norm",
+                "backward",
+                12 * m * h,
+                s * (2 * m * h + h) + stats,
+                s * m * h,
+                c.dtype,
+                access="reduce",
+                mlp_bytes=16.0,
+            ),
+            _kern(
+                "gamma_beta_backward_kernel",
+                f"{op}.dw",
+                "norm",
+                "backward",
+                4 * m * h,
+                s * 2 * m * h + stats,
+                F32 * 2 * h,
+                c.dtype,
+                access="reduce",
+                mlp_bytes=gamma_beta_loads(s),
+            ),
+        ]
         return out
 
     def attention_fwd(self) -> Kernel:
@@ -186,8 +266,9 @@ class _Builder:
         flops = 4.0 * b * hq * pairs * d
         rd = s * b * t * d * (hq + 2 * hk)
         wr = s * b * t * hq * d + F32 * b * hq * t
-        return _kern("flash_fwd_kernel", "attn.fwd", "attention", "forward", flops, rd, wr, c.dtype,
-                     gemm_bmnk=(b * hq, t, t, d))
+        return _kern(
+            "flash_fwd_kernel", "attn.fwd", "attention", "forward", flops, rd, wr, c.dtype, gemm_bmnk=(b * hq, t, t, d)
+        )
 
     def attention_bwd(self) -> list[Kernel]:
         c, s = self.c, self.s
@@ -198,13 +279,40 @@ class _Builder:
         # the fp32 dQ accumulator that the main kernel adds into and `attn.bwd.dq` converts (FlashAttention-2's
         # compute_dot_do_o<Clear_dQaccum=true>, cuDNN's compute_dot_do_o_specialized<true, ...>).
         return [
-            _kern("flash_bwd_dot_do_o_kernel", "attn.bwd.pre", "reduction", "backward", 2 * o, s * 2 * o,
-                  F32 * b * hq * t + F32 * o, c.dtype, access="reduce", mlp_bytes=16.0),
-            _kern("flash_bwd_dq_dk_dv_kernel", "attn.bwd", "attention", "backward", 10.0 * b * hq * pairs * d,
-                  s * (2 * o + b * t * d * 2 * hk) + F32 * 2 * b * hq * t, F32 * o + s * b * t * d * 2 * hk,
-                  c.dtype, gemm_bmnk=(b * hq, t, t, d)),
-            _kern("flash_bwd_convert_dq_kernel", "attn.bwd.dq", "copy", "backward", o, F32 * o, s * o, c.dtype,
-                  mlp_bytes=16.0),
+            _kern(
+                "flash_bwd_dot_do_o_kernel",
+                "attn.bwd.pre",
+                "reduction",
+                "backward",
+                2 * o,
+                s * 2 * o,
+                F32 * b * hq * t + F32 * o,
+                c.dtype,
+                access="reduce",
+                mlp_bytes=16.0,
+            ),
+            _kern(
+                "flash_bwd_dq_dk_dv_kernel",
+                "attn.bwd",
+                "attention",
+                "backward",
+                10.0 * b * hq * pairs * d,
+                s * (2 * o + b * t * d * 2 * hk) + F32 * 2 * b * hq * t,
+                F32 * o + s * b * t * d * 2 * hk,
+                c.dtype,
+                gemm_bmnk=(b * hq, t, t, d),
+            ),
+            _kern(
+                "flash_bwd_convert_dq_kernel",
+                "attn.bwd.dq",
+                "copy",
+                "backward",
+                o,
+                F32 * o,
+                s * o,
+                c.dtype,
+                mlp_bytes=16.0,
+            ),
         ]
 
     def layer_forward(self) -> list[Kernel]:
@@ -215,16 +323,24 @@ class _Builder:
         out = [self.norm_fwd("ln1.fwd"), self.gemm("qkv.fwd", "forward", m, h + 2 * kv, h, bias=gpt)]
         if not gpt:
             out.append(self.ew("rotary_kernel", "rope.fwd", "forward", 1, 1, m * (h + kv), 6))
-        out += [self.attention_fwd(), self.gemm("attnproj.fwd", "forward", m, h, h, bias=gpt),
-                self.ew("add_kernel", "residual1.fwd", "forward", 2, 1, m * h, 1), self.norm_fwd("ln2.fwd")]
+        out += [
+            self.attention_fwd(),
+            self.gemm("attnproj.fwd", "forward", m, h, h, bias=gpt),
+            self.ew("add_kernel", "residual1.fwd", "forward", 2, 1, m * h, 1),
+            self.norm_fwd("ln2.fwd"),
+        ]
         if gpt:
-            out += [self.gemm("fc.fwd", "forward", m, f, h, bias=True),
-                    self.ew("gelu_kernel", "gelu.fwd", "forward", 1, 1, m * f, GELU_FLOPS_PER_ELEMENT[("tanh", False)]),
-                    self.gemm("proj.fwd", "forward", m, h, f, bias=True)]
+            out += [
+                self.gemm("fc.fwd", "forward", m, f, h, bias=True),
+                self.ew("gelu_kernel", "gelu.fwd", "forward", 1, 1, m * f, GELU_FLOPS_PER_ELEMENT[("tanh", False)]),
+                self.gemm("proj.fwd", "forward", m, h, f, bias=True),
+            ]
         else:
-            out += [self.gemm("gate_up.fwd", "forward", m, 2 * f, h),
-                    self.ew("silu_mul_kernel", "swiglu.fwd", "forward", 2, 1, m * f, 8),
-                    self.gemm("down.fwd", "forward", m, h, f)]
+            out += [
+                self.gemm("gate_up.fwd", "forward", m, 2 * f, h),
+                self.ew("silu_mul_kernel", "swiglu.fwd", "forward", 2, 1, m * f, 8),
+                self.gemm("down.fwd", "forward", m, h, f),
+            ]
         out.append(self.ew("add_kernel", "residual2.fwd", "forward", 2, 1, m * h, 1))
         return out
 
@@ -235,17 +351,25 @@ class _Builder:
         gpt = c.style == "gpt"
         out: list[Kernel] = []
         if gpt:
-            out += [self.gemm("proj.dgrad", "backward", m, f, h), self.gemm("proj.wgrad", "backward", h, f, m),
-                    self.bias_grad("proj.dbias", m, h),
-                    self.ew("gelu_backward_kernel", "gelu.bwd", "backward", 2, 1, m * f,
-                            GELU_FLOPS_PER_ELEMENT[("tanh", True)]),
-                    self.gemm("fc.dgrad", "backward", m, h, f), self.gemm("fc.wgrad", "backward", f, h, m),
-                    self.bias_grad("fc.dbias", m, f)]
+            out += [
+                self.gemm("proj.dgrad", "backward", m, f, h),
+                self.gemm("proj.wgrad", "backward", h, f, m),
+                self.bias_grad("proj.dbias", m, h),
+                self.ew(
+                    "gelu_backward_kernel", "gelu.bwd", "backward", 2, 1, m * f, GELU_FLOPS_PER_ELEMENT[("tanh", True)]
+                ),
+                self.gemm("fc.dgrad", "backward", m, h, f),
+                self.gemm("fc.wgrad", "backward", f, h, m),
+                self.bias_grad("fc.dbias", m, f),
+            ]
         else:
-            out += [self.gemm("down.dgrad", "backward", m, f, h), self.gemm("down.wgrad", "backward", h, f, m),
-                    self.ew("silu_mul_backward_kernel", "swiglu.bwd", "backward", 3, 2, m * f, 12),
-                    self.gemm("gate_up.dgrad", "backward", m, h, 2 * f),
-                    self.gemm("gate_up.wgrad", "backward", 2 * f, h, m)]
+            out += [
+                self.gemm("down.dgrad", "backward", m, f, h),
+                self.gemm("down.wgrad", "backward", h, f, m),
+                self.ew("silu_mul_backward_kernel", "swiglu.bwd", "backward", 3, 2, m * f, 12),
+                self.gemm("gate_up.dgrad", "backward", m, h, 2 * f),
+                self.gemm("gate_up.wgrad", "backward", 2 * f, h, m),
+            ]
         out += self.norm_bwd("ln2.bwd")
         out.append(self.ew("add_kernel", "residual1.bwd", "backward", 2, 1, m * h, 1))
         out += [self.gemm("attnproj.dgrad", "backward", m, h, h), self.gemm("attnproj.wgrad", "backward", h, h, m)]
@@ -255,10 +379,23 @@ class _Builder:
         if not gpt:
             out.append(self.ew("rotary_backward_kernel", "rope.bwd", "backward", 1, 1, m * (h + kv), 6))
         # the fused q/k/v projection's output was split: its gradient is the concatenation of dq, dk, dv
-        out.append(_kern("cat_kernel", "qkv.cat.bwd", "copy", "backward", 0, self.s * m * (h + 2 * kv),
-                         self.s * m * (h + 2 * kv), c.dtype, mlp_bytes=16.0))
-        out += [self.gemm("qkv.dgrad", "backward", m, h, h + 2 * kv),
-                self.gemm("qkv.wgrad", "backward", h + 2 * kv, h, m)]
+        out.append(
+            _kern(
+                "cat_kernel",
+                "qkv.cat.bwd",
+                "copy",
+                "backward",
+                0,
+                self.s * m * (h + 2 * kv),
+                self.s * m * (h + 2 * kv),
+                c.dtype,
+                mlp_bytes=16.0,
+            )
+        )
+        out += [
+            self.gemm("qkv.dgrad", "backward", m, h, h + 2 * kv),
+            self.gemm("qkv.wgrad", "backward", h + 2 * kv, h, m),
+        ]
         if gpt:
             out.append(self.bias_grad("qkv.dbias", m, h + 2 * kv))
         out += self.norm_bwd("ln1.bwd")
@@ -268,31 +405,84 @@ class _Builder:
     def head_forward(self) -> list[Kernel]:
         c, s = self.c, self.s
         m, h, v = c.tokens, c.hidden, c.vocab
-        return [self.norm_fwd("lnf.fwd"), self.gemm("lm_head.fwd", "forward", m, v, h),
-                _kern("cross_entropy_kernel", "loss.fwd", "softmax", "forward", 5 * m * v, s * m * v + 8 * m,
-                      F32 * 2 * m, c.dtype, mlp_bytes=16.0)]
+        return [
+            self.norm_fwd("lnf.fwd"),
+            self.gemm("lm_head.fwd", "forward", m, v, h),
+            _kern(
+                "cross_entropy_kernel",
+                "loss.fwd",
+                "softmax",
+                "forward",
+                5 * m * v,
+                s * m * v + 8 * m,
+                F32 * 2 * m,
+                c.dtype,
+                mlp_bytes=16.0,
+            ),
+        ]
 
     def head_backward(self) -> list[Kernel]:
         c, s = self.c, self.s
         m, h, v = c.tokens, c.hidden, c.vocab
-        return [_kern("cross_entropy_backward_kernel", "loss.bwd", "softmax", "backward", 4 * m * v,
-                      s * m * v + F32 * 2 * m, s * m * v, c.dtype, mlp_bytes=16.0),
-                self.gemm("lm_head.dgrad", "backward", m, h, v), self.gemm("lm_head.wgrad", "backward", v, h, m),
-                *self.norm_bwd("lnf.bwd")]
+        return [
+            _kern(
+                "cross_entropy_backward_kernel",
+                "loss.bwd",
+                "softmax",
+                "backward",
+                4 * m * v,
+                s * m * v + F32 * 2 * m,
+                s * m * v,
+                c.dtype,
+                mlp_bytes=16.0,
+            ),
+            self.gemm("lm_head.dgrad", "backward", m, h, v),
+            self.gemm("lm_head.wgrad", "backward", v, h, m),
+            *self.norm_bwd("lnf.bwd"),
+        ]
 
     def embedding(self, phase: str) -> Kernel:
         c, s = self.c, self.s
         m, h = c.tokens, c.hidden
         if phase == "forward":
-            return _kern("embedding_kernel", "embed.fwd", "embedding", phase, 0, s * m * h + 8 * m, s * m * h,
-                         c.dtype, access="gather", mlp_bytes=16.0)
-        return _kern("embedding_backward_kernel", "embed.bwd", "embedding", phase, m * h, s * 2 * m * h + 8 * m,
-                     s * m * h, c.dtype, access="gather", mlp_bytes=16.0)
+            return _kern(
+                "embedding_kernel",
+                "embed.fwd",
+                "embedding",
+                phase,
+                0,
+                s * m * h + 8 * m,
+                s * m * h,
+                c.dtype,
+                access="gather",
+                mlp_bytes=16.0,
+            )
+        return _kern(
+            "embedding_backward_kernel",
+            "embed.bwd",
+            "embedding",
+            phase,
+            m * h,
+            s * 2 * m * h + 8 * m,
+            s * m * h,
+            c.dtype,
+            access="gather",
+            mlp_bytes=16.0,
+        )
 
     def optimizer(self) -> Kernel:
         n = self.c.n_params
-        return _kern("multi_tensor_apply_kernel", "adamw", "elementwise", "optimizer", 12 * n,
-                     F32 * 3 * n + self.s * 2 * n, F32 * 2 * n + self.s * n, self.c.dtype, mlp_bytes=16.0)
+        return _kern(
+            "multi_tensor_apply_kernel",
+            "adamw",
+            "elementwise",
+            "optimizer",
+            12 * n,
+            F32 * 3 * n + self.s * 2 * n,
+            F32 * 2 * n + self.s * n,
+            self.c.dtype,
+            mlp_bytes=16.0,
+        )
 
 
 MEMSET = "Memset (Device)"
@@ -306,8 +496,17 @@ class _Autocast(_Builder):
     def cast(self, op: str, phase: str, elems: float, to_low: bool = True) -> Kernel:
         """A dtype conversion of ``elems`` elements (fp32 → the low type, or back)."""
         rd, wr = (F32, self.s) if to_low else (self.s, F32)
-        return _kern("copy_kernel", op, "copy", phase, 0, rd * elems, wr * elems, "fp32" if not to_low else
-                     self.c.dtype, mlp_bytes=16.0)
+        return _kern(
+            "copy_kernel",
+            op,
+            "copy",
+            phase,
+            0,
+            rd * elems,
+            wr * elems,
+            "fp32" if not to_low else self.c.dtype,
+            mlp_bytes=16.0,
+        )
 
     def memset(self, op: str, phase: str) -> Kernel:
         return _kern(MEMSET, op, "memset", phase, 0, 0, 8, self.c.dtype)
@@ -317,8 +516,11 @@ class _Autocast(_Builder):
         out = [self.cast(f"{op}.bias_cast", "forward", n)] if bias else []
         if cast_input:
             out.append(self.cast(f"{op}.input_cast", "forward", m * k))
-        out += [self.cast(f"{op}.weight_cast", "forward", n * k), self.memset(op, "forward"),
-                self.gemm(op, "forward", m, n, k, bias=bias)]
+        out += [
+            self.cast(f"{op}.weight_cast", "forward", n * k),
+            self.memset(op, "forward"),
+            self.gemm(op, "forward", m, n, k, bias=bias),
+        ]
         return out
 
     def linear_backward(self, op: str, m: int, n: int, k: int, bias: bool, to_norm: bool) -> list[Kernel]:
@@ -345,19 +547,65 @@ class _Autocast(_Builder):
         c = self.c
         m, h = c.tokens, c.hidden
         if c.style == "gpt":
-            return [_kern("vectorized_layer_norm_kernel", op, "norm", "forward", 8 * m * h, F32 * (m * h + 2 * h),
-                          F32 * m * h + F32 * 2 * m, "fp32", access="reduce", mlp_bytes=16.0)]
-        return [_kern("rms_norm_kernel", op, "norm", "forward", 4 * m * h, F32 * (m * h + h), F32 * m * h + F32 * m,
-                      "fp32", access="reduce", mlp_bytes=16.0)]
+            return [
+                _kern(
+                    "vectorized_layer_norm_kernel",
+                    op,
+                    "norm",
+                    "forward",
+                    8 * m * h,
+                    F32 * (m * h + 2 * h),
+                    F32 * m * h + F32 * 2 * m,
+                    "fp32",
+                    access="reduce",
+                    mlp_bytes=16.0,
+                )
+            ]
+        return [
+            _kern(
+                "rms_norm_kernel",
+                op,
+                "norm",
+                "forward",
+                4 * m * h,
+                F32 * (m * h + h),
+                F32 * m * h + F32 * m,
+                "fp32",
+                access="reduce",
+                mlp_bytes=16.0,
+            )
+        ]
 
     def norm32_backward(self, op: str) -> list[Kernel]:
         c = self.c
         m, h = c.tokens, c.hidden
         stats = F32 * (2 if c.style == "gpt" else 1) * m
-        return [_kern("layer_norm_backward_kernel", f"{op}.dx", "norm", "backward", 12 * m * h,
-                      F32 * (2 * m * h + h) + stats, F32 * m * h, "fp32", access="reduce", mlp_bytes=16.0),
-                _kern("gamma_beta_backward_kernel", f"{op}.dw", "norm", "backward", 4 * m * h,
-                      F32 * 2 * m * h + stats, F32 * 2 * h, "fp32", access="reduce", mlp_bytes=gamma_beta_loads(F32))]
+        return [
+            _kern(
+                "layer_norm_backward_kernel",
+                f"{op}.dx",
+                "norm",
+                "backward",
+                12 * m * h,
+                F32 * (2 * m * h + h) + stats,
+                F32 * m * h,
+                "fp32",
+                access="reduce",
+                mlp_bytes=16.0,
+            ),
+            _kern(
+                "gamma_beta_backward_kernel",
+                f"{op}.dw",
+                "norm",
+                "backward",
+                4 * m * h,
+                F32 * 2 * m * h + stats,
+                F32 * 2 * h,
+                "fp32",
+                access="reduce",
+                mlp_bytes=gamma_beta_loads(F32),
+            ),
+        ]
 
     def layer_forward(self) -> list[Kernel]:
         c = self.c
@@ -367,17 +615,25 @@ class _Autocast(_Builder):
         out = [*self.norm32("ln1.fwd"), *self.linear("qkv.fwd", m, h + 2 * kv, h, gpt, True)]
         if not gpt:
             out.append(self.ew("rotary_kernel", "rope.fwd", "forward", 1, 1, m * (h + kv), 6))
-        out += [self.memset("attn.fwd", "forward"), self.attention_fwd(),
-                *self.linear("attnproj.fwd", m, h, h, gpt, False), self.residual("residual1.fwd", "forward"),
-                *self.norm32("ln2.fwd")]
+        out += [
+            self.memset("attn.fwd", "forward"),
+            self.attention_fwd(),
+            *self.linear("attnproj.fwd", m, h, h, gpt, False),
+            self.residual("residual1.fwd", "forward"),
+            *self.norm32("ln2.fwd"),
+        ]
         if gpt:
-            out += [*self.linear("fc.fwd", m, f, h, True, True),
-                    self.ew("gelu_kernel", "gelu.fwd", "forward", 1, 1, m * f, GELU_FLOPS_PER_ELEMENT[("tanh", False)]),
-                    *self.linear("proj.fwd", m, h, f, True, False)]
+            out += [
+                *self.linear("fc.fwd", m, f, h, True, True),
+                self.ew("gelu_kernel", "gelu.fwd", "forward", 1, 1, m * f, GELU_FLOPS_PER_ELEMENT[("tanh", False)]),
+                *self.linear("proj.fwd", m, h, f, True, False),
+            ]
         else:
-            out += [*self.linear("gate_up.fwd", m, 2 * f, h, False, True),
-                    self.ew("silu_mul_kernel", "swiglu.fwd", "forward", 2, 1, m * f, 8),
-                    *self.linear("down.fwd", m, h, f, False, False)]
+            out += [
+                *self.linear("gate_up.fwd", m, 2 * f, h, False, True),
+                self.ew("silu_mul_kernel", "swiglu.fwd", "forward", 2, 1, m * f, 8),
+                *self.linear("down.fwd", m, h, f, False, False),
+            ]
         out.append(self.residual("residual2.fwd", "forward"))
         return out
 
@@ -388,86 +644,228 @@ class _Autocast(_Builder):
         gpt = c.style == "gpt"
         out = [self.cast("residual2.bwd_cast", "backward", m * h)]
         if gpt:
-            out += [*self.linear_backward("proj", m, h, f, True, False),
-                    self.ew("gelu_backward_kernel", "gelu.bwd", "backward", 2, 1, m * f,
-                            GELU_FLOPS_PER_ELEMENT[("tanh", True)]),
-                    *self.linear_backward("fc", m, f, h, True, True)]
+            out += [
+                *self.linear_backward("proj", m, h, f, True, False),
+                self.ew(
+                    "gelu_backward_kernel", "gelu.bwd", "backward", 2, 1, m * f, GELU_FLOPS_PER_ELEMENT[("tanh", True)]
+                ),
+                *self.linear_backward("fc", m, f, h, True, True),
+            ]
         else:
-            out += [*self.linear_backward("down", m, h, f, False, False),
-                    self.ew("silu_mul_backward_kernel", "swiglu.bwd", "backward", 3, 2, m * f, 12),
-                    *self.linear_backward("gate_up", m, 2 * f, h, False, True)]
-        out += [*self.norm32_backward("ln2.bwd"), self.residual("residual1.bwd", "backward"),
-                self.cast("residual1.bwd_cast", "backward", m * h),
-                *self.linear_backward("attnproj", m, h, h, gpt, False), self.memset("attn.bwd", "backward"),
-                *self.attention_bwd()]
+            out += [
+                *self.linear_backward("down", m, h, f, False, False),
+                self.ew("silu_mul_backward_kernel", "swiglu.bwd", "backward", 3, 2, m * f, 12),
+                *self.linear_backward("gate_up", m, 2 * f, h, False, True),
+            ]
+        out += [
+            *self.norm32_backward("ln2.bwd"),
+            self.residual("residual1.bwd", "backward"),
+            self.cast("residual1.bwd_cast", "backward", m * h),
+            *self.linear_backward("attnproj", m, h, h, gpt, False),
+            self.memset("attn.bwd", "backward"),
+            *self.attention_bwd(),
+        ]
         if not gpt:
             out.append(self.ew("rotary_backward_kernel", "rope.bwd", "backward", 1, 1, m * (h + kv), 6))
-        out.append(_kern("cat_kernel", "qkv.cat.bwd", "copy", "backward", 0, self.s * m * (h + 2 * kv),
-                         self.s * m * (h + 2 * kv), c.dtype, mlp_bytes=16.0))
-        out += [*self.linear_backward("qkv", m, h + 2 * kv, h, gpt, True), *self.norm32_backward("ln1.bwd"),
-                self.residual("residual0.bwd", "backward")]
+        out.append(
+            _kern(
+                "cat_kernel",
+                "qkv.cat.bwd",
+                "copy",
+                "backward",
+                0,
+                self.s * m * (h + 2 * kv),
+                self.s * m * (h + 2 * kv),
+                c.dtype,
+                mlp_bytes=16.0,
+            )
+        )
+        out += [
+            *self.linear_backward("qkv", m, h + 2 * kv, h, gpt, True),
+            *self.norm32_backward("ln1.bwd"),
+            self.residual("residual0.bwd", "backward"),
+        ]
         return out
 
     def embedding(self, phase: str) -> Kernel:
         c = self.c
         m, h = c.tokens, c.hidden
         if phase == "forward":
-            return _kern("embedding_kernel", "embed.fwd", "embedding", phase, 0, F32 * m * h + 8 * m, F32 * m * h,
-                         "fp32", access="gather", mlp_bytes=16.0)
-        return _kern("embedding_backward_kernel", "embed.bwd", "embedding", phase, m * h, F32 * 2 * m * h + 8 * m,
-                     F32 * m * h, "fp32", access="gather", mlp_bytes=16.0)
+            return _kern(
+                "embedding_kernel",
+                "embed.fwd",
+                "embedding",
+                phase,
+                0,
+                F32 * m * h + 8 * m,
+                F32 * m * h,
+                "fp32",
+                access="gather",
+                mlp_bytes=16.0,
+            )
+        return _kern(
+            "embedding_backward_kernel",
+            "embed.bwd",
+            "embedding",
+            phase,
+            m * h,
+            F32 * 2 * m * h + 8 * m,
+            F32 * m * h,
+            "fp32",
+            access="gather",
+            mlp_bytes=16.0,
+        )
 
     def embed_forward(self) -> list[Kernel]:
         c = self.c
         m, h = c.tokens, c.hidden
         out = [self.embedding("forward")]
         if c.style == "gpt":  # learned positions, added to the tokens' embeddings
-            out += [_kern("embedding_kernel", "pos.fwd", "embedding", "forward", 0, F32 * c.seq * h,
-                          F32 * c.seq * h, "fp32", access="gather", mlp_bytes=16.0),
-                    _kern("add_kernel", "pos.add", "elementwise", "forward", m * h, F32 * (m * h + c.seq * h),
-                          F32 * m * h, "fp32", mlp_bytes=16.0)]
+            out += [
+                _kern(
+                    "embedding_kernel",
+                    "pos.fwd",
+                    "embedding",
+                    "forward",
+                    0,
+                    F32 * c.seq * h,
+                    F32 * c.seq * h,
+                    "fp32",
+                    access="gather",
+                    mlp_bytes=16.0,
+                ),
+                _kern(
+                    "add_kernel",
+                    "pos.add",
+                    "elementwise",
+                    "forward",
+                    m * h,
+                    F32 * (m * h + c.seq * h),
+                    F32 * m * h,
+                    "fp32",
+                    mlp_bytes=16.0,
+                ),
+            ]
         return out
 
     def head_forward(self) -> list[Kernel]:
         c = self.c
         m, h, v = c.tokens, c.hidden, c.vocab
-        return [*self.norm32("lnf.fwd"), self.cast("lm_head.weight_cast", "forward", v * h),
-                self.cast("lm_head.input_cast", "forward", m * h), self.memset("lm_head.fwd", "forward"),
-                self.gemm("lm_head.fwd", "forward", m, v, h),
-                self.cast("loss.logits_cast", "forward", m * v, to_low=False),
-                _kern("log_softmax_kernel", "loss.log_softmax", "softmax", "forward", 4 * m * v, F32 * m * v,
-                      F32 * m * v, "fp32", access="reduce", mlp_bytes=16.0),
-                _kern("nll_loss_forward_kernel", "loss.nll", "softmax", "forward", m, F32 * m + 8 * m, F32, "fp32",
-                      access="gather", mlp_bytes=16.0)]
+        return [
+            *self.norm32("lnf.fwd"),
+            self.cast("lm_head.weight_cast", "forward", v * h),
+            self.cast("lm_head.input_cast", "forward", m * h),
+            self.memset("lm_head.fwd", "forward"),
+            self.gemm("lm_head.fwd", "forward", m, v, h),
+            self.cast("loss.logits_cast", "forward", m * v, to_low=False),
+            _kern(
+                "log_softmax_kernel",
+                "loss.log_softmax",
+                "softmax",
+                "forward",
+                4 * m * v,
+                F32 * m * v,
+                F32 * m * v,
+                "fp32",
+                access="reduce",
+                mlp_bytes=16.0,
+            ),
+            _kern(
+                "nll_loss_forward_kernel",
+                "loss.nll",
+                "softmax",
+                "forward",
+                m,
+                F32 * m + 8 * m,
+                F32,
+                "fp32",
+                access="gather",
+                mlp_bytes=16.0,
+            ),
+        ]
 
     def head_backward(self) -> list[Kernel]:
         c = self.c
         m, h, v = c.tokens, c.hidden, c.vocab
-        return [_kern("fill_kernel", "loss.grad_zero", "memset", "backward", 0, 0, F32 * m * v, "fp32"),
-                _kern("nll_loss_backward_kernel", "loss.nll.bwd", "softmax", "backward", m, 8 * m + F32,
-                      F32 * m, "fp32", access="gather", mlp_bytes=16.0),
-                _kern("log_softmax_backward_kernel", "loss.log_softmax.bwd", "softmax", "backward", 3 * m * v,
-                      F32 * 2 * m * v, F32 * m * v, "fp32", access="reduce", mlp_bytes=16.0),
-                self.cast("loss.grad_cast", "backward", m * v),
-                *self.linear_backward("lm_head", m, v, h, False, True), *self.norm32_backward("lnf.bwd")]
+        return [
+            _kern("fill_kernel", "loss.grad_zero", "memset", "backward", 0, 0, F32 * m * v, "fp32"),
+            _kern(
+                "nll_loss_backward_kernel",
+                "loss.nll.bwd",
+                "softmax",
+                "backward",
+                m,
+                8 * m + F32,
+                F32 * m,
+                "fp32",
+                access="gather",
+                mlp_bytes=16.0,
+            ),
+            _kern(
+                "log_softmax_backward_kernel",
+                "loss.log_softmax.bwd",
+                "softmax",
+                "backward",
+                3 * m * v,
+                F32 * 2 * m * v,
+                F32 * m * v,
+                "fp32",
+                access="reduce",
+                mlp_bytes=16.0,
+            ),
+            self.cast("loss.grad_cast", "backward", m * v),
+            *self.linear_backward("lm_head", m, v, h, False, True),
+            *self.norm32_backward("lnf.bwd"),
+        ]
 
     def embed_backward(self) -> list[Kernel]:
         c = self.c
         out = [self.embedding("backward")]
         if c.style == "gpt":
-            out.append(_kern("embedding_backward_kernel", "pos.bwd", "embedding", "backward", c.tokens * c.hidden,
-                             F32 * c.tokens * c.hidden + 8 * c.tokens, F32 * c.seq * c.hidden, "fp32",
-                             access="reduce", mlp_bytes=16.0))
+            out.append(
+                _kern(
+                    "embedding_backward_kernel",
+                    "pos.bwd",
+                    "embedding",
+                    "backward",
+                    c.tokens * c.hidden,
+                    F32 * c.tokens * c.hidden + 8 * c.tokens,
+                    F32 * c.seq * c.hidden,
+                    "fp32",
+                    access="reduce",
+                    mlp_bytes=16.0,
+                )
+            )
         if c.tied_head:  # the head's weight gradient added to the embedding's
             vh = c.vocab * c.hidden
-            out.append(_kern("add_kernel", "embed.tied_add", "elementwise", "backward", vh, F32 * 2 * vh, F32 * vh,
-                             "fp32", mlp_bytes=16.0))
+            out.append(
+                _kern(
+                    "add_kernel",
+                    "embed.tied_add",
+                    "elementwise",
+                    "backward",
+                    vh,
+                    F32 * 2 * vh,
+                    F32 * vh,
+                    "fp32",
+                    mlp_bytes=16.0,
+                )
+            )
         return out
 
     def optimizer(self) -> Kernel:
         n = self.c.n_params
-        return _kern("multi_tensor_apply_kernel", "adamw", "elementwise", "optimizer", 12 * n, F32 * 4 * n,
-                     F32 * 3 * n, "fp32", mlp_bytes=16.0)
+        return _kern(
+            "multi_tensor_apply_kernel",
+            "adamw",
+            "elementwise",
+            "optimizer",
+            12 * n,
+            F32 * 4 * n,
+            F32 * 3 * n,
+            "fp32",
+            mlp_bytes=16.0,
+        )
 
 
 def _builder(cfg: TransformerConfig) -> _Builder:
@@ -518,12 +916,26 @@ def _autocast_step(b: _Autocast, cfg: TransformerConfig) -> list[Kernel]:
 
 def transformer_step(cfg: TransformerConfig) -> KernelTrace:
     """A decoder-only transformer training step as a trace."""
-    check_step_size("transformer config", {"hidden": cfg.hidden, "ffn": cfg.ffn, "heads": cfg.heads,
-                                           "kv_heads": cfg.kv_heads, "seq": cfg.seq, "batch": cfg.batch,
-                                           "vocab": cfg.vocab, "tokens": cfg.batch * cfg.seq},
-                    cfg.layers, lambda layers: len(step_kernels(replace(cfg, layers=layers))))
-    name = (f"{cfg.style}-c{cfg.hidden}-h{cfg.heads}" + (f"kv{cfg.kv_heads}" if cfg.kv_heads else "")
-            + f"-f{cfg.ffn_dim}-t{cfg.seq}-b{cfg.batch}-l{cfg.layers}-{cfg.dtype}" + ("-autocast" if cfg.autocast
-                                                                                      else ""))
+    check_step_size(
+        "transformer config",
+        {
+            "hidden": cfg.hidden,
+            "ffn": cfg.ffn,
+            "heads": cfg.heads,
+            "kv_heads": cfg.kv_heads,
+            "seq": cfg.seq,
+            "batch": cfg.batch,
+            "vocab": cfg.vocab,
+            "tokens": cfg.batch * cfg.seq,
+        },
+        cfg.layers,
+        lambda layers: len(step_kernels(replace(cfg, layers=layers))),
+    )
+    name = (
+        f"{cfg.style}-c{cfg.hidden}-h{cfg.heads}"
+        + (f"kv{cfg.kv_heads}" if cfg.kv_heads else "")
+        + f"-f{cfg.ffn_dim}-t{cfg.seq}-b{cfg.batch}-l{cfg.layers}-{cfg.dtype}"
+        + ("-autocast" if cfg.autocast else "")
+    )
     meta = {"generator": "rlclock.workload.transformer.transformer_step", "config": asdict(cfg)}
     return KernelTrace(name, step_kernels(cfg), meta)

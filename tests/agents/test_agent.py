@@ -28,16 +28,24 @@ from rlclock.schedule import ClockSchedule
 from tests.wandb_offline import read_offline_run
 
 SMALL = {
-    "name": "small", "gpu": "rtx3080ti",
+    "name": "small",
+    "gpu": "rtx3080ti",
     "workload": {"generator": "llmc", "batch": 8, "seq": 512, "hidden": 1024, "heads": 8, "layers": 2},
-    "switch_latency_s": 0.0005, "actions": {"core_step_mhz": 210, "core_min_mhz": 630, "mem_mhz": [5001, 9501]},
-    "observation": {"lookahead": 4}, "reward": {"budget": 0.01},
+    "switch_latency_s": 0.0005,
+    "actions": {"core_step_mhz": 210, "core_min_mhz": 630, "mem_mhz": [5001, 9501]},
+    "observation": {"lookahead": 4},
+    "reward": {"budget": 0.01},
 }
 
 
 def _random_model(env, seed):
-    model = PPO("MlpPolicy", env, seed=seed, device="cpu",
-                policy_kwargs={"net_arch": {"pi": [32, 32], "vf": [32, 32]}, "activation_fn": torch.nn.Tanh})
+    model = PPO(
+        "MlpPolicy",
+        env,
+        seed=seed,
+        device="cpu",
+        policy_kwargs={"net_arch": {"pi": [32, 32], "vf": [32, 32]}, "activation_fn": torch.nn.Tanh},
+    )
     with torch.no_grad():
         for p in model.policy.parameters():
             p.add_(torch.randn_like(p) * 0.5)
@@ -106,8 +114,11 @@ def test_expert_follows_the_lagrangian_optimum_and_prices_time():
         done = False
         while not done:
             core = env._core
-            a = ex.action(int(core.k[0]), int(core.state.current[0]), rel, env.keep_action) \
-                if core.state.pending[0] < 0 else env.keep_action
+            a = (
+                ex.action(int(core.k[0]), int(core.state.current[0]), rel, env.keep_action)
+                if core.state.pending[0] < 0
+                else env.keep_action
+            )
             _, _, done, _, info = env.step(a)
         _, t_dag, e_dag = ex.dag.follow(ex.choices(rel), 0)
         assert info["time_s"] == pytest.approx(t_dag, rel=1e-9) and info["energy_j"] == pytest.approx(e_dag, rel=1e-9)
@@ -117,7 +128,6 @@ def test_expert_follows_the_lagrangian_optimum_and_prices_time():
 
     opt = optimum_for(ep.backend, 0.01)
     assert 1 - info["energy_j"] / ep.auto_total_j >= 0.9 * (1 - opt.energy_j / ep.auto_total_j)
-
 
 
 def test_dagger_learns_to_agree_with_the_expert():
@@ -144,7 +154,7 @@ def test_class_balance_weighs_rare_requests_up():
     w = label_weights(labels, 1.0)
     counts = torch.bincount(labels).float()
     assert w.shape == (4,) and w[1] == 0 and w[2] == 0
-    assert torch.isclose(w[0] * counts[0], w[3] * counts[3]) and torch.isclose((w * counts).sum(), torch.tensor(100.))
+    assert torch.isclose(w[0] * counts[0], w[3] * counts[3]) and torch.isclose((w * counts).sum(), torch.tensor(100.0))
     half = label_weights(labels, 0.5)
     assert 1 < float(half[3] / half[0]) < float(w[3] / w[0])  # partial balance lies between
 
@@ -153,8 +163,11 @@ def _checkpoint(tmp_path) -> Path:
     spec = load_env_spec(SMALL)
     env = KernelClockEnv(spec)
     pol = _policy(_random_model(env, 0), [spec], env.configs, spec.lookahead, {"env_spec": SMALL})
-    return save_checkpoint(tmp_path / "ck", pol.weights, {k: v for k, v in pol.meta.items()
-                                                          if k not in ("format", "version", "activation")})
+    return save_checkpoint(
+        tmp_path / "ck",
+        pol.weights,
+        {k: v for k, v in pol.meta.items() if k not in ("format", "version", "activation")},
+    )
 
 
 def test_checkpoint_roundtrip_without_pickle(tmp_path):
@@ -169,14 +182,21 @@ def test_checkpoint_roundtrip_without_pickle(tmp_path):
         pol.check_gpu("h200-sxm")
 
 
-@pytest.mark.parametrize("edit, needle", [
-    (lambda m: m.update(feature_schema_version=99), "feature schema"),
-    (lambda m: m.update(clock_table="0000"), "clock table"),
-    (lambda m: m.update(format="other"), "format"),
-    (lambda m: m.update(lookahead=7), "observation entries"),
-    (lambda m: m.update(configs=[c for c in m["configs"] if not c.endswith("@" + m["configs"][-1].split("@")[1])]),
-     "candidate slots"),
-])
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        (lambda m: m.update(feature_schema_version=99), "feature schema"),
+        (lambda m: m.update(clock_table="0000"), "clock table"),
+        (lambda m: m.update(format="other"), "format"),
+        (lambda m: m.update(lookahead=7), "observation entries"),
+        (
+            lambda m: m.update(
+                configs=[c for c in m["configs"] if not c.endswith("@" + m["configs"][-1].split("@")[1])]
+            ),
+            "candidate slots",
+        ),
+    ],
+)
 def test_mismatched_checkpoints_are_refused(tmp_path, edit, needle):
     ck = _checkpoint(tmp_path)
     meta = json.loads((ck / "meta.json").read_text())
@@ -213,18 +233,57 @@ def test_train_cli_writes_a_self_describing_run_and_tracks_offline(tmp_path, mon
     env_file = tmp_path / "small.yaml"
     env_file.write_text(yaml.safe_dump(SMALL))
     agent = tmp_path / "agent.yaml"
-    agent.write_text(yaml.safe_dump({"timesteps": 2048, "n_envs": 4, "ppo": {"n_steps": 256, "batch_size": 256},
-                                     "eval": {"every_steps": 1024}, "policy": {"net_arch": [32, 32]},
-                                     "imitation": {"iterations": 2, "epochs": 3}}))
+    agent.write_text(
+        yaml.safe_dump(
+            {
+                "timesteps": 2048,
+                "n_envs": 4,
+                "ppo": {"n_steps": 256, "batch_size": 256},
+                "eval": {"every_steps": 1024},
+                "policy": {"net_arch": [32, 32]},
+                "imitation": {"iterations": 2, "epochs": 3},
+            }
+        )
+    )
     ck = tmp_path / "checkpoints" / "small"
-    assert main(["train", str(env_file), "--agent", str(agent), "--timesteps", "2048", "--runs-dir",
-                 str(tmp_path / "runs"), "--save-checkpoint", str(ck), "--no-progress", "--track",
-                 "--wandb-project", "rlclock-tests", "--wandb-group", "ci", "--name", "my run ü"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(env_file),
+                "--agent",
+                str(agent),
+                "--timesteps",
+                "2048",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--save-checkpoint",
+                str(ck),
+                "--no-progress",
+                "--track",
+                "--wandb-project",
+                "rlclock-tests",
+                "--wandb-group",
+                "ci",
+                "--name",
+                "my run ü",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "PPO policy" in out and "latency-aware" in out
     run = next((tmp_path / "runs").iterdir())
-    for name in ("config.yaml", "sb3_model.zip", "metrics.csv", "summary.json", "pareto.png", "timeline.png",
-                 "policy/meta.json", "policy/policy.safetensors"):
+    for name in (
+        "config.yaml",
+        "sb3_model.zip",
+        "metrics.csv",
+        "summary.json",
+        "pareto.png",
+        "timeline.png",
+        "policy/meta.json",
+        "policy/policy.safetensors",
+    ):
         assert (run / name).exists(), name
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert cfg["agent"]["timesteps"] == 2048 and cfg["git"] and "train" in cfg["command"]
@@ -243,7 +302,8 @@ def test_train_cli_writes_a_self_describing_run_and_tracks_offline(tmp_path, mon
     assert len(final) == 2 and all(r["global_step"] == meta_steps(run) for r in final)
     (model,) = [a for a in logged.artifacts if a["type"] == "model"]
     assert model["name"] == "policy-my-run" and {"meta.json", "policy.safetensors", "sb3_model.zip"} <= set(
-        model["files"])
+        model["files"]
+    )
     meta = json.loads((ck / "meta.json").read_text())
     assert meta["gpu_key"] == "rtx3080ti" and meta["training"]["timesteps"] >= 2048
     assert (ck / "sb3_model.zip").exists()
@@ -290,8 +350,9 @@ def test_the_in_effect_part_is_computed_only_for_configurations_a_rollout_holds(
         for u in np.flatnonzero(np.repeat(rows.done, CONTEXT_BLOCK)[: look.n_contexts]):
             bins = look.bin_features(u, c, 1.1, extra=look.n_slots)
             bins[CURRENT_WIDTH:] = tab.candidates[u] == c
-            np.testing.assert_allclose(rows.values[u], bins @ pol.evaluator.first.now + pol.evaluator.now_config[c],
-                                       rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(
+                rows.values[u], bins @ pol.evaluator.first.now + pol.evaluator.now_config[c], rtol=1e-6, atol=1e-6
+            )
 
 
 def test_the_in_effect_part_of_a_context_does_not_depend_on_which_contexts_asked_first():
@@ -399,16 +460,16 @@ def test_the_search_over_the_best_choices_only_lowers_the_objective_and_keeps_th
     found = ranked_choices(pol.evaluator, step, prepared, price)
     tab = pol.evaluator.price_tables(prepared, price)
     k, c = np.nonzero(found.overrides >= 0)
-    assert k.size and all(found.overrides[i, j] in tab.decided[j].ranked[prepared.situation[i], 1:SEARCH_RANKS]
-                          for i, j in zip(k.tolist(), c.tolist(), strict=True))  # the next best choices only
+    assert k.size and all(
+        found.overrides[i, j] in tab.decided[j].ranked[prepared.situation[i], 1:SEARCH_RANKS]
+        for i, j in zip(k.tolist(), c.tolist(), strict=True)
+    )  # the next best choices only
     none = np.full_like(found.overrides, -1)
-    assert np.array_equal(pol.rollout(step, price, prepared=prepared, overrides={price: none}).requests,
-                          plain.requests)
+    assert np.array_equal(pol.rollout(step, price, prepared=prepared, overrides={price: none}).requests, plain.requests)
     searched = pol.rollout(step, price, prepared=prepared, overrides={price: found.overrides})
     after = searched.energy_j + weight * searched.time_s
     assert after == pytest.approx(found.objective_j, rel=1e-12)
-    assert after <= before * (1 + 1e-12) and (after < before) == (not np.array_equal(searched.requests,
-                                                                                      plain.requests))
+    assert after <= before * (1 + 1e-12) and (after < before) == (not np.array_equal(searched.requests, plain.requests))
     spec = load_env_spec(SMALL)
     backend = KernelClockEnv(spec).backend
     auto = backend.auto_run()
@@ -418,6 +479,8 @@ def test_the_search_over_the_best_choices_only_lowers_the_objective_and_keeps_th
     # without calibration: the search at the trained price, judged by that price's objective
     start = DEFAULT_PRICE_REL
     w = start * auto.energy_j / auto.time_s
-    fixed = [backend.run(ClockSchedule(pol.configs, pol.plan(backend, 0.01, meet_budget=False, search=s).requests))
-             for s in (False, True)]
+    fixed = [
+        backend.run(ClockSchedule(pol.configs, pol.plan(backend, 0.01, meet_budget=False, search=s).requests))
+        for s in (False, True)
+    ]
     assert fixed[1].energy_j + w * fixed[1].time_s <= (fixed[0].energy_j + w * fixed[0].time_s) * (1 + 1e-12)

@@ -55,8 +55,7 @@ def plans(trace):
     t, e = nominal.tables
     auto = nominal.auto_run().time_s
     out = [np.zeros(len(trace), dtype=np.int64)]
-    out += [latency_aware_optimum(t, e, nominal.latency_s, auto * (1 + b)).requests
-            for b in (0.005, 0.01, 0.02, 0.04)]
+    out += [latency_aware_optimum(t, e, nominal.latency_s, auto * (1 + b)).requests for b in (0.005, 0.01, 0.02, 0.04)]
     saving = [1 - nominal.run_indices(p).energy_j / nominal.auto_run().energy_j for p in out]
     slowdown = [nominal.run_indices(p).time_s / auto - 1 for p in out]
     return out, saving, slowdown
@@ -135,7 +134,7 @@ def test_replayed_noise_is_the_measured_series_in_blocks(trace):
     starts = [int(np.flatnonzero(np.isclose(base, x[i]))[0]) for i in range(0, 1000, block)]
     for i, s0 in zip(range(0, 1000, block), starts, strict=True):
         n = min(block, 1000 - i)
-        np.testing.assert_allclose(x[i:i + n], base[s0:s0 + n])
+        np.testing.assert_allclose(x[i : i + n], base[s0 : s0 + n])
     assert {d.noise_series for d in (draw_true_gpu(H200, s) for s in range(20))} == set(measured_noise())
     with pytest.raises(RlclockError, match="step noise 'white' is not known"):
         StepNoise("white", draw)
@@ -173,7 +172,7 @@ def test_paired_readings_cancel_slow_drift_that_windows_carry():
     est = Estimates(2)
     for w in range(0, steps, 450):
         arm = (w // 450) % 2
-        t = 0.05 * (1 + 0.01 * arm) * (1 + drift[w:w + 450])
+        t = 0.05 * (1 + 0.01 * arm) * (1 + drift[w : w + 450])
         est.add(arm, float(t.mean()), 1.0)
     assert abs(est.slowdown()[0][1] - 0.01) > 0.02
 
@@ -270,8 +269,9 @@ def test_the_window_learners_and_ppo_run_behind_the_guard(trace, plans):
 
 def test_candidate_plans_span_budgets_and_latencies(trace):
     model = SimulatedGpu(H200, trace, CONFIGS)
-    cand = candidate_plans(model, budgets=(0.0, 0.01, 0.01), latency_scales=(3.0,), latency_budgets=(0.01,),
-                           time_limit_s=5.0)
+    cand = candidate_plans(
+        model, budgets=(0.0, 0.01, 0.01), latency_scales=(3.0,), latency_budgets=(0.01,), time_limit_s=5.0
+    )
     assert cand.labels[:3] == ["auto", "0 %", "1 %"] and cand.labels[3:] in ([], ["1 % at latency x3"])
     assert not any(np.array_equal(a, b) for i, a in enumerate(cand.plans) for b in cand.plans[:i])  # each once
     assert np.all(cand.plans[0] == 0) and cand.slowdown[0] == 0.0
@@ -287,8 +287,13 @@ def test_candidate_plans_take_extra_plans_once():
     model = SimulatedGpu(env.gpu, trace, env.configs(), env.latency_s)
     first = candidate_plans(model, budgets=(0.0, 0.01), latency_scales=(), time_limit_s=5.0)
     own = np.full(len(trace), 1, dtype=np.int64)
-    got = candidate_plans(model, budgets=(0.0, 0.01), latency_scales=(), time_limit_s=5.0,
-                          extra=[("mine", own), ("again", first.plans[-1])])
+    got = candidate_plans(
+        model,
+        budgets=(0.0, 0.01),
+        latency_scales=(),
+        time_limit_s=5.0,
+        extra=[("mine", own), ("again", first.plans[-1])],
+    )
     assert got.labels == [*first.labels, "mine"] and np.array_equal(got.plans[-1], own)
     assert len(got.slowdown) == len(got.saving) == len(got.parts) == len(first.plans) + 1
     with pytest.raises(ValueError, match="entries"):

@@ -17,13 +17,22 @@ import yaml
 from rlclock.agents.runs import create_run_folder, folder_part, read_summary, write_summary
 from rlclock.errors import SpecError
 
-SMALL = {"name": "small", "gpu": "rtx3080ti",
-         "workload": {"generator": "llmc", "batch": 8, "seq": 512, "hidden": 1024, "heads": 16, "layers": 2},
-         "actions": {"core_step_mhz": 210, "core_min_mhz": 630, "mem_mhz": [5001, 9501], "auto": True},
-         "observation": {"lookahead": 4}, "reward": {"budget": 0.01, "time_price": "optimum", "price_spread": 0.5}}
-RECIPE = {"timesteps": 400_000, "n_envs": 4, "ppo": {"n_steps": 128, "batch_size": 256},
-          "eval": {"every_steps": 2048}, "policy": {"net_arch": [16, 16]},
-          "imitation": {"iterations": 1, "epochs": 1, "min_updates": 10}}
+SMALL = {
+    "name": "small",
+    "gpu": "rtx3080ti",
+    "workload": {"generator": "llmc", "batch": 8, "seq": 512, "hidden": 1024, "heads": 16, "layers": 2},
+    "actions": {"core_step_mhz": 210, "core_min_mhz": 630, "mem_mhz": [5001, 9501], "auto": True},
+    "observation": {"lookahead": 4},
+    "reward": {"budget": 0.01, "time_price": "optimum", "price_spread": 0.5},
+}
+RECIPE = {
+    "timesteps": 400_000,
+    "n_envs": 4,
+    "ppo": {"n_steps": 128, "batch_size": 256},
+    "eval": {"every_steps": 2048},
+    "policy": {"net_arch": [16, 16]},
+    "imitation": {"iterations": 1, "epochs": 1, "min_updates": 10},
+}
 
 
 def test_run_folders_started_together_never_clash(tmp_path):
@@ -54,9 +63,24 @@ def test_the_summary_is_merged_and_its_status_checked(tmp_path):
 def _start(tmp_path: Path, *extra: str) -> subprocess.Popen:
     (tmp_path / "small.yaml").write_text(yaml.safe_dump(SMALL))
     (tmp_path / "agent.yaml").write_text(yaml.safe_dump(RECIPE))
-    return subprocess.Popen([sys.executable, "-m", "rlclock", "train", str(tmp_path / "small.yaml"), "--agent",
-                             str(tmp_path / "agent.yaml"), "--runs-dir", str(tmp_path / "runs"), "--no-progress",
-                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlclock",
+            "train",
+            str(tmp_path / "small.yaml"),
+            "--agent",
+            str(tmp_path / "agent.yaml"),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--no-progress",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for_phase(tmp_path: Path, phase: str, proc: subprocess.Popen, timeout_s: float = 240.0) -> Path:
@@ -90,8 +114,12 @@ def test_a_signal_during_training_saves_the_best_policy_and_resume_continues(tmp
     if sig == signal.SIGTERM:
         return
     done_at = summary["timesteps"] + 1024
-    resumed = subprocess.run([sys.executable, "-m", "rlclock", "train", "--resume", str(run), "--timesteps",
-                              str(done_at), "--no-progress"], capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "rlclock", "train", "--resume", str(run), "--timesteps", str(done_at), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr
     after = json.loads((run / "summary.json").read_text())
     assert after["status"] == "finished" and after["timesteps"] >= done_at
@@ -133,14 +161,33 @@ IMITATION_ONLY = {**RECIPE, "timesteps": 0, "imitation": {"iterations": 6, "epoc
 def _train(tmp_path: Path, runs: str, recipe: dict, *extra: str) -> subprocess.Popen:
     (tmp_path / "small.yaml").write_text(yaml.safe_dump(SMALL))
     (tmp_path / f"{runs}.yaml").write_text(yaml.safe_dump(recipe))
-    return subprocess.Popen([sys.executable, "-m", "rlclock", "train", str(tmp_path / "small.yaml"), "--agent",
-                             str(tmp_path / f"{runs}.yaml"), "--runs-dir", str(tmp_path / runs), "--no-progress",
-                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlclock",
+            "train",
+            str(tmp_path / "small.yaml"),
+            "--agent",
+            str(tmp_path / f"{runs}.yaml"),
+            "--runs-dir",
+            str(tmp_path / runs),
+            "--no-progress",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _resume(run: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlclock", "train", "--resume", str(run), "--no-progress", *extra],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "rlclock", "train", "--resume", str(run), "--no-progress", *extra],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _kill_when(tmp_path: Path, runs: str, proc: subprocess.Popen, ready) -> Path:
@@ -171,8 +218,12 @@ def _weights(run: Path) -> dict:
 def test_killed_mid_imitation_the_resumed_run_ends_as_one_never_stopped(tmp_path):
     whole = _train(tmp_path, "whole", IMITATION_ONLY)
     assert whole.wait(timeout=600) == 0, whole.communicate()
-    run = _kill_when(tmp_path, "killed", _train(tmp_path, "killed", IMITATION_ONLY),
-                     lambda s: s["phase"] == "imitation" and 2 <= s["imitation_rounds"] < 6)
+    run = _kill_when(
+        tmp_path,
+        "killed",
+        _train(tmp_path, "killed", IMITATION_ONLY),
+        lambda s: s["phase"] == "imitation" and 2 <= s["imitation_rounds"] < 6,
+    )
     assert read_summary(run)["status"] == "running"  # as a kill leaves it
     resumed = _resume(run)
     assert resumed.returncode == 0, resumed.stderr
@@ -185,8 +236,9 @@ def test_killed_mid_imitation_the_resumed_run_ends_as_one_never_stopped(tmp_path
 
 def test_killed_mid_ppo_the_run_goes_on_from_its_last_checkpoint_and_counts_both_segments(tmp_path):
     recipe = {**RECIPE, "checkpoint_every": 2}
-    run = _kill_when(tmp_path, "runs", _train(tmp_path, "runs", recipe),
-                     lambda s: s["phase"] == "ppo" and s["timesteps"] >= 4 * 512)
+    run = _kill_when(
+        tmp_path, "runs", _train(tmp_path, "runs", recipe), lambda s: s["phase"] == "ppo" and s["timesteps"] >= 4 * 512
+    )
     saved = json.loads((run / "state.json").read_text())
     first_wall = max(saved["wall_s"], json.loads((run / "owner.json").read_text())["wall_s"])
     assert (run / "policy" / "meta.json").is_file() and (run / "metrics.csv").is_file()  # kept as it went
@@ -227,10 +279,24 @@ def test_ctrl_c_from_the_first_second_ends_the_run(tmp_path, delay_s, ignored):
         pytest.skip("before the command starts, an inherited SIG_IGN is the parent's choice")
     (tmp_path / "small.yaml").write_text(yaml.safe_dump(SMALL))
     (tmp_path / "agent.yaml").write_text(yaml.safe_dump(RECIPE))
-    proc = subprocess.Popen([sys.executable, "-m", "rlclock", "train", str(tmp_path / "small.yaml"), "--agent",
-                             str(tmp_path / "agent.yaml"), "--runs-dir", str(tmp_path / "runs"), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlclock",
+            "train",
+            str(tmp_path / "small.yaml"),
+            "--agent",
+            str(tmp_path / "agent.yaml"),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None,
+    )
     time.sleep(delay_s)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
@@ -250,8 +316,12 @@ def _pickle_bomb(path: Path, marker: Path) -> None:
         def __reduce__(self):
             return os.system, (f"touch {marker}",)
 
-    data = {"policy_class": {":type:": "<class 'abc.ABCMeta'>",
-                             ":serialized:": base64.b64encode(pickle.dumps(Payload())).decode()}}
+    data = {
+        "policy_class": {
+            ":type:": "<class 'abc.ABCMeta'>",
+            ":serialized:": base64.b64encode(pickle.dumps(Payload())).decode(),
+        }
+    }
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("data", json.dumps(data))
         z.writestr("_stable_baselines3_version", "2.0.0")
@@ -269,16 +339,21 @@ def test_the_crafted_payload_runs_when_sb3_loads_it(tmp_path):
 
 
 def test_resume_and_evaluate_never_load_a_pickle_from_the_run_folder(tmp_path):
-    run = _kill_when(tmp_path, "runs", _train(tmp_path, "runs", RECIPE),
-                     lambda s: s["phase"] == "ppo" and s["timesteps"] >= 512)
+    run = _kill_when(
+        tmp_path, "runs", _train(tmp_path, "runs", RECIPE), lambda s: s["phase"] == "ppo" and s["timesteps"] >= 512
+    )
     marker = tmp_path / "ran"
     _pickle_bomb(run / "sb3_model.zip", marker)
     _pickle_bomb(run / "policy" / "sb3_model.zip", marker)
     resumed = _resume(run, "--timesteps", str(json.loads((run / "state.json").read_text())["timesteps"] + 512))
     assert resumed.returncode == 0, resumed.stderr
     _pickle_bomb(run / "sb3_model.zip", marker)  # the run wrote its own at the end: plant it again
-    ev = subprocess.run([sys.executable, "-m", "rlclock", "evaluate", str(run), "--out", str(tmp_path / "ev"),
-                         "--time-limit", "5"], capture_output=True, text=True, timeout=600)
+    ev = subprocess.run(
+        [sys.executable, "-m", "rlclock", "evaluate", str(run), "--out", str(tmp_path / "ev"), "--time-limit", "5"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert ev.returncode == 0, ev.stderr
     assert not marker.exists()
 
@@ -325,8 +400,12 @@ def _reshape_tensors(run: Path) -> None:
 
 TAMPERED = [
     (lambda r: _with_state(r, lambda d: d.update(timesteps="many")), "'timesteps'"),
-    (lambda r: (r / "state.json").write_text((r / "state.json").read_text().replace(
-        '"wall_s": ', '"wall_s": NaN, "x": ', 1)), "NaN"),
+    (
+        lambda r: (r / "state.json").write_text(
+            (r / "state.json").read_text().replace('"wall_s": ', '"wall_s": NaN, "x": ', 1)
+        ),
+        "NaN",
+    ),
     (lambda r: _with_state(r, lambda d: d.update(wall_s=-4.0)), "'wall_s'"),
     (lambda r: _with_state(r, lambda d: d.pop("phase")), "'phase'"),
     (lambda r: _with_state(r, lambda d: d.update(extra=1)), "unknown field"),
@@ -342,8 +421,9 @@ TAMPERED = [
 def saved_run(tmp_path_factory) -> Path:
     """A run killed after its first PPO checkpoint (copied for each case)."""
     tmp_path = tmp_path_factory.mktemp("saved")
-    return _kill_when(tmp_path, "runs", _train(tmp_path, "runs", RECIPE),
-                      lambda s: s["phase"] == "ppo" and s["timesteps"] >= 512)
+    return _kill_when(
+        tmp_path, "runs", _train(tmp_path, "runs", RECIPE), lambda s: s["phase"] == "ppo" and s["timesteps"] >= 512
+    )
 
 
 @pytest.mark.parametrize("tamper, needle", TAMPERED)
@@ -361,7 +441,7 @@ def test_a_tampered_state_is_one_clear_line_before_any_work(tmp_path, saved_run,
 
 
 def test_the_fix_of_a_tampered_state_works(tmp_path, saved_run):
-    """"start a new run": the env spec and recipe of the run's config.yaml train anew."""
+    """ "start a new run": the env spec and recipe of the run's config.yaml train anew."""
     import shutil
 
     run = tmp_path / "run"
@@ -370,7 +450,21 @@ def test_the_fix_of_a_tampered_state_works(tmp_path, saved_run):
     config = yaml.safe_load((run / "config.yaml").read_text())
     (tmp_path / "env.yaml").write_text(yaml.safe_dump(config["envs"][0]))
     (tmp_path / "agent.yaml").write_text(yaml.safe_dump({**config["agent"], "timesteps": 512}))
-    out = subprocess.run([sys.executable, "-m", "rlclock", "train", str(tmp_path / "env.yaml"), "--agent",
-                          str(tmp_path / "agent.yaml"), "--runs-dir", str(tmp_path / "new"), "--no-progress"],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlclock",
+            "train",
+            str(tmp_path / "env.yaml"),
+            "--agent",
+            str(tmp_path / "agent.yaml"),
+            "--runs-dir",
+            str(tmp_path / "new"),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr

@@ -32,10 +32,28 @@ INF = float("inf")
 class TableGpu(GpuBackend):
     """A backend over hand-written ``(n_kernels, n_configs)`` tables on the H200 spec."""
 
-    def __init__(self, t: Sequence[Sequence[float]], e: Sequence[Sequence[float]], latency_s: float,
-                 configs: Sequence[ClockConfig]) -> None:
-        trace = KernelTrace("toy", [Kernel(name=f"k{i}", op=f"k{i}", category="gemm", phase="forward", flops=1.0,
-                                           dram_read_bytes=1.0, dram_write_bytes=1.0) for i in range(len(t))])
+    def __init__(
+        self,
+        t: Sequence[Sequence[float]],
+        e: Sequence[Sequence[float]],
+        latency_s: float,
+        configs: Sequence[ClockConfig],
+    ) -> None:
+        trace = KernelTrace(
+            "toy",
+            [
+                Kernel(
+                    name=f"k{i}",
+                    op=f"k{i}",
+                    category="gemm",
+                    phase="forward",
+                    flops=1.0,
+                    dram_read_bytes=1.0,
+                    dram_write_bytes=1.0,
+                )
+                for i in range(len(t))
+            ],
+        )
         super().__init__(get_spec("h200-sxm"), trace, configs, latency_s)
         self._t, self._e = np.asarray(t, float), np.asarray(e, float)
 
@@ -59,10 +77,16 @@ def run(gpu: GpuBackend, requested: Sequence[int], initial: int = 0) -> RunResul
 
 def timeline(r: RunResult) -> dict[str, list[float] | list[int]]:
     """The per-kernel and per-switch arrays of a run, as lists (exact comparison, readable diffs)."""
-    return {"kernel_time_s": r.kernel_time_s.tolist(), "kernel_energy_j": r.kernel_energy_j.tolist(),
-            "start_s": r.start_s.tolist(), "config_index": r.config_index.tolist(),
-            "requested_index": r.requested_index.tolist(), "switch_issue_s": r.switch_issue_s.tolist(),
-            "switch_land_s": r.switch_land_s.tolist(), "switch_to": r.switch_to.tolist()}
+    return {
+        "kernel_time_s": r.kernel_time_s.tolist(),
+        "kernel_energy_j": r.kernel_energy_j.tolist(),
+        "start_s": r.start_s.tolist(),
+        "config_index": r.config_index.tolist(),
+        "requested_index": r.requested_index.tolist(),
+        "switch_issue_s": r.switch_issue_s.tolist(),
+        "switch_land_s": r.switch_land_s.tolist(),
+        "switch_to": r.switch_to.tolist(),
+    }
 
 
 # -- SwitchEngine.step ---------------------------------------------------------------------------------
@@ -149,9 +173,15 @@ def test_run_off_plan_when_a_switch_lands_in_a_kernel_requesting_a_third_config(
     assert r.time_s == 1.0 + 1.75 + 2.75
     assert r.energy_j == 8.0 + (0.25 * 8 + 0.75 * 4) + (0.625 * 4 + 0.375 * 2)
     assert timeline(r) == {
-        "kernel_time_s": [1.0, 1.75, 2.75], "kernel_energy_j": [8.0, 5.0, 3.25], "start_s": [0.0, 1.0, 2.75],
-        "config_index": [0, 0, 1], "requested_index": [1, 2, 2], "switch_issue_s": [0.0, 2.75],
-        "switch_land_s": [1.25, 4.0], "switch_to": [1, 2]}
+        "kernel_time_s": [1.0, 1.75, 2.75],
+        "kernel_energy_j": [8.0, 5.0, 3.25],
+        "start_s": [0.0, 1.0, 2.75],
+        "config_index": [0, 0, 1],
+        "requested_index": [1, 2, 2],
+        "switch_issue_s": [0.0, 2.75],
+        "switch_land_s": [1.25, 4.0],
+        "switch_to": [1, 2],
+    }
 
 
 def test_run_off_plan_when_a_switch_lands_in_a_kernel_requesting_the_old_config() -> None:
@@ -179,9 +209,15 @@ def test_switch_landing_at_a_boundary_lets_the_next_kernel_issue() -> None:
     assert r.time_s == 1.0 + 2.5 + 2.0
     assert r.energy_j == 8.0 + (0.25 * 2 + 0.75 * 4) + 4.0
     assert timeline(r) == {
-        "kernel_time_s": [1.0, 2.5, 2.0], "kernel_energy_j": [8.0, 3.5, 4.0], "start_s": [0.0, 1.0, 3.5],
-        "config_index": [0, 2, 1], "requested_index": [2, 1, 1], "switch_issue_s": [0.0, 1.0],
-        "switch_land_s": [1.0, 2.0], "switch_to": [2, 1]}
+        "kernel_time_s": [1.0, 2.5, 2.0],
+        "kernel_energy_j": [8.0, 3.5, 4.0],
+        "start_s": [0.0, 1.0, 3.5],
+        "config_index": [0, 2, 1],
+        "requested_index": [2, 1, 1],
+        "switch_issue_s": [0.0, 1.0],
+        "switch_land_s": [1.0, 2.0],
+        "switch_to": [2, 1],
+    }
 
 
 def test_zero_latency_timeline() -> None:
@@ -189,9 +225,15 @@ def test_zero_latency_timeline() -> None:
     r = run(toy_gpu(0.0, 4), [1, 1, 0, 2])
     assert (r.time_s, r.energy_j, r.switches, r.off_plan_time_s) == (9.0, 18.0, 3, 0.0)
     assert timeline(r) == {
-        "kernel_time_s": [2.0, 2.0, 1.0, 4.0], "kernel_energy_j": [4.0, 4.0, 8.0, 2.0],
-        "start_s": [0.0, 2.0, 4.0, 5.0], "config_index": [1, 1, 0, 2], "requested_index": [1, 1, 0, 2],
-        "switch_issue_s": [0.0, 4.0, 5.0], "switch_land_s": [0.0, 4.0, 5.0], "switch_to": [1, 0, 2]}
+        "kernel_time_s": [2.0, 2.0, 1.0, 4.0],
+        "kernel_energy_j": [4.0, 4.0, 8.0, 2.0],
+        "start_s": [0.0, 2.0, 4.0, 5.0],
+        "config_index": [1, 1, 0, 2],
+        "requested_index": [1, 1, 0, 2],
+        "switch_issue_s": [0.0, 4.0, 5.0],
+        "switch_land_s": [0.0, 4.0, 5.0],
+        "switch_to": [1, 0, 2],
+    }
     assert r.configs == CONFIGS
     assert r.mean_power_w == 2.0
 
@@ -206,9 +248,15 @@ def test_latency_timeline_with_a_switch_still_in_flight_at_the_end() -> None:
     # k3 at 4.125: AUTO -> A issued; 1.0 s at AUTO (off 1.0); the step ends 0.75 s before it lands
     assert (r.time_s, r.energy_j, r.switches, r.off_plan_time_s) == (5.125, 27.5, 3, 4.5)
     assert timeline(r) == {
-        "kernel_time_s": [1.0, 1.25, 1.875, 1.0], "kernel_energy_j": [8.0, 7.0, 4.5, 8.0],
-        "start_s": [0.0, 1.0, 2.25, 4.125], "config_index": [0, 0, 1, 0], "requested_index": [1, 1, 0, 1],
-        "switch_issue_s": [0.0, 2.25, 4.125], "switch_land_s": [1.75, 4.0, INF], "switch_to": [1, 0, 1]}
+        "kernel_time_s": [1.0, 1.25, 1.875, 1.0],
+        "kernel_energy_j": [8.0, 7.0, 4.5, 8.0],
+        "start_s": [0.0, 1.0, 2.25, 4.125],
+        "config_index": [0, 0, 1, 0],
+        "requested_index": [1, 1, 0, 1],
+        "switch_issue_s": [0.0, 2.25, 4.125],
+        "switch_land_s": [1.75, 4.0, INF],
+        "switch_to": [1, 0, 1],
+    }
 
 
 def test_run_from_a_locked_initial_config_without_latency() -> None:
@@ -233,9 +281,15 @@ def test_run_from_a_locked_initial_config_with_latency() -> None:
     #   1.75 + 0.125 * 1 = 1.875 s, 3.5 + 1 = 4.5 J, off 1.75; k2, k3 at AUTO: 1 s, 8 J each
     assert (r.time_s, r.energy_j, r.switches, r.off_plan_time_s) == (5.875, 24.5, 1, 1.75)
     assert timeline(r) == {
-        "kernel_time_s": [2.0, 1.875, 1.0, 1.0], "kernel_energy_j": [4.0, 4.5, 8.0, 8.0],
-        "start_s": [0.0, 2.0, 3.875, 4.875], "config_index": [1, 1, 0, 0], "requested_index": [1, 0, 0, 0],
-        "switch_issue_s": [2.0], "switch_land_s": [3.75], "switch_to": [0]}
+        "kernel_time_s": [2.0, 1.875, 1.0, 1.0],
+        "kernel_energy_j": [4.0, 4.5, 8.0, 8.0],
+        "start_s": [0.0, 2.0, 3.875, 4.875],
+        "config_index": [1, 1, 0, 0],
+        "requested_index": [1, 0, 0, 0],
+        "switch_issue_s": [2.0],
+        "switch_land_s": [3.75],
+        "switch_to": [0],
+    }
 
 
 def test_auto_run_is_the_all_auto_schedule() -> None:
@@ -259,20 +313,35 @@ def test_evaluate_carries_the_runs_switches_and_off_plan_time() -> None:
     assert ev.slowdown == 5.125 / 4.0 - 1.0 == 0.28125
     assert ev.saving == 1.0 - 27.5 / 32.0 == 0.140625
     assert ev.edp_change == (5.125 * 27.5) / (4.0 * 32.0) - 1.0 == 0.10107421875
-    assert ev.row() == {"name": "plan", "time_s": 5.125, "energy_j": 27.5, "time_pct": 28.125,
-                        "energy_pct": -14.0625, "switches": 3, "off_plan_time_s": 4.5}
+    assert ev.row() == {
+        "name": "plan",
+        "time_s": 5.125,
+        "energy_j": 27.5,
+        "time_pct": 28.125,
+        "energy_pct": -14.0625,
+        "switches": 3,
+        "off_plan_time_s": 4.5,
+    }
 
 
 def test_evaluation_ratios() -> None:
     """Guards slowdown, saving and edp_change: each a ratio against auto minus one (saving: one minus)."""
     r = toy_gpu(0.0, 4).auto_run()
-    ev = Evaluation("e", time_s=3.0, energy_j=6.0, auto_time_s=2.0, auto_energy_j=8.0, switches=5, off_plan_time_s=0.5,
-                    run=r)
+    ev = Evaluation(
+        "e", time_s=3.0, energy_j=6.0, auto_time_s=2.0, auto_energy_j=8.0, switches=5, off_plan_time_s=0.5, run=r
+    )
     assert ev.slowdown == 0.5  # 3 / 2 - 1
     assert ev.saving == 0.25  # 1 - 6 / 8
     assert ev.edp_change == 0.125  # 18 / 16 - 1
-    assert ev.row() == {"name": "e", "time_s": 3.0, "energy_j": 6.0, "time_pct": 50.0, "energy_pct": -25.0,
-                        "switches": 5, "off_plan_time_s": 0.5}
+    assert ev.row() == {
+        "name": "e",
+        "time_s": 3.0,
+        "energy_j": 6.0,
+        "time_pct": 50.0,
+        "energy_pct": -25.0,
+        "switches": 5,
+        "off_plan_time_s": 0.5,
+    }
 
 
 def test_energy_pct_is_minus_the_saving() -> None:
@@ -290,18 +359,31 @@ def test_energy_pct_is_minus_the_saving() -> None:
 # -- ClockConfig ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, core, mem", [
-    ("1500@3201", 1500, 3201), (" auto @ 3201 ", None, 3201), ("1500@auto", 1500, None), ("1500", 1500, None),
-    ("auto", None, None), ("auto@auto", None, None),
-])
+@pytest.mark.parametrize(
+    "text, core, mem",
+    [
+        ("1500@3201", 1500, 3201),
+        (" auto @ 3201 ", None, 3201),
+        ("1500@auto", 1500, None),
+        ("1500", 1500, None),
+        ("auto", None, None),
+        ("auto@auto", None, None),
+    ],
+)
 def test_clock_config_parse(text: str, core: int | None, mem: int | None) -> None:
     """Guards the text form's grammar: ``core[@mem]``, ``auto`` for a free domain, memory auto if omitted."""
     assert ClockConfig.parse(text) == ClockConfig(core, mem)
 
 
-@pytest.mark.parametrize("config, text", [
-    (AUTO, "auto"), (A, "1500@3201"), (ClockConfig(None, 3201), "auto@3201"), (ClockConfig(1500, None), "1500@auto"),
-])
+@pytest.mark.parametrize(
+    "config, text",
+    [
+        (AUTO, "auto"),
+        (A, "1500@3201"),
+        (ClockConfig(None, 3201), "auto@3201"),
+        (ClockConfig(1500, None), "1500@auto"),
+    ],
+)
 def test_clock_config_str_round_trips(config: ClockConfig, text: str) -> None:
     """Guards __str__ (``auto`` alone when both are free) and that parse reads it back."""
     assert str(config) == text
@@ -350,8 +432,13 @@ def test_n_changes_counts_request_changes_between_neighbours() -> None:
 
 def test_to_dict_run_length_encodes() -> None:
     s = ClockSchedule([AUTO, A], [1, 1, 0, 0, 0, 1], name="x")
-    assert s.to_dict() == {"format": "rlclock.schedule", "version": 1, "name": "x", "configs": ["auto", "1500@3201"],
-                           "runs": [[1, 2], [0, 3], [1, 1]]}
+    assert s.to_dict() == {
+        "format": "rlclock.schedule",
+        "version": 1,
+        "name": "x",
+        "configs": ["auto", "1500@3201"],
+        "runs": [[1, 2], [0, 3], [1, 1]],
+    }
 
 
 def test_from_dict_round_trips_and_defaults_the_name() -> None:
@@ -362,14 +449,17 @@ def test_from_dict_round_trips_and_defaults_the_name() -> None:
     assert (bare.name, bare.index.tolist()) == ("schedule", [0, 0])
 
 
-@pytest.mark.parametrize("data, needle", [
-    ({"format": "other", "configs": ["auto"], "runs": [[0, 1]]}, "not an rlclock schedule"),
-    ([1, 2], "not an rlclock schedule"),
-    ({"format": "rlclock.schedule", "configs": ["auto"]}, "malformed"),
-    ({"format": "rlclock.schedule", "configs": ["auto"], "runs": [[0]]}, "malformed"),
-    ({"format": "rlclock.schedule", "configs": ["auto"], "runs": [[0, "x"]]}, "malformed"),
-    ({"format": "rlclock.schedule", "configs": ["auto"], "runs": [[1, 1]]}, "refers to configuration 1"),
-])
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        ({"format": "other", "configs": ["auto"], "runs": [[0, 1]]}, "not an rlclock schedule"),
+        ([1, 2], "not an rlclock schedule"),
+        ({"format": "rlclock.schedule", "configs": ["auto"]}, "malformed"),
+        ({"format": "rlclock.schedule", "configs": ["auto"], "runs": [[0]]}, "malformed"),
+        ({"format": "rlclock.schedule", "configs": ["auto"], "runs": [[0, "x"]]}, "malformed"),
+        ({"format": "rlclock.schedule", "configs": ["auto"], "runs": [[1, 1]]}, "refers to configuration 1"),
+    ],
+)
 def test_from_dict_rejects(data: object, needle: str) -> None:
     with pytest.raises(ScheduleError, match=needle):
         ClockSchedule.from_dict(data)
@@ -393,12 +483,15 @@ def test_check_length() -> None:
         s.check_length(4)
 
 
-@pytest.mark.parametrize("configs, index, needle", [
-    ([], [0], "at least one clock configuration"),
-    ([AUTO], [], "one configuration index per kernel"),
-    ([AUTO], [[0]], "one configuration index per kernel"),
-    ([AUTO, A], [0, 2], "refers to configuration 2 but has only 2"),
-])
+@pytest.mark.parametrize(
+    "configs, index, needle",
+    [
+        ([], [0], "at least one clock configuration"),
+        ([AUTO], [], "one configuration index per kernel"),
+        ([AUTO], [[0]], "one configuration index per kernel"),
+        ([AUTO, A], [0, 2], "refers to configuration 2 but has only 2"),
+    ],
+)
 def test_schedule_rejects_bad_indices(configs: list[ClockConfig], index: list, needle: str) -> None:
     with pytest.raises(ScheduleError, match=needle):
         ClockSchedule(configs, index)
@@ -422,13 +515,16 @@ def test_a_schedule_names_the_bad_index_it_refers_to():
         ClockSchedule([AUTO, ClockConfig(1500, 3201)], [-1, 1])
 
 
-@pytest.mark.parametrize("data, needle", [
-    ({"format": "rlclock.schedule", "configs": "12", "runs": [[0, 1]]}, "must be lists"),
-    ({"format": "rlclock.schedule", "configs": ["auto"], "runs": [[0, -5]]}, "whole number >= 1"),
-    ({"format": "rlclock.schedule", "configs": ["auto"], "runs": [[0, 2], [0, 0]]}, "whole number >= 1"),
-    ({"format": "rlclock.schedule", "configs": ["auto"], "runs": [[0, 1.5]]}, "whole number >= 1"),
-    ({"format": "rlclock.schedule", "configs": ["fast"], "runs": [[0, 1]]}, "not understood"),
-])
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        ({"format": "rlclock.schedule", "configs": "12", "runs": [[0, 1]]}, "must be lists"),
+        ({"format": "rlclock.schedule", "configs": ["auto"], "runs": [[0, -5]]}, "whole number >= 1"),
+        ({"format": "rlclock.schedule", "configs": ["auto"], "runs": [[0, 2], [0, 0]]}, "whole number >= 1"),
+        ({"format": "rlclock.schedule", "configs": ["auto"], "runs": [[0, 1.5]]}, "whole number >= 1"),
+        ({"format": "rlclock.schedule", "configs": ["fast"], "runs": [[0, 1]]}, "not understood"),
+    ],
+)
 def test_malformed_schedule_files_are_schedule_errors(data, needle):
     with pytest.raises(ScheduleError, match=needle):
         ClockSchedule.from_dict(data)

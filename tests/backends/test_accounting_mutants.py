@@ -42,15 +42,19 @@ def test_tables_of_the_wrong_width_are_rejected() -> None:
         _ = gpu.tables
 
 
-@pytest.mark.parametrize("t, e", [
-    ([[1.0, 0.0, 4.0]], [ROW_E]),  # a zero time
-    ([[1.0, -2.0, 4.0]], [ROW_E]),
-    ([[1.0, float("inf"), 4.0]], [ROW_E]),
-    ([ROW_T], [[8.0, float("nan"), 2.0]]),
-    ([ROW_T], [[8.0, -0.5, 2.0]]),
-])
-def test_tables_need_positive_finite_times_and_finite_non_negative_energies(t: list[list[float]],
-                                                                             e: list[list[float]]) -> None:
+@pytest.mark.parametrize(
+    "t, e",
+    [
+        ([[1.0, 0.0, 4.0]], [ROW_E]),  # a zero time
+        ([[1.0, -2.0, 4.0]], [ROW_E]),
+        ([[1.0, float("inf"), 4.0]], [ROW_E]),
+        ([ROW_T], [[8.0, float("nan"), 2.0]]),
+        ([ROW_T], [[8.0, -0.5, 2.0]]),
+    ],
+)
+def test_tables_need_positive_finite_times_and_finite_non_negative_energies(
+    t: list[list[float]], e: list[list[float]]
+) -> None:
     """Pins ``isfinite(t) and t > 0 and isfinite(e) and e >= 0``, each condition on its own."""
     with pytest.raises(ScheduleError, match="non-finite or non-positive kernel times, or non-finite or negative"):
         _ = TableGpu(t, e, 0.0, CONFIGS).tables
@@ -65,8 +69,9 @@ def test_zero_energies_are_accepted_and_tables_are_read_only() -> None:
 
 def test_describe() -> None:
     """Pins :meth:`GpuBackend.describe`: backend, GPU, trace, configurations and latency in milliseconds."""
-    assert toy_gpu(1.25).describe() == ("TableGpu(h200-sxm, trace 'toy' of 3 kernels, 3 configurations, "
-                                        "switching latency 1250 ms)")
+    assert toy_gpu(1.25).describe() == (
+        "TableGpu(h200-sxm, trace 'toy' of 3 kernels, 3 configurations, switching latency 1250 ms)"
+    )
 
 
 # -- SwitchEngine, landing_table --------------------------------------------------------------------------------
@@ -79,12 +84,10 @@ def test_step_switch_to_auto_without_latency_is_in_effect_at_once() -> None:
     t, e = rows(2)
     out = SwitchEngine.step(t, e, np.array([0, 0]), state, 0.0)
     assert out.started_at.tolist() == [0, 0]
-    assert (out.time_s.tolist(), out.energy_j.tolist(), out.off_plan_s.tolist()) == ([1.0, 1.0], [8.0, 8.0],
-                                                                                      [0.0, 0.0])
+    assert (out.time_s.tolist(), out.energy_j.tolist(), out.off_plan_s.tolist()) == ([1.0, 1.0], [8.0, 8.0], [0.0, 0.0])
     assert out.issued.tolist() == [True, True]
     assert np.isnan(out.landed_after_s).all()
-    assert (state.current.tolist(), state.pending.tolist(), state.land_in_s.tolist()) == ([0, 0], [-1, -1],
-                                                                                          [0.0, 0.0])
+    assert (state.current.tolist(), state.pending.tolist(), state.land_in_s.tolist()) == ([0, 0], [-1, -1], [0.0, 0.0])
 
 
 def test_landing_table_share_of_a_switch_that_does_not_land_is_one() -> None:
@@ -123,8 +126,12 @@ def test_from_configs_sorts_memory_clock_first_with_zero_for_a_free_or_zero_cloc
     """Pins the sort key ``(mem or 0, core or 0)`` at clocks of 0 and 1 MHz, where ``or 1`` would tie them: every
     configuration at memory 0 comes before those at memory 1, and at one memory clock core 0 before core 1."""
     mem = [ClockConfig(c, m) for m in (1, 0) for c in (1500, 1200)]
-    assert ClockSchedule.from_configs(mem).configs == (ClockConfig(1200, 0), ClockConfig(1500, 0),
-                                                       ClockConfig(1200, 1), ClockConfig(1500, 1))
+    assert ClockSchedule.from_configs(mem).configs == (
+        ClockConfig(1200, 0),
+        ClockConfig(1500, 0),
+        ClockConfig(1200, 1),
+        ClockConfig(1500, 1),
+    )
     mems = (2201, 3201, 5001, 7001)
     core = [ClockConfig(c, m) for m in mems for c in (1, 0)]
     assert ClockSchedule.from_configs(core).configs == tuple(ClockConfig(c, m) for m in mems for c in (0, 1))

@@ -18,8 +18,21 @@ class TableGpu(GpuBackend):
 
     def __init__(self, t, e, latency_s, configs):
         spec = get_spec("h200-sxm")
-        trace = KernelTrace("toy", [Kernel(name=f"k{i}", op=f"k{i}", category="gemm", phase="forward", flops=1.0,
-                                           dram_read_bytes=1.0, dram_write_bytes=1.0) for i in range(len(t))])
+        trace = KernelTrace(
+            "toy",
+            [
+                Kernel(
+                    name=f"k{i}",
+                    op=f"k{i}",
+                    category="gemm",
+                    phase="forward",
+                    flops=1.0,
+                    dram_read_bytes=1.0,
+                    dram_write_bytes=1.0,
+                )
+                for i in range(len(t))
+            ],
+        )
         super().__init__(spec, trace, configs, latency_s)
         self._t, self._e = np.asarray(t, float), np.asarray(e, float)
 
@@ -144,8 +157,7 @@ def test_a_schedule_under_another_power_limit_runs_on_that_limit():
     assert got.configs == backend.configs
     np.testing.assert_array_equal(got.requested_index, backend.schedule_indices(plain))
     assert {backend.configs[i] for i in got.config_index} <= {AUTO, locked}
-    np.testing.assert_array_equal([backend.configs[i] for i in got.switch_to],
-                                  [ref.configs[i] for i in ref.switch_to])
+    np.testing.assert_array_equal([backend.configs[i] for i in got.switch_to], [ref.configs[i] for i in ref.switch_to])
     assert got.time_s > backend.run(plain).time_s  # a lower limit slows the capped kernels
     own = ClockSchedule(plain.configs, plain.index, power_limit_w=backend.power_limit_w)
     assert backend.run(own).energy_j == backend.run(plain).energy_j

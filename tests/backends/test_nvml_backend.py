@@ -27,8 +27,17 @@ class CountingMeasurer:
     def __call__(self, index: int, config: ClockConfig) -> MeasurementRow:
         self.calls.append((index, str(config)))
         t = 1e-4 * (1 + index) * (1.2 if config == LOW else 1.0)
-        return MeasurementRow(kernel=index, op=f"op{index}", name="k", config=str(config), time_s=t,
-                              energy_j=500.0 * t, power_w=500.0, sm_clock_mhz=1400.0, mem_clock_mhz=3201.0)
+        return MeasurementRow(
+            kernel=index,
+            op=f"op{index}",
+            name="k",
+            config=str(config),
+            time_s=t,
+            energy_j=500.0 * t,
+            power_w=500.0,
+            sm_clock_mhz=1400.0,
+            mem_clock_mhz=3201.0,
+        )
 
 
 @pytest.fixture

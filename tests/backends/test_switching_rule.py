@@ -35,8 +35,13 @@ def engine_run(t: np.ndarray, e: np.ndarray, requests: np.ndarray, latency_s: fl
     out = {"time_s": [], "energy_j": [], "started": [], "off": [], "issued": []}
     for i in range(len(requests)):
         step = SwitchEngine.step(t[i : i + 1], e[i : i + 1], requests[i : i + 1], state, latency_s)
-        for key, value in (("time_s", step.time_s), ("energy_j", step.energy_j), ("started", step.started_at),
-                           ("off", step.off_plan_s), ("issued", step.issued)):
+        for key, value in (
+            ("time_s", step.time_s),
+            ("energy_j", step.energy_j),
+            ("started", step.started_at),
+            ("off", step.off_plan_s),
+            ("issued", step.issued),
+        ):
             out[key].append(value[0])
     return {k: np.array(v) for k, v in out.items()}
 
@@ -103,7 +108,7 @@ def test_the_live_switch_plan_keeps_in_effect_what_the_backend_would(seed):
         pytest.skip("this draw's plan starts from the previous step")
     requests = np.zeros(n, dtype=np.int64)
     for ev in plan.events:
-        requests[int(ev.issue_s):] = CONFIGS.index(ev.config)
+        requests[int(ev.issue_s) :] = CONFIGS.index(ev.config)
     gpu = TableGpu(np.ones((n, len(CONFIGS))), np.ones((n, len(CONFIGS))), latency, CONFIGS)
     run = gpu.run_indices(requests)
     expected = plan.in_effect(timeline.start_s + 0.5)

@@ -24,18 +24,39 @@ LOW = ClockConfig(1410, 3201)
 
 
 def kern(i: int) -> Kernel:
-    return Kernel(name=f"k{i}", op=f"op{i}", category="gemm", phase="forward", flops=1e9, dram_read_bytes=1e6,
-                  dram_write_bytes=1e6)
+    return Kernel(
+        name=f"k{i}",
+        op=f"op{i}",
+        category="gemm",
+        phase="forward",
+        flops=1e9,
+        dram_read_bytes=1e6,
+        dram_write_bytes=1e6,
+    )
 
 
 def row(i: int, config: str, t: float, e: float, **kw) -> MeasurementRow:
-    return MeasurementRow(kernel=i, op=f"op{i}", name=f"k{i}", config=config, time_s=t, energy_j=e,
-                          power_w=e / t, sm_clock_mhz=1500.0, mem_clock_mhz=3201.0, **kw)
+    return MeasurementRow(
+        kernel=i,
+        op=f"op{i}",
+        name=f"k{i}",
+        config=config,
+        time_s=t,
+        energy_j=e,
+        power_w=e / t,
+        sm_clock_mhz=1500.0,
+        mem_clock_mhz=3201.0,
+        **kw,
+    )
 
 
 def toy_table() -> MeasurementTable:
-    rows = [row(0, "auto", 1e-3, 0.6), row(1, "auto", 2e-4, 0.1), row(0, "1410@3201", 1.2e-3, 0.5),
-            row(1, "1410@3201", 2.1e-4, 0.08)]
+    rows = [
+        row(0, "auto", 1e-3, 0.6),
+        row(1, "auto", 2e-4, 0.1),
+        row(0, "1410@3201", 1.2e-3, 0.5),
+        row(1, "1410@3201", 2.1e-4, 0.08),
+    ]
     return MeasurementTable({"gpu": "NVIDIA H200"}, rows)
 
 
@@ -50,20 +71,23 @@ def test_round_trip_csv_and_lookup(tmp_path):
     assert csv_text[0].startswith("kernel,op,name,config") and len(csv_text) == 5
 
 
-@pytest.mark.parametrize(("mutate", "match"), [
-    (lambda d: d.update(format="other"), "not an rlclock measurement table"),
-    (lambda d: d.update(version=9), "version 9"),
-    (lambda d: d["rows"][0].update(time_s=float("nan")), "NaN is not a number JSON allows"),
-    (lambda d: d["rows"][0].update(time_s="slow"), "time_s is 'slow'"),
-    (lambda d: d["rows"][0].update(time_s=1e6, energy_j=0.0), "not a time from 0 to 60 s"),
-    (lambda d: d["rows"][0].update(time_s=1e-3, energy_j=0.0), "outside the 1-5000 W"),
-    (lambda d: d["rows"][0].update(sm_clock_mhz="fast"), "sm_clock_mhz is 'fast'"),
-    (lambda d: d["rows"][0].update(config="fast@9"), "not a clock configuration"),
-    (lambda d: d["rows"][0].update(windows=0), "windows is 0"),
-    (lambda d: d["rows"][0].update(energy_j=-1.0), "energy_j is -1"),
-    (lambda d: d["rows"][0].pop("config"), "missing"),
-    (lambda d: d["rows"][0].update(colour="red"), "unknown"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda d: d.update(format="other"), "not an rlclock measurement table"),
+        (lambda d: d.update(version=9), "version 9"),
+        (lambda d: d["rows"][0].update(time_s=float("nan")), "NaN is not a number JSON allows"),
+        (lambda d: d["rows"][0].update(time_s="slow"), "time_s is 'slow'"),
+        (lambda d: d["rows"][0].update(time_s=1e6, energy_j=0.0), "not a time from 0 to 60 s"),
+        (lambda d: d["rows"][0].update(time_s=1e-3, energy_j=0.0), "outside the 1-5000 W"),
+        (lambda d: d["rows"][0].update(sm_clock_mhz="fast"), "sm_clock_mhz is 'fast'"),
+        (lambda d: d["rows"][0].update(config="fast@9"), "not a clock configuration"),
+        (lambda d: d["rows"][0].update(windows=0), "windows is 0"),
+        (lambda d: d["rows"][0].update(energy_j=-1.0), "energy_j is -1"),
+        (lambda d: d["rows"][0].pop("config"), "missing"),
+        (lambda d: d["rows"][0].update(colour="red"), "unknown"),
+    ],
+)
 def test_bad_tables_are_one_line_errors(tmp_path, mutate, match):
     d = toy_table().to_dict()
     mutate(d)
@@ -113,8 +137,9 @@ def test_a_table_from_another_gpu_is_refused():
 
 def test_attach_measurements_puts_valid_rows_first():
     trace = KernelTrace("t", [kern(0), kern(1)])
-    table = MeasurementTable({"gpu": "NVIDIA H200"}, [row(0, "auto", 1e-3, 0.6),
-                                                      row(1, "auto", 2e-6, 1e-4, extra={"valid": False})])
+    table = MeasurementTable(
+        {"gpu": "NVIDIA H200"}, [row(0, "auto", 1e-3, 0.6), row(1, "auto", 2e-6, 1e-4, extra={"valid": False})]
+    )
     out = attach_measurements(trace, table)
     m = out[0].measured[0]
     assert (m.gpu, m.source, m.time_s, m.energy_j, m.core_mhz) == ("NVIDIA H200", "isolated", 1e-3, 0.6, None)

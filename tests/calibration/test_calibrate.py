@@ -44,8 +44,15 @@ def test_the_sweep_covers_ten_core_clocks_per_lockable_memory_clock():
     h200, rtx = get_spec("h200-sxm"), get_spec("rtx3080ti")
     assert len(sweep_configs(h200)) == 10 and {c.mem_mhz for c in sweep_configs(h200)} == {3201}
     assert len(sweep_configs(rtx)) == 10 * len(rtx.mem_clocks_mhz)
-    assert {k.name for k in suite(h200)} >= {"fma_bound", "gemm_large", "gemm_small", "dram_stream", "simt_stream",
-                                            "l2_stream", "smem_bound"}
+    assert {k.name for k in suite(h200)} >= {
+        "fma_bound",
+        "gemm_large",
+        "gemm_small",
+        "dram_stream",
+        "simt_stream",
+        "l2_stream",
+        "smem_bound",
+    }
 
 
 def test_the_true_gpu_explains_its_own_sweep_to_the_noise():
@@ -110,22 +117,25 @@ def _csv(tmp_path, text: str) -> Path:
 HEADER = "kernel,flops,bytes,core_mhz,mem_mhz,time_s,energy_j\n"
 
 
-@pytest.mark.parametrize("text, match", [
-    ("kernel,flops,core_mhz,mem_mhz,time_s,energy_j\nk,1,1980,3201,1e-3,1\n", r"missing column.*bytes"),
-    ("kernel,flops,bytes,core_mhz,time_s,energy_j\nk,1,1,1980,1e-3,1\n", r"missing column.*mem_mhz"),
-    (HEADER + "k,1,1,1980,3201,1e-3,1,9\n", r"line 2: more fields than the header"),
-    (HEADER.replace("energy_j", "energy_j,colour") + "k,1,1,1980,3201,1e-3,1,red\n", r"unknown column.*colour"),
-    (HEADER + "k,lots,1,1980,3201,1e-3,1\n", r"line 2: flops 'lots' is not a number"),
-    (HEADER + "k,1,1,1980,3201,0,1\n", r"line 2: time_s must be a finite number > 0"),
-    (HEADER + "k,1,1,1980,3201,1e-3,-2\n", r"energy_j must be a finite number > 0"),
-    (HEADER + "k,1,-5,1980,3201,1e-3,1\n", r"bytes must be a finite number >= 0"),
-    (HEADER + "k,1,1,1980.5,3201,1e-3,1\n", r"core_mhz must be a whole number"),
-    (HEADER + ",1,1,1980,3201,1e-3,1\n", r"column 'kernel' is empty"),
-    (HEADER + "k,1,1,1980,3201,nan,1\n", r"time_s must be a finite number"),
-    (HEADER, r"a header but no rows"),
-    ("", r"missing column"),
-    (HEADER.replace("energy_j", "energy_j,category") + "k,1,1,1980,3201,1e-3,1,matmul\n", r"category 'matmul'"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("kernel,flops,core_mhz,mem_mhz,time_s,energy_j\nk,1,1980,3201,1e-3,1\n", r"missing column.*bytes"),
+        ("kernel,flops,bytes,core_mhz,time_s,energy_j\nk,1,1,1980,1e-3,1\n", r"missing column.*mem_mhz"),
+        (HEADER + "k,1,1,1980,3201,1e-3,1,9\n", r"line 2: more fields than the header"),
+        (HEADER.replace("energy_j", "energy_j,colour") + "k,1,1,1980,3201,1e-3,1,red\n", r"unknown column.*colour"),
+        (HEADER + "k,lots,1,1980,3201,1e-3,1\n", r"line 2: flops 'lots' is not a number"),
+        (HEADER + "k,1,1,1980,3201,0,1\n", r"line 2: time_s must be a finite number > 0"),
+        (HEADER + "k,1,1,1980,3201,1e-3,-2\n", r"energy_j must be a finite number > 0"),
+        (HEADER + "k,1,-5,1980,3201,1e-3,1\n", r"bytes must be a finite number >= 0"),
+        (HEADER + "k,1,1,1980.5,3201,1e-3,1\n", r"core_mhz must be a whole number"),
+        (HEADER + ",1,1,1980,3201,1e-3,1\n", r"column 'kernel' is empty"),
+        (HEADER + "k,1,1,1980,3201,nan,1\n", r"time_s must be a finite number"),
+        (HEADER, r"a header but no rows"),
+        ("", r"missing column"),
+        (HEADER.replace("energy_j", "energy_j,category") + "k,1,1,1980,3201,1e-3,1,matmul\n", r"category 'matmul'"),
+    ],
+)
 def test_a_malformed_table_gets_one_line(tmp_path, text, match):
     with pytest.raises(SpecError, match=match) as e:
         read_table(_csv(tmp_path, text))
@@ -153,8 +163,24 @@ def test_a_sweep_that_cannot_calibrate_is_refused(tmp_path):
 
 def test_rlclock_calibrate_writes_a_spec_that_env_specs_and_commands_take(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert main(["calibrate", "--simulated", "2", "--gpu", "h200-sxm", "--out", "mine.yaml",
-                 "--table-out", "sweep.csv", "--key", "my-h200"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--simulated",
+                "2",
+                "--gpu",
+                "h200-sxm",
+                "--out",
+                "mine.yaml",
+                "--table-out",
+                "sweep.csv",
+                "--key",
+                "my-h200",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "fitted     : time error p95" in out and "wrote mine.yaml" in out
     spec = load_spec_file(tmp_path / "mine.yaml")
@@ -165,8 +191,10 @@ def test_rlclock_calibrate_writes_a_spec_that_env_specs_and_commands_take(tmp_pa
     again = load_spec_file(tmp_path / "again.yaml")
     assert again.model.as_dict() == pytest.approx(spec.model.as_dict(), rel=1e-4)
     env = tmp_path / "env.yaml"
-    env.write_text("name: mine\ngpu_file: mine.yaml\nworkload: {generator: transformer, style: gpt, hidden: 512, "
-                   "heads: 8, seq: 256, batch: 2, layers: 2, vocab: 1024}\n")
+    env.write_text(
+        "name: mine\ngpu_file: mine.yaml\nworkload: {generator: transformer, style: gpt, hidden: 512, "
+        "heads: 8, seq: 256, batch: 2, layers: 2, vocab: 1024}\n"
+    )
     assert main(["simulate", str(env)]) == 0
     assert "my-h200" in capsys.readouterr().out
     (tmp_path / "envs").mkdir()
@@ -189,8 +217,10 @@ def test_generic_presets_say_so_and_how_to_calibrate(tmp_path, capsys):
     assert get_spec("h100-sxm").generic and get_spec("a100-sxm4-40gb").generic
     assert not get_spec("h200-sxm").generic and not get_spec("rtx3080ti").generic
     env = tmp_path / "env.yaml"
-    env.write_text("name: a100\ngpu: a100-sxm4-40gb\nworkload: {generator: transformer, style: gpt, hidden: 512, "
-                   "heads: 8, seq: 256, batch: 2, layers: 2, vocab: 1024}\n")
+    env.write_text(
+        "name: a100\ngpu: a100-sxm4-40gb\nworkload: {generator: transformer, style: gpt, hidden: 512, "
+        "heads: 8, seq: 256, batch: 2, layers: 2, vocab: 1024}\n"
+    )
     assert main(["simulate", str(env)]) == 0
     err = capsys.readouterr().err
     assert "a100-sxm4-40gb preset is generic" in err and "rlclock calibrate --table" in err
@@ -237,8 +267,9 @@ def test_a_table_may_give_time_in_ms_and_power_instead_of_energy(tmp_path):
     from rlclock.calibration.table import read_table
 
     p = tmp_path / "public.csv"
-    p.write_text("kernel,flops,bytes,core_mhz,mem_mhz,time_ms,power_w\nk,1e9,1e6,1980,3201,2.5,400\n"
-                 "idle,0,0,1980,3201,20,120\n")
+    p.write_text(
+        "kernel,flops,bytes,core_mhz,mem_mhz,time_ms,power_w\nk,1e9,1e6,1980,3201,2.5,400\nidle,0,0,1980,3201,20,120\n"
+    )
     rows = read_table(p)
     assert rows[0].time_s == pytest.approx(2.5e-3) and rows[0].energy_j == pytest.approx(1.0)
     assert rows[1].is_idle and rows[1].energy_j / rows[1].time_s == pytest.approx(120)

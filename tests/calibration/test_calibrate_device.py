@@ -54,8 +54,7 @@ class SimulatedKernel:
         if at[0] == self.fail_at:
             raise NvmlError("NVML call nvmlDeviceGetTotalEnergyConsumption failed on GPU 0: GPU is lost.")
         if at != self._at:
-            pred = model.predict(model.kernel_arrays([self.kernel], self.true_gpu), self.true_gpu,
-                                 [ClockConfig(*at)])
+            pred = model.predict(model.kernel_arrays([self.kernel], self.true_gpu), self.true_gpu, [ClockConfig(*at)])
             self.time_s = float(pred.time_s[0, 0])
             self.units_per_launch = max(1, round(self.batch_s / self.time_s))
             self.fake.set_device(0, power_w=float(pred.energy_j[0, 0] / self.time_s))
@@ -102,8 +101,17 @@ def _sweep(fake, control, kernels, true_gpu, per_memory=3, base=BASE, **kw):
         return made[-1], k
 
     with EnergySampler(nvml.NvmlDevice(0), 0.0005, 0.01) as sampler:
-        sweep = device_sweep(base, control, sampler, realiser, per_memory, FAST, kernels=kernels,
-                             idle_runner=SimulatedIdle(fake, true_gpu), **kw)
+        sweep = device_sweep(
+            base,
+            control,
+            sampler,
+            realiser,
+            per_memory,
+            FAST,
+            kernels=kernels,
+            idle_runner=SimulatedIdle(fake, true_gpu),
+            **kw,
+        )
     return sweep, made
 
 
@@ -120,7 +128,11 @@ def test_a_locked_sweep_measures_each_pair_and_gives_the_gpu_back(fake_nvml, tmp
     fns = [c["fn"] for c in fake_nvml.calls()]
     assert "nvmlDeviceSetMemoryLockedClocks" not in fns and fns[-1] == "nvmlDeviceResetGpuLockedClocks"
     assert [c["value"] for c in fake_nvml.calls() if c["fn"] == "nvmlDeviceSetGpuLockedClocks"] == [
-        [345, 345], [1155, 1155], [1980, 1980], [345, 345]]
+        [345, 345],
+        [1155, 1155],
+        [1980, 1980],
+        [345, 345],
+    ]
     assert all(m.closed for m in made) and saved == [3, 6, 10]
     rows = sweep.rows
     assert not sweep.observe and len(rows) == 10 and rows[-1].is_idle and rows[-1].core_mhz == 345
@@ -132,8 +144,9 @@ def test_a_locked_sweep_measures_each_pair_and_gives_the_gpu_back(fake_nvml, tmp
     assert np.median(np.abs(np.array([r.energy_j for r in work]) / e - 1)) < 0.15
     assert rows[-1].energy_j / rows[-1].time_s == pytest.approx(p[0], rel=0.15)
     # the table round-trips with what NVML read beside it
-    path = write_table(rows, tmp_path / "sweep.csv", [{"requested": r.requested, "power_w": r.stats.power_w}
-                                                      for r in sweep.readings])
+    path = write_table(
+        rows, tmp_path / "sweep.csv", [{"requested": r.requested, "power_w": r.stats.power_w} for r in sweep.readings]
+    )
     assert read_table(path) == rows
     assert "requested" in path.read_text().splitlines()[0]
 
@@ -160,8 +173,9 @@ def test_an_nvml_error_mid_sweep_is_raised_with_the_clocks_given_back_and_the_ro
     kernels = [k for k in suite(BASE) if k.name == "dram_stream"]
     kept = []
     with pytest.raises(NvmlError, match="GPU is lost"), live() as control:
-        _sweep(fake_nvml, control, kernels, true_gpu, per_memory=2, fail_at=1980,
-               save=lambda s: kept.append(list(s.rows)))
+        _sweep(
+            fake_nvml, control, kernels, true_gpu, per_memory=2, fail_at=1980, save=lambda s: kept.append(list(s.rows))
+        )
     assert fake_nvml.device()["locked_core"] is None
     assert kept and all(not r.is_idle for r in kept[0])
 
@@ -237,10 +251,13 @@ def test_a_gpu_with_runtime_memory_locks_is_swept_at_every_memory_clock(runtime_
             return made[-1], k
 
         with EnergySampler(nvml.NvmlDevice(0), 0.0005, 0.01) as sampler:
-            sweep = device_sweep(spec, control, sampler, realiser, 2, FAST, kernels=kernels,
-                                 idle_runner=SimulatedIdle(fake, true_gpu))
+            sweep = device_sweep(
+                spec, control, sampler, realiser, 2, FAST, kernels=kernels, idle_runner=SimulatedIdle(fake, true_gpu)
+            )
     assert {c.mem_mhz for c in configs} == {2201, 3201}
     assert [(r.kernel, r.core_mhz, r.mem_mhz) for r in sweep.rows if r.is_idle] == [
-        ("idle", 345, 3201), ("idle", 345, 2201)]
+        ("idle", 345, 3201),
+        ("idle", 345, 2201),
+    ]
     assert any(c["fn"] == "nvmlDeviceSetMemoryLockedClocks" for c in fake.calls())
     assert fake.device()["locked_core"] is None and fake.device()["locked_mem"] is None

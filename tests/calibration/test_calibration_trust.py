@@ -40,13 +40,16 @@ def _table(tmp_path: Path, text: str) -> Path:
 
 # the classes of values no GPU produced are tables in tests/calibration/test_calibration_table_bounds.py; here the
 # readings in other units and the clocks
-@pytest.mark.parametrize("text, match", [
-    (HEADER + "k,1e9,1e6,1e300,3201,1e-3,0.5\n", r"line 2: core_mhz must be a whole number|core_mhz .* no clock"),
-    (HEADER + "k,1e9,1e6,99000,3201,1e-3,0.5\n", r"line 2: core_mhz 9.9e\+04 is no clock a GPU runs at"),
-    ("kernel,flops,bytes,core_mhz,mem_mhz,time_ms,power_w\nk,1e9,1e6,1980,3201,1,9000\n", r"9000 W, outside"),
-    (HEADER + GOOD + "k,1e9,1e6,1980,3201,2e-3,0.5\n", r"is given 2 times with time_s from 0.001 to 0.002"),
-    (HEADER + GOOD + "k,1e9,1e6,1980,3201,1e-3,5\n", r"energy_j from 0.5 to 5, more than 1.5x apart"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        (HEADER + "k,1e9,1e6,1e300,3201,1e-3,0.5\n", r"line 2: core_mhz must be a whole number|core_mhz .* no clock"),
+        (HEADER + "k,1e9,1e6,99000,3201,1e-3,0.5\n", r"line 2: core_mhz 9.9e\+04 is no clock a GPU runs at"),
+        ("kernel,flops,bytes,core_mhz,mem_mhz,time_ms,power_w\nk,1e9,1e6,1980,3201,1,9000\n", r"9000 W, outside"),
+        (HEADER + GOOD + "k,1e9,1e6,1980,3201,2e-3,0.5\n", r"is given 2 times with time_s from 0.001 to 0.002"),
+        (HEADER + GOOD + "k,1e9,1e6,1980,3201,1e-3,5\n", r"energy_j from 0.5 to 5, more than 1.5x apart"),
+    ],
+)
 def test_a_table_with_absurd_or_contradicting_readings_gets_one_line(tmp_path, text, match):
     with pytest.raises(SpecError, match=match) as e:
         read_table(_table(tmp_path, text))
@@ -108,11 +111,20 @@ def test_a_parameter_the_table_cannot_inform_stays_at_its_prior():
     rows = [r for r in simulated_sweep(true, per_memory=4) if r.kernel in ("fma_bound", IDLE)]
     assert {"eta_stream", "e_dram_j_per_byte"} <= set(sum(fit_names(rows), ()))
     time_names, power_names = fitted_names(base, rows)
-    assert not {"eta_stream", "e_dram_j_per_byte", "lat_core_cycles", "simt_ops_per_byte"} & set(time_names +
-                                                                                               power_names)
+    assert not {"eta_stream", "e_dram_j_per_byte", "lat_core_cycles", "simt_ops_per_byte"} & set(
+        time_names + power_names
+    )
     fitted, _ = fit_sweep(base, rows, max_nfev=60)
-    for name in ("eta_gemm", "c_tensor_w", "eta_stream", "eta_reduce", "e_dram_j_per_byte", "e_xbar_j_per_byte",
-                 "lat_core_cycles", "smem_bytes_per_cycle"):
+    for name in (
+        "eta_gemm",
+        "c_tensor_w",
+        "eta_stream",
+        "eta_reduce",
+        "e_dram_j_per_byte",
+        "e_xbar_j_per_byte",
+        "lat_core_cycles",
+        "smem_bytes_per_cycle",
+    ):
         assert getattr(fitted.model, name) == getattr(base.model, name), name
     # tied to the constant power at one memory clock: where the rows allow either split, it keeps the base's
     assert fitted.model.p_mem_bg_w == pytest.approx(base.model.p_mem_bg_w, rel=0.02)
@@ -150,8 +162,21 @@ def test_a_fit_that_predicts_held_out_kernels_worse_than_its_start_is_refused(tm
     with pytest.raises(SpecError, match=r"predicts kernels it was not fitted to worse than the h200-sxm spec"):
         calibrate(base, read_table(_corrupted(base, tmp_path)), folds=3, max_nfev=40)
     out = tmp_path / "never.yaml"
-    code = main(["calibrate", "--table", str(_corrupted(base, tmp_path)), "--gpu", "h200-sxm", "--folds", "3",
-                 "--max-nfev", "40", "--out", str(out)])
+    code = main(
+        [
+            "calibrate",
+            "--table",
+            str(_corrupted(base, tmp_path)),
+            "--gpu",
+            "h200-sxm",
+            "--folds",
+            "3",
+            "--max-nfev",
+            "40",
+            "--out",
+            str(out),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "no spec was written" in err[0] and "Fix:" in err[0]
     assert not out.exists()

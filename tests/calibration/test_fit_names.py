@@ -35,7 +35,8 @@ def test_a_table_of_few_kernel_classes_fits_only_what_they_show():
     assert time_names == ("eta_simt_gemm",)  # no tensor-core and no memory-bound row
     assert "c_simt_gemm_w" in power_names and "c_tensor_w" not in power_names
     assert "e_dram_j_per_byte" not in power_names and {"v_min_v", "f_ridge_mhz", "p_const_w"} <= set(power_names)
-    time_names, power_names = fit_names([_row("gemm", "gemm", "bf16", 1e8), _row("sum", "reduction", "fp32", 1e9,
-                                                                                 "reduce")])
+    time_names, power_names = fit_names(
+        [_row("gemm", "gemm", "bf16", 1e8), _row("sum", "reduction", "fp32", 1e9, "reduce")]
+    )
     assert time_names == ("eta_gemm", "eta_reduce", "simt_ops_per_byte", "lat_core_cycles", "lat_mem_cycles")
     assert "c_tensor_w" in power_names and "e_dram_j_per_byte" in power_names

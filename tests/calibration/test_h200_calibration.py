@@ -231,8 +231,15 @@ def test_a_memset_activity_takes_its_own_fixed_time_not_a_kernels(h200):
     from rlclock.workload.trace import Kernel
 
     memset = Kernel("Memset (Device)", "x", "memset", "forward", 0.0, 0.0, 4.0)
-    fill = Kernel("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>()", "x", "memset",
-                  "forward", 0.0, 0.0, 4.0)
+    fill = Kernel(
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>()",
+        "x",
+        "memset",
+        "forward",
+        0.0,
+        0.0,
+        4.0,
+    )
     t = predict_auto(h200, [memset, fill]).time_s[:, 0]
     assert t[0] == pytest.approx(h200.model.memset_s, rel=0.01) and t[1] == pytest.approx(h200.model.launch_s, rel=0.01)
     assert 0.5e-6 <= h200.model.memset_s <= 2e-6 < h200.model.launch_s
@@ -250,8 +257,17 @@ def test_the_power_floor_is_the_idle_board_with_its_clocks_up(h200):
     assert h200.model.c_simt_gemm_w > 0
     from rlclock.workload.trace import Kernel
 
-    sgemm = Kernel("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8_ffma", "x", "gemm", "forward", 6.4e9,
-                   5e7, 2e8, dtype="fp32", gemm_bmnk=(192, 512, 512, 64))
+    sgemm = Kernel(
+        "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8_ffma",
+        "x",
+        "gemm",
+        "forward",
+        6.4e9,
+        5e7,
+        2e8,
+        dtype="fp32",
+        gemm_bmnk=(192, 512, 512, 64),
+    )
     stream = Kernel("vectorized_elementwise_kernel", "y", "elementwise", "forward", 1e8, 2e8, 2e8, dtype="fp32")
     f, m = np.array([[1500.0]]), np.array([[3201.0]])
     without = h200.with_model(c_simt_gemm_w=0.0)

@@ -32,12 +32,27 @@ def _module():
     return mod
 
 
-HEADER = ["DRAMA", "FP16A", "FP32A", "FP64A", "SMACT", "SMOCC", "TENSO", "argNo", "average_power", "benchmark",
-          "core_frequency", "kernel", "memory_frequency", "time"]
+HEADER = [
+    "DRAMA",
+    "FP16A",
+    "FP32A",
+    "FP64A",
+    "SMACT",
+    "SMOCC",
+    "TENSO",
+    "argNo",
+    "average_power",
+    "benchmark",
+    "core_frequency",
+    "kernel",
+    "memory_frequency",
+    "time",
+]
 
 
-def _write(folder: Path, gpu: str, which: str, kernels: dict[str, list[tuple[int, float, float]]],
-           drama: float = 0.1) -> None:
+def _write(
+    folder: Path, gpu: str, which: str, kernels: dict[str, list[tuple[int, float, float]]], drama: float = 0.1
+) -> None:
     (folder / "data").mkdir(parents=True, exist_ok=True)
     with (folder / "data" / f"{gpu}-dvfs-{which}-profile.csv").open("w", newline="") as f:
         w = csv.writer(f)
@@ -62,8 +77,12 @@ def test_the_derivation_writes_tables_and_leaves_out_what_its_rules_say(tmp_path
         return out
 
     for gpu in ("v100", "rtx8000"):
-        _write(tmp_path, gpu, "microbenchmark", {"a": compute(1.0, True), "b": compute(2.0, True),
-                                                 "c": compute(1.0, False, glitch=True)})
+        _write(
+            tmp_path,
+            gpu,
+            "microbenchmark",
+            {"a": compute(1.0, True), "b": compute(2.0, True), "c": compute(1.0, False, glitch=True)},
+        )
         _write(tmp_path, gpu, "real", {"app": compute(3.0, False)})
     written = mod.write(tmp_path, tmp_path / "out")
     assert len(written) == 4
@@ -81,8 +100,9 @@ def test_the_derivation_writes_tables_and_leaves_out_what_its_rules_say(tmp_path
 
 def test_the_core_clock_ceiling_slows_memory_bound_kernels_below_its_knee_only():
     h200 = get_spec("h200-sxm")
-    stream = Kernel("copy", "copy", "copy", "forward", flops=0.0, dram_read_bytes=2.0 ** 30, dram_write_bytes=2.0 ** 30,
-                    dtype="fp32")
+    stream = Kernel(
+        "copy", "copy", "copy", "forward", flops=0.0, dram_read_bytes=2.0**30, dram_write_bytes=2.0**30, dtype="fp32"
+    )
     configs = [ClockConfig(1980, 3201), ClockConfig(990, 3201), ClockConfig(495, 3201)]
     off = model.predict(model.kernel_arrays([stream], h200), h200, configs).time_s[0]
     ceiling = h200.with_model(xbar_bytes_per_cycle=16.0)  # 16 B/cycle/SM × 132 SMs ≈ 4.2 TB/s at 1980 MHz
@@ -109,8 +129,17 @@ def test_an_anchored_fit_reproduces_each_reference_reading_and_finds_a_hidden_ce
     true = hidden_gpu(base, 3).with_model(xbar_bytes_per_cycle=12.0)
     kinds = ("dram_stream", "simt_stream", "fma_bound", "latency_stream")  # no GEMM under the power cap: quick
     rows = [r for r in simulated_sweep(true, per_memory=5, noise_std=0.0) if r.kernel in kinds]
-    scaled = [SweepRow(**{**r.__dict__, "flops": 0.5 * r.flops, "read_bytes": 0.5 * r.read_bytes,
-                          "write_bytes": 0.5 * r.write_bytes}) for r in rows]
+    scaled = [
+        SweepRow(
+            **{
+                **r.__dict__,
+                "flops": 0.5 * r.flops,
+                "read_bytes": 0.5 * r.read_bytes,
+                "write_bytes": 0.5 * r.write_bytes,
+            }
+        )
+        for r in rows
+    ]
     t, _e, _ = predictions(base, scaled, anchored=True)
     idx = reference_rows(scaled, np.unique([r.kernel for r in scaled], return_inverse=True)[1])
     assert np.allclose(t[idx], [scaled[i].time_s for i in idx], rtol=1e-3)

@@ -13,14 +13,26 @@ import pytest
 from rlclock.commands.common import duration, signed, tool_command
 
 
-@pytest.mark.parametrize(("value", "shown"), [(0.0, "+0.00"), (-0.0, "+0.00"), (-0.004, "+0.00"), (0.004, "+0.00"),
-                                              (-0.006, "-0.01"), (1.234, "+1.23"), (-7.2, "-7.20")])
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (0.0, "+0.00"),
+        (-0.0, "+0.00"),
+        (-0.004, "+0.00"),
+        (0.004, "+0.00"),
+        (-0.006, "-0.01"),
+        (1.234, "+1.23"),
+        (-7.2, "-7.20"),
+    ],
+)
 def test_signed_never_prints_minus_zero(value, shown):
     assert signed(value) == shown
 
 
-@pytest.mark.parametrize(("seconds", "shown"), [(0.4, "0 s"), (38.2, "38 s"), (119, "119 s"), (150, "2.5 min"),
-                                                (7199, "120.0 min"), (9000, "2.5 h")])
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [(0.4, "0 s"), (38.2, "38 s"), (119, "119 s"), (150, "2.5 min"), (7199, "120.0 min"), (9000, "2.5 h")],
+)
 def test_duration_reads_like_a_person_would_say_it(seconds, shown):
     assert duration(seconds) == shown
 

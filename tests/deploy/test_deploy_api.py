@@ -28,8 +28,10 @@ def loop(clk: Clocked, n: int, step_s: float = 0.02) -> None:
 def test_the_package_imports_lazily():
     import subprocess
 
-    code = ("import sys, rlclock.deploy as d; assert 'torch' not in sys.modules, 'torch imported'; "
-            "assert 'rlclock.policy' not in sys.modules; print(sorted(d.__all__)[:2])")
+    code = (
+        "import sys, rlclock.deploy as d; assert 'torch' not in sys.modules, 'torch imported'; "
+        "assert 'rlclock.policy' not in sys.modules; print(sorted(d.__all__)[:2])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert rlclock.deploy.ClockController.__name__ == "ClockController"
@@ -40,8 +42,7 @@ def test_the_package_imports_lazily():
 def test_explicit_schedule_and_timeline_run_a_plan_only_dry_run(no_nvml, alternating, tmp_path):
     schedule, timeline = alternating
     report = tmp_path / "rep.json"
-    with clocked(schedule, timeline=timeline, latency_s=0.006, worker="thread", report=report,
-                 verbose=False) as clk:
+    with clocked(schedule, timeline=timeline, latency_s=0.006, worker="thread", report=report, verbose=False) as clk:
         assert clk.state == "control" and clk.controller is not None and clk.controller.dry_run
         loop(clk, 6, 0.04)
     rep = clk.report
@@ -78,8 +79,11 @@ def test_rlclock_apply_settings_override_the_script(no_nvml, alternating, tmp_pa
     schedule, timeline = alternating
     schedule.save(tmp_path / "s.json")
     timeline.save(tmp_path / "t.json")
-    env = DeploySettings(schedule=str(tmp_path / "s.json"), timeline=str(tmp_path / "t.json")).with_(
-        latency_s=0.006, worker="thread", verbose=False).to_env()
+    env = (
+        DeploySettings(schedule=str(tmp_path / "s.json"), timeline=str(tmp_path / "t.json"))
+        .with_(latency_s=0.006, worker="thread", verbose=False)
+        .to_env()
+    )
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     other = ClockSchedule.constant("1410@3201", 40)
@@ -148,8 +152,14 @@ def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path)
     trace = gpt3xl_step()
     sched = clk._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
     assert calls[-2] == ("model", len(trace), (len(trace),), None, 0.006)  # the planning model, priced once
-    assert len(sched) == len(trace) and calls[-1] == ("schedule", len(trace), "FakeModel", True, True,
-                                                      None)  # the search by default; no timeline to execute on
+    assert len(sched) == len(trace) and calls[-1] == (
+        "schedule",
+        len(trace),
+        "FakeModel",
+        True,
+        True,
+        None,
+    )  # the search by default; no timeline to execute on
     assert clk.costs.n == len(trace) and clk.costs.configs == (AUTO,)  # kept for the delivered figures
     assert clk._latency_s() in (None, 0.006)  # the H200 preset's latency when NVML cannot name the GPU
     clk.close()
@@ -163,8 +173,12 @@ def test_the_policy_contract_is_what_the_deployment_calls(monkeypatch, tmp_path)
     clocks_only._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
     assert calls[-1][4] is False  # so is a plan of clocks only (rlclock apply --no-power-limit)
     clocks_only.close()
-    timed = clocked(checkpoint=tmp_path, verbose=False, timeline=StepTimeline.from_durations(np.full(len(trace), 1e-3)),
-                    lead_s=0.007)
+    timed = clocked(
+        checkpoint=tmp_path,
+        verbose=False,
+        timeline=StepTimeline.from_durations(np.full(len(trace), 1e-3)),
+        lead_s=0.007,
+    )
     timed.start()
     timed._policy_schedule(trace, np.full(len(trace), 1e-3), 0.006)
     execution = calls[-1][-1]  # with a timeline, plans are judged as the controller executes them on it
@@ -185,8 +199,11 @@ def test_a_real_policy_checkpoint_schedules_a_profiled_step(tmp_path):
     configs = [ClockConfig(), ClockConfig(None, 3201), ClockConfig(1380, 3201), ClockConfig(1980, 3201)]
     slots = n_slots(configs)
     n, rng = obs_size(4, slots), np.random.default_rng(0)
-    weights = policy.PolicyWeights(((rng.normal(size=(16, n)) * 0.1, np.zeros(16)),),
-                                   (rng.normal(size=(slots + 1, 16)) * 0.1, np.zeros(slots + 1)), "tanh")  # + keep
+    weights = policy.PolicyWeights(
+        ((rng.normal(size=(16, n)) * 0.1, np.zeros(16)),),
+        (rng.normal(size=(slots + 1, 16)) * 0.1, np.zeros(slots + 1)),
+        "tanh",
+    )  # + keep
     policy.save_checkpoint(tmp_path, weights, policy.policy_meta(get_spec("h200-sxm"), configs, 4, n, 0.006, 0.01, {}))
     x = Export()
     for k in range(4):
@@ -200,15 +217,23 @@ def test_a_real_policy_checkpoint_schedules_a_profiled_step(tmp_path):
 
 def test_anchor_spacing_reaches_the_controller_and_rlclock_apply_can_set_it(no_nvml, alternating, monkeypatch):
     schedule, timeline = alternating
-    with clocked(schedule, timeline=timeline, latency_s=0.006, worker="thread", anchor_every=3,
-                 time_all_steps=True, verbose=False) as clk:
+    with clocked(
+        schedule,
+        timeline=timeline,
+        latency_s=0.006,
+        worker="thread",
+        anchor_every=3,
+        time_all_steps=True,
+        verbose=False,
+    ) as clk:
         assert clk.controller.anchor_every == 3 and clk.controller.time_all_steps
         loop(clk, 7, 0.01)
     assert clk.report.anchored == 3 and clk.report.timed == 7
     env = DeploySettings(anchor_every=5, time_all_steps=True, search=True).to_env()
     assert env["RLCLOCK_DEPLOY_ANCHOR_EVERY"] == "5" and env["RLCLOCK_DEPLOY_TIME_ALL_STEPS"] == "1"
-    assert DeploySettings(**DeploySettings.from_env(env)) == DeploySettings(anchor_every=5, time_all_steps=True,
-                                                                            search=True)
+    assert DeploySettings(**DeploySettings.from_env(env)) == DeploySettings(
+        anchor_every=5, time_all_steps=True, search=True
+    )
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert clocked(schedule, timeline=timeline, anchor_every=2).settings.anchor_every == 5
@@ -230,12 +255,40 @@ def test_one_definition_of_the_deploy_options():
     dests = {a.dest for a in sub._actions} - {"help", "cmd"}
     assert dests == set(DeploySettings.options())
     assert "95 % confidence interval" in " ".join(sub.format_help().split())  # a literal % does not break --help
-    args = parser.parse_args(["apply", "--checkpoint", "gpt3xl-h200", "--control-clocks", "--latency", "0.004",
-                              "--warmup-steps", "2", "--no-read-back", "--anchor-every", "5", "--no-search", "--quiet",
-                              "--compare-blocks", "10", "--", "python", "train.py"])
+    args = parser.parse_args(
+        [
+            "apply",
+            "--checkpoint",
+            "gpt3xl-h200",
+            "--control-clocks",
+            "--latency",
+            "0.004",
+            "--warmup-steps",
+            "2",
+            "--no-read-back",
+            "--anchor-every",
+            "5",
+            "--no-search",
+            "--quiet",
+            "--compare-blocks",
+            "10",
+            "--",
+            "python",
+            "train.py",
+        ]
+    )
     got = DeploySettings.from_args(args)
-    assert got == DeploySettings(checkpoint="gpt3xl-h200", control_clocks=True, latency_s=0.004, warmup_steps=2,
-                                 read_back=False, anchor_every=5, search=False, verbose=False, compare_blocks=10)
+    assert got == DeploySettings(
+        checkpoint="gpt3xl-h200",
+        control_clocks=True,
+        latency_s=0.004,
+        warmup_steps=2,
+        read_back=False,
+        anchor_every=5,
+        search=False,
+        verbose=False,
+        compare_blocks=10,
+    )
     with pytest.raises(DeployError, match="warmup_steps"):
         DeploySettings.from_args(parser.parse_args(["apply", "--schedule", "s.json", "--warmup-steps", "-1", "--"]))
     with pytest.raises(DeployError, match=r"unknown option.*latency"):
@@ -260,14 +313,33 @@ class _FakeProfiler:
         events = []
         for s in range(self.marks):  # 10 ms steps; the profiler leaves the GPU idle 6 ms of each
             t0 = 10_000.0 * s
-            events.append({"ph": "X", "cat": "user_annotation", "name": STEP_RANGE, "ts": t0, "dur": 10_000.0,
-                           "tid": 1})
+            events.append(
+                {"ph": "X", "cat": "user_annotation", "name": STEP_RANGE, "ts": t0, "dur": 10_000.0, "tid": 1}
+            )
             for j, (start, dur) in enumerate(((1000.0, 2000.0), (6000.0, 2000.0))):
                 corr = 100 * s + j
-                events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t0 + 10 * j,
-                               "dur": 2, "tid": 1, "args": {"correlation": corr}})
-                events.append({"ph": "X", "cat": "kernel", "name": f"k{j}", "ts": t0 + start, "dur": dur,
-                               "tid": 7, "args": {"correlation": corr}})
+                events.append(
+                    {
+                        "ph": "X",
+                        "cat": "cuda_runtime",
+                        "name": "cudaLaunchKernel",
+                        "ts": t0 + 10 * j,
+                        "dur": 2,
+                        "tid": 1,
+                        "args": {"correlation": corr},
+                    }
+                )
+                events.append(
+                    {
+                        "ph": "X",
+                        "cat": "kernel",
+                        "name": f"k{j}",
+                        "ts": t0 + start,
+                        "dur": dur,
+                        "tid": 7,
+                        "args": {"correlation": corr},
+                    }
+                )
         return {"traceEvents": events}
 
 
@@ -303,8 +375,7 @@ def test_after_profiling_the_steps_are_timed_and_the_timeline_fitted_to_them(no_
         seen["kernels"] = len(trace)
         return ClockSchedule.constant("auto", len(trace))
 
-    clk = clocked(builder, warmup_steps=1, profile_steps=3, timing_steps=4, latency_s=0.001, device=0,
-                  verbose=False)
+    clk = clocked(builder, warmup_steps=1, profile_steps=3, timing_steps=4, latency_s=0.001, device=0, verbose=False)
     with clk:
         states = []
         for _ in range(12):
@@ -330,8 +401,15 @@ def test_timing_steps_zero_plans_on_the_profiled_period(no_nvml, monkeypatch):
     monkeypatch.setattr(api, "cuda_present", lambda: True)
     monkeypatch.setattr(capture, "StepProfiler", _FakeProfiler)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU", raising=False)
-    clk = clocked(lambda t, a, lat: ClockSchedule.constant("auto", len(t)), warmup_steps=0, profile_steps=3,
-                  timing_steps=0, latency_s=0.001, device=0, verbose=False)
+    clk = clocked(
+        lambda t, a, lat: ClockSchedule.constant("auto", len(t)),
+        warmup_steps=0,
+        profile_steps=3,
+        timing_steps=0,
+        latency_s=0.001,
+        device=0,
+        verbose=False,
+    )
     with clk:
         for _ in range(6):
             with clk.step():
@@ -415,18 +493,33 @@ def test_learn_makes_candidate_plans_and_chooses_every_step_from_the_step_times(
     def candidates(model, budgets, time_limit_s, extra=()):  # the profile's two kernels carry no work: plans made
         made["kernels"], made["extra"] = len(model.trace), [label for label, _ in extra]  # up here
         plans = [np.zeros(2, dtype=np.int64), np.array([1, 0]), np.array([1, 1])]
-        return Candidates(plans, ["auto", "0.5 %", "2 %"], np.array([0.0, 0.004, 0.02]), np.array([0.0, 0.05, 0.1]),
-                          np.array([[0.0, 0.0], [0.004, 0.0], [0.02, 0.0]]))
+        return Candidates(
+            plans,
+            ["auto", "0.5 %", "2 %"],
+            np.array([0.0, 0.004, 0.02]),
+            np.array([0.0, 0.05, 0.1]),
+            np.array([[0.0, 0.0], [0.004, 0.0], [0.02, 0.0]]),
+        )
 
     monkeypatch.setattr(learn, "candidate_plans", candidates)
     chosen: list[list[int]] = []
-    clk = clocked(checkpoint="gpt3xl-h200", learn=True, budget=0.01, warmup_steps=1, profile_steps=2,
-                  timing_steps=2, device=0, verbose=False, save=str(tmp_path / "out"))
+    clk = clocked(
+        checkpoint="gpt3xl-h200",
+        learn=True,
+        budget=0.01,
+        warmup_steps=1,
+        profile_steps=2,
+        timing_steps=2,
+        device=0,
+        verbose=False,
+        save=str(tmp_path / "out"),
+    )
     with clk:
         for _ in range(60):
             with clk.step():
                 time.sleep(0.002)
             if clk.controller is not None and not chosen:
+
                 def spy(pattern, from_step=None, real=clk.controller.set_pattern):
                     chosen.append(list(pattern))
                     return real(pattern, from_step)

@@ -19,8 +19,17 @@ CHILD = "open('ran', 'w').close(); raise SystemExit(7)"
 
 def _schedule(tmp: Path, *configs: str) -> str:
     path = tmp / "s.json"
-    path.write_text(json.dumps({"format": "rlclock.schedule", "version": 1, "name": "s", "configs": list(configs),
-                                "runs": [[i, 2] for i in range(len(configs))]}))
+    path.write_text(
+        json.dumps(
+            {
+                "format": "rlclock.schedule",
+                "version": 1,
+                "name": "s",
+                "configs": list(configs),
+                "runs": [[i, 2] for i in range(len(configs))],
+            }
+        )
+    )
     return str(path)
 
 
@@ -57,8 +66,9 @@ def _expand(tmp: Path, args: list[str]) -> list[str]:
     return [_schedule(tmp, *a.split(":", 1)[1].split(",")) if a.startswith("SCHEDULE:") else a for a in args]
 
 
-def _refused(tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str],
-             says: str) -> None:
+def _refused(
+    tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str], says: str
+) -> None:
     assert _apply(tmp, monkeypatch, _expand(tmp, args)) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("rlclock: error:") and "Fix:" in err

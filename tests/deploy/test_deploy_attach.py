@@ -61,18 +61,21 @@ def _finder_marks(sequence: list[str]) -> int:
     return len(marks)
 
 
-@pytest.mark.parametrize("sequence, marks", [
-    (["a"] * 10, 10 - DISCOVERY_STEPS + 1),                      # one optimizer: a mark per step after discovery
-    (["a", "b"] * 10, 10),                                       # two stepped alike: one mark per round (at b)
-    ((["c"] * 5 + ["g"]) * 6, 6),                                # a critic stepped 5x per generator step
-    (["c"] * 40 + (["c"] * 5 + ["g"]) * 6, 5),                   # a generator made later: marked from its 2nd step
-    (["a"] * 2, 0),                                              # ended while discovering: no mark
-    ((["c", "c", "g"]) * 4, 4),                                  # the rarer one marks, also if it steps last
-    (["a"] * 30 + ["p"] * 5 + ["a"] * 30 + ["q"] * 5 + ["a"] * 30, 88),  # evaluation probes: the marks stay
-    # a fresh inner optimizer per batch, of a size unknown here (a real small one never marks: the test below)
-    ([x for i in range(40) for x in (f"x{i}",) * 3 + ("a",)], 40),
-    (["a"] * 20 + ["b"] * 40, 40 - STALE_STEPS + 1),             # a new phase: the marks move on to b
-])
+@pytest.mark.parametrize(
+    "sequence, marks",
+    [
+        (["a"] * 10, 10 - DISCOVERY_STEPS + 1),  # one optimizer: a mark per step after discovery
+        (["a", "b"] * 10, 10),  # two stepped alike: one mark per round (at b)
+        ((["c"] * 5 + ["g"]) * 6, 6),  # a critic stepped 5x per generator step
+        (["c"] * 40 + (["c"] * 5 + ["g"]) * 6, 5),  # a generator made later: marked from its 2nd step
+        (["a"] * 2, 0),  # ended while discovering: no mark
+        ((["c", "c", "g"]) * 4, 4),  # the rarer one marks, also if it steps last
+        (["a"] * 30 + ["p"] * 5 + ["a"] * 30 + ["q"] * 5 + ["a"] * 30, 88),  # evaluation probes: the marks stay
+        # a fresh inner optimizer per batch, of a size unknown here (a real small one never marks: the test below)
+        ([x for i in range(40) for x in (f"x{i}",) * 3 + ("a",)], 40),
+        (["a"] * 20 + ["b"] * 40, 40 - STALE_STEPS + 1),  # a new phase: the marks move on to b
+    ],
+)
 def test_a_training_step_is_one_round_of_the_optimizers(sequence, marks):
     assert _finder_marks(sequence) == marks
 
@@ -97,14 +100,34 @@ def plan_files(alternating, tmp_path):
     schedule, timeline = alternating
     schedule.save(tmp_path / "s.json")
     timeline.save(tmp_path / "t.json")
-    return ["--schedule", str(tmp_path / "s.json"), "--timeline", str(tmp_path / "t.json"), "--latency", "0.006",
-            "--worker", "thread", "--warmup-steps", "0"]
+    return [
+        "--schedule",
+        str(tmp_path / "s.json"),
+        "--timeline",
+        str(tmp_path / "t.json"),
+        "--latency",
+        "0.006",
+        "--worker",
+        "thread",
+        "--warmup-steps",
+        "0",
+    ]
 
 
 def _apply(tmp_path, options, script: str, *args: str) -> int:
     (tmp_path / "train.py").write_text(script)
-    return main(["apply", *options, "--report", str(tmp_path / "rep.json"), "--", sys.executable,
-                 str(tmp_path / "train.py"), *args])
+    return main(
+        [
+            "apply",
+            *options,
+            "--report",
+            str(tmp_path / "rep.json"),
+            "--",
+            sys.executable,
+            str(tmp_path / "train.py"),
+            *args,
+        ]
+    )
 
 
 @pytest.mark.parametrize("steps, accum", [(12, 1), (12, 4)])
@@ -125,14 +148,18 @@ def test_a_script_with_its_own_deployment_keeps_it(no_nvml, plan_files, tmp_path
     assert json.loads((tmp_path / "rep.json").read_text())["steps"] == 9  # marked once per step, by the script
 
 
-@pytest.mark.parametrize("script, args, code, says", [
-    (PLAIN, ("5", "1", "fail"), 1, "RuntimeError: the script failed on purpose"),
-    ("import torch\n", (), 0, "none called an optimizer's step()"),
-    ("raise SystemExit(3)\n", (), 3, "no Python process of the command reported importing torch"),
-    (PLAIN, ("1", "1"), 0, "before the schedule was applied"),
-])
-def test_the_exit_code_is_passed_on_with_a_line_saying_what_happened(no_nvml, tmp_path, capfd, script, args, code,
-                                                                     says):
+@pytest.mark.parametrize(
+    "script, args, code, says",
+    [
+        (PLAIN, ("5", "1", "fail"), 1, "RuntimeError: the script failed on purpose"),
+        ("import torch\n", (), 0, "none called an optimizer's step()"),
+        ("raise SystemExit(3)\n", (), 3, "no Python process of the command reported importing torch"),
+        (PLAIN, ("1", "1"), 0, "before the schedule was applied"),
+    ],
+)
+def test_the_exit_code_is_passed_on_with_a_line_saying_what_happened(
+    no_nvml, tmp_path, capfd, script, args, code, says
+):
     assert _apply(tmp_path, ["--warmup-steps", "3"], script, *args) == code
     err = capfd.readouterr().err
     assert says in err and "Traceback (most recent call last)" not in err.split("rlclock apply:")[-1]
@@ -188,7 +215,7 @@ def test_a_wrapper_handed_to_the_grad_scaler_is_not_a_skipped_step(no_nvml, tmp_
 
 
 def test_a_process_that_ends_without_exiting_through_python_is_said_so(no_nvml, tmp_path, capfd):
-    script = PLAIN.replace('if len(sys.argv) > 3:', 'import os, time\ntime.sleep(1.2)\nos._exit(4)\nif False:')
+    script = PLAIN.replace("if len(sys.argv) > 3:", "import os, time\ntime.sleep(1.2)\nos._exit(4)\nif False:")
     assert _apply(tmp_path, [], script, "6", "1") == 4
     err = capfd.readouterr().err
     assert "ended without exiting through Python" in err and "AdamW: 6 steps" in err
@@ -200,11 +227,17 @@ def test_a_signal_to_rlclock_apply_goes_on_to_the_command(no_nvml, tmp_path):
     import subprocess
     import time
 
-    (tmp_path / "train.py").write_text("import signal, sys, time\n"
-                                       "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n"
-                                       "print('ready', flush=True)\ntime.sleep(60)\n")
-    proc = subprocess.Popen([sys.executable, "-m", "rlclock", "apply", "--", sys.executable,
-                             str(tmp_path / "train.py")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    (tmp_path / "train.py").write_text(
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n"
+        "print('ready', flush=True)\ntime.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlclock", "apply", "--", sys.executable, str(tmp_path / "train.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
@@ -218,12 +251,15 @@ def test_without_a_gpu_the_script_runs_unchanged_and_says_so(no_nvml, tmp_path, 
     assert "no NVIDIA GPU on this machine" in err and "AdamW: 6 steps" in err and "no CUDA GPU" in err
 
 
-@pytest.mark.parametrize("command, says", [
-    (["no-such-program-xyz"], "was not found on the PATH"),
-    (["/"], "is a folder"),
-    ([str(Path(__file__))], "is not executable"),
-    ([], "no training command"),
-])
+@pytest.mark.parametrize(
+    "command, says",
+    [
+        (["no-such-program-xyz"], "was not found on the PATH"),
+        (["/"], "is a folder"),
+        ([str(Path(__file__))], "is not executable"),
+        ([], "no training command"),
+    ],
+)
 def test_a_bad_command_is_one_line_before_anything_starts(no_nvml, capsys, command, says):
     assert main(["apply", "--", *command]) == 2
     err = capsys.readouterr().err.strip()
@@ -245,8 +281,11 @@ def test_the_boot_folder_runs_the_sitecustomize_it_shadows(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     (other / "sitecustomize.py").write_text("import os\nos.environ['SHADOWED_SITECUSTOMIZE'] = 'ran'\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BOOT_DIR), str(other)]),
-           "RLCLOCK_ATTACH_DIR": str(tmp_path / "status")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(BOOT_DIR), str(other)]),
+        "RLCLOCK_ATTACH_DIR": str(tmp_path / "status"),
+    }
     code = "import os, sys; print(os.environ.get('SHADOWED_SITECUSTOMIZE'), 'rlclock.deploy.attach' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["ran", "True"], out.stderr
@@ -271,8 +310,20 @@ dist.destroy_process_group()
 def test_torchrun_ranks_are_attached_and_a_failed_rank_is_said(no_nvml, plan_files, tmp_path, capfd, fail):
     (tmp_path / "ddp.py").write_text(DDP)
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
-    code = main(["apply", *plan_files, "--report", str(tmp_path / "rep.json"), "--", str(torchrun),
-                 "--nproc-per-node", "2", str(tmp_path / "ddp.py"), *(["fail"] if fail else [])])
+    code = main(
+        [
+            "apply",
+            *plan_files,
+            "--report",
+            str(tmp_path / "rep.json"),
+            "--",
+            str(torchrun),
+            "--nproc-per-node",
+            "2",
+            str(tmp_path / "ddp.py"),
+            *(["fail"] if fail else []),
+        ]
+    )
     err = capfd.readouterr().err
     if fail:
         assert code != 0 and "rank 1: RuntimeError: rank 1 failed on purpose" in err
@@ -286,7 +337,22 @@ def test_torchrun_ranks_are_attached_and_a_failed_rank_is_said(no_nvml, plan_fil
 def test_accelerate_launch_is_attached(no_nvml, plan_files, tmp_path, capfd):
     (tmp_path / "train.py").write_text(PLAIN)
     accelerate = shutil.which("accelerate", path=os.path.dirname(sys.executable))
-    code = main(["apply", *plan_files, "--report", str(tmp_path / "rep.json"), "--", str(accelerate), "launch",
-                 "--num_processes", "1", "--cpu", str(tmp_path / "train.py"), "10", "1"])
+    code = main(
+        [
+            "apply",
+            *plan_files,
+            "--report",
+            str(tmp_path / "rep.json"),
+            "--",
+            str(accelerate),
+            "launch",
+            "--num_processes",
+            "1",
+            "--cpu",
+            str(tmp_path / "train.py"),
+            "10",
+            "1",
+        ]
+    )
     assert code == 0, capfd.readouterr().err
     assert json.loads((tmp_path / "rep.json").read_text())["steps"] == 10 - DISCOVERY_STEPS + 1

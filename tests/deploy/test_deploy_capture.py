@@ -20,18 +20,48 @@ class Export:
         self.corr = 0
 
     def step(self, t0: float, t1: float) -> None:
-        self.events.append({"ph": "X", "cat": "user_annotation", "name": STEP_RANGE, "ts": t0, "dur": t1 - t0,
-                            "tid": 1})
+        self.events.append(
+            {"ph": "X", "cat": "user_annotation", "name": STEP_RANGE, "ts": t0, "dur": t1 - t0, "tid": 1}
+        )
 
-    def launch(self, name: str, at: float, ts: float, dur: float, tid: int = 1, op: str | None = None,
-               dims=None, types=None, cat: str = "kernel", nbytes: int | None = None) -> None:
+    def launch(
+        self,
+        name: str,
+        at: float,
+        ts: float,
+        dur: float,
+        tid: int = 1,
+        op: str | None = None,
+        dims=None,
+        types=None,
+        cat: str = "kernel",
+        nbytes: int | None = None,
+    ) -> None:
         self.corr += 1
         ext = 1000 + self.corr
-        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": at, "dur": 3,
-                            "tid": tid, "args": {"correlation": self.corr}})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "ts": at,
+                "dur": 3,
+                "tid": tid,
+                "args": {"correlation": self.corr},
+            }
+        )
         if op:
-            self.events.append({"ph": "X", "cat": "cpu_op", "name": op, "ts": at - 1, "dur": 5, "tid": tid,
-                                "args": {"External id": ext, "Input Dims": dims or [], "Input type": types or []}})
+            self.events.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": op,
+                    "ts": at - 1,
+                    "dur": 5,
+                    "tid": tid,
+                    "args": {"External id": ext, "Input Dims": dims or [], "Input type": types or []},
+                }
+            )
         args = {"correlation": self.corr, "External id": ext, "grid": [8, 1, 1], "block": [128, 1, 1]}
         if nbytes is not None:
             args["bytes"] = nbytes
@@ -45,12 +75,34 @@ def normal_step(x: Export, t0: float, late: float = 0.0) -> None:
     """A 1000 µs step marked at t0; the GPU runs its kernels from t0 + 50 + late on (launches run ahead)."""
     x.step(t0, t0 + 1000)
     g = t0 + 50 + late
-    x.launch("nvjet_gemm_fwd", t0 + 10, g, 400, op="aten::mm", dims=[[64, 128], [128, 32]],
-             types=["c10::BFloat16", "c10::BFloat16"])
-    x.launch("vectorized_elementwise_kernel<gelu>", t0 + 20, g + 410, 100, op="aten::gelu", dims=[[64, 32]],
-             types=["c10::BFloat16"])
-    x.launch("nvjet_gemm_bwd", t0 + 30, g + 520, 300, tid=2, op="aten::mm", dims=[[32, 64], [64, 128]],
-             types=["c10::BFloat16", "c10::BFloat16"])
+    x.launch(
+        "nvjet_gemm_fwd",
+        t0 + 10,
+        g,
+        400,
+        op="aten::mm",
+        dims=[[64, 128], [128, 32]],
+        types=["c10::BFloat16", "c10::BFloat16"],
+    )
+    x.launch(
+        "vectorized_elementwise_kernel<gelu>",
+        t0 + 20,
+        g + 410,
+        100,
+        op="aten::gelu",
+        dims=[[64, 32]],
+        types=["c10::BFloat16"],
+    )
+    x.launch(
+        "nvjet_gemm_bwd",
+        t0 + 30,
+        g + 520,
+        300,
+        tid=2,
+        op="aten::mm",
+        dims=[[32, 64], [64, 128]],
+        types=["c10::BFloat16", "c10::BFloat16"],
+    )
     x.launch("Memset (Device)", t0 + 40, g + 830, 2, cat="gpu_memset", nbytes=4096)
 
 
@@ -150,9 +202,14 @@ def test_points_inside_located_steps_are_placed_before_the_kernel_that_follows_t
     events = []
     for s in range(3):  # each step: its marker, gemm, a point's marker, gelu, another point's marker, add
         t0 = 10_000.0 * s
-        events += [kernel(marker, t0, 1.0), kernel("gemm", t0 + 10.0, 4000.0), kernel(marker, t0 + 4011.0, 1.0),
-                   kernel("gelu", t0 + 4020.0, 1000.0), kernel(marker, t0 + 5021.0, 1.0),
-                   kernel("add", t0 + 5030.0, 100.0)]
+        events += [
+            kernel(marker, t0, 1.0),
+            kernel("gemm", t0 + 10.0, 4000.0),
+            kernel(marker, t0 + 4011.0, 1.0),
+            kernel("gelu", t0 + 4020.0, 1000.0),
+            kernel(marker, t0 + 5021.0, 1.0),
+            kernel("add", t0 + 5030.0, 100.0),
+        ]
     events.append(kernel(marker, 30_000.0, 1.0))
     tl = timeline_from_markers({"traceEvents": events}, ("gemm", "gelu", "add"), points=[2, 2, 2])
     assert tl is not None and tl.points == (1, 2)  # before gelu, before add

@@ -29,9 +29,24 @@ def test_apply_runs_the_script_with_the_schedule(no_nvml, alternating, tmp_path,
     schedule.save(tmp_path / "s.json")
     timeline.save(tmp_path / "t.json")
     (tmp_path / "train.py").write_text(SCRIPT)
-    code = main(["apply", "--schedule", str(tmp_path / "s.json"), "--timeline", str(tmp_path / "t.json"),
-                 "--latency", "0.006", "--worker", "thread", "--report", str(tmp_path / "rep.json"), "--",
-                 sys.executable, str(tmp_path / "train.py")])
+    code = main(
+        [
+            "apply",
+            "--schedule",
+            str(tmp_path / "s.json"),
+            "--timeline",
+            str(tmp_path / "t.json"),
+            "--latency",
+            "0.006",
+            "--worker",
+            "thread",
+            "--report",
+            str(tmp_path / "rep.json"),
+            "--",
+            sys.executable,
+            str(tmp_path / "train.py"),
+        ]
+    )
     out = capfd.readouterr()
     assert code == 0, out.err
     assert "script done closed" in out.out
@@ -46,20 +61,34 @@ def test_apply_passes_an_anchor_spacing_from_the_environment(no_nvml, alternatin
     timeline.save(tmp_path / "t.json")
     (tmp_path / "train.py").write_text(SCRIPT)
     monkeypatch.setenv("RLCLOCK_DEPLOY_ANCHOR_EVERY", "4")
-    code = main(["apply", "--schedule", str(tmp_path / "s.json"), "--timeline", str(tmp_path / "t.json"),
-                 "--latency", "0.006", "--worker", "thread", "--report", str(tmp_path / "rep.json"), "--quiet", "--",
-                 sys.executable, str(tmp_path / "train.py")])
+    code = main(
+        [
+            "apply",
+            "--schedule",
+            str(tmp_path / "s.json"),
+            "--timeline",
+            str(tmp_path / "t.json"),
+            "--latency",
+            "0.006",
+            "--worker",
+            "thread",
+            "--report",
+            str(tmp_path / "rep.json"),
+            "--quiet",
+            "--",
+            sys.executable,
+            str(tmp_path / "train.py"),
+        ]
+    )
     assert code == 0, capfd.readouterr().err
     rep = json.loads((tmp_path / "rep.json").read_text())
     assert rep["steps"] == 8 and rep["anchor_every"] == 4 and rep["anchored"] == 2
 
 
-def test_apply_passes_the_scripts_exit_status_and_says_when_nothing_was_applied(no_nvml, alternating, tmp_path,
-                                                                                  capfd):
+def test_apply_passes_the_scripts_exit_status_and_says_when_nothing_was_applied(no_nvml, alternating, tmp_path, capfd):
     schedule, _ = alternating
     schedule.save(tmp_path / "s.json")
-    code = main(["apply", "--schedule", str(tmp_path / "s.json"), "--", sys.executable, "-c",
-                 "raise SystemExit(3)"])
+    code = main(["apply", "--schedule", str(tmp_path / "s.json"), "--", sys.executable, "-c", "raise SystemExit(3)"])
     assert code == 3
     assert "nothing was controlled" in capfd.readouterr().err
 
@@ -112,10 +141,23 @@ def test_two_gloo_ranks_apply_rank_0s_schedule_each_on_its_own_gpu(no_nvml, tmp_
     port = str(free_port())
     procs = []
     for rank in range(2):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "RANK": str(rank),
-               "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)}
-        procs.append(subprocess.Popen([sys.executable, "-c", RANK, str(tmp_path / "rep.json")], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = {
+            **os.environ,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(rank),
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", RANK, str(tmp_path / "rep.json")],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     outs = []
     for p in procs:
         try:

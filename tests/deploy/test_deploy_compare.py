@@ -44,7 +44,8 @@ def test_blocks_are_paired_with_the_driver_blocks_beside_them():
     d_t = np.array([1.0 / 1.0 - 1, 1.1 / 1.0 - 1, 1.2 / 1.0 - 1])
     half = student.ppf(0.975, 2) * d_e.std(ddof=1) / math.sqrt(3)
     assert got.energy_change == pytest.approx(d_e.mean()) and got.energy_ci == pytest.approx(
-        [d_e.mean() - half, d_e.mean() + half])
+        [d_e.mean() - half, d_e.mean() + half]
+    )
     assert got.time_change == pytest.approx(d_t.mean())
     assert "measured over 3 pairs of 5-step blocks" in got.summary and got.steps_needed is None
     floor = cmp.result(dry_run=True, planned_saving=0.05)
@@ -65,8 +66,13 @@ def test_too_few_blocks_and_bad_block_sizes_are_said():
     with pytest.raises(ValueError, match="at least one step"):
         BlockComparison(0)
     with pytest.raises(DeployError, match="learn"):
-        clocked(ClockSchedule.constant(AUTO, 4), timeline=StepTimeline.from_durations([1e-3] * 4), learn=True,
-                compare_blocks=5, checkpoint="gpt3xl-h200")
+        clocked(
+            ClockSchedule.constant(AUTO, 4),
+            timeline=StepTimeline.from_durations([1e-3] * 4),
+            learn=True,
+            compare_blocks=5,
+            checkpoint="gpt3xl-h200",
+        )
 
 
 class SimulatedGpu:
@@ -102,10 +108,20 @@ def test_planned_blocks_measure_the_saving_on_a_simulated_gpu_and_a_dry_run_the_
     n = 20
     timeline = StepTimeline.from_durations(np.full(n, 1e-3), period_s=0.02)
     schedule = ClockSchedule.constant(B, n, name="hold 1410")
-    costs = PlanningCosts(np.column_stack([np.full(n, 1e-3), np.full(n, 1.05e-3)]),
-                          np.column_stack([np.full(n, 0.5), np.full(n, 0.441)]), (AUTO, B))
-    clk = clocked(schedule, timeline=timeline, control_clocks=control_clocks, compare_blocks=4, worker="thread",
-                  latency_s=0.001, verbose=False)
+    costs = PlanningCosts(
+        np.column_stack([np.full(n, 1e-3), np.full(n, 1.05e-3)]),
+        np.column_stack([np.full(n, 0.5), np.full(n, 0.441)]),
+        (AUTO, B),
+    )
+    clk = clocked(
+        schedule,
+        timeline=timeline,
+        control_clocks=control_clocks,
+        compare_blocks=4,
+        worker="thread",
+        latency_s=0.001,
+        verbose=False,
+    )
     clk.costs = costs
     with clk:
         for _ in range(4 * 2 * 6 + 1):

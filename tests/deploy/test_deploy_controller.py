@@ -61,8 +61,7 @@ def test_plan_only_dry_run_issues_every_switch_on_time(no_nvml, alternating, wor
     again = ctl.worker_result["resyncs"]
     n = handled(rep)
     assert 12 * 4 <= n <= 12 * 4 + 1 + 4 * again and few_missed(rep) and 1 <= rep.resync <= 1 + 4 * again
-    assert (rep.issued + rep.resync - 12 * 4 - 4 * again <= rep.excluded
-            <= n - 12 * 4 + MAX_MISSED_FRACTION * n)
+    assert rep.issued + rep.resync - 12 * 4 - 4 * again <= rep.excluded <= n - 12 * 4 + MAX_MISSED_FRACTION * n
     assert rep.issue_error.n >= 40 and rep.issue_error.median_s < 2e-3
     assert abs(rep.switch_error.median_s) < 3e-3
     assert rep.step_time_s == pytest.approx(0.04, rel=0.25)
@@ -171,10 +170,18 @@ def test_report_places_the_kernels_from_gpu_step_times(alternating):
     assert np.allclose(anchors, 10.0 + 5e-5 + 0.044 * np.arange(3))
     # the switch into segment 2 (planned start 20 ms) of step 1, issued exactly as planned
     planned = anchors[1] + plan.events[2].issue_s
-    records = [("switch", 1, 2, planned, planned, 1e-4, False), ("missed", 1, 3, 0.0, float("nan"), 0.0, False),
-               ("switch", 5, 1, 0.0, 1.0, 1e-4, True)]
-    rep = build_report(plan, log, {"records": records, "reads": [], "ended": "stopped"},
-                       {"mode": "dry-run", "gpu_name": "X", "device": 0}, "process")
+    records = [
+        ("switch", 1, 2, planned, planned, 1e-4, False),
+        ("missed", 1, 3, 0.0, float("nan"), 0.0, False),
+        ("switch", 5, 1, 0.0, 1.0, 1e-4, True),
+    ]
+    rep = build_report(
+        plan,
+        log,
+        {"records": records, "reads": [], "ended": "stopped"},
+        {"mode": "dry-run", "gpu_name": "X", "device": 0},
+        "process",
+    )
     # the segment really started at 20 ms x 1.1 = 22 ms: the switch went out 2 ms earlier than ideal
     assert rep.switch_error.median_s == pytest.approx(-0.002)
     assert rep.issue_error.median_s == pytest.approx(0.0)
@@ -221,8 +228,16 @@ def test_only_every_kth_step_is_anchored_and_the_others_cost_no_mark(no_nvml, al
         with ctl.step():
             pass
     assert marks == list(range(10))
-    assert calls == [("start", 0, True), ("end", 0), ("start", 4, True), ("end", 4), ("start", 8, True), ("end", 8),
-                     ("start", 10, True), ("end", 10)]
+    assert calls == [
+        ("start", 0, True),
+        ("end", 0),
+        ("start", 4, True),
+        ("end", 4),
+        ("start", 8, True),
+        ("end", 8),
+        ("start", 10, True),
+        ("end", 10),
+    ]
     rep = ctl.report
     assert rep.steps == 11 and rep.anchored == 4 and rep.timed == 4 and rep.anchor_every == 4
 
@@ -263,8 +278,9 @@ def test_sparse_anchors_keep_the_switches_on_time(no_nvml, alternating, worker):
 
 def test_time_all_steps_measures_every_step_but_sends_only_the_anchors(no_nvml, alternating):
     schedule, timeline = alternating
-    with ClockController(schedule, timeline, latency_s=0.006, worker="thread", anchor_every=4,
-                         time_all_steps=True) as ctl:
+    with ClockController(
+        schedule, timeline, latency_s=0.006, worker="thread", anchor_every=4, time_all_steps=True
+    ) as ctl:
         run_steps(ctl, 12)
         log = ctl._anchors.log
     assert log.step == list(range(12)) and log.sent == [k % 4 == 0 for k in range(12)]
@@ -327,13 +343,22 @@ def test_report_places_steps_between_anchors_at_an_even_pace(alternating):
         log._append(k, gpu, 10.0 + gpu, 10.0 + gpu, True)
     assert np.allclose(log.periods_s()[:2], 0.044)
     ideal = [10.0 + 0.044 * k + plan.events[2].start_s * 1.1 - plan.lead_s for k in range(12)]
-    records = [("switch", 2, 2, ideal[2], ideal[2], 0.0, True),         # between anchors: placed, on time
-               ("switch", 5, 2, ideal[5], ideal[5] + 0.001, 0.0, True),  # 1 ms late
-               ("switch", 9, 2, ideal[9], ideal[9], 0.0, True),          # in the interval with the pause: not placed
-               ("switch", 12, 2, 0.0, 0.0, 0.0, False),                  # the step after the pause
-               ("switch", 13, 2, 0.0, 0.0, 0.0, True)]                   # after the last anchor
-    rep = build_report(plan, log, {"records": records, "reads": [], "ended": "stopped"},
-                       {"mode": "dry-run", "gpu_name": "X", "device": 0}, "process", steps=14, anchor_every=4)
+    records = [
+        ("switch", 2, 2, ideal[2], ideal[2], 0.0, True),  # between anchors: placed, on time
+        ("switch", 5, 2, ideal[5], ideal[5] + 0.001, 0.0, True),  # 1 ms late
+        ("switch", 9, 2, ideal[9], ideal[9], 0.0, True),  # in the interval with the pause: not placed
+        ("switch", 12, 2, 0.0, 0.0, 0.0, False),  # the step after the pause
+        ("switch", 13, 2, 0.0, 0.0, 0.0, True),
+    ]  # after the last anchor
+    rep = build_report(
+        plan,
+        log,
+        {"records": records, "reads": [], "ended": "stopped"},
+        {"mode": "dry-run", "gpu_name": "X", "device": 0},
+        "process",
+        steps=14,
+        anchor_every=4,
+    )
     assert rep.steps == 14 and rep.anchored == 4 and rep.issued == 5 and rep.excluded == 3
     assert rep.interpolated == 2 and rep.switch_error.n == 2
     assert rep.switch_error.max_abs_s == pytest.approx(0.001) and rep.switch_error.median_s == pytest.approx(5e-4)

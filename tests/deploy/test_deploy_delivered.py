@@ -71,8 +71,12 @@ def test_switches_on_time_deliver_the_plan():
 
 def test_a_late_switch_delivers_less_saving_and_less_slowdown():
     records, anchors = worker_run()
-    late = [SwitchRecord(r.status, r.step, r.event, r.planned_s, r.issued_s + (0.002 if r.event == 0 else 0.0),
-                         r.call_s, r.estimated) for r in records]
+    late = [
+        SwitchRecord(
+            r.status, r.step, r.event, r.planned_s, r.issued_s + (0.002 if r.event == 0 else 0.0), r.call_s, r.estimated
+        )
+        for r in records
+    ]
     got = deliver([PLAN], COSTS, TIMELINE.start_s, TIMELINE.duration_s, log_of(anchors), late, dry_run=False)
     # B lands at 12 ms: kernels 10 and 11 run at auto (1 ms, 1 J each instead of 1.2 ms, 0.8 J)
     assert got.saving == pytest.approx(1 - 36.4 / 40) and got.slowdown == pytest.approx(0.0416 / 0.04 - 1)
@@ -105,8 +109,15 @@ def test_nothing_to_judge_and_costs_of_another_step_are_said():
     got = deliver([PLAN], COSTS, TIMELINE.start_s, TIMELINE.duration_s, log_of(anchors), records, True)
     assert got.steps == 0 and "not judged" in got.line()
     with pytest.raises(DeployError, match="3 kernels, the timeline 40"):
-        deliver([PLAN], PlanningCosts(T[:3], E[:3], (AUTO, B)), TIMELINE.start_s, TIMELINE.duration_s,
-                log_of(anchors), records, True)
+        deliver(
+            [PLAN],
+            PlanningCosts(T[:3], E[:3], (AUTO, B)),
+            TIMELINE.start_s,
+            TIMELINE.duration_s,
+            log_of(anchors),
+            records,
+            True,
+        )
     with pytest.raises(DeployError, match="no costs for configuration"):
         COSTS.column(ClockConfig(900, 3201))
     with pytest.raises(DeployError, match="tables"):
@@ -114,8 +125,9 @@ def test_nothing_to_judge_and_costs_of_another_step_are_said():
 
 
 def test_the_controller_reports_what_it_delivered_in_its_json_and_apply_says_it(tmp_path):
-    ctl = ClockController(SCHEDULE, TIMELINE, latency_s=0.006, lead_s=0.006, worker="thread", anchor="host",
-                          nvml=False, costs=COSTS)
+    ctl = ClockController(
+        SCHEDULE, TIMELINE, latency_s=0.006, lead_s=0.006, worker="thread", anchor="host", nvml=False, costs=COSTS
+    )
     with ctl:
         for _ in range(8):
             with ctl.step():
@@ -130,16 +142,24 @@ def test_the_controller_reports_what_it_delivered_in_its_json_and_apply_says_it(
     assert len(lines) == 1 and lines[0].startswith("planned 10.00 % energy at +5.00 % time; would deliver")
     assert _delivered_lines({"delivered": None}) == []
     with pytest.raises(DeployError, match="planning costs have 3 kernels"):
-        ClockController(SCHEDULE, TIMELINE, latency_s=0.006, worker="thread", anchor="host", nvml=False,
-                        costs=PlanningCosts(T[:3], E[:3], (AUTO, B)))
+        ClockController(
+            SCHEDULE,
+            TIMELINE,
+            latency_s=0.006,
+            worker="thread",
+            anchor="host",
+            nvml=False,
+            costs=PlanningCosts(T[:3], E[:3], (AUTO, B)),
+        )
 
 
 def test_save_draws_a_step_with_its_landings(tmp_path):
     from rlclock.deploy.api import clocked
     from rlclock.deploy.plot import chosen_step
 
-    clk = clocked(SCHEDULE, timeline=TIMELINE, latency_s=0.006, lead_s=0.006, worker="thread", verbose=False,
-                  save=str(tmp_path))
+    clk = clocked(
+        SCHEDULE, timeline=TIMELINE, latency_s=0.006, lead_s=0.006, worker="thread", verbose=False, save=str(tmp_path)
+    )
     clk.costs = COSTS
     with clk:
         for _ in range(6):

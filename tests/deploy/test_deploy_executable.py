@@ -96,7 +96,7 @@ def test_requests_run_where_the_switching_rule_lands_them(seed):
             k += 1
             continue
         stop, after, _, _ = fly(t.item, t.item, 40, k, cur, int(req[k]), latency)
-        assert np.all(got[k:stop - 1] == cur)
+        assert np.all(got[k : stop - 1] == cur)
         if np.isfinite(after):
             assert got[stop - 1] == (req[k] if after < 0.5 * t[stop - 1, cur] else cur)
         cur, k = int(req[k]), stop
@@ -131,8 +131,15 @@ def test_a_cycle_is_seen_from_each_step_with_its_neighbours_landings():
     assert three[2] == 2 and three[1].tolist() == [0, 1, 2] * 3  # before the first: the cycle's last landing
 
 
-@pytest.mark.parametrize("case", [dict(latency_s=-1.0), dict(latency_s=float("nan")), dict(latency_s=0.006,
-                                  lead_s=0.005), dict(latency_s=0.006, min_dwell_s=-1.0)])
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(latency_s=-1.0),
+        dict(latency_s=float("nan")),
+        dict(latency_s=0.006, lead_s=0.005),
+        dict(latency_s=0.006, min_dwell_s=-1.0),
+    ],
+)
 def test_bad_rules_are_refused(case):
     with pytest.raises(RuleError):
         SwitchRule.of(**case)
@@ -184,8 +191,9 @@ def test_landing_costs_are_the_direct_price_over_every_placement(seed):
     costs = LandingCosts.of(t, e, price, ex)
     order = np.argsort(executed.land_s)
     lands, cfg = executed.land_s[order], executed.config[order]
-    direct = [sum(executed_cost(t, e, executed, p, dur)[i] * w for i, w in ((1, 1.0), (0, price)))
-              for p in placements(ex)]
+    direct = [
+        sum(executed_cost(t, e, executed, p, dur)[i] * w for i, w in ((1, 1.0), (0, price))) for p in placements(ex)
+    ]
     assert costs.total(lands, cfg) == pytest.approx(direct, rel=1e-9)
     i = len(lands) // 2
     times = np.linspace(lands[i] - 1e-3, lands[i] + 1e-3, 5)
@@ -240,8 +248,9 @@ def test_the_policys_plan_is_the_plan_the_controller_issues():
     assert plan.skipped == () and all(e.late_s == 0.0 for e in plan.events) and plan.n_switches > 0
     t, e = backend.tables
     costs = PlanningCosts(t, e, policy.configs)
-    assert costs.planned(plan, timeline.start_s, timeline.duration_s) == pytest.approx((got.time_s, got.energy_j),
-                                                                                        rel=1e-12)
+    assert costs.planned(plan, timeline.start_s, timeline.duration_s) == pytest.approx(
+        (got.time_s, got.energy_j), rel=1e-12
+    )
     assert got.time_s <= float(np.sum(t[:, 0])) * 1.01 * (1 + 1e-12)  # within the budget as executed
 
 
@@ -394,8 +403,13 @@ def Executed_at(ex, land_s):
     """``ex`` with its switch into configuration 1 landing at ``land_s`` and the one back at the step's end."""
     from dataclasses import replace
 
-    return replace(ex, segment=np.array([1, 0]), config=np.array([1, 0]), issue_s=np.array([land_s, 2.0]),
-                   land_s=np.array([land_s, 2.0]))
+    return replace(
+        ex,
+        segment=np.array([1, 0]),
+        config=np.array([1, 0]),
+        issue_s=np.array([land_s, 2.0]),
+        land_s=np.array([land_s, 2.0]),
+    )
 
 
 def test_placements_are_the_timeline_alone_without_measured_steps():

@@ -96,8 +96,15 @@ def test_profile_build_and_dry_run_on_a_real_loop(tmp_path):
         seen.update(n=len(trace), latency=latency_s, cats={k.category for k in trace})
         return ClockSchedule.from_configs(["auto" if k.uses_tensor_cores else lower for k in trace], "test")
 
-    with clocked(builder, warmup_steps=2, profile_steps=4, latency_s=0.006, save=tmp_path,
-                 report=tmp_path / "rep.json", verbose=False) as clk:
+    with clocked(
+        builder,
+        warmup_steps=2,
+        profile_steps=4,
+        latency_s=0.006,
+        save=tmp_path,
+        report=tmp_path / "rep.json",
+        verbose=False,
+    ) as clk:
         _train(clk, model, opt, x, 20)
     assert seen["n"] > 5 and seen["latency"] == 0.006 and "gemm" in seen["cats"]
     prof = clk.profile
@@ -127,8 +134,9 @@ def test_learn_on_a_real_loop_in_observe_mode(tmp_path):
     model, opt, x = _tiny_model()
     x = x.to(torch.bfloat16)
     model = model.to(torch.bfloat16)
-    with clocked(checkpoint="gpt3xl-h200", learn=True, warmup_steps=2, profile_steps=4, save=tmp_path,
-                 verbose=False) as clk:
+    with clocked(
+        checkpoint="gpt3xl-h200", learn=True, warmup_steps=2, profile_steps=4, save=tmp_path, verbose=False
+    ) as clk:
         _train(clk, model, opt, x, 150)
     learned = clk.learned
     assert learned is not None and learned["steps"] == 150 - 2 - 4 - 8 and learned["plans"][0] == "auto"

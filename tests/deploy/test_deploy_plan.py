@@ -27,16 +27,25 @@ def test_timeline_from_durations_and_round_trip(tmp_path):
     assert StepTimeline.from_durations([1e-3, 1e-3], period_s=1e-4).period_s == pytest.approx(2e-3)  # >= span
 
 
-@pytest.mark.parametrize("start,dur,msg", [([0.0, -1.0], [1.0, 1.0], "negative"), ([0.0], [1.0, 2.0], "one start"),
-                                            ([0.5, 0.1], [1.0, 1.0], "starts before")])
+@pytest.mark.parametrize(
+    "start,dur,msg",
+    [
+        ([0.0, -1.0], [1.0, 1.0], "negative"),
+        ([0.0], [1.0, 2.0], "one start"),
+        ([0.5, 0.1], [1.0, 1.0], "starts before"),
+    ],
+)
 def test_timeline_refuses_bad_input(start, dur, msg):
     with pytest.raises(DeployError, match=msg):
         StepTimeline(np.array(start), np.array(dur), 10.0)
 
 
 def test_timeline_from_trace_uses_in_sequence_auto_times():
-    m = [Measurement("X", 2e-3, source="isolated"), Measurement("X", 1e-3, source="in-sequence"),
-         Measurement("X", 9e-3, core_mhz=900)]
+    m = [
+        Measurement("X", 2e-3, source="isolated"),
+        Measurement("X", 1e-3, source="in-sequence"),
+        Measurement("X", 9e-3, core_mhz=900),
+    ]
     k = Kernel("k", "op", "gemm", "forward", 1e9, 1e6, 1e6, measured=tuple(m))
     tl = StepTimeline.from_trace(KernelTrace("t", [k, k]))
     assert np.allclose(tl.duration_s, [1e-3, 1e-3]) and np.allclose(tl.start_s, [0, 1e-3])
@@ -73,8 +82,10 @@ def test_a_segment_whose_switch_cannot_land_before_it_ends_is_skipped():
     tl = StepTimeline.from_durations([1e-3] * 12)
     plan = plan_switches(sched("AAAAABABBBBB"), tl, latency_s=0.003, lead_s=0.003)
     assert plan.skipped == (2,) and plan.initial == A
-    assert [(e.config, round(e.issue_s, 9), round(e.land_s, 9)) for e in plan.events] == [(A, -0.003, 0.0),
-                                                                                           (B, 0.002, 0.005)]
+    assert [(e.config, round(e.issue_s, 9), round(e.land_s, 9)) for e in plan.events] == [
+        (A, -0.003, 0.0),
+        (B, 0.002, 0.005),
+    ]
     # with a 1 ms latency every segment is served
     plan = plan_switches(sched("AAAAABABBBBB"), tl, latency_s=0.001, lead_s=0.001)
     assert plan.skipped == () and plan.n_switches == 4 and plan.on_plan_fraction == pytest.approx(1.0)
@@ -86,8 +97,10 @@ def test_switches_wait_for_the_previous_one():
     tl = StepTimeline.from_durations([1e-3] * 12)
     plan = plan_switches(sched("AAAAABBAAAAA"), tl, latency_s=0.003, lead_s=0.003)
     assert plan.initial == A
-    assert [(e.config, round(e.issue_s, 9), round(e.late_s, 9)) for e in plan.events] == [(B, 0.002, 0.0),
-                                                                                           (A, 0.005, 0.001)]
+    assert [(e.config, round(e.issue_s, 9), round(e.late_s, 9)) for e in plan.events] == [
+        (B, 0.002, 0.0),
+        (A, 0.005, 0.001),
+    ]
 
 
 def test_min_dwell_skips_switches_that_would_serve_too_little():
@@ -103,8 +116,10 @@ def test_the_first_switch_waits_for_the_last_one_of_the_previous_step():
     # the next step's A cannot go at -4 ms (8 ms after B's, counted in this step) but at -3 ms, 1 ms late
     tl = StepTimeline.from_durations([1e-3] * 12)
     plan = plan_switches(sched("A" * 9 + "B" * 3), tl, 0.004, 0.004)
-    assert [(e.config, round(e.issue_s, 9), round(e.late_s, 9)) for e in plan.events] == [(A, -0.003, 0.001),
-                                                                                           (B, 0.005, 0.0)]
+    assert [(e.config, round(e.issue_s, 9), round(e.late_s, 9)) for e in plan.events] == [
+        (A, -0.003, 0.001),
+        (B, 0.005, 0.0),
+    ]
     assert plan.initial == B and plan.on_plan_fraction == pytest.approx(11 / 12)
     # A x10, B x2: the late switch into A would cost as much as leaving B's request unmet: no switch at all
     plan = plan_switches(sched("A" * 10 + "B" * 2), tl, 0.004, 0.004)
@@ -177,8 +192,9 @@ def test_a_per_kernel_schedule_on_the_measured_h200_layer_is_held_at_6_ms():
     path = Path(__file__).resolve().parents[2] / "data" / "gpt3xl-h200-layer.trace.json"
     trace = KernelTrace.load(path)
     timeline = StepTimeline.from_trace(trace)
-    schedule = ClockSchedule.from_configs([ClockConfig(None, 2201) if k.uses_tensor_cores else ClockConfig(1380, None)
-                                           for k in trace])
+    schedule = ClockSchedule.from_configs(
+        [ClockConfig(None, 2201) if k.uses_tensor_cores else ClockConfig(1380, None) for k in trace]
+    )
     for latency in (0.006, 0.0005):
         plan = plan_switches(schedule, timeline, latency)
         assert len(plan.segments) == 17 and plan.n_switches == 0 and plan.initial == ClockConfig(None, 2201)
@@ -193,8 +209,9 @@ def test_a_timeline_fitted_to_a_shorter_step_keeps_durations_and_overlaps_and_sc
     short = tl.fitted(9.0)
     assert short.period_s == pytest.approx(9.0) and short.duration_s.tolist() == tl.duration_s.tolist()
     assert np.diff(short.start_s)[1] == pytest.approx(0.5)  # the overlap is kept
-    idle = np.diff(short.start_s, prepend=0.0) - np.minimum(np.diff(short.start_s, prepend=0.0),
-                                                            np.concatenate([[0.0], short.duration_s[:-1]]))
+    idle = np.diff(short.start_s, prepend=0.0) - np.minimum(
+        np.diff(short.start_s, prepend=0.0), np.concatenate([[0.0], short.duration_s[:-1]])
+    )
     assert idle.tolist() == pytest.approx((np.array([1.0, 1.0, 0.0, 2.5]) * idle[0]).tolist())  # one factor
     longer = tl.fitted(15.0)
     assert longer.period_s == pytest.approx(15.0) and np.all(longer.start_s >= tl.start_s)
@@ -215,8 +232,11 @@ def test_segments_events_and_the_rule_say_what_they_hold(alternating):
     assert [e.pre_issued for e in plan.events] == [True, False, False, False]
     on_anchor = SwitchEvent(0, A, 0.0, 0.006, 0.006, 0.01)
     assert not on_anchor.pre_issued and on_anchor.late_s == 0.0  # issued at the anchor is in this step
-    assert plan.in_effect(np.array([0.0005, 0.0105, 0.0395])) == [ClockConfig(1980, 3201), ClockConfig(1410, 3201),
-                                                                  ClockConfig(1410, 3201)]
+    assert plan.in_effect(np.array([0.0005, 0.0105, 0.0395])) == [
+        ClockConfig(1980, 3201),
+        ClockConfig(1410, 3201),
+        ClockConfig(1410, 3201),
+    ]
     assert rule_of(0.006).min_dwell_s == 0.0 and rule_of(0.006).lead_s == pytest.approx(0.0065)
     with pytest.raises(DeployError) as short:
         rule_of(0.006, 0.005)

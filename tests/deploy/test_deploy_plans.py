@@ -37,8 +37,7 @@ def make(*schedules, anchor_every=1):
     p = plans(*schedules)
     clock = Clock()
     control = Recording(clock, origin_s=100.0)
-    worker = SwitchWorker(p[0], control, read_back=False, clock=clock, anchor_every=anchor_every,
-                          alternatives=p[1:])
+    worker = SwitchWorker(p[0], control, read_back=False, clock=clock, anchor_every=anchor_every, alternatives=p[1:])
     return clock, control, worker
 
 
@@ -58,8 +57,11 @@ def run_steps(worker: SwitchWorker, clock: Clock, steps: range, period_s: float 
 
 def issued(worker: SwitchWorker) -> list[tuple[str, int, int, int, float]]:
     """(status, step, event, plan, ms after 100 s) of every issued switch."""
-    return [(r.status, r.step, r.event, r.plan, round((r.issued_s - 100.0) * 1e3, 3)) for r in worker.records
-            if r.status in ("switch", "boundary", "resync")]
+    return [
+        (r.status, r.step, r.event, r.plan, round((r.issued_s - 100.0) * 1e3, 3))
+        for r in worker.records
+        if r.status in ("switch", "boundary", "resync")
+    ]
 
 
 # -- the pattern --------------------------------------------------------------------------------------------------
@@ -79,9 +81,18 @@ def test_a_pattern_applies_from_its_step_and_a_later_one_takes_over():
     assert [pattern.plan_of(k) for k in range(5, 9)] == [1, 0, 1, 0]
 
 
-@pytest.mark.parametrize(("pattern", "match"), [
-    ([], "empty"), ([0, 3], "does not name a plan"), ([-1], "does not name a plan"), ([True], "does not name"),
-    ([0.5], "does not name"), ("01", "sequence of plan indices"), (1, "sequence of plan indices")])
+@pytest.mark.parametrize(
+    ("pattern", "match"),
+    [
+        ([], "empty"),
+        ([0, 3], "does not name a plan"),
+        ([-1], "does not name a plan"),
+        ([True], "does not name"),
+        ([0.5], "does not name"),
+        ("01", "sequence of plan indices"),
+        (1, "sequence of plan indices"),
+    ],
+)
 def test_a_bad_pattern_is_refused_in_one_line(pattern, match):
     with pytest.raises(DeployError, match=match) as info:
         check_pattern(pattern, 3)
@@ -110,14 +121,25 @@ def test_the_worker_runs_each_steps_plan_and_switches_at_the_boundaries():
     assert [worker.plan_of(k) for k in range(9)] == [0, 0, 1, 0, 2, 0, 1, 0, 2]
     run_steps(worker, clock, range(6))
     got = issued(worker)
-    assert got[:8] == [("resync", 0, 0, 0, 0.0), ("switch", 0, 1, 0, 6.0), ("switch", 0, 2, 0, 14.0),
-                       ("switch", 0, 3, 0, 24.0), ("switch", 1, 0, 0, 34.0), ("switch", 1, 1, 0, 44.0),
-                       ("switch", 1, 2, 0, 54.0), ("switch", 1, 3, 0, 64.0)]
+    assert got[:8] == [
+        ("resync", 0, 0, 0, 0.0),
+        ("switch", 0, 1, 0, 6.0),
+        ("switch", 0, 2, 0, 14.0),
+        ("switch", 0, 3, 0, 24.0),
+        ("switch", 1, 0, 0, 34.0),
+        ("switch", 1, 1, 0, 44.0),
+        ("switch", 1, 2, 0, 54.0),
+        ("switch", 1, 3, 0, 64.0),
+    ]
     # step 2 holds C: one boundary switch, one lead before the step starts; nothing of plan 0 for it
     assert got[8] == ("boundary", 2, -1, 1, 74.0)
     # step 3 runs plan 0 again, which sets its own start: its switch into A, issued during step 2, is all it needs
-    assert got[9:13] == [("switch", 3, 0, 0, 114.0), ("switch", 3, 1, 0, 124.0), ("switch", 3, 2, 0, 134.0),
-                         ("switch", 3, 3, 0, 144.0)]
+    assert got[9:13] == [
+        ("switch", 3, 0, 0, 114.0),
+        ("switch", 3, 1, 0, 124.0),
+        ("switch", 3, 2, 0, 134.0),
+        ("switch", 3, 3, 0, 144.0),
+    ]
     # step 4's plan starts in A, which the step before it (plan 0 ends in B) did not leave: a boundary switch to A
     assert got[13:16] == [("boundary", 4, -1, 2, 154.0), ("switch", 4, 0, 2, 164.0), ("switch", 4, 1, 2, 184.0)]
     # step 5 (plan 0): its switch into A is not needed, plan 2 left the clocks there
@@ -200,15 +222,18 @@ def test_a_switch_of_the_previous_plan_after_the_next_plan_took_over_is_not_issu
     alternating, hold = plans(ALTERNATING, HOLD_C, lead_s=0.008)
     # a plan whose last switch goes out late in its step, after the next step's plan has issued its first
     last = alternating.events[-1]
-    late = dataclasses.replace(alternating, events=(*alternating.events[:-1], dataclasses.replace(
-        last, issue_s=0.0335, land_s=0.0395)))
+    late = dataclasses.replace(
+        alternating, events=(*alternating.events[:-1], dataclasses.replace(last, issue_s=0.0335, land_s=0.0395))
+    )
     clock = Clock()
     control = Recording(clock, origin_s=100.0)
     worker = SwitchWorker(late, control, read_back=False, clock=clock, alternatives=[hold])
     worker.set_pattern([0, 1], 0)
     run_steps(worker, clock, range(2))
     assert [(r.status, r.step, r.event, r.plan) for r in worker.records if r.step <= 1][-2:] == [
-        ("boundary", 1, -1, 1), ("overtaken", 0, 3, 0)]
+        ("boundary", 1, -1, 1),
+        ("overtaken", 0, 3, 0),
+    ]
     assert control.log[2:] == [(0.012, A), (0.032, C), (0.072, A)]  # step 2 (plan 0) sets its own start
 
 
@@ -226,7 +251,7 @@ def test_after_a_pause_the_running_steps_plan_takes_the_clocks_back():
 
 
 def test_alternatives_must_share_the_latency_and_the_step():
-    plan, = plans(ALTERNATING)
+    (plan,) = plans(ALTERNATING)
     other = plan_switches(HOLD_C, TIMELINE, latency_s=0.003)
     with pytest.raises(DeployError, match="same timeline"):
         SwitchWorker(plan, PlanOnlyControl(), alternatives=[other])
@@ -236,8 +261,14 @@ def test_the_settings_carry_every_plan_and_the_pattern(fake_gpu):
     alternating, hold = plans(ALTERNATING, HOLD_C)
     pattern = PlanPattern(2)
     pattern.set([0, 1], 2)
-    settings = {"plan": alternating.to_dict(), "alternatives": [hold.to_dict()], "patterns": pattern.to_list(),
-                "device": 0, "control_clocks": False, "nvml": False}
+    settings = {
+        "plan": alternating.to_dict(),
+        "alternatives": [hold.to_dict()],
+        "patterns": pattern.to_list(),
+        "device": 0,
+        "control_clocks": False,
+        "nvml": False,
+    }
     worker = worker_from_settings(settings, PlanOnlyControl())
     assert len(worker.plans) == 2 and worker.plans[1].initial == C
     assert [worker.plan_of(k) for k in range(5)] == [0, 0, 0, 1, 0]
@@ -263,15 +294,26 @@ def test_the_report_counts_each_plans_steps_and_judges_its_switches_by_its_own_p
         t = anchors[step] + start - p.lead_s
         return SwitchRecord("boundary" if event < 0 else "switch", step, event, t, t + late_s, 1e-4, False, plan)
 
-    records = [on_time(0, 1, 0), on_time(0, 2, 0, 0.001),
-               on_time(1, -1, 1), on_time(1, 0, 1, 0.002),                     # plan 1: a boundary, one 2 ms late
-               on_time(2, 1, 0),
-               SwitchRecord("replaced", 3, 1, 0.0, float("nan"), 0.0, True, 0),
-               on_time(3, 0, 0),                                                # superseded: step 3 ran plan 1
-               ("noop", 2, 3, 0.0, float("nan"), 0.0, False)]                   # a record of seven: plan 0
-    rep = build_report(alternating, log, {"records": records, "reads": [], "ended": "stopped"},
-                       {"mode": "dry-run", "gpu_name": "X", "device": 0}, "process", steps=4,
-                       plans=[alternating, aba], plan_of=lambda k: k % 2)
+    records = [
+        on_time(0, 1, 0),
+        on_time(0, 2, 0, 0.001),
+        on_time(1, -1, 1),
+        on_time(1, 0, 1, 0.002),  # plan 1: a boundary, one 2 ms late
+        on_time(2, 1, 0),
+        SwitchRecord("replaced", 3, 1, 0.0, float("nan"), 0.0, True, 0),
+        on_time(3, 0, 0),  # superseded: step 3 ran plan 1
+        ("noop", 2, 3, 0.0, float("nan"), 0.0, False),
+    ]  # a record of seven: plan 0
+    rep = build_report(
+        alternating,
+        log,
+        {"records": records, "reads": [], "ended": "stopped"},
+        {"mode": "dry-run", "gpu_name": "X", "device": 0},
+        "process",
+        steps=4,
+        plans=[alternating, aba],
+        plan_of=lambda k: k % 2,
+    )
     assert rep.issued == 6 and rep.boundary == 1 and rep.superseded == 1 and rep.replaced == 1 and rep.noop == 1
     assert rep.switch_error.n == 5 and rep.late == 2  # (at a lead of one latency, any delay is late)
     zero, one = rep.per_plan
@@ -283,8 +325,14 @@ def test_the_report_counts_each_plans_steps_and_judges_its_switches_by_its_own_p
     assert "plan 1: 2 steps, issued 2 (boundary 1)" in text and "superseded 1" in text
     assert rep.as_dict()["per_plan"][1]["steps"] == 2
     # without plans the report is what it was, and still says how many steps plan 0 ran
-    plain = build_report(alternating, log, {"records": records[:2], "reads": [], "ended": "stopped"},
-                         {"mode": "dry-run", "gpu_name": "X", "device": 0}, "process", steps=4)
+    plain = build_report(
+        alternating,
+        log,
+        {"records": records[:2], "reads": [], "ended": "stopped"},
+        {"mode": "dry-run", "gpu_name": "X", "device": 0},
+        "process",
+        steps=4,
+    )
     assert plain.issued == 2 and len(plain.per_plan) == 1 and plain.per_plan[0].steps == 4
     assert "plan 0:" not in plain.text()
 
@@ -305,8 +353,7 @@ def test_the_controller_checks_alternatives_and_patterns(no_nvml):
         ClockController(ALTERNATING, TIMELINE, latency_s=0.006, alternatives=[ClockSchedule.constant(C, 39)])
     with pytest.raises(DeployError, match="not a ClockSchedule"):
         ClockController(ALTERNATING, TIMELINE, latency_s=0.006, alternatives=["1200@3201"])
-    ctl = ClockController(ALTERNATING, TIMELINE, latency_s=0.006, worker="thread", anchor="host",
-                          alternatives=[HOLD_C])
+    ctl = ClockController(ALTERNATING, TIMELINE, latency_s=0.006, worker="thread", anchor="host", alternatives=[HOLD_C])
     assert len(ctl.plans) == 2 and ctl.plans[1].latency_s == ctl.plan.latency_s and "2 plans" in repr(ctl)
     for bad, match in (([], "empty"), ([0, 2], "does not name a plan"), ([1], "from_step")):
         with pytest.raises(DeployError, match=match) as info:
@@ -330,8 +377,9 @@ def test_the_controller_checks_alternatives_and_patterns(no_nvml):
 def test_a_plan_without_alternatives_is_as_before(no_nvml):
     ctl = ClockController(ALTERNATING, TIMELINE, latency_s=0.006, worker="thread", anchor="host")
     assert ctl.plans == (ctl.plan,) and ctl.anchor_every == 1
-    held = ClockController(ClockSchedule.constant(C, 10), StepTimeline.from_durations(np.full(10, 5e-4)),
-                           latency_s=0.006)
+    held = ClockController(
+        ClockSchedule.constant(C, 10), StepTimeline.from_durations(np.full(10, 5e-4)), latency_s=0.006
+    )
     assert held.anchor_every > 1
     # two plans that hold different configurations switch at every change of plan: each step is anchored
     held_two = ClockController(HOLD_C, TIMELINE, latency_s=0.006, alternatives=[ClockSchedule.constant(B, 40)])
@@ -349,8 +397,9 @@ def records_follow_the_pattern(ctl: ClockController) -> None:
 
 @pytest.mark.parametrize("worker", ["process", "thread"])
 def test_the_worker_follows_a_pattern_set_before_and_during_the_run(no_nvml, worker):
-    with ClockController(ALTERNATING, TIMELINE, latency_s=0.006, worker=worker, anchor="host",
-                         alternatives=[HOLD_C]) as ctl:
+    with ClockController(
+        ALTERNATING, TIMELINE, latency_s=0.006, worker=worker, anchor="host", alternatives=[HOLD_C]
+    ) as ctl:
         ctl.set_pattern([0, 1])
         for k in range(8):
             if k == 4:
@@ -370,8 +419,9 @@ def test_the_worker_follows_a_pattern_set_before_and_during_the_run(no_nvml, wor
 
 
 def test_clocked_passes_the_pattern_through_once_control_has_begun(no_nvml):
-    clk = clocked(ALTERNATING, timeline=TIMELINE, alternatives=[HOLD_C], latency_s=0.006, worker="thread",
-                  verbose=False)
+    clk = clocked(
+        ALTERNATING, timeline=TIMELINE, alternatives=[HOLD_C], latency_s=0.006, worker="thread", verbose=False
+    )
     with pytest.raises(DeployError, match="needs the schedule to be applied") as info:
         clk.set_pattern([0, 1])
     assert "\n" not in str(info.value)

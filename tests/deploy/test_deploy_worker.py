@@ -21,8 +21,7 @@ def make(alternating, read_back=False, follow_pace=False):
     plan = plan_switches(schedule, timeline, latency_s=0.006, lead_s=0.006)
     clock = Clock()
     control = Recording(clock)
-    return plan, clock, control, SwitchWorker(plan, control, read_back=read_back, clock=clock,
-                                              follow_pace=follow_pace)
+    return plan, clock, control, SwitchWorker(plan, control, read_back=read_back, clock=clock, follow_pace=follow_pace)
 
 
 def run_until(worker: SwitchWorker, clock: Clock, t: float) -> None:
@@ -81,8 +80,7 @@ def test_switches_that_can_no_longer_land_are_missed_and_old_ones_stale(alternat
     worker.on_anchor(0, 100.0)
     worker.run_due()
     worker.on_anchor(1, 100.003)
-    assert sorted((r[0], r[1], r[2]) for r in worker.records[1:]) == [("stale", 0, 1), ("stale", 0, 2),
-                                                                       ("stale", 0, 3)]
+    assert sorted((r[0], r[1], r[2]) for r in worker.records[1:]) == [("stale", 0, 1), ("stale", 0, 2), ("stale", 0, 3)]
 
 
 def test_a_plan_without_switches_brings_the_clocks_there_once():
@@ -202,9 +200,14 @@ def test_a_loop_that_stops_leaves_the_clocks_alone_and_a_pause_is_resynced(alter
     run_until(worker, clock, 100.64)
     # step 2's early switch, issued on the estimate during the pause, is caught up at once (the clocks are still
     # where it put them: nothing to do); its other switches and step 3's early one go out on time
-    assert [r[:3] for r in worker.records[done:]] == [("noop", 2, 0), ("switch", 2, 1), ("switch", 2, 2),
-                                                       ("switch", 2, 3), ("switch", 3, 0)]
-    assert [r[4] - 100.6 for r in worker.records[done + 1:]] == pytest.approx([0.004, 0.014, 0.024, 0.034])
+    assert [r[:3] for r in worker.records[done:]] == [
+        ("noop", 2, 0),
+        ("switch", 2, 1),
+        ("switch", 2, 2),
+        ("switch", 2, 3),
+        ("switch", 3, 0),
+    ]
+    assert [r[4] - 100.6 for r in worker.records[done + 1 :]] == pytest.approx([0.004, 0.014, 0.024, 0.034])
 
 
 def test_worker_rejects_a_bad_anchor_spacing(alternating):

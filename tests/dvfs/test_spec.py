@@ -81,5 +81,6 @@ def test_the_h100_preset_carries_the_h200_fit():
     a, b = h100.model.as_dict(), h200.model.as_dict()
     assert a["l2_resident_bytes"] == min(b["l2_resident_bytes"], h100.l2_bytes) == 50e6
     assert {k: v for k, v in a.items() if k != "l2_resident_bytes"} == {
-        k: v for k, v in b.items() if k != "l2_resident_bytes"}
+        k: v for k, v in b.items() if k != "l2_resident_bytes"
+    }
     assert h100.generic and not h200.generic

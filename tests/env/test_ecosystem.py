@@ -18,16 +18,55 @@ ENV = "rlclock/KernelClock-v0"
 
 def test_rl_zoo_trains_and_enjoys_the_env_with_its_defaults(tmp_path):
     pytest.importorskip("rl_zoo3")
-    (tmp_path / "hp.yml").write_text(f"{ENV}:\n  n_timesteps: 512\n  policy: MlpPolicy\n  n_envs: 2\n"
-                                     "  n_steps: 128\n  batch_size: 128\n")
-    train = subprocess.run([sys.executable, "-m", "rl_zoo3.train", "--algo", "ppo", "--env", ENV, "--gym-packages",
-                            "rlclock", "-conf", "hp.yml", "-f", "logs", "--seed", "0"], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=600)
+    (tmp_path / "hp.yml").write_text(
+        f"{ENV}:\n  n_timesteps: 512\n  policy: MlpPolicy\n  n_envs: 2\n  n_steps: 128\n  batch_size: 128\n"
+    )
+    train = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rl_zoo3.train",
+            "--algo",
+            "ppo",
+            "--env",
+            ENV,
+            "--gym-packages",
+            "rlclock",
+            "-conf",
+            "hp.yml",
+            "-f",
+            "logs",
+            "--seed",
+            "0",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert train.returncode == 0, train.stderr[-3000:]
     assert list((tmp_path / "logs" / "ppo").glob("rlclock-KernelClock-v0_1/rlclock-KernelClock-v0.zip"))
-    enjoy = subprocess.run([sys.executable, "-m", "rl_zoo3.enjoy", "--algo", "ppo", "--env", ENV, "--gym-packages",
-                            "rlclock", "-f", "logs", "-n", "20"], cwd=tmp_path, capture_output=True, text=True,
-                           timeout=600)
+    enjoy = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rl_zoo3.enjoy",
+            "--algo",
+            "ppo",
+            "--env",
+            ENV,
+            "--gym-packages",
+            "rlclock",
+            "-f",
+            "logs",
+            "-n",
+            "20",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert enjoy.returncode == 0, enjoy.stderr[-3000:]
     lines = [line for line in enjoy.stdout.splitlines() if line.startswith("kernel ")]
     assert len(lines) == 20 and len(set(lines)) == 20  # rendered once per step ("human": printed)

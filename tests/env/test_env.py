@@ -11,10 +11,13 @@ from rlclock.env import KernelClockEnv
 from rlclock.errors import ClockError, EnvUsageError, SpecError
 
 SMALL = {
-    "name": "small", "gpu": "rtx3080ti",
+    "name": "small",
+    "gpu": "rtx3080ti",
     "workload": {"generator": "llmc", "batch": 8, "seq": 512, "hidden": 1024, "heads": 8, "layers": 2},
-    "switch_latency_s": 0.002, "actions": {"core_step_mhz": 210, "core_min_mhz": 210},
-    "observation": {"lookahead": 4}, "reward": {"budget": 0.01, "overrun_penalty": 10.0, "scale": 100.0},
+    "switch_latency_s": 0.002,
+    "actions": {"core_step_mhz": 210, "core_min_mhz": 210},
+    "observation": {"lookahead": 4},
+    "reward": {"budget": 0.01, "overrun_penalty": 10.0, "scale": 100.0},
 }
 
 
@@ -142,14 +145,17 @@ def test_overrides_merge_a_workload_of_the_same_kind_and_replace_another(tmp_pat
     assert traced.with_overrides(workload={"trace": str(path)}).workload == {"trace": str(path)}
 
 
-@pytest.mark.parametrize("change, err, needle", [
-    ({"colour": 1}, SpecError, "unknown field"),
-    ({"gpu": "rtx9090"}, SpecError, "unknown GPU"),
-    ({"switch_latency_s": -1}, SpecError, "switch_latency_s"),
-    ({"actions": {"configs": ["1500@405"]}}, ClockError, "not supported at memory 405"),
-    ({"reward": {"budget": "lots"}}, SpecError, "budget"),
-    ({"workload": {"generator": "llmc", "layers": 0}}, SpecError, "layers"),
-])
+@pytest.mark.parametrize(
+    "change, err, needle",
+    [
+        ({"colour": 1}, SpecError, "unknown field"),
+        ({"gpu": "rtx9090"}, SpecError, "unknown GPU"),
+        ({"switch_latency_s": -1}, SpecError, "switch_latency_s"),
+        ({"actions": {"configs": ["1500@405"]}}, ClockError, "not supported at memory 405"),
+        ({"reward": {"budget": "lots"}}, SpecError, "budget"),
+        ({"workload": {"generator": "llmc", "layers": 0}}, SpecError, "layers"),
+    ],
+)
 def test_bad_specs(change, err, needle):
     with pytest.raises(err, match=needle):
         KernelClockEnv(dict(SMALL, **change))

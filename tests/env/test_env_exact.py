@@ -46,8 +46,9 @@ def state_block(core: BatchCore, j: int = 0) -> list[float]:
     return core.observation()[j, -N_STATE:].tolist()
 
 
-def state(cur: list[float], pend: list[float], flying: float, land: float, price: float, remaining: float,
-          latency: float) -> list[float]:
+def state(
+    cur: list[float], pend: list[float], flying: float, land: float, price: float, remaining: float, latency: float
+) -> list[float]:
     """The state block as the env builds it, in float32."""
     return np.array([*cur, *pend, flying, land, price, remaining, latency], dtype=np.float32).tolist()
 
@@ -143,11 +144,14 @@ def test_state_block_without_latency() -> None:
     assert state_block(core) == state(X_FEAT, NONE_FEAT, 0.0, 0.0, 0.5, 1.0, -1.0)
 
 
-@pytest.mark.parametrize("latency_s, remaining, latency", [
-    (0.01, 1.0, 1 / 3),  # 4 s / 0.08 s clipped to 1; log10(10) / 3
-    (0.25, 1.0, float(np.log10(250.0)) / 3),  # 4 s / 2 s clipped to 1
-    (1.0, 0.5, 1.0),  # 4 s / 8 s; log10(1000) / 3
-])
+@pytest.mark.parametrize(
+    "latency_s, remaining, latency",
+    [
+        (0.01, 1.0, 1 / 3),  # 4 s / 0.08 s clipped to 1; log10(10) / 3
+        (0.25, 1.0, float(np.log10(250.0)) / 3),  # 4 s / 2 s clipped to 1
+        (1.0, 0.5, 1.0),  # 4 s / 8 s; log10(1000) / 3
+    ],
+)
 def test_remaining_and_latency_entries(latency_s: float, remaining: float, latency: float) -> None:
     """Guards entries 11 (auto time left / 8 latencies, clipped) and 12 (log10(latency / 1 ms) / 3, clipped)."""
     s = state_block(started(toy_episode(latency_s)))

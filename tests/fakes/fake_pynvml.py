@@ -124,8 +124,17 @@ def state(path: str | Path | None = None):
         yield s
 
 
-def inject(path: str | Path | None = None, fn: str = "*", *, code: int = NVML_ERROR_UNKNOWN, times: int | None = 1,
-           after: int = 0, pid: int | None = None, not_pid: int | None = None, device: int | None = None) -> None:
+def inject(
+    path: str | Path | None = None,
+    fn: str = "*",
+    *,
+    code: int = NVML_ERROR_UNKNOWN,
+    times: int | None = 1,
+    after: int = 0,
+    pid: int | None = None,
+    not_pid: int | None = None,
+    device: int | None = None,
+) -> None:
     """Make calls of ``fn`` (a function name, or ``"*"`` for any) fail with NVML error ``code``.
 
     Args:
@@ -139,8 +148,17 @@ def inject(path: str | Path | None = None, fn: str = "*", *, code: int = NVML_ER
         device: Only calls on this device index fail (default: any).
     """
     with _state(write=True, path=path) as s:
-        s.setdefault("faults", []).append({"fn": fn, "code": int(code), "times": times, "after": int(after),
-                                           "pid": pid, "not_pid": not_pid, "device": device})
+        s.setdefault("faults", []).append(
+            {
+                "fn": fn,
+                "code": int(code),
+                "times": times,
+                "after": int(after),
+                "pid": pid,
+                "not_pid": not_pid,
+                "device": device,
+            }
+        )
 
 
 def clear_faults(path: str | Path | None = None) -> None:
@@ -211,6 +229,7 @@ def _dev(state: dict[str, Any], handle: Any) -> dict[str, Any]:
 
 # -- init / system -----------------------------------------------------------------------------------
 
+
 def nvmlInit() -> None:
     with _state(call="nvmlInit") as s:
         if s["library_missing"]:
@@ -280,6 +299,7 @@ def nvmlDeviceGetUUID(handle: int) -> str:
 
 # -- readings ----------------------------------------------------------------------------------------
 
+
 def nvmlDeviceGetTotalEnergyConsumption(handle: int) -> int:
     with _state(call="nvmlDeviceGetTotalEnergyConsumption") as s:
         d = _dev(s, handle)
@@ -332,8 +352,11 @@ def nvmlDeviceGetClockInfo(handle: int, clock_type: int) -> int:
 def nvmlDeviceGetMaxClockInfo(handle: int, clock_type: int) -> int:
     with _state(call="nvmlDeviceGetMaxClockInfo") as s:
         d = _dev(s, handle)
-        return max(max(v) for v in d["clocks"].values()) if clock_type != NVML_CLOCK_MEM else max(
-            int(m) for m in d["clocks"])
+        return (
+            max(max(v) for v in d["clocks"].values())
+            if clock_type != NVML_CLOCK_MEM
+            else max(int(m) for m in d["clocks"])
+        )
 
 
 def nvmlDeviceGetCurrentClocksEventReasons(handle: int) -> int:
@@ -356,6 +379,7 @@ def nvmlDeviceGetSupportedGraphicsClocks(handle: int, mem_mhz: int) -> list[int]
 
 
 # -- clock and power limit control -------------------------------------------------------------------
+
 
 def _log(s: dict[str, Any], handle: int, fn: str, value: Any) -> dict[str, Any]:
     """Log a call that changes the GPU, fail it where a fault is injected, and check the caller is root; returns the

@@ -82,8 +82,12 @@ class OwnerHost:
         env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = "1"  # a single-threaded host forks safely
         for name in ("FAKE_NVML_STATE", "RLCLOCK_NVML_MODULE", "RLCLOCK_LOCK_DIR"):
             env.pop(name, None)  # each owner gets the test's own, with its request
-        self.process = subprocess.Popen([sys.executable, str(Path(__file__)), str(child.fileno())],
-                                        pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__)), str(child.fileno())],
+            pass_fds=(child.fileno(),),
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
         child.close()
         self.sock = parent
         self.sock.settimeout(REPLY_TIMEOUT_S)
@@ -145,6 +149,7 @@ def _runs(pid: int) -> bool:
 
 # -- the host process ------------------------------------------------------------------------------------------------
 
+
 def _serve_owner(conn: Connection, options: dict[str, Any]) -> None:
     """Run in a forked owner: build the ClockControl, then obey requests until told to end."""
     from rlclock.errors import RlclockError
@@ -156,8 +161,12 @@ def _serve_owner(conn: Connection, options: dict[str, Any]) -> None:
         if name in options:
             setattr(ownership, attr, options[name])
     try:
-        clocks = clocks_module.ClockControl(0, control_clocks=True, watchdog=options.get("watchdog", True),
-                                            handle_signals=options.get("handle_signals", True))
+        clocks = clocks_module.ClockControl(
+            0,
+            control_clocks=True,
+            watchdog=options.get("watchdog", True),
+            handle_signals=options.get("handle_signals", True),
+        )
         if options.get("start_watchdog", True) and options.get("watchdog", True):
             clocks.start_watchdog()
     except RlclockError as exc:

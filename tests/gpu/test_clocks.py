@@ -17,8 +17,12 @@ from rlclock.schedule import AUTO, ClockConfig
 
 pytestmark = pytest.mark.usefixtures("runtime_memory_locks")  # these lock memory; see test_memory_locks.py
 
-SET_FUNCTIONS = {"nvmlDeviceSetGpuLockedClocks", "nvmlDeviceSetMemoryLockedClocks",
-                 "nvmlDeviceResetGpuLockedClocks", "nvmlDeviceResetMemoryLockedClocks"}
+SET_FUNCTIONS = {
+    "nvmlDeviceSetGpuLockedClocks",
+    "nvmlDeviceSetMemoryLockedClocks",
+    "nvmlDeviceResetGpuLockedClocks",
+    "nvmlDeviceResetMemoryLockedClocks",
+}
 
 
 def live(**kw) -> ClockControl:
@@ -27,7 +31,9 @@ def live(**kw) -> ClockControl:
 
 def test_plan_calls_touches_only_changed_domains():
     assert plan_calls(AUTO, ClockConfig(1500, 3201)) == [
-        ("set_locked_core_clocks", (1500, 1500)), ("set_locked_mem_clocks", (3201, 3201))]
+        ("set_locked_core_clocks", (1500, 1500)),
+        ("set_locked_mem_clocks", (3201, 3201)),
+    ]
     assert plan_calls(ClockConfig(1500, 3201), ClockConfig(1500, None)) == [("reset_locked_mem_clocks", ())]
     assert plan_calls(ClockConfig(1500, 3201), ClockConfig(1500, 3201)) == []
     assert plan_calls(ClockConfig(None, 2201), AUTO) == [("reset_locked_mem_clocks", ())]

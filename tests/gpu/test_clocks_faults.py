@@ -39,8 +39,11 @@ def wait_for(pred, timeout_s: float = 20.0) -> bool:
 
 def calls_by(fake_nvml, pid: int | None, *fns: str) -> list[str]:
     """The GPU-changing calls of process ``pid`` (of the functions ``fns``), each with ``!`` when it failed."""
-    return [c["fn"] + ("!" if "error" in c else "") for c in fake_nvml.calls()
-            if c["pid"] == pid and (not fns or c["fn"] in fns)]
+    return [
+        c["fn"] + ("!" if "error" in c else "")
+        for c in fake_nvml.calls()
+        if c["pid"] == pid and (not fns or c["fn"] in fns)
+    ]
 
 
 def new_watchdog(owner, old: int | None, timeout_s: float = 20.0) -> int | None:
@@ -59,6 +62,7 @@ def lock_records(tmp_path: Path) -> list[dict]:
 
 
 # -- the guard dies ----------------------------------------------------------------------------------------------
+
 
 def test_a_killed_watchdog_is_replaced_before_the_next_set(owners, fake_nvml):
     owner = owners.start(**FAST)
@@ -113,6 +117,7 @@ def test_sigterm_to_the_watchdog_leaves_the_owners_clocks_alone(owners, fake_nvm
 
 
 # -- NVML errors while restoring ---------------------------------------------------------------------------------
+
 
 def test_an_nvml_error_in_the_watchdogs_restore_is_retried(owners, fake_nvml):
     owner = owners.start(**FAST)
@@ -176,6 +181,7 @@ def test_a_failed_close_keeps_the_watchdog_on_guard(owners, fake_nvml):
 
 # -- one process per GPU -----------------------------------------------------------------------------------------
 
+
 def test_a_second_process_is_refused_in_one_line_naming_the_first(owners, fake_nvml):
     first = owners.start(**FAST)
     first.ok("apply", "1200@2201")
@@ -224,6 +230,7 @@ def test_a_forked_child_neither_uses_nor_restores_its_parents_clocks(owners, fak
 
 
 # -- the power limit ---------------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def found_600(fake_nvml):

@@ -38,6 +38,7 @@ def uuid(fake_nvml) -> str:
 
 # -- where the lock lives, and who holds it -------------------------------------------------------------------------
 
+
 def test_the_lock_directory_is_the_same_for_every_user(tmp_path, monkeypatch):
     monkeypatch.delenv(ownership.LOCK_DIR_ENV, raising=False)
     private, shared, other = (tmp_path / n for n in ("private", "shared", "other"))
@@ -81,8 +82,14 @@ def test_a_reused_process_id_is_not_taken_for_the_holder():
     me = os.getpid()
     assert process_alive(me) and process_alive(me, process_start(me))
     assert not process_alive(me, (process_start(me) or 0) + 1)  # same id, another start: another process
-    record = {"pid": me, "start": (process_start(me) or 0) + 1, "command": "python train.py", "user": "alice",
-              "since": "12:00", "watchdog": {"pid": 4242}}
+    record = {
+        "pid": me,
+        "start": (process_start(me) or 0) + 1,
+        "command": "python train.py",
+        "user": "alice",
+        "since": "12:00",
+        "watchdog": {"pid": 4242},
+    }
     assert not holder_alive(record)
     assert "which has ended: its clock watchdog (pid 4242) is still giving the clocks back" in describe_holder(record)
 
@@ -115,6 +122,7 @@ def test_a_hostile_lock_file_is_refused_and_left_untouched(fake_nvml, tmp_path):
 
 # -- ClockControl and the lock ---------------------------------------------------------------------------------------
 
+
 def test_only_live_controls_take_the_gpu(fake_nvml):
     with ClockControl(0) as dry, ClockControl(0) as dry2:  # observe mode sets nothing: no lock
         assert dry.lock_path is None and dry2.lock_path is None
@@ -131,8 +139,14 @@ def test_only_live_controls_take_the_gpu(fake_nvml):
 
 def test_what_a_holder_that_ended_left_is_given_back_before_taking_control(fake_nvml, capsys):
     fake_nvml.set_device(locked_core=[900, 900], power_limit_w=450.0)
-    record = {"pid": 999999, "start": 1, "state": "held", "command": "python train.py", "armed": ["core"],
-              "power_found_w": 600.0}
+    record = {
+        "pid": 999999,
+        "start": 1,
+        "state": "held",
+        "command": "python train.py",
+        "armed": ["core"],
+        "power_found_w": 600.0,
+    }
     (lock_dir() / ownership.lock_name(uuid(fake_nvml))).write_text(json.dumps(record))
     with live() as clocks:
         err = capsys.readouterr().err
@@ -158,6 +172,7 @@ def test_a_clean_up_that_fails_refuses_control_and_keeps_the_record(fake_nvml, f
 
 
 # -- reset-clocks beside an owner ------------------------------------------------------------------------------------
+
 
 def test_reset_clocks_leaves_a_running_owners_gpu_alone_unless_forced(fake_nvml, capsys):
     with live() as clocks:

@@ -36,8 +36,12 @@ STEPS = st.one_of(
     st.tuples(st.just("kill_guard")),
     st.tuples(st.just("term_guard")),
     st.tuples(st.just("intruder")),
-    st.tuples(st.just("fault"), st.sampled_from([SET_CORE, SET_MEM, RESET_CORE, RESET_MEM, SET_POWER]),
-              st.sampled_from(["owner", "watchdog", "any"]), st.sampled_from([1, 2, None])),
+    st.tuples(
+        st.just("fault"),
+        st.sampled_from([SET_CORE, SET_MEM, RESET_CORE, RESET_MEM, SET_POWER]),
+        st.sampled_from(["owner", "watchdog", "any"]),
+        st.sampled_from([1, 2, None]),
+    ),
 )
 
 
@@ -71,8 +75,9 @@ class Run:
             old = owner.watchdog_pid
             if old is not None:
                 os.kill(old, signal.SIGKILL)
-                replaced = wait_for(lambda: owner.watchdog_pid not in (None, old)
-                                    or "no more changes are made" in owner.stderr())
+                replaced = wait_for(
+                    lambda: owner.watchdog_pid not in (None, old) or "no more changes are made" in owner.stderr()
+                )
                 assert replaced, f"the owner did not replace its watchdog: {owner.stderr()}"
                 self.watchdogs.add(owner.watchdog_pid)
         elif kind == "term_guard":
@@ -118,8 +123,12 @@ class Run:
         return t_end
 
 
-@settings(max_examples=20, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=20,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(steps=st.lists(STEPS, max_size=8), how=st.sampled_from(["close", "exit", "term", "kill"]))
 def test_the_gpu_always_ends_at_its_defaults_or_the_report_names_what_is_left(owners, fake_nvml, steps, how):
     state = fake_pynvml.default_state()  # a new GPU (new UUID: a lock of its own) for every example
@@ -131,9 +140,11 @@ def test_the_gpu_always_ends_at_its_defaults_or_the_report_names_what_is_left(ow
     t_end = run.end(how)
 
     gpu = fake_nvml.device()
-    left = {"core clock is left locked": gpu["locked_core"] is not None,
-            "memory clock is left locked": gpu["locked_mem"] is not None,
-            "power limit is left": gpu["power_limit_w"] != DEFAULT_POWER_W}
+    left = {
+        "core clock is left locked": gpu["locked_core"] is not None,
+        "memory clock is left locked": gpu["locked_mem"] is not None,
+        "power limit is left": gpu["power_limit_w"] != DEFAULT_POWER_W,
+    }
     text = run.owner.stderr() + "\n".join(run.said)
     event(f"left: {', '.join(k.split()[0] for k, v in left.items() if v) or 'nothing'}")
     event(f"guard replaced: {run.owner.stderr().count('started a new one')}")

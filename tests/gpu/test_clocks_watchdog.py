@@ -36,8 +36,13 @@ time.sleep(120)
 
 
 def start_owner(fake_nvml, mode: str) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, "-c", OWNER, mode], env=fake_nvml.child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", OWNER, mode],
+        env=fake_nvml.child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline().split()
     if not line or line[0] != "applied":
         proc.kill()
@@ -146,8 +151,13 @@ time.sleep(120)
 
 
 def start_power_owner(fake_nvml, mode: str) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, "-c", POWER_OWNER, mode], env=fake_nvml.child_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", POWER_OWNER, mode],
+        env=fake_nvml.child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline().split()
     if not line or line[0] != "applied":
         proc.kill()
@@ -189,8 +199,7 @@ def test_sigkill_of_the_owner_has_the_power_limit_set_back_by_the_watchdog(fake_
     assert "set its power limit back to 600 W" in err
     if mode == "with-clocks":
         assert wait_until_unlocked(fake_nvml)
-        assert resets_by(fake_nvml, watchdog) == ["nvmlDeviceResetGpuLockedClocks",
-                                                  "nvmlDeviceResetMemoryLockedClocks"]
+        assert resets_by(fake_nvml, watchdog) == ["nvmlDeviceResetGpuLockedClocks", "nvmlDeviceResetMemoryLockedClocks"]
         assert "reset its locked core and memory clocks to the driver's default" in err
     else:
         assert resets_by(fake_nvml, watchdog) == []  # never armed: the clocks are not touched

@@ -14,8 +14,15 @@ from rlclock.workload.trace import Kernel
 
 
 def k(category: str, read_bytes: float) -> Kernel:
-    return Kernel(name="k", op="k", category=category, phase="forward", flops=1.0, dram_read_bytes=read_bytes,
-                  dram_write_bytes=1.0)
+    return Kernel(
+        name="k",
+        op="k",
+        category=category,
+        phase="forward",
+        flops=1.0,
+        dram_read_bytes=read_bytes,
+        dram_write_bytes=1.0,
+    )
 
 
 def test_explain_outliers():
@@ -29,8 +36,10 @@ def test_explain_outliers():
 
 
 def test_summarize():
-    checks = [IsolationCheck(0, "a", "gemm", 100e-6, 110e-6, 1.1, 1, 6),
-              IsolationCheck(1, "b", "norm", 50e-6, 40e-6, 0.8, 0, 50, 1, "note")]
+    checks = [
+        IsolationCheck(0, "a", "gemm", 100e-6, 110e-6, 1.1, 1, 6),
+        IsolationCheck(1, "b", "norm", 50e-6, 40e-6, 0.8, 0, 50, 1, "note"),
+    ]
     s = summarize(checks)
     assert s["ratio_of_sums"] == pytest.approx(150 / 150) and s["outliers"] == 1
     assert s["widened_memset_search"] == 1 and s["min_ratio"] == 0.8
@@ -95,13 +104,17 @@ def test_doctor_reports_the_power_limit_and_who_may_change_it(fake_nvml, capsys,
     fake_nvml.set_device(power_limit_w=650.0)
     assert main(["doctor", "--period", "0"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    facts = {line.split()[0]: line.split(None, 1)[1] for line in lines if line.startswith("  power_limit")
-             or line.startswith("  default_power")}
+    facts = {
+        line.split()[0]: line.split(None, 1)[1]
+        for line in lines
+        if line.startswith("  power_limit") or line.startswith("  default_power")
+    }
     assert facts == {"power_limit_w": "650", "default_power_limit_w": "700", "power_limit_range_w": "200–700"}
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert main(["doctor", "--period", "0"]) == 0
     assert "[no ] set a whole-job power limit (--control-clocks; read back after the change) — needs root" in (
-        capsys.readouterr().out)
+        capsys.readouterr().out
+    )
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert main(["doctor", "--period", "0"]) == 0
     assert "[yes] set a whole-job power limit" in capsys.readouterr().out

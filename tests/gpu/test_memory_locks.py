@@ -13,10 +13,20 @@ from rlclock.gpu.clocks import ClockControl
 from rlclock.schedule import ClockConfig
 
 
-@pytest.mark.parametrize("architecture, mems, want", [
-    ("Hopper", (3201, 2201), "deferred"), ("hopper", (2619, 1593), "deferred"), ("Ampere", (9501, 405), "runtime"),
-    ("Ada", (10501, 405), "runtime"), ("Hopper", (2619,), "none"), ("Ampere", (1215,), "none"),
-    ("", (5001, 405), "runtime"), ("Hopper", None, "deferred"), ("", None, "runtime")])
+@pytest.mark.parametrize(
+    "architecture, mems, want",
+    [
+        ("Hopper", (3201, 2201), "deferred"),
+        ("hopper", (2619, 1593), "deferred"),
+        ("Ampere", (9501, 405), "runtime"),
+        ("Ada", (10501, 405), "runtime"),
+        ("Hopper", (2619,), "none"),
+        ("Ampere", (1215,), "none"),
+        ("", (5001, 405), "runtime"),
+        ("Hopper", None, "deferred"),
+        ("", None, "runtime"),
+    ],
+)
 def test_the_one_rule(architecture, mems, want):
     assert memory_locks_of(architecture, mems) == want
 
@@ -97,8 +107,7 @@ def test_dry_run_on_a_deferred_gpu_plans_core_calls_only(fake_nvml):
 def test_a_runtime_lock_the_driver_refuses_becomes_one_clear_error(fake_nvml):
     """A GPU believed to lock memory at runtime whose driver says otherwise: one line, no more memory calls, and
     the core lock taken just before is given back on close."""
-    with ClockControl(0, control_clocks=True, watchdog=False, handle_signals=False,
-                      memory_locks="runtime") as clocks:
+    with ClockControl(0, control_clocks=True, watchdog=False, handle_signals=False, memory_locks="runtime") as clocks:
         with pytest.raises(ClockError, match=r"refused a runtime memory lock.*core clocks only"):
             clocks.apply("1410@2201")
         assert clocks.memory_locks == "deferred" and clocks.memory_in_effect_mhz == 3201
@@ -119,10 +128,18 @@ def test_the_deployed_worker_refuses_a_plan_with_another_memory_clock(fake_nvml)
     from rlclock.deploy.plan import SwitchPlan
     from rlclock.deploy.worker import build_control
 
-    plan = {"segments": [[0, 5, "auto", 0.0, 0.005], [5, 10, "1410@2201", 0.005, 0.01]],
-            "events": [[1, "1410@2201", 0.0, 0.005, 0.005, 0.01]], "skipped": [], "initial": "auto",
-            "latency_s": 0.006, "lead_s": 0.0, "min_dwell_s": 0.0, "period_s": 0.01,
-            "span_s": 0.01, "on_plan_fraction": 1.0}
+    plan = {
+        "segments": [[0, 5, "auto", 0.0, 0.005], [5, 10, "1410@2201", 0.005, 0.01]],
+        "events": [[1, "1410@2201", 0.0, 0.005, 0.005, 0.01]],
+        "skipped": [],
+        "initial": "auto",
+        "latency_s": 0.006,
+        "lead_s": 0.0,
+        "min_dwell_s": 0.0,
+        "period_s": 0.01,
+        "span_s": 0.01,
+        "on_plan_fraction": 1.0,
+    }
     assert ClockConfig(1410, 2201) in SwitchPlan.from_dict(plan).configs
     with pytest.raises(ClockError, match="cannot lock its memory clock"):
         build_control({"plan": plan, "device": 0, "control_clocks": False}, handle_signals=False)

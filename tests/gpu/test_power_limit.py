@@ -104,14 +104,17 @@ def test_exception_inside_the_block_restores(found_600):
     assert found_600.device()["power_limit_w"] == 600
 
 
-@pytest.mark.parametrize("value, match", [
-    (900, r"power limit 900 W is outside the range of GPU 0 \(NVIDIA H200\): 200–700 W"),
-    (199.9, r"power limit 199\.9 W is outside the range of GPU 0 \(NVIDIA H200\): 200–700 W"),
-    (math.nan, r"power limit nan for GPU 0 \(NVIDIA H200\) is not a finite number"),
-    (math.inf, r"power limit inf for GPU 0 \(NVIDIA H200\) is not a finite number"),
-    ("650", r"power limit '650' for GPU 0 \(NVIDIA H200\) is not a finite number"),
-    (True, r"power limit True for GPU 0 \(NVIDIA H200\) is not a finite number"),
-])
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        (900, r"power limit 900 W is outside the range of GPU 0 \(NVIDIA H200\): 200–700 W"),
+        (199.9, r"power limit 199\.9 W is outside the range of GPU 0 \(NVIDIA H200\): 200–700 W"),
+        (math.nan, r"power limit nan for GPU 0 \(NVIDIA H200\) is not a finite number"),
+        (math.inf, r"power limit inf for GPU 0 \(NVIDIA H200\) is not a finite number"),
+        ("650", r"power limit '650' for GPU 0 \(NVIDIA H200\) is not a finite number"),
+        (True, r"power limit True for GPU 0 \(NVIDIA H200\) is not a finite number"),
+    ],
+)
 def test_bad_limits_are_refused_in_one_line_before_any_nvml_call(found_600, value, match):
     for clocks in (live(), ClockControl(0)):
         with clocks, pytest.raises(ClockError, match=match) as exc:
@@ -136,8 +139,11 @@ def test_permission_error_is_one_line_and_leaves_nothing_to_restore(found_600):
 def test_a_gpu_whose_power_limit_cannot_be_set_is_refused_in_one_line(fake_nvml):
     fake_nvml.set_device(0, power_limit_supported=False)
     with live() as clocks:
-        with pytest.raises(NvmlNotSupportedError, match=r"power limit of GPU 0 \(NVIDIA H200\) cannot be changed "
-                                                        "through NVML") as exc:
+        with pytest.raises(
+            NvmlNotSupportedError,
+            match=r"power limit of GPU 0 \(NVIDIA H200\) cannot be changed "
+            "through NVML",
+        ) as exc:
             clocks.set_power_limit(650)
         assert "\n" not in str(exc.value)
         rec = clocks.set_power_limit(None)  # nothing asked: fine on any GPU
@@ -230,9 +236,25 @@ def stand_in_owner() -> subprocess.Popen:
 def watchdog_of(owner: subprocess.Popen) -> tuple[subprocess.Popen, int]:
     """A watchdog process guarding for ``owner``; returns it and the write end of its pipe."""
     read_fd, write_fd = os.pipe()
-    proc = subprocess.Popen([sys.executable, "-c", watchdog._BOOT, "--fd", str(read_fd), "--owner", str(owner.pid),
-                             "--owner-start", str(ownership.process_start(owner.pid)), "--devices", "0",
-                             "--poll", "0.05"], pass_fds=(read_fd,), stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            watchdog._BOOT,
+            "--fd",
+            str(read_fd),
+            "--owner",
+            str(owner.pid),
+            "--owner-start",
+            str(ownership.process_start(owner.pid)),
+            "--devices",
+            "0",
+            "--poll",
+            "0.05",
+        ],
+        pass_fds=(read_fd,),
+        stdout=subprocess.PIPE,
+    )
     os.close(read_fd)
     assert proc.stdout.readline().strip() == b"ready"
     return proc, write_fd

@@ -30,8 +30,13 @@ def no_clock_setting(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("a clock- or power-setting NVML function was called on a real GPU")
 
-    for name in ("set_locked_core_clocks", "set_locked_mem_clocks", "reset_locked_core_clocks",
-                 "reset_locked_mem_clocks", "set_power_limit_w"):
+    for name in (
+        "set_locked_core_clocks",
+        "set_locked_mem_clocks",
+        "reset_locked_core_clocks",
+        "reset_locked_mem_clocks",
+        "set_power_limit_w",
+    ):
         monkeypatch.setattr(NvmlDevice, name, forbidden)
 
 
@@ -143,8 +148,9 @@ def test_schedule_replay_in_observe_mode(captured, no_clock_setting):
         plain = ClockSchedule.from_configs([AUTO if i % 3 else low for i in range(n)], name="alternating")
         lo, hi = NvmlDevice(0).power_limit_range_w()
         sched = ClockSchedule(plain.configs, plain.index, plain.name, power_limit_w=round((lo + hi) / 2))
-        rep = replay_schedule(captured, sched, clocks, NvmlDevice(0),
-                              MeasureSettings(window_s=0.2, warmup_s=0.05, repeats=2))
+        rep = replay_schedule(
+            captured, sched, clocks, NvmlDevice(0), MeasureSettings(window_s=0.2, warmup_s=0.05, repeats=2)
+        )
         assert rep.dry_run and rep.segments > 2 and rep.switches_per_step == rep.segments - 1
         assert rep.stats.time_s > 0 and rep.stats.energy_j > 0
         assert not any(r.applied for r in clocks.history)
@@ -166,12 +172,40 @@ def test_live_backend_and_cli_on_a_profiled_trace(tmp_path, no_clock_setting, ca
     except Exception:
         pytest.skip(f"no preset for {name}")
     trace_path = tmp_path / "small.trace.json"
-    assert main(["profile", "--hidden", "512", "--heads", "8", "--seq", "512", "--batch", "2", "--replays", "3",
-                 "--out", str(trace_path)]) == 0
-    env = parse_env_spec({"gpu": preset, "workload": {"trace": str(trace_path)},
-                          "backend": {"kind": "nvml", "window_s": 0.2, "warmup_s": 0.05, "repeats": 2,
-                                      "cache": str(tmp_path / "cache.json")},
-                          "actions": {"configs": ["auto"]}})
+    assert (
+        main(
+            [
+                "profile",
+                "--hidden",
+                "512",
+                "--heads",
+                "8",
+                "--seq",
+                "512",
+                "--batch",
+                "2",
+                "--replays",
+                "3",
+                "--out",
+                str(trace_path),
+            ]
+        )
+        == 0
+    )
+    env = parse_env_spec(
+        {
+            "gpu": preset,
+            "workload": {"trace": str(trace_path)},
+            "backend": {
+                "kind": "nvml",
+                "window_s": 0.2,
+                "warmup_s": 0.05,
+                "repeats": 2,
+                "cache": str(tmp_path / "cache.json"),
+            },
+            "actions": {"configs": ["auto"]},
+        }
+    )
     backend = env.build_backend()
     try:
         t, e = backend.tables
@@ -180,13 +214,47 @@ def test_live_backend_and_cli_on_a_profiled_trace(tmp_path, no_clock_setting, ca
     finally:
         backend.close()
     table = tmp_path / "m.json"
-    assert main(["measure", str(trace_path), "--out", str(table), "--kernels", "0,1", "--window", "0.2",
-                 "--warmup", "0.05", "--repeats", "2", "--write-trace", str(tmp_path / "measured.json")]) == 0
+    assert (
+        main(
+            [
+                "measure",
+                str(trace_path),
+                "--out",
+                str(table),
+                "--kernels",
+                "0,1",
+                "--window",
+                "0.2",
+                "--warmup",
+                "0.05",
+                "--repeats",
+                "2",
+                "--write-trace",
+                str(tmp_path / "measured.json"),
+            ]
+        )
+        == 0
+    )
     assert "table written" in capsys.readouterr().out
     sched = tmp_path / "s.json"
     ClockSchedule.constant(AUTO, len(backend.trace), name="auto").save(sched)
-    assert main(["measure", str(trace_path), "--schedule", str(sched), "--window", "0.2", "--warmup", "0.05",
-                 "--repeats", "2"]) == 0
+    assert (
+        main(
+            [
+                "measure",
+                str(trace_path),
+                "--schedule",
+                str(sched),
+                "--window",
+                "0.2",
+                "--warmup",
+                "0.05",
+                "--repeats",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert "segmented step" in capsys.readouterr().out
 
 
@@ -235,7 +303,7 @@ def test_calibration_suite_kernels_run_the_work_they_declare(no_clock_setting):
             finally:
                 runner.close()
     # the under-occupied stream is slower per byte than the full-GPU one: latency, not bandwidth, bounds it
-    assert times["latency_stream"] / 2 ** 29 > times["dram_stream"] / 2 ** 31
+    assert times["latency_stream"] / 2**29 > times["dram_stream"] / 2**31
 
 
 def test_the_spec_built_from_the_gpu_agrees_with_its_preset(no_clock_setting, capsys):
@@ -248,16 +316,22 @@ def test_the_spec_built_from_the_gpu_agrees_with_its_preset(no_clock_setting, ca
 
     facts = device_facts(0)
     built = spec_from_facts(facts)
-    print(f"\n{facts}\n-> {built.key}: {built.sm_count} SMs, {built.threads_per_sm} threads/SM, "
-          f"L2 {built.l2_bytes:g} B, {built.mem_bus_bits}-bit, rates {built.tensor_flops_per_cycle_per_sm} / "
-          f"{built.simt_flops_per_cycle_per_sm}")
+    print(
+        f"\n{facts}\n-> {built.key}: {built.sm_count} SMs, {built.threads_per_sm} threads/SM, "
+        f"L2 {built.l2_bytes:g} B, {built.mem_bus_bits}-bit, rates {built.tensor_flops_per_cycle_per_sm} / "
+        f"{built.simt_flops_per_cycle_per_sm}"
+    )
     assert facts.sm_count > 0 and facts.l2_bytes > 0 and facts.threads_per_sm > 0  # CUDA's figures were read
     try:
         preset = get_spec(facts.name)
     except SpecError:
         pytest.skip(f"no preset for {facts.name} to compare with")
     assert (built.sm_count, built.threads_per_sm, dict(built.clocks), built.memory_locks) == (
-        preset.sm_count, preset.threads_per_sm, dict(preset.clocks), preset.memory_locks)
+        preset.sm_count,
+        preset.threads_per_sm,
+        dict(preset.clocks),
+        preset.memory_locks,
+    )
     assert built.l2_bytes == pytest.approx(preset.l2_bytes, rel=0.1)  # presets give datasheet MB, CUDA bytes
     # NVML gives the enabled width: an H200 reports 6016 bits (its 141 GB of 144), the preset the full 6144
     assert built.mem_bus_bits == pytest.approx(preset.mem_bus_bits, rel=0.03)

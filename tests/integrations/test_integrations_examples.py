@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-pytestmark = [pytest.mark.filterwarnings("ignore:.*LeafSpec:FutureWarning"),  # Lightning's, under a newer torch
-              pytest.mark.filterwarnings("ignore:.*does not have many workers")]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*LeafSpec:FutureWarning"),  # Lightning's, under a newer torch
+    pytest.mark.filterwarnings("ignore:.*does not have many workers"),
+]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FRAMEWORK = {"train_hf": "transformers", "train_lightning": "lightning.pytorch"}
 
@@ -49,8 +51,22 @@ def test_plainly_on_a_cpu_the_deployment_says_it_is_inactive(name, capsys):
 def test_a_saved_plan_runs_a_plan_only_dry_run_over_the_optimizer_steps(name, no_nvml, saved_plan, tmp_path):
     schedule, timeline = saved_plan
     report = tmp_path / "report.json"
-    clock = example(name).main(["--steps", "4", "--accumulate", "3", "--schedule", schedule, "--timeline", timeline,
-                                "--latency", "0.006", "--report", str(report)])
+    clock = example(name).main(
+        [
+            "--steps",
+            "4",
+            "--accumulate",
+            "3",
+            "--schedule",
+            schedule,
+            "--timeline",
+            timeline,
+            "--latency",
+            "0.006",
+            "--report",
+            str(report),
+        ]
+    )
     assert clock.steps == 4 and clock.report.mode == "plan-only" and clock.report.steps == 4
     assert json.loads(report.read_text())["steps"] == 4
 
@@ -63,9 +79,24 @@ def test_under_rlclock_apply_the_commands_options_apply(name, no_nvml, saved_pla
     schedule, timeline = saved_plan
     parser = argparse.ArgumentParser()
     apply.register(parser.add_subparsers())
-    args = parser.parse_args(["apply", "--schedule", schedule, "--timeline", timeline, "--latency", "0.006",
-                              "--worker", "thread", "--report", str(tmp_path / "apply.json"), "--",
-                              "python", f"examples/{name}.py"])
+    args = parser.parse_args(
+        [
+            "apply",
+            "--schedule",
+            schedule,
+            "--timeline",
+            timeline,
+            "--latency",
+            "0.006",
+            "--worker",
+            "thread",
+            "--report",
+            str(tmp_path / "apply.json"),
+            "--",
+            "python",
+            f"examples/{name}.py",
+        ]
+    )
     for k, v in DeploySettings.from_args(args).to_env().items():
         monkeypatch.setenv(k, v)
     clock = example(name).main(["--steps", "3"])  # the script names the shipped policy; the command overrides it

@@ -21,8 +21,15 @@ VOCAB, SEQ = 64, 16
 
 def tiny_model() -> torch.nn.Module:
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=SEQ)
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=SEQ,
+    )
     return transformers.LlamaForCausalLM(config)
 
 
@@ -41,24 +48,40 @@ class Tokens(torch.utils.data.Dataset):
 
 def trainer(tmp_path, callback, samples: int = 20, model=None, **args) -> transformers.Trainer:
     args = {"per_device_train_batch_size": 2, "num_train_epochs": 1, **args}
-    targs = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none", save_strategy="no",
-                                           logging_strategy="no", use_cpu=True, disable_tqdm=True, **args)
-    return transformers.Trainer(model=model or tiny_model(), args=targs, train_dataset=Tokens(samples),
-                                callbacks=[callback])
+    targs = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        **args,
+    )
+    return transformers.Trainer(
+        model=model or tiny_model(), args=targs, train_dataset=Tokens(samples), callbacks=[callback]
+    )
 
 
-@pytest.mark.parametrize("args, optimizer_steps", [
-    ({"gradient_accumulation_steps": 3, "num_train_epochs": 2}, 8),  # 10 batches an epoch: 3 + 3 + 3 + 1
-    ({"gradient_accumulation_steps": 2, "max_steps": 3}, 3),
-    ({"max_steps": 4}, 4),
-])
+@pytest.mark.parametrize(
+    "args, optimizer_steps",
+    [
+        ({"gradient_accumulation_steps": 3, "num_train_epochs": 2}, 8),  # 10 batches an epoch: 3 + 3 + 3 + 1
+        ({"gradient_accumulation_steps": 2, "max_steps": 3}, 3),
+        ({"max_steps": 4}, 4),
+    ],
+)
 def test_a_step_is_an_optimizer_step(no_nvml, plan_options, tmp_path, args, optimizer_steps):
     report = tmp_path / "report.json"
     cb = RlclockTrainerCallback(**plan_options, report=report)
     opt_steps = []
     t = trainer(tmp_path, cb, **args)
-    t.add_callback(type("Spy", (transformers.TrainerCallback,), {
-        "on_optimizer_step": lambda self, *a, **k: opt_steps.append(cb.steps)}))
+    t.add_callback(
+        type(
+            "Spy",
+            (transformers.TrainerCallback,),
+            {"on_optimizer_step": lambda self, *a, **k: opt_steps.append(cb.steps)},
+        )
+    )
     t.train()
     assert t.state.global_step == optimizer_steps == len(opt_steps) == cb.steps
     assert opt_steps == list(range(1, optimizer_steps + 1))  # each optimizer step inside its own marked step
@@ -122,8 +145,14 @@ def test_rlclock_apply_overrides_the_callbacks_options(no_nvml, plan, tmp_path, 
     schedule, timeline = plan
     schedule.save(tmp_path / "s.json")
     timeline.save(tmp_path / "t.json")
-    env = DeploySettings(schedule=str(tmp_path / "s.json"), timeline=str(tmp_path / "t.json"), latency_s=0.006,
-                         worker="thread", verbose=False, report=str(tmp_path / "apply.json")).to_env()
+    env = DeploySettings(
+        schedule=str(tmp_path / "s.json"),
+        timeline=str(tmp_path / "t.json"),
+        latency_s=0.006,
+        worker="thread",
+        verbose=False,
+        report=str(tmp_path / "apply.json"),
+    ).to_env()
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     cb = RlclockTrainerCallback(checkpoint="gpt3xl-h200", latency_s=0.5, worker="process")
@@ -159,11 +188,14 @@ def test_watch_marks_the_layers_and_unhooks_them(no_nvml, plan_options, tmp_path
     assert all(not layer._forward_pre_hooks and not layer._forward_hooks for layer in layers)  # unhooked
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"latency": 0.006}, "unknown option"),
-    ({"watch": 0}, "watch"),
-    ({"watch": "yes"}, "watch"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"latency": 0.006}, "unknown option"),
+        ({"watch": 0}, "watch"),
+        ({"watch": "yes"}, "watch"),
+    ],
+)
 def test_bad_arguments_fail_when_the_callback_is_made(kwargs, match):
     with pytest.raises(DeployError, match=match):
         RlclockTrainerCallback(**kwargs)

@@ -16,8 +16,10 @@ pl = pytest.importorskip("lightning.pytorch")
 
 from rlclock.integrations.lightning import RlclockLightningCallback  # noqa: E402
 
-pytestmark = [pytest.mark.filterwarnings("ignore:.*LeafSpec:FutureWarning"),  # Lightning's, under a newer torch
-              pytest.mark.filterwarnings("ignore:.*does not have many workers")]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*LeafSpec:FutureWarning"),  # Lightning's, under a newer torch
+    pytest.mark.filterwarnings("ignore:.*does not have many workers"),
+]
 
 
 class RegressionSteps:
@@ -65,14 +67,23 @@ class Manual(Regression):
 
 def loader(batches: int = 10) -> torch.utils.data.DataLoader:
     g = torch.Generator().manual_seed(0)
-    data = torch.utils.data.TensorDataset(torch.randn(batches * 2, 4, generator=g), torch.randn(batches * 2, 1,
-                                                                                                 generator=g))
+    data = torch.utils.data.TensorDataset(
+        torch.randn(batches * 2, 4, generator=g), torch.randn(batches * 2, 1, generator=g)
+    )
     return torch.utils.data.DataLoader(data, batch_size=2)
 
 
 def make_trainer(package, callback, **kwargs):
-    args = {"accelerator": "cpu", "devices": 1, "logger": False, "enable_checkpointing": False,
-            "enable_progress_bar": False, "enable_model_summary": False, "max_epochs": 1, **kwargs}
+    args = {
+        "accelerator": "cpu",
+        "devices": 1,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "max_epochs": 1,
+        **kwargs,
+    }
     return package.Trainer(callbacks=[callback, *args.pop("more_callbacks", [])], **args)
 
 
@@ -87,12 +98,15 @@ class OptimizerSteps(pl.Callback):
         self.seen.append(self.clock.steps)
 
 
-@pytest.mark.parametrize("kwargs, optimizer_steps", [
-    ({"accumulate_grad_batches": 3, "max_epochs": 2}, 8),  # 10 batches an epoch: 3 + 3 + 3 + 1, twice
-    ({"accumulate_grad_batches": 2, "max_steps": 3}, 3),
-    ({"max_steps": 4}, 4),
-    ({"more_callbacks": [pl.callbacks.GradientAccumulationScheduler({0: 4, 1: 2})], "max_epochs": 2}, 3 + 5),
-])
+@pytest.mark.parametrize(
+    "kwargs, optimizer_steps",
+    [
+        ({"accumulate_grad_batches": 3, "max_epochs": 2}, 8),  # 10 batches an epoch: 3 + 3 + 3 + 1, twice
+        ({"accumulate_grad_batches": 2, "max_steps": 3}, 3),
+        ({"max_steps": 4}, 4),
+        ({"more_callbacks": [pl.callbacks.GradientAccumulationScheduler({0: 4, 1: 2})], "max_epochs": 2}, 3 + 5),
+    ],
+)
 def test_a_step_is_an_optimizer_step(no_nvml, plan_options, tmp_path, kwargs, optimizer_steps):
     report = tmp_path / "report.json"
     cb = RlclockLightningCallback(**plan_options, report=report)
@@ -113,10 +127,19 @@ def test_manual_optimization_marks_every_batch(no_nvml, plan_options):
     assert trainer.global_step == 5 == cb.steps == cb.report.steps
 
 
-@pytest.mark.parametrize("batch_idx, every, automatic, begins", [
-    (0, 1, True, True), (1, 1, True, True), (0, 4, True, True), (3, 4, True, False), (4, 4, True, True),
-    (6, 3, True, True), (7, 3, True, False), (3, 4, False, True),
-])
+@pytest.mark.parametrize(
+    "batch_idx, every, automatic, begins",
+    [
+        (0, 1, True, True),
+        (1, 1, True, True),
+        (0, 4, True, True),
+        (3, 4, True, False),
+        (4, 4, True, True),
+        (6, 3, True, True),
+        (7, 3, True, False),
+        (3, 4, False, True),
+    ],
+)
 def test_which_batch_begins_a_step(batch_idx, every, automatic, begins):
     trainer = type("T", (), {"accumulate_grad_batches": every})()
     module = type("M", (), {"automatic_optimization": automatic})()
@@ -164,8 +187,15 @@ def test_two_ranks_under_ddp_fork_each_apply_rank_0s_plan(no_nvml, plan_options,
             if trainer.global_rank == 1:
                 cb.session._schedule = ClockSchedule.constant("1410@3201", 40)
 
-    trainer = make_trainer(pl, cb, devices=2, strategy="ddp_fork", accumulate_grad_batches=2, max_steps=3,
-                           more_callbacks=[OtherPlanOnRank1()])
+    trainer = make_trainer(
+        pl,
+        cb,
+        devices=2,
+        strategy="ddp_fork",
+        accumulate_grad_batches=2,
+        max_steps=3,
+        more_callbacks=[OtherPlanOnRank1()],
+    )
     trainer.fit(Regression(), loader())
     reports = sorted(p.name for p in tmp_path.glob("report*.json"))
     assert reports == ["report.rank0.json", "report.rank1.json"]

@@ -38,8 +38,7 @@ def test_a_session_marks_steps_and_closes_once(no_nvml, plan_options):
     assert session.close().steps == 1
 
 
-def test_an_error_while_closing_after_a_failure_does_not_hide_the_failure(no_nvml, plan_options, capsys,
-                                                                         monkeypatch):
+def test_an_error_while_closing_after_a_failure_does_not_hide_the_failure(no_nvml, plan_options, capsys, monkeypatch):
     session = TrainingSession(**{**plan_options, "verbose": True})
     session.open()
     session.begin_step()
@@ -85,8 +84,13 @@ for step in range(5):
 
 def test_an_uncaught_exception_closes_the_deployment_at_the_interpreters_exit(no_nvml, tmp_path):
     report = tmp_path / "report.json"
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT.format(report=str(report)))],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT.format(report=str(report)))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert out.returncode == 1 and "RuntimeError: boom in the fourth step" in out.stderr
     assert "the interpreter is exiting after 4 optimizer steps" in out.stderr
     assert json.loads(report.read_text())["steps"] == 4
@@ -121,13 +125,16 @@ def test_rlclock_installs_and_imports_without_the_frameworks():
     assert issubclass(MissingFrameworkError, DeployError) and issubclass(MissingFrameworkError, ModuleNotFoundError)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"latency": 0.006}, "unknown option"),
-    ({"watch": 0}, "watch"),
-    ({"watch": -2}, "watch"),
-    ({"watch": 1.5}, "watch"),
-    ({"watch": "yes"}, "watch"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"latency": 0.006}, "unknown option"),
+        ({"watch": 0}, "watch"),
+        ({"watch": -2}, "watch"),
+        ({"watch": 1.5}, "watch"),
+        ({"watch": "yes"}, "watch"),
+    ],
+)
 def test_bad_arguments_fail_when_the_session_is_made(kwargs, match):
     with pytest.raises(DeployError, match=match):
         TrainingSession(**kwargs)

@@ -25,8 +25,14 @@ from rlclock.observation.lookahead import (
 from rlclock.schedule import ClockConfig
 from rlclock.solve.optimum import SwitchDag
 
-CONFIGS = (ClockConfig(), ClockConfig(None, 9501), ClockConfig(1800, 9501), ClockConfig(1200, 9501),
-           ClockConfig(1800, 5001), ClockConfig(1200, 5001))
+CONFIGS = (
+    ClockConfig(),
+    ClockConfig(None, 9501),
+    ClockConfig(1800, 9501),
+    ClockConfig(1200, 9501),
+    ClockConfig(1800, 5001),
+    ClockConfig(1200, 5001),
+)
 
 
 def _tables(n: int = 40, seed: int = 0):
@@ -50,8 +56,7 @@ def test_bins_hold_the_added_time_and_energy_in_latency_units():
     width = edges[b + 1] - edges[b]
     np.testing.assert_allclose(look.bin_time[k, b], (t[lo:hi] - at[lo:hi, None]).sum(0) / width, rtol=1e-5)
     power = ae.sum() / at.sum()
-    np.testing.assert_allclose(look.bin_energy[k, b], (e[lo:hi] - ae[lo:hi, None]).sum(0) / (power * width),
-                               rtol=1e-5)
+    np.testing.assert_allclose(look.bin_energy[k, b], (e[lo:hi] - ae[lo:hi, None]).sum(0) / (power * width), rtol=1e-5)
     assert np.all(look.bin_time[:, :, 0] == 0) and np.all(look.bin_energy[:, :, 0] == 0)  # auto adds nothing
     assert look.occupancy[0].tolist() == [1.0] * N_BINS
     # the last 1 ms kernel fills half the first bin; the bins after it are past the step's end
@@ -71,8 +76,11 @@ def test_candidates_are_the_best_of_their_memory_clock_over_each_window():
     price = 1.3
     cand = look.candidates(price)
     groups = memory_groups(CONFIGS)
-    assert cand.shape == (len(t), n_slots(CONFIGS)) == (len(t), 1 + len(CANDIDATE_PRICE_FACTORS)
-                                                         * len(CANDIDATE_WINDOWS) * 2)
+    assert (
+        cand.shape
+        == (len(t), n_slots(CONFIGS))
+        == (len(t), 1 + len(CANDIDATE_PRICE_FACTORS) * len(CANDIDATE_WINDOWS) * 2)
+    )
     assert np.all(cand[:, 0] == 0)
     edges = bin_edges_s(0.002)
     power = ae.sum() / at.sum()
@@ -197,8 +205,7 @@ def test_the_blocked_running_sums_are_the_step_long_ones(monkeypatch):
 
     ep = episode_tables(load_env_spec("gpt3xl-rtx3080ti"))
     auto = ep.backend.auto_run()
-    args = (ep.time_s, ep.energy_j, auto.kernel_time_s, auto.kernel_energy_j, ep.backend.latency_s,
-            ep.backend.configs)
+    args = (ep.time_s, ep.energy_j, auto.kernel_time_s, auto.kernel_energy_j, ep.backend.latency_s, ep.backend.configs)
     whole = lookahead.StepLookahead(*args)
     for chunk in (1, 7, 256):
         monkeypatch.setattr(lookahead, "_CHUNK", chunk)

@@ -13,11 +13,20 @@ from rlclock.policy import ClockPolicy
 ROOT = Path(__file__).resolve().parents[2] / "checkpoints"
 
 
-@pytest.mark.parametrize("name, gpu", [("gpt3xl-rtx3080ti", "rtx3080ti"), ("gpt3xl-h200", "h200-sxm"),
-                                       ("gpt3xl-h100", "h100-sxm"), ("gpt3xl-a100", "a100-sxm4-40gb"),
-                                       ("family-rtx3080ti", "rtx3080ti"), ("corpus-h200", "h200-sxm"),
-                                       ("corpus-h100", "h100-sxm"), ("corpus-a100", "a100-sxm4-40gb"),
-                                       ("corpus-rtx3080ti", "rtx3080ti")])
+@pytest.mark.parametrize(
+    "name, gpu",
+    [
+        ("gpt3xl-rtx3080ti", "rtx3080ti"),
+        ("gpt3xl-h200", "h200-sxm"),
+        ("gpt3xl-h100", "h100-sxm"),
+        ("gpt3xl-a100", "a100-sxm4-40gb"),
+        ("family-rtx3080ti", "rtx3080ti"),
+        ("corpus-h200", "h200-sxm"),
+        ("corpus-h100", "h100-sxm"),
+        ("corpus-a100", "a100-sxm4-40gb"),
+        ("corpus-rtx3080ti", "rtx3080ti"),
+    ],
+)
 def test_shipped_checkpoint(name, gpu):
     """Each loads, and plans its first training spec (a corpus policy: BERT's real step, found in the shipped
     measurements) within budget at the share of the optimum its metadata records for it (so a checkpoint left

@@ -63,7 +63,9 @@ def test_decisions_do_not_depend_on_which_rollout_asked_first(real_step):
         pol.rollout(step, price, prepared=prepared)
     again = pol.rollout(step, 0.6, prepared=prepared)
     assert np.array_equal(first.requests, again.requests) and (first.time_s, first.energy_j) == (
-        again.time_s, again.energy_j)
+        again.time_s,
+        again.energy_j,
+    )
 
 
 @pytest.mark.parametrize("latency_s", [None, 0.0, 0.0005, 0.03])
@@ -87,8 +89,9 @@ def test_the_search_counts_its_plan_as_the_rollout_does(real_step, latency_s):
         assert found.objective_j <= pol.rollout(step, price, prepared=prepared).objective(weight) * (1 + 1e-12)
         tab = pol.evaluator.price_tables(prepared, price)
         k, c = np.nonzero(found.overrides >= 0)
-        assert k.size and all(_is_ranked(tab, prepared, i, j, found.overrides[i, j])
-                              for i, j in zip(k.tolist(), c.tolist(), strict=True))
+        assert k.size and all(
+            _is_ranked(tab, prepared, i, j, found.overrides[i, j]) for i, j in zip(k.tolist(), c.tolist(), strict=True)
+        )
         # one decision on the searched plan's path taken the other way: never better
         path = np.flatnonzero(np.diff(np.concatenate([[0], searched.requests])) != 0)
         for i in rng.choice(path, size=min(4, len(path)), replace=False).tolist():
@@ -109,8 +112,13 @@ def _first_stages(pol: ClockPolicy, step: PlanningStep, budget: float, later: bo
     """The budget planner's state after its price grid, time-sharing and (``later``) later start (the plan from
     first choices)."""
     auto_s, auto_j = step.auto_total_s, float(step.auto_energy_j.sum())
-    state = planner._Budget(pol.evaluator, step, pol.prepare(step), auto_s * (1 + budget) * (1 + 1e-12),
-                            Plan(np.zeros(step.n, dtype=np.int64), auto_s, auto_j, 0))
+    state = planner._Budget(
+        pol.evaluator,
+        step,
+        pol.prepare(step),
+        auto_s * (1 + budget) * (1 + 1e-12),
+        Plan(np.zeros(step.n, dtype=np.int64), auto_s, auto_j, 0),
+    )
     planner.price_grid(state, 24)
     planner.time_share(state, 2, 8)
     if later:
@@ -142,14 +150,16 @@ def test_the_plan_with_the_search_fits_saves_and_asks_only_for_the_policys_choic
     assert best.time_s <= step.auto_total_s * (1 + budget) * (1 + 1e-9) and best.energy_j <= plain.energy_j
     assert best.energy_j < float(step.auto_energy_j.sum())
     assert state.best_prices is not None
-    replay = pol.rollout(step, state.best_prices, prepared=state.prepared, overrides=state.best_overrides,
-                         start=state.best_start)
+    replay = pol.rollout(
+        step, state.best_prices, prepared=state.prepared, overrides=state.best_overrides, start=state.best_start
+    )
     assert np.array_equal(replay.requests, best.requests) and replay.energy_j == best.energy_j
     for price, over in state.best_overrides.items():
         tab = pol.evaluator.price_tables(state.prepared, price)
         k, c = np.nonzero(over >= 0)
-        assert all(_is_ranked(tab, state.prepared, i, j, over[i, j]) for i, j in zip(k.tolist(), c.tolist(),
-                                                                                   strict=True))
+        assert all(
+            _is_ranked(tab, state.prepared, i, j, over[i, j]) for i, j in zip(k.tolist(), c.tolist(), strict=True)
+        )
     assert np.array_equal(pol.plan(step, budget, search=True).requests, best.requests)
 
 

@@ -15,9 +15,11 @@ from rlclock.solve.baselines import BASELINES, kernel_edp, run_baselines
 from rlclock.solve.evaluation import evaluate
 
 SMALL = {
-    "name": "small-latency", "gpu": "rtx3080ti",
+    "name": "small-latency",
+    "gpu": "rtx3080ti",
     "workload": {"generator": "llmc", "batch": 8, "seq": 512, "hidden": 1024, "heads": 8, "layers": 2},
-    "switch_latency_s": 0.002, "actions": {"core_step_mhz": 210, "core_min_mhz": 210},
+    "switch_latency_s": 0.002,
+    "actions": {"core_step_mhz": 210, "core_min_mhz": 210},
     "reward": {"budget": 0.01},
 }
 

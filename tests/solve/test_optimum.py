@@ -103,17 +103,33 @@ def _hard_step():
     """A step whose exact latency-aware search takes far longer than the limits below."""
     from rlclock.config import parse_env_spec
 
-    spec = parse_env_spec({"name": "m", "gpu": "a100-sxm4-40gb", "switch_latency_s": 0.001,
-                           "workload": {"generator": "transformer", "style": "llama", "hidden": 4096, "heads": 32,
-                                        "kv_heads": 8, "ffn": 14336, "seq": 4096, "batch": 1, "layers": 8,
-                                        "vocab": 32000}})
+    spec = parse_env_spec(
+        {
+            "name": "m",
+            "gpu": "a100-sxm4-40gb",
+            "switch_latency_s": 0.001,
+            "workload": {
+                "generator": "transformer",
+                "style": "llama",
+                "hidden": 4096,
+                "heads": 32,
+                "kv_heads": 8,
+                "ffn": 14336,
+                "seq": 4096,
+                "batch": 1,
+                "layers": 8,
+                "vocab": 32000,
+            },
+        }
+    )
     backend = spec.build_backend()
     t, e = backend.tables
     return t, e, backend.latency_s, backend.auto_run().time_s * 1.03
 
 
-@pytest.mark.parametrize("limits, why", [({"time_limit_s": 2.0}, "time limit"),
-                                         ({"max_memory_bytes": 2e6}, "memory limit")])
+@pytest.mark.parametrize(
+    "limits, why", [({"time_limit_s": 2.0}, "time limit"), ({"max_memory_bytes": 2e6}, "memory limit")]
+)
 def test_past_its_limits_the_solver_returns_the_best_plan_with_its_proven_gap(limits, why):
     import time
 
@@ -163,8 +179,9 @@ def test_stopped_at_any_check_the_solver_answers_with_a_plan_and_a_valid_bound(m
     gpu, t, e = _instance(rng, 9, 3, latency)
     budget = t[:, 0].sum() * 1.08
     exact = latency_aware_optimum(t, e, latency, budget) if latency else knapsack_optimum(t, e, budget)
-    solve = (lambda: latency_aware_optimum(t, e, latency, budget)) if latency else \
-        (lambda: knapsack_optimum(t, e, budget))
+    solve = (
+        (lambda: latency_aware_optimum(t, e, latency, budget)) if latency else (lambda: knapsack_optimum(t, e, budget))
+    )
     total = _checks(monkeypatch, solve)
     assert total > 5
     for k in range(total + 1):
@@ -208,8 +225,10 @@ def test_a_million_kernels_answer_within_the_limit():
     t = rng.uniform(1e-6, 2e-6, (n, C))
     e = t * rng.uniform(100.0, 300.0, (n, C))
     budget = t[:, 0].sum() * 1.02
-    for solve in (lambda: latency_aware_optimum(t, e, 5e-5, budget, time_limit_s=1.0),
-                  lambda: knapsack_optimum(t, e, budget, time_limit_s=1.0)):
+    for solve in (
+        lambda: latency_aware_optimum(t, e, 5e-5, budget, time_limit_s=1.0),
+        lambda: knapsack_optimum(t, e, budget, time_limit_s=1.0),
+    ):
         start = time.perf_counter()
         opt = solve()
         assert time.perf_counter() - start <= 1.0 * 1.1 + 0.4  # the limit + 10 %, and a loaded machine's jitter

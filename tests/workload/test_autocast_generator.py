@@ -16,8 +16,7 @@ from rlclock.workload.op_costs import refresh_costs
 from rlclock.workload.trace import KernelTrace
 from rlclock.workload.transformer import TransformerConfig, layer_kernels, transformer_step
 
-SMALL = dict(style="gpt", hidden=768, heads=12, seq=512, batch=16, layers=8, vocab=256, tied_head=True,
-             optimizer=True)
+SMALL = dict(style="gpt", hidden=768, heads=12, seq=512, batch=16, layers=8, vocab=256, tied_head=True, optimizer=True)
 """examples/train_small_gpt.py's model (corpus-h200/train-small-gpt)."""
 
 
@@ -39,8 +38,11 @@ def test_an_autocast_layer_casts_weights_runs_norms_and_the_residual_in_fp32():
     for linear in ("qkv.fwd", "attnproj.fwd", "fc.fwd", "proj.fwd"):
         i = next(j for j, k in enumerate(fwd) if k.op == linear and k.category == "gemm")
         assert f"{linear}.weight_cast" in ops[:i] and ops[i - 1] == linear and fwd[i - 1].category == "memset"
-    assert all(k.dtype == "fp32" for k in fwd + bwd if k.category == "norm"
-               or (k.op.startswith("residual") and k.category == "elementwise"))
+    assert all(
+        k.dtype == "fp32"
+        for k in fwd + bwd
+        if k.category == "norm" or (k.op.startswith("residual") and k.category == "elementwise")
+    )
     kinds = Counter(k.category for k in fwd)
     assert kinds["copy"] == 10 and kinds["gemm"] == 4  # weight and bias casts of four layers, two input casts
     assert sum(k.op.endswith("wgrad_cast") for k in bwd) == 4
@@ -63,11 +65,14 @@ def test_the_generated_small_gpt_step_is_the_profiled_one_within_the_targets(gpu
     assert t0 / tp - 1 < -0.2
 
 
-@pytest.mark.parametrize("change, match", [
-    ({"dtype": "fp32"}, r"autocast runs in bf16 or fp16"),
-    ({"tied_head": "yes"}, r"'tied_head' must be true or false"),
-    ({"autocast": 1}, r"'autocast' must be true or false"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"dtype": "fp32"}, r"autocast runs in bf16 or fp16"),
+        ({"tied_head": "yes"}, r"'tied_head' must be true or false"),
+        ({"autocast": 1}, r"'autocast' must be true or false"),
+    ],
+)
 def test_a_bad_autocast_config_gets_one_line(change, match):
     with pytest.raises(SpecError, match=match):
         TransformerConfig(**{**SMALL, "autocast": True, **change})

@@ -55,8 +55,14 @@ def test_a_kernel_summary_round_trips_and_a_bad_one_is_refused():
         KernelCode.from_dict({"name": "x"})
 
 
-@pytest.mark.parametrize("src, says", [("def f(:", "not Python"), ("x = 1\n", "no triton_"),
-                                       ("def triton_poi_x(in_ptr0, xnumel):\n    pass\n", "size xnumel")])
+@pytest.mark.parametrize(
+    "src, says",
+    [
+        ("def f(:", "not Python"),
+        ("x = 1\n", "no triton_"),
+        ("def triton_poi_x(in_ptr0, xnumel):\n    pass\n", "size xnumel"),
+    ],
+)
 def test_code_it_cannot_follow_is_refused(src, says):
     with pytest.raises(InductorCodeError, match=says):
         parse_kernel(src)
@@ -72,8 +78,15 @@ def test_a_dynamic_size_is_taken_from_the_launch():
 def test_an_output_module_gives_its_launches_in_order_with_shapes():
     mod = parse_module(_source("graph_module.py"))
     names = [launch.name for launch in mod.launches]
-    assert names == ["triton_poi_fused__to_copy_0", "aten::mm", "aten::addmm", "triton_per_fused_sum_1", "aten::sum",
-                     "aten::_scaled_dot_product_cudnn_attention", "aten::convolution"]
+    assert names == [
+        "triton_poi_fused__to_copy_0",
+        "aten::mm",
+        "aten::addmm",
+        "triton_per_fused_sum_1",
+        "aten::sum",
+        "aten::_scaled_dot_product_cudnn_attention",
+        "aten::convolution",
+    ]
     mm, addmm = mod.launches[1].op, mod.launches[2].op
     assert mm.input_dims[:2] == ((512, 256), (256, 256)) and set(mm.input_types) == {"c10::BFloat16"}
     assert addmm.input_dims[1:3] == ((512, 256), (256, 128)) and set(addmm.input_types[:3]) == {"float"}
@@ -89,16 +102,21 @@ def test_an_output_module_gives_its_launches_in_order_with_shapes():
 
 def test_the_rules_cost_a_generated_kernel_from_its_code_capped_by_its_buffers():
     code = parse_kernel(_source("cast_transpose_poi.py"))
-    op = LaunchOp(code.name, ((1024, 1024), (1024, 1024), ()), ("float", "c10::BFloat16", "Scalar"),
-                  ("", "", "1048576"), 0, code)
+    op = LaunchOp(
+        code.name, ((1024, 1024), (1024, 1024), ()), ("float", "c10::BFloat16", "Scalar"), ("", "", "1048576"), 0, code
+    )
     (cost,) = call_costs(op, [Launch(code.name, "kernel", (1024, 1, 1), (128, 1, 1))], strict=True)
     assert cost.rule == "inductor.pointwise" and cost.read_bytes == 1048576 * 4 and cost.write_bytes == 1048576 * 2
     assert cost.mlp_bytes == pytest.approx(32.0)  # a block's loads at once: 8 elements of 4 bytes per thread
     # a pointer read twice at other indices is capped by its buffer: a few more bytes, not twice as many
-    twice = KernelCode(code.name, code.kind, code.numels, (*code.accesses, code.accesses[0]), code.ops_per_element,
-                       code.args)
-    (capped,) = call_costs(LaunchOp(code.name, op.input_dims, op.input_types, op.concrete_inputs, 0, twice),
-                           [Launch(code.name)], strict=True)
+    twice = KernelCode(
+        code.name, code.kind, code.numels, (*code.accesses, code.accesses[0]), code.ops_per_element, code.args
+    )
+    (capped,) = call_costs(
+        LaunchOp(code.name, op.input_dims, op.input_types, op.concrete_inputs, 0, twice),
+        [Launch(code.name)],
+        strict=True,
+    )
     assert capped.read_bytes == cost.read_bytes
 
 
@@ -115,17 +133,36 @@ def test_a_replayed_graphs_kernels_get_the_launches_of_its_output_code():
     from rlclock.workload.kernel_names import classify
 
     code = _replay("graph_module.py")
-    names = ["triton_poi_fused__to_copy_0", "nvjet_sm90_tst_gemm", "sm90_xmma_gemm_splitKreduce_kernel",
-             "cutlass_addmm_gemm", "triton_per_fused_sum_1", "void at::native::reduce_kernel<128>",
-             "cudnn::fusion::compute_dot_do_o", "cudnn_generated_fort_native_sdpa_sm90_flash_fprop",
-             "cutlass_tensorop_fprop_conv_gemm", "Memset (Device)", "void multi_tensor_apply_kernel"]
+    names = [
+        "triton_poi_fused__to_copy_0",
+        "nvjet_sm90_tst_gemm",
+        "sm90_xmma_gemm_splitKreduce_kernel",
+        "cutlass_addmm_gemm",
+        "triton_per_fused_sum_1",
+        "void at::native::reduce_kernel<128>",
+        "cudnn::fusion::compute_dot_do_o",
+        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop",
+        "cutlass_tensorop_fprop_conv_gemm",
+        "Memset (Device)",
+        "void multi_tensor_apply_kernel",
+    ]
     kinds = ["kernel"] * 9 + ["memset", "kernel"]
     eager = LaunchOp("aten::_fused_adamw_")
     ops = code.align(names, kinds, [None] * 10 + [eager], classify)
     got = [op.name if op is not None else None for op in ops]
-    assert got == ["triton_poi_fused__to_copy_0", "aten::mm", "aten::mm", "aten::addmm", "triton_per_fused_sum_1",
-                   "aten::sum", "aten::_scaled_dot_product_cudnn_attention",
-                   "aten::_scaled_dot_product_cudnn_attention", "aten::convolution", None, "aten::_fused_adamw_"]
+    assert got == [
+        "triton_poi_fused__to_copy_0",
+        "aten::mm",
+        "aten::mm",
+        "aten::addmm",
+        "triton_per_fused_sum_1",
+        "aten::sum",
+        "aten::_scaled_dot_product_cudnn_attention",
+        "aten::_scaled_dot_product_cudnn_attention",
+        "aten::convolution",
+        None,
+        "aten::_fused_adamw_",
+    ]
     assert ops[1].call == ops[2].call != ops[3].call  # the split-K reduction is the product's own kernel
     assert ops[6].call == ops[7].call  # attention's pre-pass and its main kernel: one call
     assert ops[0].code is not None and ops[1].code is None
@@ -140,8 +177,17 @@ def test_kernels_known_only_by_their_time_take_the_work_that_time_needs():
     from rlclock.workload.trace import Kernel, KernelTrace, Measurement
 
     spec = get_spec("h100-sxm")
-    base = Kernel("void some_library_kernel", "fwd.op.0", "other", "forward", 0.0, 0.0, 0.0, cost_from="time",
-                  measured=(Measurement(gpu=spec.name, time_s=250e-6, source="in-sequence"),))
+    base = Kernel(
+        "void some_library_kernel",
+        "fwd.op.0",
+        "other",
+        "forward",
+        0.0,
+        0.0,
+        0.0,
+        cost_from="time",
+        measured=(Measurement(gpu=spec.name, time_s=250e-6, source="in-sequence"),),
+    )
     trace = KernelTrace("t", [base, replace(base, name="cutlass_gemm_kernel", op="fwd.op.1")])
     t, _ = SimulatedGpu(spec, trace, [AUTO], anchor=False).tables
     assert np.allclose(t[:, 0], 250e-6, rtol=0.02)  # unanchored, the model predicts the time it was given
@@ -153,10 +199,26 @@ def test_an_implausible_cost_is_planned_from_the_measured_time_with_a_word():
     from rlclock.workload.trace import Kernel, KernelTrace, Measurement
 
     spec = get_spec("h100-sxm")
-    ok = Kernel("vectorized_elementwise_kernel", "fwd.add.0", "elementwise", "forward", 0.0, 1.5e8, 1.5e8,
-                measured=(Measurement(gpu=spec.name, time_s=100e-6, source="in-sequence"),))
-    wrong = Kernel("triton_red_fused_nll_loss_0", "fwd.nll.1", "reduction", "forward", 0.0, 5e11, 0.0,
-                   measured=(Measurement(gpu=spec.name, time_s=11e-6, source="in-sequence"),))
+    ok = Kernel(
+        "vectorized_elementwise_kernel",
+        "fwd.add.0",
+        "elementwise",
+        "forward",
+        0.0,
+        1.5e8,
+        1.5e8,
+        measured=(Measurement(gpu=spec.name, time_s=100e-6, source="in-sequence"),),
+    )
+    wrong = Kernel(
+        "triton_red_fused_nll_loss_0",
+        "fwd.nll.1",
+        "reduction",
+        "forward",
+        0.0,
+        5e11,
+        0.0,
+        measured=(Measurement(gpu=spec.name, time_s=11e-6, source="in-sequence"),),
+    )
     checked, notes = check_costs(KernelTrace("t", [ok, wrong]), spec)
     assert checked[0] == ok and checked[1].cost_from == "time" and checked[1].dram_read_bytes == 0
     assert len(notes) == 1 and "1 kernels" in notes[0] and "triton_red_fused_nll_loss_0" in notes[0]
@@ -169,8 +231,16 @@ def test_an_old_trace_plans_its_unknown_kernels_from_their_time_and_says_when_it
     from rlclock.workload.op_costs import refresh_costs
     from rlclock.workload.trace import Kernel, KernelTrace, Measurement
 
-    timed = Kernel("some_kernel", "fwd.op.0", "other", "forward", 0.0, 0.0, 0.0,
-                   measured=(Measurement(gpu="NVIDIA H100 80GB HBM3", time_s=2e-4, source="in-sequence"),))
+    timed = Kernel(
+        "some_kernel",
+        "fwd.op.0",
+        "other",
+        "forward",
+        0.0,
+        0.0,
+        0.0,
+        measured=(Measurement(gpu="NVIDIA H100 80GB HBM3", time_s=2e-4, source="in-sequence"),),
+    )
     data = KernelTrace("old", [timed]).to_dict()
     data["version"] = 1
     data["kernels"][0].pop("cost_from", None)

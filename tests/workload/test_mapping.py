@@ -48,18 +48,25 @@ def test_gemms_out_of_order_are_paired_by_shape():
     cfg = TransformerConfig(hidden=64, heads=4, seq=16, batch=2, layers=1, head=False)
     m, h, f = cfg.tokens, cfg.hidden, cfg.ffn_dim
     # backward starts with proj's weight gradient before its input gradient (swapped against the generator)
-    wgrad = ProfiledEntry("nvjet_wgrad", "gemm", "backward", 1e-5,
-                          op=LaunchOp("aten::mm", ((h, m), (m, f)), ("c10::BFloat16",) * 2))
-    dgrad = ProfiledEntry("nvjet_dgrad", "gemm", "backward", 1e-5,
-                          op=LaunchOp("aten::mm", ((m, h), (h, f)), ("c10::BFloat16",) * 2))
+    wgrad = ProfiledEntry(
+        "nvjet_wgrad", "gemm", "backward", 1e-5, op=LaunchOp("aten::mm", ((h, m), (m, f)), ("c10::BFloat16",) * 2)
+    )
+    dgrad = ProfiledEntry(
+        "nvjet_dgrad", "gemm", "backward", 1e-5, op=LaunchOp("aten::mm", ((m, h), (h, f)), ("c10::BFloat16",) * 2)
+    )
     kernels, stats = map_to_kernels([wgrad, dgrad], cfg, "gpu")
     assert [k.op for k in kernels] == ["proj.wgrad", "proj.dgrad"]
     assert stats.mapped == 2
 
 
 def test_unmapped_kernels_get_estimates_never_nan():
-    add = ProfiledEntry("vectorized_elementwise_kernel", "elementwise", "forward", 2e-6,
-                        op=LaunchOp("aten::add", ((4, 8), (4, 8), ()), ("c10::BFloat16", "c10::BFloat16", "Scalar")))
+    add = ProfiledEntry(
+        "vectorized_elementwise_kernel",
+        "elementwise",
+        "forward",
+        2e-6,
+        op=LaunchOp("aten::add", ((4, 8), (4, 8), ()), ("c10::BFloat16", "c10::BFloat16", "Scalar")),
+    )
     copy = ProfiledEntry("memcpy", "copy", "forward", 1e-6, nbytes=4096)
     mystery = ProfiledEntry("mystery", "other", "forward", 1e-6)
     a, c, m = estimate([add, copy, mystery])
@@ -76,8 +83,11 @@ def test_unmapped_kernels_get_estimates_never_nan():
 def test_alignment_respects_passes_and_categories():
     cfg = TransformerConfig(hidden=64, heads=4, seq=16, batch=2, layers=1, head=False)
     analytic = [*layer_kernels(cfg)[0], *layer_kernels(cfg)[1]]
-    entries = [ProfiledEntry("layer_norm", "norm", "forward", 1e-6), ProfiledEntry("gemm", "gemm", "backward", 1e-6),
-               ProfiledEntry("layer_norm_grad", "norm", "backward", 1e-6)]
+    entries = [
+        ProfiledEntry("layer_norm", "norm", "forward", 1e-6),
+        ProfiledEntry("gemm", "gemm", "backward", 1e-6),
+        ProfiledEntry("layer_norm_grad", "norm", "backward", 1e-6),
+    ]
     pairs = align(entries, analytic)
     assert analytic[pairs[0]].op == "ln1.fwd"
     assert analytic[pairs[1]].phase == "backward" and analytic[pairs[1]].category == "gemm"
@@ -85,38 +95,61 @@ def test_alignment_respects_passes_and_categories():
     assert align([ProfiledEntry("x", "softmax", "forward", 1e-6)], analytic) == {}
 
 
-@pytest.mark.parametrize(("name", "op", "cat"), [
-    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT", None, "gemm"),
-    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26", None, "attention"),
-    ("void cudnn::fusion::compute_dot_do_o_specialized<true>(int)", None, "reduction"),
-    ("void cudnn::fusion::convert_dq_to_16bits<true>(int)", None, "copy"),
-    ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float>(int)", None, "norm"),
-    ("void at::native::reduce_kernel<512, 1>(int)", "aten::sum", "reduction"),
-    ("void at::native::vectorized_elementwise_kernel<4>(int)", "aten::add", "elementwise"),
-    ("void at::native::elementwise_kernel<128, 4>(int)", "aten::copy_", "copy"),
-    ("something_new", None, "other"),
-])
+@pytest.mark.parametrize(
+    ("name", "op", "cat"),
+    [
+        ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT", None, "gemm"),
+        ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26", None, "attention"),
+        ("void cudnn::fusion::compute_dot_do_o_specialized<true>(int)", None, "reduction"),
+        ("void cudnn::fusion::convert_dq_to_16bits<true>(int)", None, "copy"),
+        ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float>(int)", None, "norm"),
+        ("void at::native::reduce_kernel<512, 1>(int)", "aten::sum", "reduction"),
+        ("void at::native::vectorized_elementwise_kernel<4>(int)", "aten::add", "elementwise"),
+        ("void at::native::elementwise_kernel<128, 4>(int)", "aten::copy_", "copy"),
+        ("something_new", None, "other"),
+    ],
+)
 def test_classify(name, op, cat):
     assert classify(name, op) == cat
 
 
 def test_short_name_drops_templates_and_arguments():
-    assert short_name("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float> >(int)") == \
-        "at::native::reduce_kernel"
+    assert (
+        short_name("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float> >(int)")
+        == "at::native::reduce_kernel"
+    )
 
 
 def test_chrome_trace_parsing_links_operators_and_passes():
-    data = {"traceEvents": [
-        {"ph": "X", "cat": "user_annotation", "name": "rlclock.forward", "ts": 0.0, "dur": 50.0, "args": {}},
-        {"ph": "X", "cat": "user_annotation", "name": "rlclock.backward", "ts": 100.0, "dur": 50.0, "args": {}},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 1.0, "dur": 5.0,
-         "args": {"External id": 7, "Input Dims": [[8], [4, 2], [2, 8]], "Input type": ["float", "float", "float"]}},
-        {"ph": "X", "cat": "kernel", "name": "gemm_b", "ts": 120.0, "dur": 3.0, "args": {"External id": 9}},
-        {"ph": "X", "cat": "kernel", "name": "gemm_a", "ts": 10.0, "dur": 2.5,
-         "args": {"External id": 7, "grid": [4, 1, 1], "block": [128, 1, 1]}},
-        {"ph": "X", "cat": "gpu_memset", "name": "Memset", "ts": 9.0, "dur": 1.0, "args": {"bytes": 4}},
-        {"ph": "i", "cat": "kernel", "name": "ignored", "ts": 11.0},
-    ]}
+    data = {
+        "traceEvents": [
+            {"ph": "X", "cat": "user_annotation", "name": "rlclock.forward", "ts": 0.0, "dur": 50.0, "args": {}},
+            {"ph": "X", "cat": "user_annotation", "name": "rlclock.backward", "ts": 100.0, "dur": 50.0, "args": {}},
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::addmm",
+                "ts": 1.0,
+                "dur": 5.0,
+                "args": {
+                    "External id": 7,
+                    "Input Dims": [[8], [4, 2], [2, 8]],
+                    "Input type": ["float", "float", "float"],
+                },
+            },
+            {"ph": "X", "cat": "kernel", "name": "gemm_b", "ts": 120.0, "dur": 3.0, "args": {"External id": 9}},
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "gemm_a",
+                "ts": 10.0,
+                "dur": 2.5,
+                "args": {"External id": 7, "grid": [4, 1, 1], "block": [128, 1, 1]},
+            },
+            {"ph": "X", "cat": "gpu_memset", "name": "Memset", "ts": 9.0, "dur": 1.0, "args": {"bytes": 4}},
+            {"ph": "i", "cat": "kernel", "name": "ignored", "ts": 11.0},
+        ]
+    }
     ev = parse_chrome_trace(data)
     assert [e.name for e in ev] == ["Memset", "gemm_a", "gemm_b"]
     assert ev[0].kind == "memset" and ev[0].nbytes == 4

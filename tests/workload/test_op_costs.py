@@ -31,8 +31,10 @@ def one(op: LaunchOp, name: str = VEC, grid=(8192, 1, 1), block=(128, 1, 1)):
 
 
 def test_a_matrix_product_counts_2mnk_and_each_operand_once():
-    c = one(LaunchOp("aten::addmm", ((6144,), (8192, 2048), (2048, 6144)), (BF16,) * 3),
-            "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT")
+    c = one(
+        LaunchOp("aten::addmm", ((6144,), (8192, 2048), (2048, 6144)), (BF16,) * 3),
+        "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT",
+    )
     assert c.category == "gemm" and c.dtype == "bf16" and c.gemm_bmnk == (1, 8192, 6144, 2048)
     assert c.flops == 2 * 8192 * 6144 * 2048
     assert c.read_bytes == 2 * (8192 * 2048 + 2048 * 6144 + 6144) and c.write_bytes == 2 * 8192 * 6144
@@ -50,18 +52,24 @@ def test_fp32_products_run_on_simt_units_or_as_tf32_on_tensor_cores():
 def test_causal_attention_does_half_the_work_and_its_backward_two_and_a_half_times_that():
     q, kv = (8, 16, 1024, 64), (8, 4, 1024, 64)  # grouped-query: 4 key/value heads
     causal = ("",) * 6 + ("True",)
-    fwd = one(LaunchOp("aten::_scaled_dot_product_cudnn_attention", (q, kv, kv), (BF16,) * 3, causal),
-              "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7")
+    fwd = one(
+        LaunchOp("aten::_scaled_dot_product_cudnn_attention", (q, kv, kv), (BF16,) * 3, causal),
+        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7",
+    )
     full = 2 * 8 * 16 * 1024 * 1024 * (64 + 64)
     assert fwd.category == "attention" and fwd.flops == pytest.approx(full * (1024 + 1) / (2 * 1024))
     assert fwd.read_bytes == 2 * (8 * 16 * 1024 * 64 + 2 * 8 * 4 * 1024 * 64)  # K and V at their own heads
     dims = ((8, 16, 1024, 64), q, kv, kv, q, (8, 16, 1024))
-    names = ["Memset (Device)", "void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*)",
-             "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26",
-             "void cudnn::fusion::convert_dq_to_16bits<true>(void const*)"]
+    names = [
+        "Memset (Device)",
+        "void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*)",
+        "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26",
+        "void cudnn::fusion::convert_dq_to_16bits<true>(void const*)",
+    ]
     launches = [Launch(names[0], "memset", nbytes=4096)] + [Launch(n) for n in names[1:]]
-    bwd_op = LaunchOp("aten::_scaled_dot_product_cudnn_attention_backward", dims, (BF16,) * 5 + (F32,),
-                      ("",) * 14 + ("True",))
+    bwd_op = LaunchOp(
+        "aten::_scaled_dot_product_cudnn_attention_backward", dims, (BF16,) * 5 + (F32,), ("",) * 14 + ("True",)
+    )
     memset, pre, main, convert = call_costs(bwd_op, launches, strict=True)
     assert memset.write_bytes == 4096 and memset.read_bytes == 0
     assert pre.rule == "attention.dot_do_o" and convert.rule == "attention.convert_dq"
@@ -69,19 +77,24 @@ def test_causal_attention_does_half_the_work_and_its_backward_two_and_a_half_tim
 
 
 def test_an_embedding_reads_the_rows_it_gathers_not_the_table():
-    c = one(LaunchOp("aten::embedding", ((128256, 2048), (4, 2048)), (F32, I64)),
-            "void at::native::vectorized_gather_kernel<16, long>(char*)")
+    c = one(
+        LaunchOp("aten::embedding", ((128256, 2048), (4, 2048)), (F32, I64)),
+        "void at::native::vectorized_gather_kernel<16, long>(char*)",
+    )
     tokens = 4 * 2048
     assert c.category == "embedding" and c.access == "gather"
     assert c.read_bytes == tokens * (2048 * 4 + 8) and c.write_bytes == tokens * 2048 * 4
 
 
 def test_the_embedding_backward_sorts_indices_and_sums_rows():
-    op = LaunchOp("aten::embedding_dense_backward", ((4, 2048, 2048), (4, 2048)), (F32, I64, "Scalar"),
-                  ("", "", "128256"))
-    names = ["void at_cuda_detail::cub::detail::radix_sort::DeviceRadixSortOnesweepKernel<>(long*)",
-             "void at::native::(anonymous namespace)::compute_grad_weight<float, long>(long const*)",
-             "void at::native::(anonymous namespace)::sum_and_scatter<float, long>(long const*)"]
+    op = LaunchOp(
+        "aten::embedding_dense_backward", ((4, 2048, 2048), (4, 2048)), (F32, I64, "Scalar"), ("", "", "128256")
+    )
+    names = [
+        "void at_cuda_detail::cub::detail::radix_sort::DeviceRadixSortOnesweepKernel<>(long*)",
+        "void at::native::(anonymous namespace)::compute_grad_weight<float, long>(long const*)",
+        "void at::native::(anonymous namespace)::sum_and_scatter<float, long>(long const*)",
+    ]
     sort, partial, scatter = call_costs(op, [Launch(n) for n in names], strict=True)
     n = 4 * 2048
     assert sort.read_bytes == 16 * n and sort.write_bytes == 16 * n  # keys and values, one pass
@@ -91,22 +104,32 @@ def test_the_embedding_backward_sorts_indices_and_sums_rows():
 
 def test_nll_loss_reads_one_value_per_row_and_softmax_every_element():
     rows, vocab = 8192, 151936
-    nll = one(LaunchOp("aten::nll_loss_forward", ((rows, vocab), (rows,)), (F32, I64)),
-              "void at::native::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*)", (1, 1, 1))
+    nll = one(
+        LaunchOp("aten::nll_loss_forward", ((rows, vocab), (rows,)), (F32, I64)),
+        "void at::native::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*)",
+        (1, 1, 1),
+    )
     assert nll.read_bytes == rows * (8 + 4) and nll.write_bytes < 16
-    soft = one(LaunchOp("aten::_log_softmax", ((rows, vocab), (), ()), (F32, "Scalar", "Scalar"), ("", "1", "False")),
-               "void at::native::cunn_SoftMaxForward<4, float, float, float>(float*)")
+    soft = one(
+        LaunchOp("aten::_log_softmax", ((rows, vocab), (), ()), (F32, "Scalar", "Scalar"), ("", "1", "False")),
+        "void at::native::cunn_SoftMaxForward<4, float, float, float>(float*)",
+    )
     assert soft.read_bytes == 2 * rows * vocab * 4 and soft.write_bytes == rows * vocab * 4  # long rows: 2 reads
     short = one(LaunchOp("aten::_softmax", ((64, 12, 512, 512), (), ()), (F32, "Scalar", "Scalar")))
     assert short.read_bytes == 64 * 12 * 512 * 512 * 4
 
 
 def test_a_fused_adamw_whose_lists_were_not_recorded_counts_its_chunks():
-    name = ("void at::native::multi_tensor_apply_kernel<at::native::FusedOptimizerTensorListMetadata<4>, "
-            "at::native::FusedAdamMathFunctor<float, 4, 1, false>>(double, double)")
+    name = (
+        "void at::native::multi_tensor_apply_kernel<at::native::FusedOptimizerTensorListMetadata<4>, "
+        "at::native::FusedAdamMathFunctor<float, 4, 1, false>>(double, double)"
+    )
     op = LaunchOp("aten::_fused_adamw_", ((),) * 6, ("TensorList",) * 6 + ("Scalar",))
-    a, b = call_costs(op, [Launch(name, grid=(320, 1, 1), block=(512, 1, 1)),
-                           Launch(name, grid=(10, 1, 1), block=(512, 1, 1))], strict=True)
+    a, b = call_costs(
+        op,
+        [Launch(name, grid=(320, 1, 1), block=(512, 1, 1)), Launch(name, grid=(10, 1, 1), block=(512, 1, 1))],
+        strict=True,
+    )
     n = 320 * MULTI_TENSOR_CHUNK
     assert a.rule == "optimizer" and a.read_bytes == 4 * 4 * n and a.write_bytes == 3 * 4 * n  # fp32, not double
     assert b.read_bytes == a.read_bytes * 10 / 320
@@ -116,16 +139,22 @@ def test_a_foreach_op_with_recorded_lists_shares_them_among_its_kernels():
     shapes = ((1000, 128), (128,))
     op = LaunchOp("aten::_foreach_mul_", (shapes, ()), ("TensorList", "Scalar"))
     name = "multi_tensor_apply_kernel<at::native::TensorListMetadata<1>, BinaryOpScalarFunctor<float>>"
-    cs = call_costs(op, [Launch(name, grid=(2, 1, 1), block=(512, 1, 1)),
-                         Launch(name, grid=(1, 1, 1), block=(512, 1, 1))], strict=True)
+    cs = call_costs(
+        op,
+        [Launch(name, grid=(2, 1, 1), block=(512, 1, 1)), Launch(name, grid=(1, 1, 1), block=(512, 1, 1))],
+        strict=True,
+    )
     assert sum(c.read_bytes for c in cs) == pytest.approx(4 * (128000 + 128))
     assert cs[0].read_bytes == pytest.approx(2 * cs[1].read_bytes)
 
 
 def test_copies_read_the_source_type_and_write_the_destination_type():
-    cast = one(LaunchOp("aten::copy_", ((8, 1024, 896), (8, 1024, 896), ()), (F32, BF16, "Scalar")),
-               "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda>(int)",
-               (14336, 1, 1), (128, 1, 1))
+    cast = one(
+        LaunchOp("aten::copy_", ((8, 1024, 896), (8, 1024, 896), ()), (F32, BF16, "Scalar")),
+        "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda>(int)",
+        (14336, 1, 1),
+        (128, 1, 1),
+    )
     n = 8 * 1024 * 896
     assert cast.read_bytes == 2 * n and cast.write_bytes == 4 * n and cast.category == "copy"
     assert cast.mlp_bytes == 4 * 2  # four bf16 elements per thread loaded before computing
@@ -149,10 +178,14 @@ def test_fills_and_memsets_write_only():
 
 
 def test_reductions_write_what_remains_and_column_sums_pay_the_cross_block_tail():
-    rows = one(LaunchOp("aten::mean", ((8, 1024, 1024), (), (), ()), (F32, "ScalarList", "Scalar", ""),
-                        ("", "[-1]", "True", "")))
-    cols = one(LaunchOp("aten::sum", ((8192, 3072), (), (), ()), (BF16, "ScalarList", "Scalar", ""),
-                        ("", "[0]", "False", "")))
+    rows = one(
+        LaunchOp(
+            "aten::mean", ((8, 1024, 1024), (), (), ()), (F32, "ScalarList", "Scalar", ""), ("", "[-1]", "True", "")
+        )
+    )
+    cols = one(
+        LaunchOp("aten::sum", ((8192, 3072), (), (), ()), (BF16, "ScalarList", "Scalar", ""), ("", "[0]", "False", ""))
+    )
     assert rows.write_bytes == 8 * 1024 * 4 and rows.access == "stream"
     assert cols.write_bytes == 3072 * 2 and cols.access == "reduce"
 
@@ -182,11 +215,19 @@ def test_an_out_tensor_is_written_not_read():
 
 def test_norms_split_input_and_weight_gradients():
     x = (8, 1024, 1024)
-    op = LaunchOp("aten::native_layer_norm_backward", (x, x, (), (8, 1024, 1), (8, 1024, 1), (1024,), (1024,)),
-                  (F32, F32, "ScalarList", F32, F32, F32, F32))
-    grad_in, gamma = call_costs(op, [Launch("void at::native::layer_norm_grad_input_kernel_vectorized<float>()"),
-                                     Launch("void at::native::GammaBetaBackwardCUDAKernelTemplate<float>()",
-                                            grid=(32, 1, 1), block=(32, 32, 1))], strict=True)
+    op = LaunchOp(
+        "aten::native_layer_norm_backward",
+        (x, x, (), (8, 1024, 1), (8, 1024, 1), (1024,), (1024,)),
+        (F32, F32, "ScalarList", F32, F32, F32, F32),
+    )
+    grad_in, gamma = call_costs(
+        op,
+        [
+            Launch("void at::native::layer_norm_grad_input_kernel_vectorized<float>()"),
+            Launch("void at::native::GammaBetaBackwardCUDAKernelTemplate<float>()", grid=(32, 1, 1), block=(32, 32, 1)),
+        ],
+        strict=True,
+    )
     assert grad_in.write_bytes == 4 * 8 * 1024 * 1024 and gamma.write_bytes == 2 * 1024 * 4
     assert gamma.access == "reduce"
 
@@ -205,10 +246,22 @@ def test_a_layernorm_row_narrower_than_its_block_keeps_only_the_rows_bytes_in_fl
     assert forward(4096, 4096, (4096, 1, 1)).mlp_bytes == 16.0
     assert forward(4096, 96, (1024, 1, 1)).mlp_bytes == 16.0  # several rows per block: not this loop
     x = (4096, 192)  # the input gradient reads two rows (the output's gradient and the input) per block
-    op = LaunchOp("aten::native_layer_norm_backward", (x, x, (), (4096, 1), (4096, 1), (192,), (192,)),
-                  (F32, F32, "ScalarList", F32, F32, F32, F32))
-    (grad_in,) = call_costs(op, [Launch("void at::native::layer_norm_grad_input_kernel_vectorized<float>()",
-                                        grid=(4096, 1, 1), block=(128, 1, 1))], strict=True)
+    op = LaunchOp(
+        "aten::native_layer_norm_backward",
+        (x, x, (), (4096, 1), (4096, 1), (192,), (192,)),
+        (F32, F32, "ScalarList", F32, F32, F32, F32),
+    )
+    (grad_in,) = call_costs(
+        op,
+        [
+            Launch(
+                "void at::native::layer_norm_grad_input_kernel_vectorized<float>()",
+                grid=(4096, 1, 1),
+                block=(128, 1, 1),
+            )
+        ],
+        strict=True,
+    )
     assert grad_in.mlp_bytes == pytest.approx(2 * 192 * 4 / 128)
 
 
@@ -222,10 +275,24 @@ def test_costs_group_activities_by_call_and_unknown_ones_have_only_their_time():
 
 
 def test_a_trace_keeps_its_operator_calls_and_refresh_derives_the_same_costs():
-    op = LaunchOp("aten::_foreach_add_", (((3, 4), (5,)), ((3, 4), (5,)), ()), ("TensorList", "TensorList", "Scalar"),
-                  ("", "", "1"), 3)
-    k = Kernel("multi_tensor_apply_kernel<TensorListMetadata<2>, BinaryOpListAlphaFunctor<float>>", "opt.add.0",
-               "elementwise", "optimizer", 1.0, 1.0, 1.0, launch_op=op, measured=(Measurement("g", 1e-6),))
+    op = LaunchOp(
+        "aten::_foreach_add_",
+        (((3, 4), (5,)), ((3, 4), (5,)), ()),
+        ("TensorList", "TensorList", "Scalar"),
+        ("", "", "1"),
+        3,
+    )
+    k = Kernel(
+        "multi_tensor_apply_kernel<TensorListMetadata<2>, BinaryOpListAlphaFunctor<float>>",
+        "opt.add.0",
+        "elementwise",
+        "optimizer",
+        1.0,
+        1.0,
+        1.0,
+        launch_op=op,
+        measured=(Measurement("g", 1e-6),),
+    )
     trace = KernelTrace("t", [k])
     again = KernelTrace.from_dict(trace.to_dict())
     assert again == trace and again[0].launch_op == op
@@ -234,9 +301,16 @@ def test_a_trace_keeps_its_operator_calls_and_refresh_derives_the_same_costs():
     assert launch_of(Kernel("Memset (Device)", "x", "memset", "forward", 0, 0, 64)).nbytes == 64
 
 
-@pytest.mark.parametrize("bad", [{"name": 3}, {"name": "aten::mm", "input_dims": [[1, "a"]]},
-                                 {"name": "aten::mm", "input_types": [1]}, {"name": "aten::mm", "call": -2},
-                                 {"name": "aten::mm", "shapes": []}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"name": 3},
+        {"name": "aten::mm", "input_dims": [[1, "a"]]},
+        {"name": "aten::mm", "input_types": [1]},
+        {"name": "aten::mm", "call": -2},
+        {"name": "aten::mm", "shapes": []},
+    ],
+)
 def test_a_malformed_operator_call_in_a_trace_is_one_clear_error(bad):
     d = KernelTrace("t", [Kernel("k", "x", "copy", "forward", 0, 1, 1)]).to_dict()
     d["kernels"][0]["launch_op"] = bad
@@ -264,8 +338,11 @@ def test_loop_kinds_and_narrow_gemms_read_from_kernel_names():
     assert loop_kind(cat) == "vectorized" and loop_kind(cat.replace("_vectorized", "")) == "generic"
     roll = "void at::native::roll_cuda_kernel<c10::BFloat16>(const T*, T*, long, long, long, long, long, long)"
     assert loop_kind(roll) == "generic" and elements_per_thread(roll) == 1  # a thread per element, offsets per element
-    assert gemm_narrow_loads("void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_128x256_nt_align1>") \
-        == (128, 256, 1)
+    assert gemm_narrow_loads("void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_128x256_nt_align1>") == (
+        128,
+        256,
+        1,
+    )
     assert gemm_narrow_loads("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT") is None
 
 
@@ -310,10 +387,13 @@ def test_a_row_reduction_keeps_one_vector_of_four_elements_in_flight():
     col = "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<c10::BFloat16, at::native::func_wrapper_t>>()"
     x = (16, 12, 512, 512)
     mask = one(LaunchOp("aten::all", (x, (), ()), ("bool", "Scalar", "Scalar"), ("", "-1", "True")), row)
-    rows32 = one(LaunchOp("aten::sum", (x, (), (), ()), (F32, "ScalarList", "Scalar", ""), ("", "[3]", "True", "")),
-                 row)
-    cols = one(LaunchOp("aten::sum", ((8192, 3072), (), (), ()), (BF16, "ScalarList", "Scalar", ""),
-                        ("", "[0]", "False", "")), col)
+    rows32 = one(
+        LaunchOp("aten::sum", (x, (), (), ()), (F32, "ScalarList", "Scalar", ""), ("", "[3]", "True", "")), row
+    )
+    cols = one(
+        LaunchOp("aten::sum", ((8192, 3072), (), (), ()), (BF16, "ScalarList", "Scalar", ""), ("", "[0]", "False", "")),
+        col,
+    )
     assert mask.mlp_bytes == 4 * 1 and rows32.mlp_bytes == 4 * 4  # one byte per bool, four per float
     assert cols.mlp_bytes == 16  # a column sum's unrolled loads: the default
 
@@ -322,10 +402,13 @@ def test_grouped_query_heads_write_dk_dv_per_query_head_and_reduce_them_once():
     b, h, hk, s, d = 4, 16, 4, 2048, 128
     q, kv = (b, h, s, d), (b, hk, s, d)
     op = LaunchOp("aten::_cudnn_attention_backward", (q, q, kv, kv, q, (b, h, s, 1)), (BF16,) * 5 + (F32,))
-    names = ["void cudnn::fusion::compute_dot_do_o_specialized<true, 128>()",
-             "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x4x1_cga1x1x1_kernel0_0",
-             "void cudnn::fusion::convert_dq_to_16bits<true>()", "void cudnn::fusion::fmha_reduce_head<true>()",
-             "void cudnn::fusion::fmha_reduce_head<true>()"]
+    names = [
+        "void cudnn::fusion::compute_dot_do_o_specialized<true, 128>()",
+        "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x4x1_cga1x1x1_kernel0_0",
+        "void cudnn::fusion::convert_dq_to_16bits<true>()",
+        "void cudnn::fusion::fmha_reduce_head<true>()",
+        "void cudnn::fusion::fmha_reduce_head<true>()",
+    ]
     _, main, _, rk, rv = call_costs(op, [Launch(n, grid=(132, 1, 1), block=(384, 1, 1)) for n in names], strict=True)
     per_q = b * h * s * 2 * d * 2  # dK and dV of every query head, bf16
     kv_bytes = b * hk * s * 2 * d * 2

@@ -12,8 +12,9 @@ from rlclock.workload.transformer import TransformerConfig
 
 @pytest.mark.parametrize("style,kv", [("gpt", None), ("llama", 2)])
 def test_layer_matches_the_generator_and_trains(style, kv):
-    cfg = TransformerConfig(hidden=64, heads=4, kv_heads=kv, seq=16, batch=2, layers=1, head=False, style=style,
-                            dtype="fp32")
+    cfg = TransformerConfig(
+        hidden=64, heads=4, kv_heads=kv, seq=16, batch=2, layers=1, head=False, style=style, dtype="fp32"
+    )
     step = LayerStep(cfg, device="cpu")
     assert sum(p.numel() for p in step.layer.parameters()) == cfg.params_per_layer
     step()

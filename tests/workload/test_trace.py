@@ -11,8 +11,9 @@ from rlclock.workload.trace import CATEGORIES, PHASES, Kernel, KernelTrace, Meas
 
 
 def _kernel(**kw) -> Kernel:
-    base = dict(name="k", op="op", category="gemm", phase="forward", flops=1e9, dram_read_bytes=1e6,
-                dram_write_bytes=5e5)
+    base = dict(
+        name="k", op="op", category="gemm", phase="forward", flops=1e9, dram_read_bytes=1e6, dram_write_bytes=5e5
+    )
     base.update(kw)
     return Kernel(**base)
 
@@ -87,22 +88,33 @@ _finite = st.floats(min_value=0, max_value=1e15, allow_nan=False)
 
 @settings(max_examples=60, deadline=None)
 @given(
-    flops=_finite, rd=_finite, wr=_finite,
-    cat=st.sampled_from(CATEGORIES), phase=st.sampled_from(PHASES),
+    flops=_finite,
+    rd=_finite,
+    wr=_finite,
+    cat=st.sampled_from(CATEGORIES),
+    phase=st.sampled_from(PHASES),
     name=st.text(min_size=1, max_size=20),
 )
 def test_any_valid_kernel_roundtrips(tmp_path_factory, flops, rd, wr, cat, phase, name):
     if flops == 0 and rd + wr == 0:
         flops = 1.0
-    tr = KernelTrace("h", [_kernel(name=name, category=cat, phase=phase, flops=flops, dram_read_bytes=rd,
-                                   dram_write_bytes=wr)])
+    tr = KernelTrace(
+        "h", [_kernel(name=name, category=cat, phase=phase, flops=flops, dram_read_bytes=rd, dram_write_bytes=wr)]
+    )
     back = KernelTrace.from_dict(json.loads(json.dumps(tr.to_dict())))
     assert back == tr
 
 
 @settings(max_examples=40, deadline=None)
-@given(bad=st.one_of(st.just(float("inf")), st.just(float("nan")), st.floats(max_value=-1e-9, allow_nan=False),
-                     st.text(max_size=3), st.none()))
+@given(
+    bad=st.one_of(
+        st.just(float("inf")),
+        st.just(float("nan")),
+        st.floats(max_value=-1e-9, allow_nan=False),
+        st.text(max_size=3),
+        st.none(),
+    )
+)
 def test_any_invalid_number_is_rejected(bad):
     d = KernelTrace("x", [_kernel()]).to_dict()
     d["kernels"][0]["dram_read_bytes"] = bad
@@ -127,8 +139,9 @@ def _text(trace: KernelTrace, spaces: bool) -> str:
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(chunk=st.integers(1, 300), spaces=st.booleans(), cut=st.integers(0, 10**6))
-def test_the_streaming_reader_reads_what_was_written_at_any_chunk_size(tmp_path_factory, monkeypatch, chunk, spaces,
-                                                                       cut):
+def test_the_streaming_reader_reads_what_was_written_at_any_chunk_size(
+    tmp_path_factory, monkeypatch, chunk, spaces, cut
+):
     """Kernel by kernel, chunk by chunk, the file reads as the trace; cut short anywhere it is one clear error."""
     import rlclock.workload.trace as tr
 
@@ -144,15 +157,18 @@ def test_the_streaming_reader_reads_what_was_written_at_any_chunk_size(tmp_path_
         KernelTrace.load(path)
 
 
-@pytest.mark.parametrize("mutate, needle", [
-    (lambda s: s.replace('"op": "op"', '"op": "op", "op": "other"', 1), "key 'op' appears twice"),
-    (lambda s: s.replace('"flops": 1000000000.0', '"flops": NaN', 1), "NaN is not a number JSON allows"),
-    (lambda s: s.replace('"format"', '"format":"rlclock.trace","format"', 1), "key 'format' appears twice"),
-    (lambda s: s + " {}", "extra data"),
-    (lambda s: s.replace("{", "[", 1), "expected '{'"),
-    (lambda s: s.replace('"version": 2', '"version": 7', 1), "version 7"),
-    (lambda s: s.replace('"kernels": [', '"kernels": {', 1), "not a readable JSON trace"),
-])
+@pytest.mark.parametrize(
+    "mutate, needle",
+    [
+        (lambda s: s.replace('"op": "op"', '"op": "op", "op": "other"', 1), "key 'op' appears twice"),
+        (lambda s: s.replace('"flops": 1000000000.0', '"flops": NaN', 1), "NaN is not a number JSON allows"),
+        (lambda s: s.replace('"format"', '"format":"rlclock.trace","format"', 1), "key 'format' appears twice"),
+        (lambda s: s + " {}", "extra data"),
+        (lambda s: s.replace("{", "[", 1), "expected '{'"),
+        (lambda s: s.replace('"version": 2', '"version": 7', 1), "version 7"),
+        (lambda s: s.replace('"kernels": [', '"kernels": {', 1), "not a readable JSON trace"),
+    ],
+)
 def test_bad_trace_text_is_one_clear_error(tmp_path, mutate, needle):
     path = tmp_path / "t.json"
     path.write_text(mutate(_text(KernelTrace("x", [_kernel(), _kernel()]), False)))
@@ -193,11 +209,19 @@ def _code_kernel() -> Kernel:
     from rlclock.workload.kernel_code import Access, KernelCode
     from rlclock.workload.trace import LaunchOp
 
-    code = KernelCode("triton_poi_fused_add_0", "pointwise", (("x", 4096.0),),
-                      (Access("in_ptr0", False, 4096.0, 2, 0, False), Access("out_ptr0", True, 4096.0, 2, 0, False)),
-                      1.0, ("in_ptr0", "out_ptr0", "xnumel"))
-    return _kernel(name="triton_poi_fused_add_0", category="elementwise",
-                   launch_op=LaunchOp("aten::add", ((4096,), (4096,)), ("c10::BFloat16",) * 2, ("", ""), 3, code))
+    code = KernelCode(
+        "triton_poi_fused_add_0",
+        "pointwise",
+        (("x", 4096.0),),
+        (Access("in_ptr0", False, 4096.0, 2, 0, False), Access("out_ptr0", True, 4096.0, 2, 0, False)),
+        1.0,
+        ("in_ptr0", "out_ptr0", "xnumel"),
+    )
+    return _kernel(
+        name="triton_poi_fused_add_0",
+        category="elementwise",
+        launch_op=LaunchOp("aten::add", ((4096,), (4096,)), ("c10::BFloat16",) * 2, ("", ""), 3, code),
+    )
 
 
 @pytest.mark.parametrize("gz", [False, True])
@@ -206,8 +230,13 @@ def test_the_streaming_reader_keeps_version_2_fields_and_reads_version_1_files(t
     with no work are read as kernels planned from their time, exactly as from_dict reads them."""
     from rlclock.workload.trace import TRACE_VERSION
 
-    timed = _kernel(name="some_kernel", flops=0.0, dram_read_bytes=0.0, dram_write_bytes=0.0,
-                    measured=(Measurement(gpu="h200-sxm", time_s=2e-4),))
+    timed = _kernel(
+        name="some_kernel",
+        flops=0.0,
+        dram_read_bytes=0.0,
+        dram_write_bytes=0.0,
+        measured=(Measurement(gpu="h200-sxm", time_s=2e-4),),
+    )
     trace = KernelTrace("v2", [_code_kernel(), timed, replace_kernel(timed, cost_from="time")])
     path = trace.save(tmp_path / ("t.json.gz" if gz else "t.json"))
     back = KernelTrace.load(path)
@@ -222,12 +251,15 @@ def test_the_streaming_reader_keeps_version_2_fields_and_reads_version_1_files(t
     assert KernelTrace.load(v1) == KernelTrace.from_dict(json.loads(json.dumps(old)))
 
 
-@pytest.mark.parametrize("change, needle", [
-    (lambda c: c.update(numels=[["x", "nan"]]), "not a finite number >= 0"),
-    (lambda c: c.update(ops_per_element=-1), "not a finite number >= 0"),
-    (lambda c: c.update(accesses="x"), "malformed"),
-    (lambda c: c.pop("kind"), "malformed"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda c: c.update(numels=[["x", "nan"]]), "not a finite number >= 0"),
+        (lambda c: c.update(ops_per_element=-1), "not a finite number >= 0"),
+        (lambda c: c.update(accesses="x"), "malformed"),
+        (lambda c: c.pop("kind"), "malformed"),
+    ],
+)
 def test_bad_generated_code_in_a_trace_is_one_clear_error(tmp_path, change, needle):
     data = KernelTrace("x", [_code_kernel()]).to_dict()
     change(data["kernels"][0]["launch_op"]["code"])

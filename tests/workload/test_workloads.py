@@ -15,8 +15,13 @@ def test_llmc_step_structure(paper_trace):
     # layers forward in order, then the head, then layers backward in reverse order
     fwd_layers = [k.layer for k in paper_trace[2:290]]
     assert fwd_layers[0] == 0 and fwd_layers[-1] == 23
-    assert [k.op for k in paper_trace[290:295]] == ["lm_head.fwd", "classifier", "lm_head.dinp", "lm_head.dweight",
-                                                     "lnf.bwd"]
+    assert [k.op for k in paper_trace[290:295]] == [
+        "lm_head.fwd",
+        "classifier",
+        "lm_head.dinp",
+        "lm_head.dweight",
+        "lnf.bwd",
+    ]
     assert paper_trace[295].layer == 23 and paper_trace[-3].layer == 0
     assert {k.phase for k in paper_trace[:292]} == {"forward"}
 
@@ -75,13 +80,16 @@ def test_attention_flops_scale_with_sequence_squared():
     assert b.flops / a.flops == pytest.approx(2.0, rel=0.01)  # same tokens, twice the sequence
 
 
-@pytest.mark.parametrize("kw, needle", [
-    (dict(hidden=100, heads=16), "divisible"),
-    (dict(kv_heads=5), "kv_heads"),
-    (dict(style="bert"), "style"),
-    (dict(dtype="int4"), "dtype"),
-    (dict(batch=0), "'batch'"),
-])
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        (dict(hidden=100, heads=16), "divisible"),
+        (dict(kv_heads=5), "kv_heads"),
+        (dict(style="bert"), "style"),
+        (dict(dtype="int4"), "dtype"),
+        (dict(batch=0), "'batch'"),
+    ],
+)
 def test_bad_transformer_configs(kw, needle):
     with pytest.raises(SpecError, match=needle):
         TransformerConfig(**kw)
@@ -126,8 +134,9 @@ def test_trace_workloads_can_take_this_versions_costs(tmp_path):
     path = data_dir() / "measurements" / "corpus-h200" / "train-small-gpt" / "step.trace.json.gz"
     fresh = build_workload({"trace": str(path), "refresh_costs": True})
     stale = KernelTrace.load(path)
-    stale = stale.with_kernels([replace(k, flops=1.0, dram_read_bytes=1.0) if k.launch_op is not None else k
-                                for k in stale])
+    stale = stale.with_kernels(
+        [replace(k, flops=1.0, dram_read_bytes=1.0) if k.launch_op is not None else k for k in stale]
+    )
     stale_path = stale.save(tmp_path / "stale.trace.json")
     assert build_workload({"trace": str(stale_path)}) == stale != fresh
     assert build_workload({"trace": str(stale_path), "refresh_costs": True}) == fresh

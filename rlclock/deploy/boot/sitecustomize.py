@@ -15,8 +15,11 @@ def _attach() -> None:
     try:
         from rlclock.deploy.attach import install
     except Exception as exc:  # another Python environment: run the program untouched
-        print(f"rlclock: this interpreter ({sys.executable}) cannot import rlclock ({exc}); it runs without the "
-              "deployment", file=sys.stderr)
+        print(
+            f"rlclock: this interpreter ({sys.executable}) cannot import rlclock ({exc}); it runs without the "
+            "deployment",
+            file=sys.stderr,
+        )
         return
     install()
 

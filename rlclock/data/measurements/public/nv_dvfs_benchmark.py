@@ -77,9 +77,22 @@ def read_profile(folder: Path, gpu: str, which: str) -> dict[str, list[dict[str,
     with path.open(newline="") as f:
         for raw in csv.DictReader(f):
             name = f"{raw['benchmark']}/{raw['argNo']}/{raw['kernel']}"
-            by[name].append({k: float(raw[k]) if raw[k] else math.nan for k in
-                             ("core_frequency", "memory_frequency", "time", "average_power", "DRAMA", "FP32A",
-                              "FP64A", "FP16A", "TENSO")})
+            by[name].append(
+                {
+                    k: float(raw[k]) if raw[k] else math.nan
+                    for k in (
+                        "core_frequency",
+                        "memory_frequency",
+                        "time",
+                        "average_power",
+                        "DRAMA",
+                        "FP32A",
+                        "FP64A",
+                        "FP16A",
+                        "TENSO",
+                    )
+                }
+            )
     return {k: sorted(v, key=lambda r: r["core_frequency"]) for k, v in by.items()}
 
 
@@ -102,19 +115,25 @@ def derive(folder: Path, gpu: str) -> tuple[dict[str, list[list[object]]], list[
         for f in _too_slow(readings):
             slow[f] += 1
     dropped_clocks = {f for f, n in slow.items() if n >= DROP_CLOCK_SHARE * len(every)}
-    notes = [f"{gpu}: {int(f)} MHz left out: {slow[f]} of {len(every)} kernels read over {SLOWER_THAN_CLOCK:g}x slower "
-             "than the clock ratio allows" for f in sorted(dropped_clocks)]
+    notes = [
+        f"{gpu}: {int(f)} MHz left out: {slow[f]} of {len(every)} kernels read over {SLOWER_THAN_CLOCK:g}x slower "
+        "than the clock ratio allows"
+        for f in sorted(dropped_clocks)
+    ]
     tables: dict[str, list[list[object]]] = {}
     for which in SETS:
         rows: list[list[object]] = []
         for name, readings in data[which].items():
             kept = [r for r in readings if r["core_frequency"] not in dropped_clocks]
-            power_ok = [i == 0 or r["average_power"] >= POWER_DROP * kept[i - 1]["average_power"]
-                        for i, r in enumerate(kept)]
+            power_ok = [
+                i == 0 or r["average_power"] >= POWER_DROP * kept[i - 1]["average_power"] for i, r in enumerate(kept)
+            ]
             for r, ok in zip(kept, power_ok):
                 if not ok:
-                    notes.append(f"{gpu}: {name} at {int(r['core_frequency'])} MHz left out: power "
-                                 f"{r['average_power']:.0f} W under {POWER_DROP:g} of the next lower clock's")
+                    notes.append(
+                        f"{gpu}: {name} at {int(r['core_frequency'])} MHz left out: power "
+                        f"{r['average_power']:.0f} W under {POWER_DROP:g} of the next lower clock's"
+                    )
             kept = [r for r, ok in zip(kept, power_ok) if ok]
             ref = kept[-1]
             time_s = ref["time"] * 1e-3
@@ -124,8 +143,19 @@ def derive(folder: Path, gpu: str) -> tuple[dict[str, list[list[object]]], list[
             nbytes = ref["DRAMA"] * board.dram_bytes_per_s * time_s
             for r in kept:
                 t = r["time"] * 1e-3
-                rows.append([name, f"{flops:.6g}", f"{nbytes:.6g}", "elementwise", "fp32", int(r["core_frequency"]),
-                             board.mem_mhz, f"{t:.6g}", f"{t * r['average_power']:.6g}"])
+                rows.append(
+                    [
+                        name,
+                        f"{flops:.6g}",
+                        f"{nbytes:.6g}",
+                        "elementwise",
+                        "fp32",
+                        int(r["core_frequency"]),
+                        board.mem_mhz,
+                        f"{t:.6g}",
+                        f"{t * r['average_power']:.6g}",
+                    ]
+                )
         tables[which] = rows
     return tables, notes
 
