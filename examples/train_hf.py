@@ -8,7 +8,7 @@ optimizer step, and closes it when training ends (the report printed, and in ``-
 
     pip install 'rlclock[hf]'
     python examples/train_hf.py                                            # dry run: planned and timed, none set
-    sudo python examples/train_hf.py --control on                          # set the clocks (root; restored)
+    sudo python examples/train_hf.py --control-clocks                      # set the clocks (root; restored)
     rlclock apply --checkpoint corpus-h100 -- python examples/train_hf.py  # the command's options apply
     torchrun --nproc-per-node 2 examples/train_hf.py                       # every rank, its own GPU
     python examples/train_hf.py --schedule S.json --timeline T.json        # a saved plan: no profiling
@@ -17,7 +17,7 @@ The schedule comes from ``--checkpoint`` (default: the shipped ``corpus-*`` poli
 ``corpus-h100`` on an H100; another GPU needs its own checkpoint), or from ``--schedule`` (with ``--timeline``,
 profiling is skipped); under ``rlclock apply`` the command's options override the script's. On a machine without
 a CUDA GPU a tiny model trains on the CPU for a few steps and the deployment says it is inactive (no CUDA: the
-step cannot be profiled), unless a schedule and a timeline are given: then the controller runs a plan-only dry
+step cannot be profiled), unless a schedule and a timeline are given: then the controller runs a dry
 run, its steps anchored on the host clock.
 """
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> RlclockTrainerCallback:
         default=None,
         help="switching latency, seconds (default: the GPU's preset's; needed for a plan-only run without a GPU)",
     )
-    p.add_argument("--control", choices=["dry-run", "on"], default="dry-run", help="on: set the clocks (root)")
+    p.add_argument("--control-clocks", action="store_true", help="set the clocks (root); default: a dry run")
     p.add_argument("--report", default=None, help="write the controller's report (JSON) here")
     p.add_argument("--output-dir", default=None, help="the Trainer's output folder (default: a temporary one)")
     args = p.parse_args(argv)
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> RlclockTrainerCallback:
         args.schedule,
         timeline=args.timeline,
         checkpoint=checkpoint,
-        control=args.control,
+        control_clocks=args.control_clocks,
         report=args.report,
         latency_s=args.latency,
     )

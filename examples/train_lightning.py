@@ -9,7 +9,7 @@ applies it from then on.
 
     pip install 'rlclock[lightning]'
     python examples/train_lightning.py                                            # dry run: planned and timed, none set
-    sudo python examples/train_lightning.py --control on                          # set the clocks (root; restored)
+    sudo python examples/train_lightning.py --control-clocks                      # set the clocks (root; restored)
     rlclock apply --checkpoint corpus-h100 -- python examples/train_lightning.py  # the command's options apply
     python examples/train_lightning.py --devices 2                                # DDP: every rank, its own GPU
     python examples/train_lightning.py --schedule S.json --timeline T.json        # a saved plan: no profiling
@@ -18,7 +18,7 @@ The schedule comes from ``--checkpoint`` (default: the shipped ``corpus-*`` poli
 ``corpus-h100`` on an H100; another GPU needs its own checkpoint), or from ``--schedule`` (with ``--timeline``,
 profiling is skipped); under ``rlclock apply`` the command's options override the script's. On a machine without
 a CUDA GPU a tiny model trains on the CPU for a few steps and the deployment says it is inactive (no CUDA: the
-step cannot be profiled), unless a schedule and a timeline are given: then the controller runs a plan-only dry
+step cannot be profiled), unless a schedule and a timeline are given: then the controller runs a dry
 run, its steps anchored on the host clock. It uses ``lightning.pytorch``, or ``pytorch_lightning``
 where only that is installed.
 """
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> RlclockLightningCallback:
         default=None,
         help="switching latency, seconds (default: the GPU's preset's; needed for a plan-only run without a GPU)",
     )
-    p.add_argument("--control", choices=["dry-run", "on"], default="dry-run", help="on: set the clocks (root)")
+    p.add_argument("--control-clocks", action="store_true", help="set the clocks (root); default: a dry run")
     p.add_argument("--report", default=None, help="write the controller's report (JSON) here (.rankN under DDP)")
     args = p.parse_args(argv)
 
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> RlclockLightningCallback:
         args.schedule,
         timeline=args.timeline,
         checkpoint=checkpoint,
-        control=args.control,
+        control_clocks=args.control_clocks,
         report=args.report,
         latency_s=args.latency,
     )

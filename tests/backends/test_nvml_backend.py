@@ -74,7 +74,7 @@ def test_measure_trace_skips_what_the_table_has(two_layer_trace):
 
 def test_clocks_other_than_auto_need_clock_control(fake_nvml):
     require_clock_control(None, AUTO)
-    with pytest.raises(ClockControlDisabledError, match="observe mode"):
+    with pytest.raises(ClockControlDisabledError, match=r"clock control is off \(dry run\)"):
         require_clock_control(None, LOW)
     with ClockControl(0) as dry, pytest.raises(ClockControlDisabledError):
         require_clock_control(dry, LOW)

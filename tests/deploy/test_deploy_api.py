@@ -100,8 +100,10 @@ def test_settings_round_trip_and_validation(monkeypatch):
     back = DeploySettings(**DeploySettings.from_env(env))
     assert back == s and back.control_clocks
     assert DeploySettings.from_env({"RLCLOCK_DEPLOY_CHECKPOINT": "x"}) == {}  # not under rlclock apply
-    with pytest.raises(DeployError, match="control mode"):
-        DeploySettings(control="maybe")
+    with pytest.raises(DeployError, match="control mode"), pytest.warns(DeprecationWarning, match="control_clocks"):
+        DeploySettings(control="maybe")  # the name before 0.2.0: still read, with a warning
+    with pytest.warns(DeprecationWarning, match="lead_s"):
+        assert DeploySettings(lookahead_s=0.007).lead_s == 0.007
     with pytest.raises(DeployError, match="only one"):
         DeploySettings(checkpoint="a", schedule="b")
     with pytest.raises(DeployError, match="not a valid"):
