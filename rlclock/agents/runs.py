@@ -104,6 +104,9 @@ class StopOnSignal:
         self.say = say
         self.graceful = False
         self.requested = False
+        self.interrupted = False
+        """A signal came while there was nothing to save: its ``KeyboardInterrupt`` was raised (and perhaps
+        swallowed by the code it interrupted: the run checks this before it starts training)."""
         self.signal_name = ""
         self._previous: dict[int, Any] = {}
 
@@ -129,6 +132,7 @@ class StopOnSignal:
             os._exit(128 + signum)
         if not self.graceful:
             self.signal_name = name
+            self.interrupted = True  # also heard if the code it interrupts swallows the KeyboardInterrupt
             raise KeyboardInterrupt(name)
         self.requested = True
         self.signal_name = name

@@ -246,6 +246,8 @@ def train(
             if progress:
                 print(f"estimated on this machine: {session.estimate()}", flush=True)
             stop.graceful = True  # from here on there is a model to save
+            if stop.interrupted:  # a signal before this point whose KeyboardInterrupt the code it hit swallowed
+                raise KeyboardInterrupt(stop.signal_name)
             if session.imitation_left():
                 write_summary(run_dir, phase="imitation")
                 session.imitate(stop)
