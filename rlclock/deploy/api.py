@@ -859,8 +859,8 @@ def clocked(
             timeline; ``clk.set_pattern`` then chooses the plan of every step (:meth:`Clocked.set_pattern`). Under
             ``torch.distributed`` they are not broadcast: every rank passes its own.
         **options: Any field of :class:`~rlclock.deploy.settings.DeploySettings` — ``checkpoint`` (a policy
-            checkpoint whose ``ClockPolicy`` builds the schedule), ``control`` (``"dry-run"`` by default, or
-            ``"on"``: set clocks, needs root), ``device``, ``latency_s``, ``lead_s``, ``min_dwell_s``,
+            checkpoint whose ``ClockPolicy`` builds the schedule), ``control_clocks`` (``False`` by default: a dry
+            run; ``True`` sets clocks, needs root), ``device``, ``latency_s``, ``lead_s``, ``min_dwell_s``,
             ``warmup_steps``, ``profile_steps``, ``worker``, ``read_back``, ``anchor_every``, ``time_all_steps``,
             ``follow_pace``, ``search``, ``learn`` (choose every step's plan from the measured step times,
             ``budget``), ``report``, ``save``, ``verbose``; each documented there (and in

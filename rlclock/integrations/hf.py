@@ -63,8 +63,8 @@ class RlclockTrainerCallback(TrainerCallback):
             without NVML on a machine without CUDA).
         alternatives: Other schedules for the same step (:meth:`Clocked.set_pattern`).
         watch: Mark a point at every block of the model (``True``) or every ``watch``-th one (:meth:`Clocked.watch`).
-        **options: :func:`~rlclock.deploy.clocked`'s options — ``checkpoint``, ``control``, ``search``, ``budget``,
-            ``learn``, ``report``, ``save``, ``warmup_steps``, ``profile_steps`` … (``docs/integrations.md``).
+        **options: :func:`~rlclock.deploy.clocked`'s options — ``checkpoint``, ``control_clocks``, ``search``,
+            ``budget``, ``learn``, ``report``, ``save``, ``warmup_steps``, ``profile_steps`` … (docs/integrations.md).
 
     Raises:
         DeployError: An option ``clocked()`` does not take.
